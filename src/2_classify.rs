@@ -1,0 +1,442 @@
+//! Step 2 — classify: method + path → a catalogued route, and the exact path to forward.
+//!
+//! The path is normalized once, here, and anything a server might read two ways is refused
+//! (`400 invalid_path`) rather than guessed at:
+//! - dot segments (`.`, `..`, also when written `%2e`), empty segments (`//`);
+//! - percent-encoded `/`, `\`, `;`, NUL or other control bytes, and malformed escapes;
+//! - raw `\`, `;` (path parameters), `#` (fragments), control bytes, and any non-ASCII byte.
+//!
+//! Escapes of unreserved characters (`A–Z a–z 0–9 - . _ ~`) are decoded; other escapes are
+//! kept, with upper-case hex. The query string is not part of routing and is forwarded as is.
+//!
+//! **Case.** Routes match ASCII-case-insensitively, and a matched request is forwarded with the
+//! catalogue's spelling of the matched part, so `/V2/Settings/Webhook/Set` *is* `webhook_set`
+//! — for the allow-list, the body check and the upstream alike. No case variant of a restricted
+//! path can be forwarded as something else.
+//!
+//! **Trailing slash.** `/v2/sendMessage` finds `/v2/sendMessage/` (and is forwarded with the
+//! slash) unless the other spelling is a route of its own: `/v2/sendGroup` (event variant) and
+//! `/v2/sendGroup/` (general) stay distinct, as the spec says.
+//!
+//! **Precedence.** Exact path with a matching method; then the same with the trailing slash
+//! toggled; then the longest matching prefix route; then, under a partner prefix,
+//! `404 unknown_route`; then, under `/v2/`, the synthetic `unknown` customer route (allowed
+//! only to plans with `allow: all`); anything else is `404 unknown_route`.
+
+use std::borrow::Cow;
+
+use crate::refusal::{Code, Refusal};
+use crate::routes::{Catalogue, PathMatch, RouteIdx};
+
+/// Why a path was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathError {
+    NotAbsolute,
+    NonAscii,
+    ControlByte,
+    Fragment,
+    Backslash,
+    Semicolon,
+    BadEscape,
+    EncodedDelimiter,
+    DotSegment,
+    EmptySegment,
+}
+
+impl PathError {
+    pub fn detail(self) -> &'static str {
+        match self {
+            PathError::NotAbsolute => "the path must start with `/`",
+            PathError::NonAscii => "the path contains a non-ASCII byte",
+            PathError::ControlByte => "the path contains a control character",
+            PathError::Fragment => "the path contains a fragment (`#`)",
+            PathError::Backslash => "the path contains `\\`",
+            PathError::Semicolon => "the path contains `;` (path parameters are ambiguous)",
+            PathError::BadEscape => "the path contains a malformed percent-escape",
+            PathError::EncodedDelimiter => {
+                "the path contains an encoded `/`, `\\`, `;`, NUL or control character"
+            }
+            PathError::DotSegment => "the path contains a `.` or `..` segment",
+            PathError::EmptySegment => "the path contains an empty segment (`//`)",
+        }
+    }
+}
+
+impl From<PathError> for Refusal {
+    fn from(e: PathError) -> Self {
+        Refusal::new(Code::InvalidPath, e.detail())
+    }
+}
+
+fn hex_val(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// Normalize a request path (without its query), or refuse it. Borrows when nothing changes.
+pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
+    let b = path.as_bytes();
+    if b.first() != Some(&b'/') {
+        return Err(PathError::NotAbsolute);
+    }
+    let mut out: Option<Vec<u8>> = None;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            0x80..=0xFF => return Err(PathError::NonAscii),
+            0x00..=0x1F | 0x7F => return Err(PathError::ControlByte),
+            b'#' => return Err(PathError::Fragment),
+            b'\\' => return Err(PathError::Backslash),
+            b';' => return Err(PathError::Semicolon),
+            b'%' => {
+                let (h, l) = match (
+                    b.get(i + 1).copied().and_then(hex_val),
+                    b.get(i + 2).copied().and_then(hex_val),
+                ) {
+                    (Some(h), Some(l)) => (h, l),
+                    _ => return Err(PathError::BadEscape),
+                };
+                let decoded = h << 4 | l;
+                if matches!(decoded, b'/' | b'\\' | b';' | 0x00..=0x1F | 0x7F) {
+                    return Err(PathError::EncodedDelimiter);
+                }
+                let buf = out.get_or_insert_with(|| b[..i].to_vec());
+                if is_unreserved(decoded) {
+                    buf.push(decoded);
+                } else {
+                    buf.extend_from_slice(&[
+                        b'%',
+                        b[i + 1].to_ascii_uppercase(),
+                        b[i + 2].to_ascii_uppercase(),
+                    ]);
+                }
+                i += 3;
+                continue;
+            }
+            _ => {}
+        }
+        if let Some(buf) = out.as_mut() {
+            buf.push(c);
+        }
+        i += 1;
+    }
+    let norm: &[u8] = out.as_deref().unwrap_or(b);
+    // Segments: skip the leading `/`; a final empty segment (trailing `/`) is allowed.
+    let segments = &norm[1..];
+    let mut parts = segments.split(|&c| c == b'/').peekable();
+    while let Some(seg) = parts.next() {
+        let last = parts.peek().is_none();
+        match seg {
+            b"" if !last => return Err(PathError::EmptySegment),
+            b"." | b".." => return Err(PathError::DotSegment),
+            _ => {}
+        }
+    }
+    Ok(match out {
+        // Only ASCII went in, and every escape kept is ASCII.
+        Some(v) => Cow::Owned(String::from_utf8(v).expect("ASCII")),
+        None => Cow::Borrowed(path),
+    })
+}
+
+/// A classified request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Classified<'a> {
+    pub route: RouteIdx,
+    /// The path to forward (before the upstream's base path), in the catalogue's spelling for
+    /// the matched part.
+    pub path: Cow<'a, str>,
+}
+
+/// Paths longer than this are lower-cased on the heap; shorter ones on the stack.
+const STACK_PATH: usize = 256;
+
+/// Classify a request path (without its query).
+pub fn classify<'a>(
+    catalogue: &Catalogue,
+    method: &str,
+    path: &'a str,
+) -> Result<Classified<'a>, Refusal> {
+    let norm = normalize(path)?;
+    let mut stack = [0u8; STACK_PATH];
+    let mut heap = Vec::new();
+    let lower: &str = {
+        let buf: &mut [u8] = if norm.len() <= STACK_PATH {
+            &mut stack[..norm.len()]
+        } else {
+            heap.resize(norm.len(), 0);
+            &mut heap[..]
+        };
+        buf.copy_from_slice(norm.as_bytes());
+        buf.make_ascii_lowercase();
+        std::str::from_utf8(buf).expect("normalized paths are ASCII")
+    };
+
+    let found = match_route(catalogue, method, lower);
+    let route = match found {
+        Some(r) => r,
+        None if catalogue.in_partner_namespace(lower) => {
+            return Err(Refusal::new(
+                Code::UnknownRoute,
+                "no such partner operation",
+            ))
+        }
+        None if lower.starts_with("/v2/") => {
+            return Ok(Classified {
+                route: catalogue.unknown(),
+                path: norm,
+            });
+        }
+        None => {
+            return Err(Refusal::new(
+                Code::UnknownRoute,
+                "only paths under /v2/ are served",
+            ))
+        }
+    };
+    let forwarded = match &catalogue.get(route).path {
+        PathMatch::Exact(p) => {
+            if norm == p.as_str() {
+                norm
+            } else {
+                Cow::Owned(p.clone())
+            }
+        }
+        PathMatch::Prefix(p) => {
+            // `norm` matched `p` case-insensitively over `n` bytes (all of it, or all but the
+            // slash for `/v2/client`); re-spell those bytes as the catalogue does.
+            let n = p.len().min(norm.len());
+            if norm.as_bytes()[..n] == p.as_bytes()[..n] {
+                norm
+            } else {
+                Cow::Owned(format!("{}{}", &p[..n], &norm[n..]))
+            }
+        }
+    };
+    Ok(Classified {
+        route,
+        path: forwarded,
+    })
+}
+
+/// Find the route for a lower-cased, normalized path.
+fn match_route(catalogue: &Catalogue, method: &str, lower: &str) -> Option<RouteIdx> {
+    if let Some(r) = catalogue.exact(lower, method) {
+        return Some(r);
+    }
+    // One trailing slash either way, unless the path as written is a route of its own.
+    if !catalogue.has_exact_path(lower) {
+        let toggled_hit = if let Some(stripped) = lower.strip_suffix('/') {
+            catalogue.exact(stripped, method)
+        } else {
+            let mut with = String::with_capacity(lower.len() + 1);
+            with.push_str(lower);
+            with.push('/');
+            catalogue.exact(&with, method)
+        };
+        if toggled_hit.is_some() {
+            return toggled_hit;
+        }
+    }
+    // Longest prefix: `lower` itself taken as a prefix when it ends in `/`, then every shorter
+    // cut at a `/`. The prefix written without its slash (`/v2/client`) also matches.
+    if !lower.ends_with('/') {
+        let mut with = String::with_capacity(lower.len() + 1);
+        with.push_str(lower);
+        with.push('/');
+        if let Some(r) = catalogue.prefix(&with, method) {
+            return Some(r);
+        }
+    }
+    let mut end = lower.len();
+    while let Some(pos) = lower[..end].rfind('/') {
+        if let Some(r) = catalogue.prefix(&lower[..=pos], method) {
+            return Some(r);
+        }
+        if pos == 0 {
+            break;
+        }
+        end = pos;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(c: &Catalogue, method: &str, path: &str) -> Result<(String, String), Code> {
+        classify(c, method, path)
+            .map(|m| (c.get(m.route).id.clone(), m.path.into_owned()))
+            .map_err(|r| r.code)
+    }
+
+    #[test]
+    fn normalize_accepts_plain_paths_unchanged() {
+        for p in [
+            "/",
+            "/v2/sendMessage/",
+            "/v2/client/getChats",
+            "/v2/a-b_c~d.e/x",
+        ] {
+            assert!(
+                matches!(normalize(p), Ok(Cow::Borrowed(q)) if q == p),
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn normalize_decodes_unreserved_and_uppercases_other_escapes() {
+        assert_eq!(normalize("/v2/%73endMessage/").unwrap(), "/v2/sendMessage/");
+        assert_eq!(normalize("/v2/a%2db%7Ec").unwrap(), "/v2/a-b~c");
+        assert_eq!(normalize("/v2/a%20b%c3%a9").unwrap(), "/v2/a%20b%C3%A9");
+    }
+
+    #[test]
+    fn normalize_refuses_ambiguous_paths() {
+        let cases: &[(&str, PathError)] = &[
+            ("v2/x", PathError::NotAbsolute),
+            ("", PathError::NotAbsolute),
+            ("/v2/../x", PathError::DotSegment),
+            ("/v2/./x", PathError::DotSegment),
+            ("/v2/x/..", PathError::DotSegment),
+            ("/v2/%2e%2e/x", PathError::DotSegment),
+            ("/v2/.%2E/x", PathError::DotSegment),
+            ("/v2/%2e/x", PathError::DotSegment),
+            ("/v2//x", PathError::EmptySegment),
+            ("//v2/x", PathError::EmptySegment),
+            ("/v2/a%2Fb", PathError::EncodedDelimiter),
+            ("/v2/a%2fb", PathError::EncodedDelimiter),
+            ("/v2/a%5Cb", PathError::EncodedDelimiter),
+            ("/v2/a%00b", PathError::EncodedDelimiter),
+            ("/v2/a%3Bb", PathError::EncodedDelimiter),
+            ("/v2/a%0ab", PathError::EncodedDelimiter),
+            ("/v2/a;b=c", PathError::Semicolon),
+            ("/v2/a\\b", PathError::Backslash),
+            ("/v2/a#b", PathError::Fragment),
+            ("/v2/a\tb", PathError::ControlByte),
+            ("/v2/é", PathError::NonAscii),
+            ("/v2/a%zz", PathError::BadEscape),
+            ("/v2/a%2", PathError::BadEscape),
+            ("/v2/a%", PathError::BadEscape),
+        ];
+        for (p, e) in cases {
+            assert_eq!(normalize(p), Err(*e), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn routes_by_exact_path_and_method() {
+        let c = Catalogue::builtin();
+        assert_eq!(
+            id(&c, "POST", "/v2/sendMessage/").unwrap().0,
+            "send_message"
+        );
+        assert_eq!(
+            id(&c, "GET", "/v2/groupChat/getGroupList/").unwrap().0,
+            "group_list"
+        );
+        assert_eq!(
+            id(&c, "POST", "/v2/settings/webhook/set").unwrap().0,
+            "webhook_set"
+        );
+        assert_eq!(
+            id(&c, "POST", "/v2/service/upgrade").unwrap().0,
+            "service_upgrade"
+        );
+    }
+
+    #[test]
+    fn send_group_variants_stay_distinct() {
+        let c = Catalogue::builtin();
+        assert_eq!(
+            id(&c, "POST", "/v2/sendGroup").unwrap(),
+            ("send_group_event".into(), "/v2/sendGroup".into())
+        );
+        assert_eq!(
+            id(&c, "POST", "/v2/sendGroup/").unwrap(),
+            ("send_group".into(), "/v2/sendGroup/".into())
+        );
+        assert_eq!(
+            id(&c, "POST", "/V2/SENDGROUP").unwrap(),
+            ("send_group_event".into(), "/v2/sendGroup".into())
+        );
+    }
+
+    #[test]
+    fn case_and_trailing_slash_variants_reach_the_canonical_route() {
+        let c = Catalogue::builtin();
+        for p in [
+            "/v2/settings/webhook/set",
+            "/V2/Settings/Webhook/Set",
+            "/v2/SETTINGS/webhook/set/",
+            "/v2/settings/%77ebhook/set",
+        ] {
+            assert_eq!(
+                id(&c, "POST", p).unwrap(),
+                ("webhook_set".into(), "/v2/settings/webhook/set".into()),
+                "{p}"
+            );
+        }
+        assert_eq!(
+            id(&c, "POST", "/v2/sendMessage").unwrap(),
+            ("send_message".into(), "/v2/sendMessage/".into())
+        );
+    }
+
+    #[test]
+    fn prefix_routes_keep_the_rest_of_the_path() {
+        let c = Catalogue::builtin();
+        assert_eq!(
+            id(&c, "GET", "/v2/client/getChats").unwrap(),
+            ("client".into(), "/v2/client/getChats".into())
+        );
+        assert_eq!(
+            id(&c, "GET", "/V2/CLIENT/getChats").unwrap(),
+            ("client".into(), "/v2/client/getChats".into())
+        );
+        assert_eq!(
+            id(&c, "POST", "/v2/client").unwrap(),
+            ("client".into(), "/v2/client".into())
+        );
+    }
+
+    #[test]
+    fn a_method_that_does_not_match_falls_through() {
+        let c = Catalogue::builtin();
+        // GET on a POST-only path is not send_message: it is an uncatalogued operation.
+        assert_eq!(id(&c, "GET", "/v2/sendMessage/").unwrap().0, "unknown");
+        // POST on the group list falls to the wider Group actions prefix.
+        assert_ne!(
+            id(&c, "POST", "/v2/groupChat/getGroupList/").unwrap().0,
+            "group_list"
+        );
+    }
+
+    #[test]
+    fn unknown_paths() {
+        let c = Catalogue::builtin();
+        assert_eq!(id(&c, "GET", "/v2/somethingNew").unwrap().0, "unknown");
+        assert_eq!(id(&c, "GET", "/v1/sendMessage/"), Err(Code::UnknownRoute));
+        assert_eq!(id(&c, "GET", "/"), Err(Code::UnknownRoute));
+        assert_eq!(id(&c, "GET", "/v2"), Err(Code::UnknownRoute));
+        assert_eq!(
+            id(&c, "POST", "/v2/service/doSomethingElse"),
+            Err(Code::UnknownRoute)
+        );
+        assert_eq!(
+            id(&c, "GET", "/v2/sendMessage/../settings/webhook/set"),
+            Err(Code::InvalidPath)
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! The YAML file format, exactly as an operator writes it.
+//!
+//! These structs exist only to be deserialized (every one refuses unknown fields) and converted
+//! into the validated [`Config`](super::Config). Nothing outside `config` sees them.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    #[serde(default = "default_admin_listen")]
+    pub admin_listen: String,
+    pub tls: Option<FileTls>,
+    pub upstream: FileUpstream,
+    #[serde(default)]
+    pub limits: FileLimits,
+    /// Optional route catalogue file, relative to this file. Absent: the built-in catalogue.
+    pub routes: Option<String>,
+    pub plans: BTreeMap<String, FilePlan>,
+    #[serde(default = "default_partner_rpw")]
+    pub partner_requests_per_window: u32,
+    #[serde(default)]
+    pub keys: Vec<FileKey>,
+    #[serde(default)]
+    pub partners: Vec<FilePartner>,
+    #[serde(default)]
+    pub log: FileLog,
+}
+
+fn default_listen() -> String {
+    "0.0.0.0:8080".into()
+}
+fn default_admin_listen() -> String {
+    "127.0.0.1:9091".into()
+}
+fn default_partner_rpw() -> u32 {
+    150
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTls {
+    pub listen: String,
+    pub cert_file: String,
+    pub key_file: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileUpstream {
+    pub base_url: String,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_ms: u64,
+    #[serde(default = "default_read_timeout")]
+    pub read_timeout_ms: u64,
+    pub ca_file: Option<String>,
+}
+
+fn default_connect_timeout() -> u64 {
+    2000
+}
+fn default_read_timeout() -> u64 {
+    30000
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileLimits {
+    #[serde(default = "default_window")]
+    pub window_seconds: u32,
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: u64,
+    #[serde(default = "default_max_validated_body")]
+    pub max_validated_body_bytes: u64,
+}
+
+impl Default for FileLimits {
+    fn default() -> Self {
+        Self {
+            window_seconds: default_window(),
+            max_body_bytes: default_max_body(),
+            max_validated_body_bytes: default_max_validated_body(),
+        }
+    }
+}
+
+fn default_window() -> u32 {
+    10
+}
+fn default_max_body() -> u64 {
+    16 * 1024 * 1024
+}
+fn default_max_validated_body() -> u64 {
+    64 * 1024
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilePlan {
+    pub plan_id: u32,
+    pub requests_per_window: u32,
+    pub allow: FileAllow,
+}
+
+/// `allow: all` or `allow: [route_id, …]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum FileAllow {
+    Keyword(String),
+    List(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileKey {
+    pub name: String,
+    pub sha256: Option<String>,
+    pub key: Option<String>,
+    pub key_env: Option<String>,
+    pub plan: String,
+    pub partner: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilePartner {
+    pub name: String,
+    pub sha256: Option<String>,
+    pub key: Option<String>,
+    pub key_env: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileLog {
+    #[serde(default)]
+    pub format: Option<String>,
+}
+
+/// The route catalogue file (`policies/routes.yaml`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileCatalogue {
+    /// Path prefixes that belong to the Partner API: an unknown path under one is `unknown_route`.
+    pub partner_prefixes: Vec<String>,
+    pub routes: Vec<FileRoute>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileRoute {
+    pub id: String,
+    pub method: String,
+    pub path: Option<String>,
+    pub prefix: Option<String>,
+    pub family: String,
+    #[serde(default = "default_body")]
+    pub body: String,
+    #[serde(default)]
+    pub assumed: bool,
+    #[serde(default)]
+    pub spec: Option<String>,
+}
+
+fn default_body() -> String {
+    "none".into()
+}

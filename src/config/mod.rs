@@ -1,0 +1,676 @@
+//! The validated configuration.
+//!
+//! The YAML file ([`file`]) is read once, checked completely, and converted into [`Config`]; the
+//! rest of the program only ever sees this typed form. Every refusal is a [`ConfigError`] naming
+//! the file, the line and the field, so `tollgate check` and a refused reload can say exactly
+//! what is wrong.
+//!
+//! Relative paths in a config (`routes`, `tls.*_file`, `upstream.ca_file`) are resolved against
+//! the directory of the config file, not the working directory.
+
+pub mod file;
+mod locate;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroU64};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use file::{FileAllow, FileCatalogue, FileConfig};
+use locate::LineIndex;
+
+use crate::authenticate::{is_token68, Digest};
+use crate::routes::{Catalogue, Family, RouteIdx};
+
+/// The largest limit a plan may set; the limiter's arithmetic is exact up to here.
+pub const MAX_REQUESTS_PER_WINDOW: u32 = 1_000_000;
+/// The longest window the limiter accepts (one day).
+pub const MAX_WINDOW_SECONDS: u32 = 86_400;
+
+/// A config the gateway refused, with where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// 1-based line, when the problem sits at a place in the file.
+    pub line: Option<usize>,
+    /// Field path such as `keys[2].sha256`; empty for the file as a whole.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if self.field.is_empty() {
+            write!(f, ": {}", self.message)
+        } else {
+            write!(f, ": field `{}`: {}", self.field, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A problem found by validation, before it is placed in a file and on a line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub field: String,
+    pub message: String,
+}
+
+impl Invalid {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    fn at(self, file: &Path, lines: &LineIndex) -> ConfigError {
+        ConfigError {
+            file: file.to_path_buf(),
+            line: lines.line_of(&self.field),
+            field: self.field,
+            message: self.message,
+        }
+    }
+}
+
+/// Something `check` should point out that does not stop the config from loading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    pub line: Option<usize>,
+    pub field: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file this config was read from.
+    pub source: PathBuf,
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub tls: Option<Tls>,
+    pub upstream: Upstream,
+    pub limits: Limits,
+    /// Where the catalogue came from: a file, or `None` for the built-in one.
+    pub routes_file: Option<PathBuf>,
+    pub catalogue: Catalogue,
+    pub plans: Vec<Plan>,
+    pub partner_limit: NonZeroU32,
+    pub keys: Vec<KeySpec>,
+    pub partners: Vec<PartnerSpec>,
+    pub log_format: LogFormat,
+    pub warnings: Vec<Warning>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub listen: SocketAddr,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub scheme: Scheme,
+    /// Host name or IP literal (without brackets), used for the connection and for SNI.
+    pub host: String,
+    pub port: u16,
+    /// The `Host` header value to send (host, plus the port when it is not the default).
+    pub authority: String,
+    /// Path of the base URL without a trailing slash (`""` for none); prefixed to every route.
+    pub base_path: String,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    pub ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub window: NonZeroU32,
+    pub max_body_bytes: NonZeroU64,
+    pub max_validated_body_bytes: NonZeroU64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub name: String,
+    pub plan_id: u32,
+    pub limit: NonZeroU32,
+    pub allow: Allow,
+}
+
+/// A plan's endpoint allow-list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Allow {
+    /// The full customer API, including paths the catalogue does not know.
+    All,
+    /// Only these catalogued routes (default deny).
+    Only(Vec<RouteIdx>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySpec {
+    pub name: String,
+    pub digest: Digest,
+    /// Index into [`Config::plans`].
+    pub plan: usize,
+    /// Index into [`Config::partners`].
+    pub partner: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartnerSpec {
+    pub name: String,
+    pub digest: Digest,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Where `key_env` values come from; the process environment outside tests.
+pub trait Env {
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+impl Config {
+    /// Read and validate the config at `path`, taking `key_env` values from the process.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Self::load_with_env(path, &ProcessEnv)
+    }
+
+    pub fn load_with_env(path: &Path, env: &dyn Env) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_path_buf(),
+            line: None,
+            field: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::parse(&text, path, env)
+    }
+
+    /// Validate `text` as if read from `path` (used for errors and relative paths).
+    pub fn parse(text: &str, path: &Path, env: &dyn Env) -> Result<Config, ConfigError> {
+        let raw: FileConfig = serde_yaml::from_str(text).map_err(|e| yaml_error(path, &e))?;
+        let lines = LineIndex::build(text);
+        let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let (routes_file, catalogue) =
+            load_catalogue(raw.routes.as_deref(), &base_dir).map_err(|e| match e {
+                CatalogueError::Here(inv) => inv.at(path, &lines),
+                CatalogueError::There(err) => err,
+            })?;
+        build(raw, routes_file, catalogue, &base_dir, env, &lines)
+            .map(|mut c| {
+                c.source = path.to_path_buf();
+                c
+            })
+            .map_err(|inv| inv.at(path, &lines))
+    }
+
+    pub fn plan(&self, name: &str) -> Option<&Plan> {
+        self.plans.iter().find(|p| p.name == name)
+    }
+}
+
+enum CatalogueError {
+    /// The config's `routes` field itself is wrong.
+    Here(Invalid),
+    /// The catalogue file is wrong; the error names that file.
+    There(ConfigError),
+}
+
+fn load_catalogue(
+    field: Option<&str>,
+    base_dir: &Path,
+) -> Result<(Option<PathBuf>, Catalogue), CatalogueError> {
+    let Some(rel) = field else {
+        return Ok((None, Catalogue::builtin()));
+    };
+    let path = base_dir.join(rel);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        CatalogueError::Here(Invalid::new(
+            "routes",
+            format!("cannot read `{}`: {e}", path.display()),
+        ))
+    })?;
+    let raw: FileCatalogue =
+        serde_yaml::from_str(&text).map_err(|e| CatalogueError::There(yaml_error(&path, &e)))?;
+    let lines = LineIndex::build(&text);
+    let catalogue =
+        Catalogue::compile(raw).map_err(|inv| CatalogueError::There(inv.at(&path, &lines)))?;
+    Ok((Some(path), catalogue))
+}
+
+/// Turn a serde_yaml error (`keys[0]: unknown field `x`, expected … at line 6 column 5`) into
+/// a [`ConfigError`] with the field path split out.
+fn yaml_error(path: &Path, e: &serde_yaml::Error) -> ConfigError {
+    let mut text = e.to_string();
+    if let Some(cut) = text.rfind(" at line ") {
+        text.truncate(cut);
+    }
+    let (mut field, mut message) = match text.split_once(": ") {
+        Some((f, m)) if !f.contains(' ') => (f.to_string(), m.to_string()),
+        _ => (String::new(), text.clone()),
+    };
+    for marker in ["unknown field `", "missing field `"] {
+        if let Some(rest) = message.strip_prefix(marker) {
+            if let Some(name) = rest.split('`').next() {
+                field = if field.is_empty() {
+                    name.to_string()
+                } else {
+                    format!("{field}.{name}")
+                };
+            }
+        }
+    }
+    if message.starts_with("data did not match any variant of untagged enum FileAllow") {
+        message = "must be `all` or a list of route ids".into();
+    }
+    ConfigError {
+        file: path.to_path_buf(),
+        line: e.location().map(|l| l.line()),
+        field,
+        message,
+    }
+}
+
+/// Names used as metric labels and log fields: short, printable, no quoting needed.
+fn check_name(name: &str, field: &str) -> Result<(), Invalid> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Invalid::new(
+            field,
+            format!("`{name}` is not a valid name (1–64 of A–Z a–z 0–9 _ - .)"),
+        ))
+    }
+}
+
+fn nonzero_u32(v: u32, field: &str, max: u32) -> Result<NonZeroU32, Invalid> {
+    if v > max {
+        return Err(Invalid::new(
+            field,
+            format!("{v} is above the maximum of {max}"),
+        ));
+    }
+    NonZeroU32::new(v).ok_or_else(|| Invalid::new(field, "must be greater than 0"))
+}
+
+fn nonzero_u64(v: u64, field: &str) -> Result<NonZeroU64, Invalid> {
+    NonZeroU64::new(v).ok_or_else(|| Invalid::new(field, "must be greater than 0"))
+}
+
+fn socket_addr(v: &str, field: &str) -> Result<SocketAddr, Invalid> {
+    v.parse().map_err(|_| {
+        Invalid::new(
+            field,
+            format!("`{v}` is not an address such as 0.0.0.0:8080"),
+        )
+    })
+}
+
+fn existing_file(base_dir: &Path, v: &str, field: &str) -> Result<PathBuf, Invalid> {
+    let p = base_dir.join(v);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(Invalid::new(
+            field,
+            format!("no such file `{}`", p.display()),
+        ))
+    }
+}
+
+fn build(
+    raw: FileConfig,
+    routes_file: Option<PathBuf>,
+    catalogue: Catalogue,
+    base_dir: &Path,
+    env: &dyn Env,
+    lines: &LineIndex,
+) -> Result<Config, Invalid> {
+    let mut warnings = Vec::new();
+    let listen = socket_addr(&raw.listen, "listen")?;
+    let admin_listen = socket_addr(&raw.admin_listen, "admin_listen")?;
+    let tls = match raw.tls {
+        None => None,
+        Some(t) => Some(Tls {
+            listen: socket_addr(&t.listen, "tls.listen")?,
+            cert_file: existing_file(base_dir, &t.cert_file, "tls.cert_file")?,
+            key_file: existing_file(base_dir, &t.key_file, "tls.key_file")?,
+        }),
+    };
+    let upstream = upstream(&raw.upstream, base_dir)?;
+    let limits = Limits {
+        window: nonzero_u32(
+            raw.limits.window_seconds,
+            "limits.window_seconds",
+            MAX_WINDOW_SECONDS,
+        )?,
+        max_body_bytes: nonzero_u64(raw.limits.max_body_bytes, "limits.max_body_bytes")?,
+        max_validated_body_bytes: nonzero_u64(
+            raw.limits.max_validated_body_bytes,
+            "limits.max_validated_body_bytes",
+        )?,
+    };
+    if limits.max_validated_body_bytes > limits.max_body_bytes {
+        return Err(Invalid::new(
+            "limits.max_validated_body_bytes",
+            "must not be above limits.max_body_bytes",
+        ));
+    }
+
+    if raw.plans.is_empty() {
+        return Err(Invalid::new("plans", "at least one plan is needed"));
+    }
+    let mut plans = Vec::with_capacity(raw.plans.len());
+    let mut plan_ids: HashMap<u32, String> = HashMap::new();
+    for (name, fp) in raw.plans {
+        let at = format!("plans.{name}");
+        check_name(&name, &at)?;
+        if let Some(other) = plan_ids.insert(fp.plan_id, name.clone()) {
+            return Err(Invalid::new(
+                format!("{at}.plan_id"),
+                format!("plan_id {} is also used by plan `{other}`", fp.plan_id),
+            ));
+        }
+        let limit = nonzero_u32(
+            fp.requests_per_window,
+            &format!("{at}.requests_per_window"),
+            MAX_REQUESTS_PER_WINDOW,
+        )?;
+        let allow = match fp.allow {
+            FileAllow::Keyword(k) if k == "all" => Allow::All,
+            FileAllow::Keyword(k) => {
+                return Err(Invalid::new(
+                    format!("{at}.allow"),
+                    format!("`{k}` is not `all`; give `all` or a list of route ids"),
+                ))
+            }
+            FileAllow::List(ids) => {
+                let mut idx = Vec::with_capacity(ids.len());
+                for (i, id) in ids.iter().enumerate() {
+                    let field = format!("{at}.allow[{i}]");
+                    let Some(r) = catalogue.find(id) else {
+                        return Err(Invalid::new(field, format!("unknown route id `{id}`")));
+                    };
+                    if catalogue.get(r).family == Family::Partner {
+                        return Err(Invalid::new(
+                            field,
+                            format!("`{id}` is a partner operation; plans govern customer keys"),
+                        ));
+                    }
+                    if idx.contains(&r) {
+                        return Err(Invalid::new(field, format!("`{id}` is listed twice")));
+                    }
+                    idx.push(r);
+                }
+                Allow::Only(idx)
+            }
+        };
+        plans.push(Plan {
+            name,
+            plan_id: fp.plan_id,
+            limit,
+            allow,
+        });
+    }
+    let partner_limit = nonzero_u32(
+        raw.partner_requests_per_window,
+        "partner_requests_per_window",
+        MAX_REQUESTS_PER_WINDOW,
+    )?;
+
+    // Digests are unique across customer and partner keys: one bearer token, one identity.
+    let mut digests: HashMap<Digest, String> = HashMap::new();
+    let mut seen_digest = |d: Digest, at: &str, field: String| -> Result<(), Invalid> {
+        match digests.insert(d, at.to_string()) {
+            Some(other) => Err(Invalid::new(field, format!("the same key as {other}"))),
+            None => Ok(()),
+        }
+    };
+
+    let mut partners = Vec::with_capacity(raw.partners.len());
+    let mut partner_names: HashMap<String, usize> = HashMap::new();
+    for (i, fp) in raw.partners.iter().enumerate() {
+        let at = format!("partners[{i}]");
+        check_name(&fp.name, &format!("{at}.name"))?;
+        if partner_names.insert(fp.name.clone(), i).is_some() {
+            return Err(Invalid::new(
+                format!("{at}.name"),
+                format!("duplicate partner name `{}`", fp.name),
+            ));
+        }
+        let (digest, field) = key_digest(
+            &at,
+            fp.sha256.as_deref(),
+            fp.key.as_deref(),
+            fp.key_env.as_deref(),
+            env,
+            lines,
+            &mut warnings,
+        )?;
+        seen_digest(digest, &at, field)?;
+        partners.push(PartnerSpec {
+            name: fp.name.clone(),
+            digest,
+        });
+    }
+
+    let mut keys = Vec::with_capacity(raw.keys.len());
+    let mut key_names: HashMap<String, usize> = HashMap::new();
+    for (i, fk) in raw.keys.iter().enumerate() {
+        let at = format!("keys[{i}]");
+        check_name(&fk.name, &format!("{at}.name"))?;
+        if key_names.insert(fk.name.clone(), i).is_some() {
+            return Err(Invalid::new(
+                format!("{at}.name"),
+                format!("duplicate key name `{}`", fk.name),
+            ));
+        }
+        let plan = plans
+            .iter()
+            .position(|p| p.name == fk.plan)
+            .ok_or_else(|| {
+                Invalid::new(format!("{at}.plan"), format!("no plan named `{}`", fk.plan))
+            })?;
+        let partner = match &fk.partner {
+            None => None,
+            Some(p) => Some(*partner_names.get(p).ok_or_else(|| {
+                Invalid::new(format!("{at}.partner"), format!("no partner named `{p}`"))
+            })?),
+        };
+        let (digest, field) = key_digest(
+            &at,
+            fk.sha256.as_deref(),
+            fk.key.as_deref(),
+            fk.key_env.as_deref(),
+            env,
+            lines,
+            &mut warnings,
+        )?;
+        seen_digest(digest, &at, field)?;
+        keys.push(KeySpec {
+            name: fk.name.clone(),
+            digest,
+            plan,
+            partner,
+        });
+    }
+
+    let log_format = match raw.log.format.as_deref() {
+        None | Some("text") => LogFormat::Text,
+        Some("json") => LogFormat::Json,
+        Some(other) => {
+            return Err(Invalid::new(
+                "log.format",
+                format!("`{other}` is not `text` or `json`"),
+            ))
+        }
+    };
+
+    Ok(Config {
+        source: PathBuf::new(),
+        listen,
+        admin_listen,
+        tls,
+        upstream,
+        limits,
+        routes_file,
+        catalogue,
+        plans,
+        partner_limit,
+        keys,
+        partners,
+        log_format,
+        warnings,
+    })
+}
+
+/// The digest of a key given as exactly one of `sha256`, `key` or `key_env`, and the field
+/// that gave it.
+fn key_digest(
+    at: &str,
+    sha256: Option<&str>,
+    key: Option<&str>,
+    key_env: Option<&str>,
+    env: &dyn Env,
+    lines: &LineIndex,
+    warnings: &mut Vec<Warning>,
+) -> Result<(Digest, String), Invalid> {
+    match (sha256, key, key_env) {
+        (Some(hex), None, None) => {
+            let field = format!("{at}.sha256");
+            let d = Digest::from_hex(hex).ok_or_else(|| {
+                Invalid::new(
+                    field.clone(),
+                    "must be 64 hexadecimal characters (the SHA-256 of the key)",
+                )
+            })?;
+            Ok((d, field))
+        }
+        (None, Some(plain), None) => {
+            let field = format!("{at}.key");
+            if !is_token68(plain.as_bytes()) {
+                return Err(Invalid::new(
+                    field,
+                    "is not a usable bearer token (token68 characters)",
+                ));
+            }
+            warnings.push(Warning {
+                line: lines.line_of(&field),
+                field: field.clone(),
+                message: "a plain key sits in the config file; prefer `sha256` (tollgate hash-key) or `key_env`".into(),
+            });
+            Ok((Digest::of(plain.as_bytes()), field))
+        }
+        (None, None, Some(var)) => {
+            let field = format!("{at}.key_env");
+            let value = env.var(var).ok_or_else(|| {
+                Invalid::new(
+                    field.clone(),
+                    format!("environment variable `{var}` is not set"),
+                )
+            })?;
+            if !is_token68(value.as_bytes()) {
+                return Err(Invalid::new(
+                    field,
+                    format!("environment variable `{var}` is not a usable bearer token (token68 characters)"),
+                ));
+            }
+            Ok((Digest::of(value.as_bytes()), field))
+        }
+        (None, None, None) => Err(Invalid::new(at, "give one of `sha256`, `key` or `key_env`")),
+        _ => Err(Invalid::new(
+            at,
+            "give only one of `sha256`, `key` and `key_env`",
+        )),
+    }
+}
+
+fn upstream(u: &file::FileUpstream, base_dir: &Path) -> Result<Upstream, Invalid> {
+    let field = "upstream.base_url";
+    let bad = |why: &str| Invalid::new(field, format!("`{}` {why}", u.base_url));
+    let uri: http::Uri = u.base_url.parse().map_err(|_| bad("is not a URL"))?;
+    let scheme = match uri.scheme_str() {
+        Some("http") => Scheme::Http,
+        Some("https") => Scheme::Https,
+        _ => return Err(bad("must be an http:// or https:// URL")),
+    };
+    let authority = uri.authority().ok_or_else(|| bad("has no host"))?;
+    if authority.as_str().contains('@') {
+        return Err(bad("must not carry credentials"));
+    }
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    if host.is_empty() {
+        return Err(bad("has no host"));
+    }
+    if uri.query().is_some() {
+        return Err(bad("must not have a query"));
+    }
+    let port = authority.port_u16().unwrap_or(match scheme {
+        Scheme::Http => 80,
+        Scheme::Https => 443,
+    });
+    let base_path = uri.path().trim_end_matches('/').to_string();
+    let connect_timeout = Duration::from_millis(
+        nonzero_u64(u.connect_timeout_ms, "upstream.connect_timeout_ms")?.get(),
+    );
+    let read_timeout =
+        Duration::from_millis(nonzero_u64(u.read_timeout_ms, "upstream.read_timeout_ms")?.get());
+    let ca_file = match &u.ca_file {
+        None => None,
+        Some(f) => {
+            if scheme == Scheme::Http {
+                return Err(Invalid::new(
+                    "upstream.ca_file",
+                    "applies only to an https base_url",
+                ));
+            }
+            Some(existing_file(base_dir, f, "upstream.ca_file")?)
+        }
+    };
+    Ok(Upstream {
+        scheme,
+        host: host.to_string(),
+        port,
+        authority: authority.as_str().to_string(),
+        base_path,
+        connect_timeout,
+        read_timeout,
+        ca_file,
+    })
+}

@@ -1,0 +1,31 @@
+//! Tollgate: an edge policy gateway for a messaging provider's HTTP API.
+//!
+//! The request path, in order, is in the numbered files:
+//!
+//! 1. [`authenticate`] — bearer key → key entry (digests only, constant-time compare)
+//! 2. [`classify`] — method + normalized path → route id (ambiguous paths refused)
+//! 3. [`authorize`] — credential kind, then the plan's allow-list
+//! 4. [`limit`] — the key's 10-second budget (GCRA, one atomic CAS)
+//! 5. [`check_body`] — the body shapes the spec gives
+//!
+//! [`policy`] composes them; [`config`] and [`routes`] feed them. All of it is pure and
+//! synchronous, free of Pingora types.
+
+#[path = "1_authenticate.rs"]
+pub mod authenticate;
+#[path = "3_authorize.rs"]
+pub mod authorize;
+#[path = "5_check_body.rs"]
+pub mod check_body;
+#[path = "2_classify.rs"]
+pub mod classify;
+#[path = "4_limit.rs"]
+pub mod limit;
+
+pub mod clock;
+pub mod config;
+pub mod live;
+pub mod policy;
+pub mod refusal;
+pub mod routes;
+pub mod testing;

@@ -1,0 +1,361 @@
+//! The policy: one immutable snapshot of everything a decision needs, and the composition of
+//! the steps in the contract's order.
+//!
+//! ```text
+//! authenticate → classify → authorize → limit      (Policy::decide, on the request head)
+//!              → check body                        (Policy::check_request_body, once read)
+//!              → forward → record                  (the Pingora layer)
+//! ```
+//!
+//! Everything here is pure and synchronous: time comes in as an argument, nothing touches the
+//! network, and no Pingora type appears, so the whole decision can be unit-tested and
+//! benchmarked alone. A reload builds a new `Policy` from the old one (keeping rate state for
+//! keys that remain) and swaps it in whole; see [`crate::live`].
+
+use std::borrow::Cow;
+
+use crate::authenticate::{authenticate, AuthHeader, Credential, Digest, KeyIdx, KeyTable};
+use crate::authorize::authorize;
+use crate::check_body::{check_body, Checked};
+use crate::classify::classify;
+use crate::clock::Nanos;
+use crate::config::Config;
+use crate::limit::{Quota, Rate};
+use crate::refusal::{Code, Refusal};
+use crate::routes::{BodyRule, RouteIdx};
+
+/// What the policy reads of a request head.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestHead<'a> {
+    pub method: &'a str,
+    /// The path, without the query.
+    pub path: &'a str,
+    pub authorization: AuthHeader<'a>,
+}
+
+/// The outcome of [`Policy::decide`], with whatever was learnt before a refusal (for headers,
+/// logs and metrics).
+#[derive(Debug)]
+pub struct Decision<'a> {
+    /// Set once the caller is authenticated.
+    pub key: Option<KeyIdx>,
+    /// Set once the route is known.
+    pub route: Option<RouteIdx>,
+    /// The caller's budget after this decision; set whenever `key` is.
+    pub quota: Option<Quota>,
+    pub verdict: Result<Forward<'a>, Refusal>,
+}
+
+/// An admitted request: where to send it, and whether its body must be checked first.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Forward<'a> {
+    /// The normalized, canonical path (without the upstream's base path or the query).
+    pub path: Cow<'a, str>,
+    pub body: Option<BodyRule>,
+}
+
+#[derive(Debug)]
+pub struct Policy {
+    pub config: Config,
+    pub keys: KeyTable,
+    /// Per plan, in `config.plans` order.
+    plan_rates: Vec<Rate>,
+    partner_rate: Rate,
+}
+
+impl Policy {
+    /// Compile `config`. Rate state is carried over from `previous` for keys in both.
+    pub fn new(config: Config, previous: Option<&Policy>) -> Self {
+        let window = config.limits.window;
+        let plan_rates = config
+            .plans
+            .iter()
+            .map(|p| Rate::new(p.limit, window))
+            .collect();
+        let partner_rate = Rate::new(config.partner_limit, window);
+        let keys = KeyTable::build(&config, previous.map(|p| &p.keys));
+        Self {
+            config,
+            keys,
+            plan_rates,
+            partner_rate,
+        }
+    }
+
+    /// Decide on a request head: authenticate → classify → authorize → limit.
+    pub fn decide<'a>(&self, req: &RequestHead<'a>, now: Nanos) -> Decision<'a> {
+        let key = match authenticate(&self.keys, req.authorization) {
+            Ok(k) => k,
+            Err(r) => {
+                return Decision {
+                    key: None,
+                    route: None,
+                    quota: None,
+                    verdict: Err(r),
+                }
+            }
+        };
+        let entry = self.keys.get(key);
+        let rate = self.rate(entry.credential);
+        // Refused before the limit step: the budget is reported, not spent.
+        let refused = |route, r| Decision {
+            key: Some(key),
+            route,
+            quota: Some(entry.rate.peek(rate, now)),
+            verdict: Err(r),
+        };
+
+        let classified = match classify(&self.config.catalogue, req.method, req.path) {
+            Ok(c) => c,
+            Err(r) => return refused(None, r),
+        };
+        let route_idx = classified.route;
+        let route = self.config.catalogue.get(route_idx);
+        if let Err(r) = authorize(entry.credential, &self.config.plans, route, route_idx) {
+            return refused(Some(route_idx), r);
+        }
+        match entry.rate.acquire(rate, now) {
+            Ok(quota) => Decision {
+                key: Some(key),
+                route: Some(route_idx),
+                quota: Some(quota),
+                verdict: Ok(Forward {
+                    path: classified.path,
+                    body: route.body,
+                }),
+            },
+            Err(denied) => {
+                let mut r = Refusal::new(
+                    Code::RateLimited,
+                    format!(
+                        "over {} requests per {} seconds; retry in {} s",
+                        denied.quota.limit, denied.quota.window_secs, denied.retry_after_secs
+                    ),
+                );
+                r.retry_after = Some(denied.retry_after_secs);
+                Decision {
+                    key: Some(key),
+                    route: Some(route_idx),
+                    quota: Some(denied.quota),
+                    verdict: Err(r),
+                }
+            }
+        }
+    }
+
+    /// Check a fully read body for a route with a body rule (after [`Policy::decide`] admitted
+    /// the request). For a service upgrade, also refuse a partner acting on a customer key that
+    /// another partner manages.
+    pub fn check_request_body(
+        &self,
+        key: KeyIdx,
+        rule: BodyRule,
+        body: &[u8],
+    ) -> Result<(), Refusal> {
+        match check_body(
+            rule,
+            body,
+            self.config.limits.max_validated_body_bytes.get(),
+        )? {
+            Checked::ServiceUpgrade { target } => self.may_act_on(key, &target),
+            Checked::GroupEvent | Checked::WebhookSet => Ok(()),
+        }
+    }
+
+    /// A partner may act on its own customers, on unmanaged keys, and on keys the gateway does
+    /// not know (the provider decides those); not on another partner's customers.
+    fn may_act_on(&self, key: KeyIdx, target: &Digest) -> Result<(), Refusal> {
+        let Credential::Partner { partner } = self.keys.get(key).credential else {
+            return Ok(());
+        };
+        let Some(t) = self.keys.lookup(target) else {
+            return Ok(());
+        };
+        match self.keys.get(t).credential {
+            Credential::Customer {
+                partner: Some(owner),
+                ..
+            } if owner != partner => Err(Refusal::new(
+                Code::NotYourCustomer,
+                "that customer service is managed by another partner",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn rate(&self, c: Credential) -> &Rate {
+        match c {
+            Credential::Customer { plan, .. } => &self.plan_rates[plan],
+            Credential::Partner { .. } => &self.partner_rate,
+        }
+    }
+
+    /// The name of the caller's rate-limit policy: its plan, or `partner`.
+    pub fn policy_name(&self, key: KeyIdx) -> &str {
+        match self.keys.get(key).credential {
+            Credential::Customer { plan, .. } => &self.config.plans[plan].name,
+            Credential::Partner { .. } => "partner",
+        }
+    }
+
+    /// The `RateLimit-Policy` and `RateLimit` field values (draft-ietf-httpapi-ratelimit-headers)
+    /// for `key` with `quota`.
+    pub fn rate_limit_headers(&self, key: KeyIdx, quota: &Quota) -> (String, String) {
+        let name = self.policy_name(key);
+        (
+            format!("\"{name}\";q={};w={}", quota.limit, quota.window_secs),
+            format!("\"{name}\";r={};t={}", quota.remaining, quota.reset_secs),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing;
+
+    fn head<'a>(method: &'a str, path: &'a str, auth: &'a str) -> RequestHead<'a> {
+        RequestHead {
+            method,
+            path,
+            authorization: AuthHeader::One(auth.as_bytes()),
+        }
+    }
+
+    fn code(d: &Decision<'_>) -> Option<Code> {
+        d.verdict.as_ref().err().map(|r| r.code)
+    }
+
+    #[test]
+    fn steps_run_in_the_contract_order() {
+        let p = Policy::new(testing::config(), None);
+        // Unauthenticated beats an invalid path and an unknown route.
+        let d = p.decide(&head("GET", "/v2/../x", "Bearer nope"), 0);
+        assert_eq!((code(&d), d.key), (Some(Code::Unauthorized), None));
+        // Classify (invalid path) beats authorization.
+        let d = p.decide(
+            &head("POST", "/v2/settings/webhook/set/..", "Bearer basic-key-1"),
+            0,
+        );
+        assert_eq!(code(&d), Some(Code::InvalidPath));
+        // Credential kind beats the plan.
+        let d = p.decide(
+            &head("POST", "/v2/service/upgrade", "Bearer basic-key-1"),
+            0,
+        );
+        assert_eq!(code(&d), Some(Code::WrongCredential));
+        let d = p.decide(
+            &head("POST", "/v2/settings/webhook/set", "Bearer basic-key-1"),
+            0,
+        );
+        assert_eq!(code(&d), Some(Code::PlanRestricted));
+    }
+
+    #[test]
+    fn refusals_before_the_limit_do_not_spend_budget_but_report_it() {
+        let p = Policy::new(testing::config(), None);
+        for _ in 0..100 {
+            let d = p.decide(
+                &head("POST", "/v2/settings/webhook/set", "Bearer basic-key-1"),
+                0,
+            );
+            assert_eq!(d.quota.unwrap().remaining, 40);
+        }
+        let d = p.decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0);
+        assert_eq!(d.quota.unwrap().remaining, 39);
+        let (policy, state) = p.rate_limit_headers(d.key.unwrap(), &d.quota.unwrap());
+        assert_eq!(policy, "\"basic\";q=40;w=10");
+        assert_eq!(state, "\"basic\";r=39;t=1");
+    }
+
+    #[test]
+    fn the_forty_first_basic_request_is_rate_limited() {
+        let p = Policy::new(testing::config(), None);
+        for i in 0..40 {
+            let d = p.decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0);
+            assert!(d.verdict.is_ok(), "request {i}");
+        }
+        let d = p.decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0);
+        let r = d.verdict.unwrap_err();
+        assert_eq!((r.code, r.retry_after), (Code::RateLimited, Some(1)));
+        // Another key's budget is untouched.
+        let d = p.decide(
+            &head("POST", "/v2/sendMessage/", "Bearer standard-key-1"),
+            0,
+        );
+        assert_eq!(d.quota.unwrap().remaining, 69);
+    }
+
+    #[test]
+    fn partner_keys_have_their_own_limit() {
+        let p = Policy::new(testing::config(), None);
+        let d = p.decide(
+            &head("POST", "/v2/service/upgrade", "Bearer acme-partner-key"),
+            0,
+        );
+        assert_eq!(d.quota.unwrap().limit, 150);
+        assert_eq!(p.policy_name(d.key.unwrap()), "partner");
+    }
+
+    #[test]
+    fn forward_carries_the_canonical_path_and_body_rule() {
+        let p = Policy::new(testing::config(), None);
+        let d = p.decide(&head("POST", "/V2/sendgroup", "Bearer pro-key-1"), 0);
+        assert_eq!(
+            d.verdict.unwrap(),
+            Forward {
+                path: "/v2/sendGroup".into(),
+                body: Some(BodyRule::GroupEvent)
+            }
+        );
+    }
+
+    #[test]
+    fn partners_act_only_on_their_own_customers() {
+        let p = Policy::new(testing::config(), None);
+        let acme = p.keys.lookup(&Digest::of(b"acme-partner-key")).unwrap();
+        let body = |k: &str| format!(r#"{{"apiKey":"{k}","planID":3}}"#);
+        let ok = |k: &str| p.check_request_body(acme, BodyRule::ServiceUpgrade, body(k).as_bytes());
+        assert!(ok("acme-customer-key").is_ok());
+        assert!(
+            ok("basic-key-1").is_ok(),
+            "unmanaged keys are the provider's call"
+        );
+        assert!(ok("some-key-the-gateway-does-not-know").is_ok());
+        assert_eq!(
+            ok("globex-customer-key").unwrap_err().code,
+            Code::NotYourCustomer
+        );
+    }
+
+    #[test]
+    fn unknown_keys_leave_no_state() {
+        let p = Policy::new(testing::config(), None);
+        let before = p.keys.len();
+        for i in 0..1000 {
+            let auth = format!("Bearer unknown-{i}");
+            let _ = p.decide(&head("POST", "/v2/sendMessage/", &auth), 0);
+        }
+        assert_eq!(p.keys.len(), before);
+    }
+
+    #[test]
+    fn reload_keeps_budgets_of_remaining_keys_and_applies_new_limits() {
+        let old = Policy::new(testing::config(), None);
+        for _ in 0..40 {
+            assert!(old
+                .decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0)
+                .verdict
+                .is_ok());
+        }
+        let new = Policy::new(testing::config(), Some(&old));
+        let d = new.decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0);
+        assert_eq!(code(&d), Some(Code::RateLimited));
+        // A fresh build without the old policy starts from full.
+        let fresh = Policy::new(testing::config(), None);
+        assert!(fresh
+            .decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0)
+            .verdict
+            .is_ok());
+    }
+}
