@@ -22,6 +22,7 @@ pub mod classify;
 #[path = "4_limit.rs"]
 pub mod limit;
 
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod live;

@@ -1,1 +1,7 @@
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    tollgate::cli::dispatch(tollgate::cli::Cli::parse())
+}

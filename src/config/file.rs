@@ -3,7 +3,7 @@
 //! These structs exist only to be deserialized (every one refuses unknown fields) and converted
 //! into the validated [`Config`](super::Config). Nothing outside `config` sees them.
 
-use std::collections::BTreeMap;
+use indexmap::IndexMap;
 
 use serde::Deserialize;
 
@@ -20,7 +20,7 @@ pub struct FileConfig {
     pub limits: FileLimits,
     /// Optional route catalogue file, relative to this file. Absent: the built-in catalogue.
     pub routes: Option<String>,
-    pub plans: BTreeMap<String, FilePlan>,
+    pub plans: IndexMap<String, FilePlan>,
     #[serde(default = "default_partner_rpw")]
     pub partner_requests_per_window: u32,
     #[serde(default)]

@@ -455,7 +455,7 @@ fn build(
     let mut digests: HashMap<Digest, String> = HashMap::new();
     let mut seen_digest = |d: Digest, at: &str, field: String| -> Result<(), Invalid> {
         match digests.insert(d, at.to_string()) {
-            Some(other) => Err(Invalid::new(field, format!("the same key as {other}"))),
+            Some(other) => Err(Invalid::new(field, format!("is the same key as {other}"))),
             None => Ok(()),
         }
     };
@@ -480,7 +480,7 @@ fn build(
             lines,
             &mut warnings,
         )?;
-        seen_digest(digest, &at, field)?;
+        seen_digest(digest, &format!("{at} ({})", fp.name), field)?;
         partners.push(PartnerSpec {
             name: fp.name.clone(),
             digest,
@@ -519,7 +519,7 @@ fn build(
             lines,
             &mut warnings,
         )?;
-        seen_digest(digest, &at, field)?;
+        seen_digest(digest, &format!("{at} ({})", fk.name), field)?;
         keys.push(KeySpec {
             name: fk.name.clone(),
             digest,
@@ -621,7 +621,7 @@ fn key_digest(
 fn upstream(u: &file::FileUpstream, base_dir: &Path) -> Result<Upstream, Invalid> {
     let field = "upstream.base_url";
     let bad = |why: &str| Invalid::new(field, format!("`{}` {why}", u.base_url));
-    let uri: http::Uri = u.base_url.parse().map_err(|_| bad("is not a URL"))?;
+    let uri: http::Uri = u.base_url.parse().map_err(|_| bad("is not an http:// or https:// URL"))?;
     let scheme = match uri.scheme_str() {
         Some("http") => Scheme::Http,
         Some("https") => Scheme::Https,

@@ -1,0 +1,168 @@
+//! The command line: `run`, `demo`, `check`, `hash-key`.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::authenticate::{is_token68, Digest};
+use crate::config::{Allow, Config, Scheme};
+use crate::routes::{MethodSel, PathMatch};
+
+#[derive(Parser, Debug)]
+#[command(name = "tollgate", version, about = "Edge policy gateway for a messaging API")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Validate a config without serving: print a summary, or the error with file, line, field.
+    Check {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Read a key on stdin (one trailing newline stripped), print its hex SHA-256 for the YAML.
+    HashKey,
+}
+
+/// Run a parsed command; the binary's `main` calls this.
+pub fn dispatch(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Check { config } => check(&config),
+        Command::HashKey => hash_key(),
+    }
+}
+
+fn check(path: &std::path::Path) -> ExitCode {
+    match Config::load(path) {
+        Ok(cfg) => {
+            print!("{}", summary(&cfg));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn hash_key() -> ExitCode {
+    let mut input = Vec::new();
+    if let Err(e) = std::io::stdin().lock().take(64 * 1024).read_to_end(&mut input) {
+        eprintln!("error: cannot read stdin: {e}");
+        return ExitCode::FAILURE;
+    }
+    let key = input.strip_suffix(b"\n").unwrap_or(&input);
+    let key = key.strip_suffix(b"\r").unwrap_or(key);
+    if key.is_empty() {
+        eprintln!("error: no key on stdin");
+        return ExitCode::FAILURE;
+    }
+    if !is_token68(key) {
+        eprintln!(
+            "error: that key cannot be sent as a bearer token (allowed: A-Z a-z 0-9 - . _ ~ + / and trailing =)"
+        );
+        return ExitCode::FAILURE;
+    }
+    let _ = writeln!(std::io::stdout(), "{}", Digest::of(key).to_hex());
+    ExitCode::SUCCESS
+}
+
+/// The `check` summary: listeners, limits, plans with allow-lists, key counts, catalogue.
+pub fn summary(cfg: &Config) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let u = &cfg.upstream;
+    let scheme = match u.scheme {
+        Scheme::Http => "http",
+        Scheme::Https => "https",
+    };
+    let _ = writeln!(s, "{}: OK", cfg.source.display());
+    let _ = writeln!(s, "  listen        {}", cfg.listen);
+    if let Some(t) = &cfg.tls {
+        let _ = writeln!(s, "  tls listen    {} (cert {})", t.listen, t.cert_file.display());
+    }
+    let _ = writeln!(s, "  admin         {}", cfg.admin_listen);
+    let _ = writeln!(
+        s,
+        "  upstream      {scheme}://{}{} (connect {} ms, read {} ms{})",
+        u.authority,
+        u.base_path,
+        u.connect_timeout.as_millis(),
+        u.read_timeout.as_millis(),
+        if u.ca_file.is_some() { ", private CA" } else { "" }
+    );
+    let l = &cfg.limits;
+    let _ = writeln!(
+        s,
+        "  limits        window {} s; bodies ≤ {} bytes; checked bodies ≤ {} bytes",
+        l.window, l.max_body_bytes, l.max_validated_body_bytes
+    );
+    let _ = writeln!(s, "  plans");
+    for p in &cfg.plans {
+        let allow = match &p.allow {
+            Allow::All => "all".to_string(),
+            Allow::Only(ids) => {
+                ids.iter().map(|&i| cfg.catalogue.get(i).id.as_str()).collect::<Vec<_>>().join(", ")
+            }
+        };
+        let _ = writeln!(
+            s,
+            "    {:<10} plan_id {:<3} {:>5} requests / {} s   allow: {allow}",
+            p.name, p.plan_id, p.limit, l.window
+        );
+    }
+    let _ = writeln!(s, "    {:<10} {:<11} {:>5} requests / {} s", "(partners)", "", cfg.partner_limit, l.window);
+    let managed = cfg.keys.iter().filter(|k| k.partner.is_some()).count();
+    let _ = writeln!(
+        s,
+        "  keys          {} customer ({managed} managed by a partner), {} partner",
+        cfg.keys.len(),
+        cfg.partners.len()
+    );
+    for p in &cfg.plans {
+        let n = cfg.keys.iter().filter(|k| cfg.plans[k.plan].name == p.name).count();
+        let _ = writeln!(s, "    {:<10} {n}", p.name);
+    }
+    let routes = cfg.catalogue.routes();
+    let source = match &cfg.routes_file {
+        Some(f) => f.display().to_string(),
+        None => "built-in".to_string(),
+    };
+    let _ = writeln!(s, "  routes        {} from {source} (* = path assumed, not shown in the spec)", routes.len() - 1);
+    for r in &routes[..routes.len() - 1] {
+        let method = match &r.method {
+            MethodSel::Any => "any",
+            MethodSel::One(m) => m.as_str(),
+        };
+        let path = match &r.path {
+            PathMatch::Exact(p) => p.clone(),
+            PathMatch::Prefix(p) => format!("{p}*"),
+        };
+        let family = match r.family {
+            crate::routes::Family::Customer => "customer",
+            crate::routes::Family::Partner => "partner",
+        };
+        let body = r.body.map(|b| format!(" body={}", b.name())).unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "    {}{:<24} {:<7} {:<34} {family}{body}",
+            if r.assumed { "*" } else { " " },
+            r.id,
+            method,
+            path
+        );
+    }
+    let _ = writeln!(s, "     {:<24} {:<7} {:<34} customer, `allow: all` plans only", "unknown", "any", "/v2/* (uncatalogued)");
+    if !cfg.warnings.is_empty() {
+        let _ = writeln!(s, "warnings");
+        for w in &cfg.warnings {
+            let line = w.line.map(|l| format!(":{l}")).unwrap_or_default();
+            let _ = writeln!(s, "  {}{line}: field `{}`: {}", cfg.source.display(), w.field, w.message);
+        }
+    }
+    s
+}
