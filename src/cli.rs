@@ -11,7 +11,11 @@ use crate::config::{Allow, Config, Scheme};
 use crate::routes::{MethodSel, PathMatch};
 
 #[derive(Parser, Debug)]
-#[command(name = "tollgate", version, about = "Edge policy gateway for a messaging API")]
+#[command(
+    name = "tollgate",
+    version,
+    about = "Edge policy gateway for a messaging API"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -51,7 +55,11 @@ fn check(path: &std::path::Path) -> ExitCode {
 
 fn hash_key() -> ExitCode {
     let mut input = Vec::new();
-    if let Err(e) = std::io::stdin().lock().take(64 * 1024).read_to_end(&mut input) {
+    if let Err(e) = std::io::stdin()
+        .lock()
+        .take(64 * 1024)
+        .read_to_end(&mut input)
+    {
         eprintln!("error: cannot read stdin: {e}");
         return ExitCode::FAILURE;
     }
@@ -83,7 +91,12 @@ pub fn summary(cfg: &Config) -> String {
     let _ = writeln!(s, "{}: OK", cfg.source.display());
     let _ = writeln!(s, "  listen        {}", cfg.listen);
     if let Some(t) = &cfg.tls {
-        let _ = writeln!(s, "  tls listen    {} (cert {})", t.listen, t.cert_file.display());
+        let _ = writeln!(
+            s,
+            "  tls listen    {} (cert {})",
+            t.listen,
+            t.cert_file.display()
+        );
     }
     let _ = writeln!(s, "  admin         {}", cfg.admin_listen);
     let _ = writeln!(
@@ -93,7 +106,11 @@ pub fn summary(cfg: &Config) -> String {
         u.base_path,
         u.connect_timeout.as_millis(),
         u.read_timeout.as_millis(),
-        if u.ca_file.is_some() { ", private CA" } else { "" }
+        if u.ca_file.is_some() {
+            ", private CA"
+        } else {
+            ""
+        }
     );
     let l = &cfg.limits;
     let _ = writeln!(
@@ -105,9 +122,11 @@ pub fn summary(cfg: &Config) -> String {
     for p in &cfg.plans {
         let allow = match &p.allow {
             Allow::All => "all".to_string(),
-            Allow::Only(ids) => {
-                ids.iter().map(|&i| cfg.catalogue.get(i).id.as_str()).collect::<Vec<_>>().join(", ")
-            }
+            Allow::Only(ids) => ids
+                .iter()
+                .map(|&i| cfg.catalogue.get(i).id.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
         };
         let _ = writeln!(
             s,
@@ -115,7 +134,11 @@ pub fn summary(cfg: &Config) -> String {
             p.name, p.plan_id, p.limit, l.window
         );
     }
-    let _ = writeln!(s, "    {:<10} {:<11} {:>5} requests / {} s", "(partners)", "", cfg.partner_limit, l.window);
+    let _ = writeln!(
+        s,
+        "    {:<10} {:<11} {:>5} requests / {} s",
+        "(partners)", "", cfg.partner_limit, l.window
+    );
     let managed = cfg.keys.iter().filter(|k| k.partner.is_some()).count();
     let _ = writeln!(
         s,
@@ -124,7 +147,11 @@ pub fn summary(cfg: &Config) -> String {
         cfg.partners.len()
     );
     for p in &cfg.plans {
-        let n = cfg.keys.iter().filter(|k| cfg.plans[k.plan].name == p.name).count();
+        let n = cfg
+            .keys
+            .iter()
+            .filter(|k| cfg.plans[k.plan].name == p.name)
+            .count();
         let _ = writeln!(s, "    {:<10} {n}", p.name);
     }
     let routes = cfg.catalogue.routes();
@@ -132,7 +159,11 @@ pub fn summary(cfg: &Config) -> String {
         Some(f) => f.display().to_string(),
         None => "built-in".to_string(),
     };
-    let _ = writeln!(s, "  routes        {} from {source} (* = path assumed, not shown in the spec)", routes.len() - 1);
+    let _ = writeln!(
+        s,
+        "  routes        {} from {source} (* = path assumed, not shown in the spec)",
+        routes.len() - 1
+    );
     for r in &routes[..routes.len() - 1] {
         let method = match &r.method {
             MethodSel::Any => "any",
@@ -146,7 +177,10 @@ pub fn summary(cfg: &Config) -> String {
             crate::routes::Family::Customer => "customer",
             crate::routes::Family::Partner => "partner",
         };
-        let body = r.body.map(|b| format!(" body={}", b.name())).unwrap_or_default();
+        let body = r
+            .body
+            .map(|b| format!(" body={}", b.name()))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
             "    {}{:<24} {:<7} {:<34} {family}{body}",
@@ -156,12 +190,22 @@ pub fn summary(cfg: &Config) -> String {
             path
         );
     }
-    let _ = writeln!(s, "     {:<24} {:<7} {:<34} customer, `allow: all` plans only", "unknown", "any", "/v2/* (uncatalogued)");
+    let _ = writeln!(
+        s,
+        "     {:<24} {:<7} {:<34} customer, `allow: all` plans only",
+        "unknown", "any", "/v2/* (uncatalogued)"
+    );
     if !cfg.warnings.is_empty() {
         let _ = writeln!(s, "warnings");
         for w in &cfg.warnings {
             let line = w.line.map(|l| format!(":{l}")).unwrap_or_default();
-            let _ = writeln!(s, "  {}{line}: field `{}`: {}", cfg.source.display(), w.field, w.message);
+            let _ = writeln!(
+                s,
+                "  {}{line}: field `{}`: {}",
+                cfg.source.display(),
+                w.field,
+                w.message
+            );
         }
     }
     s

@@ -25,9 +25,14 @@ fn tollgate() -> Command {
 
 #[test]
 fn every_shipped_config_loads() {
-    let configs: Vec<_> =
-        files("policies", "yaml").into_iter().filter(|p| !p.ends_with("routes.yaml")).collect();
-    assert!(configs.iter().any(|p| p.ends_with("gateway.yaml")), "{configs:?}");
+    let configs: Vec<_> = files("policies", "yaml")
+        .into_iter()
+        .filter(|p| !p.ends_with("routes.yaml"))
+        .collect();
+    assert!(
+        configs.iter().any(|p| p.ends_with("gateway.yaml")),
+        "{configs:?}"
+    );
     for path in configs {
         let cfg = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
         assert!(!cfg.plans.is_empty(), "{}", path.display());
@@ -44,12 +49,24 @@ fn the_shipped_catalogue_is_the_built_in_one() {
 #[test]
 fn gateway_yaml_has_the_plans_of_the_spec() {
     let cfg = Config::load(Path::new("policies/gateway.yaml")).unwrap();
-    let plans: Vec<_> = cfg.plans.iter().map(|p| (p.name.as_str(), p.plan_id, p.limit.get())).collect();
-    assert_eq!(plans, [("basic", 1, 40), ("standard", 2, 70), ("pro", 3, 150)]);
+    let plans: Vec<_> = cfg
+        .plans
+        .iter()
+        .map(|p| (p.name.as_str(), p.plan_id, p.limit.get()))
+        .collect();
+    assert_eq!(
+        plans,
+        [("basic", 1, 40), ("standard", 2, 70), ("pro", 3, 150)]
+    );
     assert_eq!(cfg.limits.window.get(), 10);
     let basic = cfg.plan("basic").unwrap();
-    let tollgate::config::Allow::Only(ids) = &basic.allow else { panic!("basic must be a list") };
-    let mut ids: Vec<_> = ids.iter().map(|&i| cfg.catalogue.get(i).id.as_str()).collect();
+    let tollgate::config::Allow::Only(ids) = &basic.allow else {
+        panic!("basic must be a list")
+    };
+    let mut ids: Vec<_> = ids
+        .iter()
+        .map(|&i| cfg.catalogue.get(i).id.as_str())
+        .collect();
     ids.sort();
     assert_eq!(
         ids,
@@ -72,7 +89,11 @@ fn gateway_yaml_has_the_plans_of_the_spec() {
 fn every_invalid_config_is_refused_with_its_paired_message() {
     let configs = files("policies/invalid", "yaml");
     let expected = files("policies/invalid", "expected");
-    assert_eq!(configs.len(), expected.len(), "each .yaml needs a .expected and the reverse");
+    assert_eq!(
+        configs.len(),
+        expected.len(),
+        "each .yaml needs a .expected and the reverse"
+    );
     assert!(configs.len() >= 20);
     for path in configs {
         let want_file = path.with_extension("expected");
@@ -87,8 +108,15 @@ fn every_invalid_config_is_refused_with_its_paired_message() {
 
 #[test]
 fn check_prints_a_summary_for_a_good_config() {
-    let out = tollgate().args(["check", "--config", "policies/gateway.yaml"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tollgate()
+        .args(["check", "--config", "policies/gateway.yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     for needle in [
         "policies/gateway.yaml: OK",
@@ -106,7 +134,12 @@ fn check_prints_a_summary_for_a_good_config() {
 #[test]
 fn check_exits_non_zero_with_the_precise_error() {
     for path in files("policies/invalid", "yaml") {
-        let out = tollgate().arg("check").arg("--config").arg(&path).output().unwrap();
+        let out = tollgate()
+            .arg("check")
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(1), "{}", path.display());
         let want = std::fs::read_to_string(path.with_extension("expected")).unwrap();
         let stderr = String::from_utf8(out.stderr).unwrap();
@@ -117,10 +150,16 @@ fn check_exits_non_zero_with_the_precise_error() {
 
 #[test]
 fn check_reports_a_missing_file() {
-    let out = tollgate().args(["check", "--config", "policies/no-such.yaml"]).output().unwrap();
+    let out = tollgate()
+        .args(["check", "--config", "policies/no-such.yaml"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.starts_with("error: policies/no-such.yaml: cannot read"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: policies/no-such.yaml: cannot read"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -128,11 +167,19 @@ fn check_warns_about_plain_keys() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("plain.yaml");
     std::fs::write(&path, tollgate::testing::CONFIG_YAML).unwrap();
-    let out = tollgate().arg("check").arg("--config").arg(&path).output().unwrap();
+    let out = tollgate()
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("warnings"), "{text}");
-    assert!(text.contains("field `keys[0].key`: a plain key sits in the config file"), "{text}");
+    assert!(
+        text.contains("field `keys[0].key`: a plain key sits in the config file"),
+        "{text}"
+    );
     // The key itself is never echoed.
     assert!(!text.contains("basic-key-1"), "{text}");
 }
@@ -148,15 +195,25 @@ fn hash_key(stdin: &[u8]) -> (Option<i32>, String, String) {
         .unwrap();
     child.stdin.take().unwrap().write_all(stdin).unwrap();
     let out = child.wait_with_output().unwrap();
-    (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
 }
 
 #[test]
 fn hash_key_prints_the_sha256_of_stdin_without_one_trailing_newline() {
     // printf %s demo-basic-key | sha256sum
     let digest = "4f6d8d54023de38a3bc2ca891c396e12d7cf000a3c5dbd9c2c1c73ef9b4f1c9b\n";
-    assert_eq!(hash_key(b"demo-basic-key\n"), (Some(0), digest.into(), String::new()));
-    assert_eq!(hash_key(b"demo-basic-key"), (Some(0), digest.into(), String::new()));
+    assert_eq!(
+        hash_key(b"demo-basic-key\n"),
+        (Some(0), digest.into(), String::new())
+    );
+    assert_eq!(
+        hash_key(b"demo-basic-key"),
+        (Some(0), digest.into(), String::new())
+    );
     assert_eq!(hash_key(b"demo-basic-key\r\n").1, digest);
     // Only one newline is stripped: what remains is not a usable token.
     let (code, out, err) = hash_key(b"demo-basic-key\n\n");

@@ -26,6 +26,9 @@ use crate::routes::{Catalogue, Family, RouteIdx};
 
 /// The largest limit a plan may set; the limiter's arithmetic is exact up to here.
 pub const MAX_REQUESTS_PER_WINDOW: u32 = 1_000_000;
+/// The largest body the gateway can hold back and check: Pingora replays a checked body to the
+/// upstream from its retry buffer, which is fixed at 64 KiB.
+pub const MAX_VALIDATED_BODY_BYTES: u64 = 64 * 1024;
 /// The longest window the limiter accepts (one day).
 pub const MAX_WINDOW_SECONDS: u32 = 86_400;
 
@@ -383,6 +386,12 @@ fn build(
             "limits.max_validated_body_bytes",
         )?,
     };
+    if limits.max_validated_body_bytes.get() > MAX_VALIDATED_BODY_BYTES {
+        return Err(Invalid::new(
+            "limits.max_validated_body_bytes",
+            format!("must be at most {MAX_VALIDATED_BODY_BYTES} (checked bodies are held in a 64 KiB buffer)"),
+        ));
+    }
     if limits.max_validated_body_bytes > limits.max_body_bytes {
         return Err(Invalid::new(
             "limits.max_validated_body_bytes",
@@ -621,7 +630,10 @@ fn key_digest(
 fn upstream(u: &file::FileUpstream, base_dir: &Path) -> Result<Upstream, Invalid> {
     let field = "upstream.base_url";
     let bad = |why: &str| Invalid::new(field, format!("`{}` {why}", u.base_url));
-    let uri: http::Uri = u.base_url.parse().map_err(|_| bad("is not an http:// or https:// URL"))?;
+    let uri: http::Uri = u
+        .base_url
+        .parse()
+        .map_err(|_| bad("is not an http:// or https:// URL"))?;
     let scheme = match uri.scheme_str() {
         Some("http") => Scheme::Http,
         Some("https") => Scheme::Https,

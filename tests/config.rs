@@ -1,0 +1,179 @@
+//! Config loading beyond the golden files: environment keys, relative paths, base URLs, TLS
+//! files, warnings, and error positions.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use tollgate::config::{Config, ConfigError, Env, Scheme};
+use tollgate::testing::NoEnv;
+
+struct MapEnv(HashMap<&'static str, &'static str>);
+
+impl Env for MapEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        self.0.get(name).map(|v| v.to_string())
+    }
+}
+
+const BASE: &str = r#"
+upstream: { base_url: "https://api.example.com" }
+plans:
+  basic: { plan_id: 1, requests_per_window: 40, allow: [send_message] }
+"#;
+
+fn parse(extra: &str) -> Result<Config, ConfigError> {
+    Config::parse(&format!("{BASE}{extra}"), Path::new("t.yaml"), &NoEnv)
+}
+
+#[test]
+fn defaults_fill_what_the_file_leaves_out() {
+    let c = parse("").unwrap();
+    assert_eq!(c.listen.to_string(), "0.0.0.0:8080");
+    assert_eq!(c.admin_listen.to_string(), "127.0.0.1:9091");
+    assert_eq!(c.limits.window.get(), 10);
+    assert_eq!(c.limits.max_body_bytes.get(), 16 * 1024 * 1024);
+    assert_eq!(c.limits.max_validated_body_bytes.get(), 64 * 1024);
+    assert_eq!(c.partner_limit.get(), 150);
+    assert_eq!(c.upstream.connect_timeout.as_millis(), 2000);
+    assert_eq!(c.upstream.read_timeout.as_millis(), 30000);
+    assert!(c.keys.is_empty() && c.warnings.is_empty());
+}
+
+#[test]
+fn key_env_reads_the_environment() {
+    let text = format!("{BASE}keys:\n  - {{ name: k, key_env: SHOP_KEY, plan: basic }}\n");
+    let env = MapEnv(HashMap::from([("SHOP_KEY", "s3cr3t-key")]));
+    let c = Config::parse(&text, Path::new("t.yaml"), &env).unwrap();
+    assert_eq!(c.keys[0].digest, tollgate::testing::digest("s3cr3t-key"));
+    assert!(c.warnings.is_empty());
+
+    let bad = MapEnv(HashMap::from([("SHOP_KEY", "has space")]));
+    let e = Config::parse(&text, Path::new("t.yaml"), &bad).unwrap_err();
+    assert_eq!(e.field, "keys[0].key_env");
+    assert!(
+        !e.to_string().contains("has space"),
+        "the value must not be echoed: {e}"
+    );
+}
+
+#[test]
+fn plain_keys_load_with_a_warning_that_names_the_line() {
+    let c = parse("keys:\n  - name: k\n    key: plain-1\n    plan: basic\n").unwrap();
+    assert_eq!(c.keys[0].digest, tollgate::testing::digest("plain-1"));
+    assert_eq!(c.warnings.len(), 1);
+    assert_eq!(c.warnings[0].field, "keys[0].key");
+    assert_eq!(c.warnings[0].line, Some(7));
+}
+
+#[test]
+fn base_url_keeps_port_and_path() {
+    let text = BASE.replace("https://api.example.com", "http://127.0.0.1:8081/gateway/");
+    let c = Config::parse(&text, Path::new("t.yaml"), &NoEnv).unwrap();
+    let u = &c.upstream;
+    assert_eq!(
+        (u.scheme, u.host.as_str(), u.port),
+        (Scheme::Http, "127.0.0.1", 8081)
+    );
+    assert_eq!(
+        (u.authority.as_str(), u.base_path.as_str()),
+        ("127.0.0.1:8081", "/gateway")
+    );
+    let c = parse("").unwrap();
+    assert_eq!((c.upstream.port, c.upstream.base_path.as_str()), (443, ""));
+}
+
+#[test]
+fn base_url_refusals() {
+    for url in [
+        "ftp://x",
+        "api.example.com",
+        "https://user:pw@api.example.com",
+        "https://api.example.com/?a=b",
+        "",
+    ] {
+        let text = BASE.replace("https://api.example.com", url);
+        let e = Config::parse(&text, Path::new("t.yaml"), &NoEnv).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("upstream.base_url", Some(2)),
+            "{url}: {e}"
+        );
+    }
+}
+
+#[test]
+fn relative_paths_resolve_against_the_config_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("tls")).unwrap();
+    std::fs::write(dir.path().join("tls/cert.pem"), "x").unwrap();
+    std::fs::write(dir.path().join("tls/key.pem"), "x").unwrap();
+    std::fs::write(
+        dir.path().join("routes.yaml"),
+        tollgate::routes::BUILTIN_CATALOGUE,
+    )
+    .unwrap();
+    let text = format!(
+        "{BASE}routes: routes.yaml\ntls: {{ listen: \"127.0.0.1:8443\", cert_file: tls/cert.pem, key_file: tls/key.pem }}\n"
+    );
+    let path = dir.path().join("gw.yaml");
+    std::fs::write(&path, &text).unwrap();
+    let c = Config::load(&path).unwrap();
+    assert_eq!(
+        c.routes_file.as_deref(),
+        Some(dir.path().join("routes.yaml").as_path())
+    );
+    assert_eq!(c.tls.unwrap().cert_file, dir.path().join("tls/cert.pem"));
+
+    std::fs::remove_file(dir.path().join("tls/key.pem")).unwrap();
+    let e = Config::load(&path).unwrap_err();
+    assert_eq!(e.field, "tls.key_file");
+    assert_eq!(e.line, Some(6));
+}
+
+#[test]
+fn ca_file_only_for_https() {
+    let text = BASE.replace(
+        r#"{ base_url: "https://api.example.com" }"#,
+        r#"{ base_url: "http://api.example.com", ca_file: ca.pem }"#,
+    );
+    let e = Config::parse(&text, Path::new("t.yaml"), &NoEnv).unwrap_err();
+    assert_eq!(e.field, "upstream.ca_file");
+}
+
+#[test]
+fn limits_have_upper_bounds_too() {
+    let e = parse("limits: { window_seconds: 100000 }\n").unwrap_err();
+    assert_eq!(e.field, "limits.window_seconds");
+    let e = parse("partner_requests_per_window: 2000000\n").unwrap_err();
+    assert!(e.message.contains("above the maximum"), "{e}");
+}
+
+#[test]
+fn names_must_be_label_safe() {
+    let e = parse("keys:\n  - { name: \"a b\", sha256: \"2222222222222222222222222222222222222222222222222222222222222222\", plan: basic }\n")
+        .unwrap_err();
+    assert_eq!(e.field, "keys[0].name");
+    let e = Config::parse(
+        &BASE.replace("basic:", "\"ba\\\"sic\":"),
+        Path::new("t.yaml"),
+        &NoEnv,
+    )
+    .unwrap_err();
+    assert!(e.field.starts_with("plans."), "{e}");
+}
+
+#[test]
+fn duplicate_yaml_keys_are_refused() {
+    let e = parse("listen: \"0.0.0.0:1\"\nlisten: \"0.0.0.0:2\"\n").unwrap_err();
+    assert!(e.message.contains("duplicate"), "{e}");
+    assert!(e.line.is_some());
+}
+
+#[test]
+fn log_format_is_text_or_json() {
+    assert!(parse("log: { format: json }\n").is_ok());
+    assert_eq!(
+        parse("log: { format: xml }\n").unwrap_err().field,
+        "log.format"
+    );
+}
