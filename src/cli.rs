@@ -23,6 +23,22 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Serve with the config in FILE. Pingora's own flags (--upgrade, --daemon, --conf) apply.
+    Run {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        #[command(flatten)]
+        pingora: pingora::prelude::Opt,
+    },
+    /// Serve policies/demo.yaml in front of an embedded stand-in upstream, and print curl lines.
+    Demo {
+        /// Gateway port on 127.0.0.1.
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Stand-in upstream port on 127.0.0.1.
+        #[arg(long, default_value_t = 8081)]
+        upstream_port: u16,
+    },
     /// Validate a config without serving: print a summary, or the error with file, line, field.
     Check {
         #[arg(long, value_name = "FILE")]
@@ -35,8 +51,41 @@ pub enum Command {
 /// Run a parsed command; the binary's `main` calls this.
 pub fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
+        Command::Run { config, pingora } => run(&config, pingora),
+        Command::Demo {
+            port,
+            upstream_port,
+        } => match crate::demo::run(port, upstream_port) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Check { config } => check(&config),
         Command::HashKey => hash_key(),
+    }
+}
+
+fn run(path: &std::path::Path, opt: pingora::prelude::Opt) -> ExitCode {
+    let cfg = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    crate::serve::init_logging(cfg.log_format);
+    for w in &cfg.warnings {
+        tracing::warn!(field = %w.field, line = ?w.line, "{}", w.message);
+    }
+    let clock = std::sync::Arc::new(crate::clock::MonotonicClock::new());
+    match crate::serve::build(cfg, clock, Some(opt)) {
+        Ok((server, _live)) => server.run_forever(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -25,8 +25,12 @@ pub mod limit;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod demo;
+#[path = "6_forward.rs"]
+pub mod forward;
 pub mod live;
 pub mod policy;
 pub mod refusal;
 pub mod routes;
+pub mod serve;
 pub mod testing;

@@ -1,0 +1,610 @@
+//! Step 6 — forward: the Pingora `ProxyHttp` service that puts the policy on the wire.
+//!
+//! This layer is thin on purpose. It reads the request head, calls [`Policy::decide`] (steps
+//! 1–4) and, for routes with a body rule, reads and checks the body (step 5) *before* any
+//! upstream connection exists; then it forwards, or answers the refusal itself as
+//! `application/problem+json`. In Pingora's idiom, `request_filter` returning `Ok(true)` means
+//! "already answered": nothing of such a request reaches the upstream.
+//!
+//! Bodies:
+//! - routes with a body rule must say `Content-Type: application/json` (else 415); a declared
+//!   `Content-Length` over `max_validated_body_bytes` is 413 before anything is read, a chunked
+//!   body is 413 as soon as the count passes the cap; the checked bytes are replayed upstream
+//!   from Pingora's retry buffer (so the upstream receives exactly what was checked);
+//! - other routes stream through unbuffered, 413 once past `max_body_bytes` (declared lengths
+//!   are refused up front; a chunked stream is cut when it crosses the cap).
+//!
+//! Upstream errors: cannot connect, connect timeout, TLS failure, a reset or a malformed answer
+//! are `502 upstream_unavailable`; no answer within `read_timeout` is `504 upstream_timeout`.
+//! Pingora retries only what cannot have reached the upstream, or idempotent requests.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, TRANSFER_ENCODING};
+use http::HeaderMap;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::upstreams::peer::HttpPeer;
+use pingora::utils::tls::{parse_x509, WrappedX509};
+use pingora::{Error, ErrorSource, ErrorType, Result};
+
+use crate::authenticate::{AuthHeader, KeyIdx};
+use crate::check_body::{check_content_type, check_declared_length, too_large};
+use crate::clock::Clock;
+use crate::config::{Config, Scheme, Upstream};
+use crate::limit::Quota;
+use crate::live::LivePolicy;
+use crate::policy::{Policy, RequestHead};
+use crate::refusal::{Code, Refusal};
+use crate::routes::RouteIdx;
+
+/// Where and how to reach the upstream, resolved once per config (not per request).
+pub struct Target {
+    addr: SocketAddr,
+    tls: bool,
+    sni: String,
+    /// `Host` sent upstream: the base URL's authority.
+    host: String,
+    base_path: String,
+    ca: Option<Arc<[WrappedX509]>>,
+    connect_timeout: Duration,
+    read_timeout: Duration,
+}
+
+impl Target {
+    /// Resolve the upstream host and load the CA file, if any.
+    pub fn new(u: &Upstream) -> std::result::Result<Self, String> {
+        let addr = (u.host.as_str(), u.port)
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot resolve upstream host `{}`: {e}", u.host))?
+            .next()
+            .ok_or_else(|| format!("upstream host `{}` has no address", u.host))?;
+        let ca = match &u.ca_file {
+            None => None,
+            Some(path) => Some(load_ca(path)?),
+        };
+        Ok(Self {
+            addr,
+            tls: u.scheme == Scheme::Https,
+            sni: if u.scheme == Scheme::Https {
+                u.host.clone()
+            } else {
+                String::new()
+            },
+            host: u.authority.clone(),
+            base_path: u.base_path.clone(),
+            ca,
+            connect_timeout: u.connect_timeout,
+            read_timeout: u.read_timeout,
+        })
+    }
+}
+
+fn load_ca(path: &std::path::Path) -> std::result::Result<Arc<[WrappedX509]>, String> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| format!("cannot read CA file {}: {e}", path.display()))?;
+    let mut reader = std::io::BufReader::new(file);
+    let mut certs = Vec::new();
+    for c in rustls_pemfile::certs(&mut reader) {
+        let c = c.map_err(|e| format!("bad certificate in {}: {e}", path.display()))?;
+        certs.push(WrappedX509::new(c.to_vec(), parse_x509));
+    }
+    if certs.is_empty() {
+        return Err(format!("no certificate in CA file {}", path.display()));
+    }
+    Ok(Arc::from(certs))
+}
+
+/// How a request ended, for logs and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Outcome {
+    #[default]
+    Forwarded,
+    Unauthorized,
+    Forbidden,
+    RateLimited,
+    Invalid,
+    NotFound,
+    UpstreamError,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Forwarded => "forwarded",
+            Outcome::Unauthorized => "unauthorized",
+            Outcome::Forbidden => "forbidden",
+            Outcome::RateLimited => "rate_limited",
+            Outcome::Invalid => "invalid",
+            Outcome::NotFound => "not_found",
+            Outcome::UpstreamError => "upstream_error",
+        }
+    }
+
+    fn of(code: Code) -> Self {
+        match code {
+            Code::Unauthorized => Outcome::Unauthorized,
+            Code::PlanRestricted | Code::WrongCredential | Code::NotYourCustomer => {
+                Outcome::Forbidden
+            }
+            Code::UnknownRoute => Outcome::NotFound,
+            Code::RateLimited => Outcome::RateLimited,
+            Code::UpstreamUnavailable | Code::UpstreamTimeout => Outcome::UpstreamError,
+            Code::InvalidPath
+            | Code::InvalidJson
+            | Code::InvalidBody
+            | Code::BodyTooLarge
+            | Code::UnsupportedMediaType
+            | Code::BadRequest => Outcome::Invalid,
+        }
+    }
+}
+
+/// Per-request state.
+pub struct Ctx {
+    pub started: Instant,
+    pub request_id: String,
+    /// The policy that decided this request (a reload mid-request does not change it).
+    pub policy: Option<Arc<Policy>>,
+    pub key: Option<KeyIdx>,
+    pub route: Option<RouteIdx>,
+    pub quota: Option<Quota>,
+    pub outcome: Outcome,
+    pub status: u16,
+    /// Path and query to send upstream.
+    upstream_path: String,
+    /// Length of a body read and checked in `request_filter`.
+    checked_body: Option<usize>,
+    /// Bytes streamed so far for an unchecked body.
+    streamed: u64,
+    pub upstream_started: Option<Instant>,
+    pub upstream_elapsed: Option<Duration>,
+}
+
+impl Ctx {
+    /// The route id for logs and metrics (`-` before classification).
+    pub fn route_id(&self) -> &str {
+        match (&self.policy, self.route) {
+            (Some(p), Some(r)) => &p.config.catalogue.get(r).id,
+            _ => "-",
+        }
+    }
+
+    /// The caller's plan (or `partner`) for logs and metrics (`-` before authentication).
+    pub fn plan(&self) -> &str {
+        match (&self.policy, self.key) {
+            (Some(p), Some(k)) => p.policy_name(k),
+            _ => "-",
+        }
+    }
+
+    /// The operator's name for the caller's key (`-` before authentication); never the key.
+    pub fn key_name(&self) -> &str {
+        match (&self.policy, self.key) {
+            (Some(p), Some(k)) => &p.keys.get(k).name,
+            _ => "-",
+        }
+    }
+}
+
+/// The gateway service.
+pub struct Gateway {
+    live: Arc<LivePolicy>,
+    target: ArcSwap<Target>,
+    clock: Arc<dyn Clock>,
+    id_seed: u64,
+    id_counter: AtomicU64,
+}
+
+impl Gateway {
+    pub fn new(live: Arc<LivePolicy>, clock: Arc<dyn Clock>) -> std::result::Result<Self, String> {
+        let target = Target::new(&live.load().config.upstream)?;
+        use std::hash::{BuildHasher, Hasher};
+        let id_seed = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        Ok(Self {
+            live,
+            target: ArcSwap::from_pointee(target),
+            clock,
+            id_seed,
+            id_counter: AtomicU64::new(0),
+        })
+    }
+
+    pub fn live(&self) -> &Arc<LivePolicy> {
+        &self.live
+    }
+
+    /// Swap in a new upstream target (after a reload changed `upstream`).
+    pub fn set_target(&self, config: &Config) -> std::result::Result<(), String> {
+        self.target.store(Arc::new(Target::new(&config.upstream)?));
+        Ok(())
+    }
+
+    fn request_id(&self, headers: &HeaderMap) -> String {
+        if let Some(v) = headers.get("x-request-id") {
+            let b = v.as_bytes();
+            let ok = !b.is_empty()
+                && b.len() <= 128
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b':'));
+            if ok {
+                // Checked to be ASCII above.
+                return String::from_utf8_lossy(b).into_owned();
+            }
+        }
+        let n = self.id_counter.fetch_add(1, Ordering::Relaxed);
+        format!("{:016x}{:016x}", self.id_seed, n)
+    }
+
+    /// Answer `refusal` as problem+json, with the rate-limit headers when the caller is known.
+    async fn refuse(&self, session: &mut Session, ctx: &mut Ctx, refusal: Refusal) -> Result<bool> {
+        ctx.outcome = Outcome::of(refusal.code);
+        ctx.status = refusal.status();
+        // Anything refused before its body was read: do not read or drain it, close instead.
+        if !session.is_body_done() {
+            session.set_keepalive(None);
+        }
+        let resp = self.problem_header(ctx, &refusal)?;
+        let body = Bytes::from(refusal.problem_json());
+        session.write_response_header(Box::new(resp), false).await?;
+        session.write_response_body(Some(body), true).await?;
+        Ok(true)
+    }
+
+    fn problem_header(&self, ctx: &Ctx, refusal: &Refusal) -> Result<ResponseHeader> {
+        let body_len = refusal.problem_json().len();
+        let mut resp = ResponseHeader::build(refusal.status(), Some(8))?;
+        resp.insert_header(CONTENT_TYPE, "application/problem+json")?;
+        resp.insert_header(CONTENT_LENGTH, body_len.to_string())?;
+        resp.insert_header("Cache-Control", "no-store")?;
+        resp.insert_header("X-Request-Id", ctx.request_id.as_str())?;
+        if refusal.code == Code::Unauthorized {
+            resp.insert_header("WWW-Authenticate", "Bearer realm=\"tollgate\"")?;
+        }
+        if let Some(s) = refusal.retry_after {
+            resp.insert_header("Retry-After", s.to_string())?;
+        }
+        add_rate_limit_headers(ctx, &mut resp)?;
+        Ok(resp)
+    }
+}
+
+fn add_rate_limit_headers(ctx: &Ctx, resp: &mut ResponseHeader) -> Result<()> {
+    if let (Some(p), Some(k), Some(q)) = (&ctx.policy, ctx.key, &ctx.quota) {
+        let (policy, state) = p.rate_limit_headers(k, q);
+        resp.insert_header("RateLimit-Policy", policy)?;
+        resp.insert_header("RateLimit", state)?;
+    }
+    Ok(())
+}
+
+fn auth_header(headers: &HeaderMap) -> AuthHeader<'_> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    match (values.next(), values.next()) {
+        (None, _) => AuthHeader::Missing,
+        (Some(v), None) => AuthHeader::One(v.as_bytes()),
+        _ => AuthHeader::Many,
+    }
+}
+
+/// Requests whose framing or target a server could read two ways.
+fn check_framing(req: &RequestHeader) -> std::result::Result<(), Refusal> {
+    let h = &req.headers;
+    if !h.contains_key(HOST) && req.uri.authority().is_none() {
+        return Err(Refusal::new(Code::BadRequest, "the request has no Host"));
+    }
+    if h.get_all(CONTENT_LENGTH).iter().count() > 1 {
+        return Err(Refusal::new(
+            Code::BadRequest,
+            "the request has more than one Content-Length",
+        ));
+    }
+    if h.contains_key(TRANSFER_ENCODING) && h.contains_key(CONTENT_LENGTH) {
+        return Err(Refusal::new(
+            Code::BadRequest,
+            "the request has both Transfer-Encoding and Content-Length",
+        ));
+    }
+    Ok(())
+}
+
+fn declared_length(h: &HeaderMap) -> std::result::Result<Option<u64>, Refusal> {
+    match h.get(CONTENT_LENGTH) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(Some)
+            .ok_or_else(|| Refusal::new(Code::BadRequest, "the Content-Length is not a number")),
+    }
+}
+
+/// Read the whole body, keeping it in Pingora's retry buffer for the upstream. `None` when it
+/// passes `cap` (reading stops there).
+async fn read_body(session: &mut Session, cap: u64) -> Result<Option<Bytes>> {
+    session.enable_retry_buffering();
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = session
+        .read_request_body()
+        .await
+        .map_err(|e| e.into_down())?
+    {
+        buf.extend_from_slice(&chunk);
+        if buf.len() as u64 > cap {
+            return Ok(None);
+        }
+    }
+    Ok(Some(buf.freeze()))
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx {
+            started: Instant::now(),
+            request_id: String::new(),
+            policy: None,
+            key: None,
+            route: None,
+            quota: None,
+            outcome: Outcome::Forwarded,
+            status: 0,
+            upstream_path: String::new(),
+            checked_body: None,
+            streamed: 0,
+            upstream_started: None,
+            upstream_elapsed: None,
+        }
+    }
+
+    /// The request path: framing, then the policy (authenticate → classify → authorize →
+    /// limit), then the body checks. `Ok(true)` = answered here, nothing goes upstream.
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let policy = self.live.load();
+        ctx.request_id = self.request_id(&session.req_header().headers);
+        ctx.policy = Some(Arc::clone(&policy));
+        if let Err(r) = check_framing(session.req_header()) {
+            return self.refuse(session, ctx, r).await;
+        }
+
+        let req = session.req_header();
+        let head = RequestHead {
+            method: req.method.as_str(),
+            path: req.uri.path(),
+            authorization: auth_header(&req.headers),
+        };
+        let decision = policy.decide(&head, self.clock.now());
+        ctx.key = decision.key;
+        ctx.route = decision.route;
+        ctx.quota = decision.quota;
+        let forward = match decision.verdict {
+            Ok(f) => f,
+            Err(r) => return self.refuse(session, ctx, r).await,
+        };
+        let target = self.target.load();
+        let mut path = String::with_capacity(target.base_path.len() + forward.path.len() + 16);
+        path.push_str(&target.base_path);
+        path.push_str(&forward.path);
+        if let Some(q) = req.uri.query() {
+            path.push('?');
+            path.push_str(q);
+        }
+        ctx.upstream_path = path;
+        let body_rule = forward.body;
+        let declared = match declared_length(&req.headers) {
+            Ok(n) => n,
+            Err(r) => return self.refuse(session, ctx, r).await,
+        };
+        let limits = policy.config.limits;
+
+        let Some(rule) = body_rule else {
+            if let Err(r) = check_declared_length(declared, limits.max_body_bytes.get()) {
+                return self.refuse(session, ctx, r).await;
+            }
+            return Ok(false);
+        };
+        // Step 5, before any upstream connection: media type, declared size, read, check.
+        let cap = limits.max_validated_body_bytes.get();
+        let pre = check_content_type(req.headers.get(CONTENT_TYPE).map(|v| v.as_bytes()))
+            .and_then(|()| check_declared_length(declared, cap));
+        if let Err(r) = pre {
+            return self.refuse(session, ctx, r).await;
+        }
+        let Some(body) = read_body(session, cap).await? else {
+            return self.refuse(session, ctx, too_large(cap)).await;
+        };
+        let key = ctx.key.expect("an admitted request is authenticated");
+        if let Err(r) = policy.check_request_body(key, rule, &body) {
+            return self.refuse(session, ctx, r).await;
+        }
+        ctx.checked_body = Some(body.len());
+        Ok(false)
+    }
+
+    /// Unchecked bodies stream through; count them against `max_body_bytes`.
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if ctx.checked_body.is_some() {
+            return Ok(());
+        }
+        if let (Some(b), Some(p)) = (body.as_ref(), ctx.policy.as_ref()) {
+            ctx.streamed += b.len() as u64;
+            if ctx.streamed > p.config.limits.max_body_bytes.get() {
+                return Error::e_explain(
+                    ErrorType::HTTPStatus(413),
+                    "request body over max_body_bytes",
+                );
+            }
+        }
+        Ok(())
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        let t = self.target.load();
+        let mut peer = HttpPeer::new(t.addr, t.tls, t.sni.clone());
+        peer.options.connection_timeout = Some(t.connect_timeout);
+        peer.options.total_connection_timeout = Some(t.connect_timeout);
+        peer.options.read_timeout = Some(t.read_timeout);
+        peer.options.write_timeout = Some(t.read_timeout);
+        peer.options.idle_timeout = Some(Duration::from_secs(60));
+        if t.tls {
+            peer.options.verify_cert = true;
+            peer.options.verify_hostname = true;
+            peer.options.ca = t.ca.clone();
+        }
+        ctx.upstream_started = Some(Instant::now());
+        Ok(Box::new(peer))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        up: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        let uri: http::Uri = ctx.upstream_path.parse().map_err(|_| {
+            Error::explain(ErrorType::InternalError, "upstream path does not parse")
+        })?;
+        up.set_uri(uri);
+        up.insert_header(HOST, self.target.load().host.as_str())?;
+        up.insert_header("X-Request-Id", ctx.request_id.as_str())?;
+        let client = match session.client_addr() {
+            Some(PeerAddr::Inet(a)) => a.ip().to_string(),
+            _ => String::new(),
+        };
+        let prior: Vec<&str> = up
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        let xff = if prior.is_empty() {
+            client
+        } else {
+            format!("{}, {client}", prior.join(", "))
+        };
+        up.insert_header("X-Forwarded-For", xff)?;
+        if let Some(n) = ctx.checked_body {
+            up.remove_header(&TRANSFER_ENCODING);
+            up.insert_header(CONTENT_LENGTH, n.to_string())?;
+        }
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if let Some(t) = ctx.upstream_started {
+            ctx.upstream_elapsed = Some(t.elapsed());
+        }
+        ctx.status = resp.status.as_u16();
+        resp.insert_header("X-Request-Id", ctx.request_id.as_str())?;
+        add_rate_limit_headers(ctx, resp)
+    }
+
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
+        // Never format `e` itself: its context can hold raw request or response bytes.
+        let refusal = match (e.etype(), e.esource()) {
+            (ErrorType::HTTPStatus(413), _) => Some(too_large(
+                ctx.policy
+                    .as_ref()
+                    .map_or(0, |p| p.config.limits.max_body_bytes.get()),
+            )),
+            (ErrorType::ReadTimedout | ErrorType::WriteTimedout, ErrorSource::Upstream) => Some(
+                Refusal::new(Code::UpstreamTimeout, "the upstream did not answer in time"),
+            ),
+            (_, ErrorSource::Upstream) => Some(Refusal::new(
+                Code::UpstreamUnavailable,
+                "the upstream could not be reached or broke the connection",
+            )),
+            (_, ErrorSource::Downstream) => {
+                if matches!(
+                    e.etype(),
+                    ErrorType::ReadError | ErrorType::WriteError | ErrorType::ConnectionClosed
+                ) {
+                    None // the client went away: nobody to answer
+                } else {
+                    Some(Refusal::new(
+                        Code::BadRequest,
+                        "the request could not be read",
+                    ))
+                }
+            }
+            _ => Some(Refusal::new(
+                Code::UpstreamUnavailable,
+                "the request could not be proxied",
+            )),
+        };
+        if ctx.upstream_started.is_some() && ctx.upstream_elapsed.is_none() {
+            ctx.upstream_elapsed = ctx.upstream_started.map(|t| t.elapsed());
+        }
+        let Some(refusal) = refusal else {
+            ctx.status = 0;
+            return FailToProxy {
+                error_code: 0,
+                can_reuse_downstream: false,
+            };
+        };
+        let status = refusal.status();
+        ctx.outcome = Outcome::of(refusal.code);
+        ctx.status = status;
+        if session.response_written().is_none() {
+            session.set_keepalive(None);
+            if let Ok(resp) = self.problem_header(ctx, &refusal) {
+                let body = Bytes::from(refusal.problem_json());
+                if session
+                    .write_response_header(Box::new(resp), false)
+                    .await
+                    .is_ok()
+                {
+                    let _ = session.write_response_body(Some(body), true).await;
+                }
+            }
+        }
+        FailToProxy {
+            error_code: status,
+            can_reuse_downstream: false,
+        }
+    }
+
+    fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, _error: &Error) -> bool {
+        // Pingora's own error line can carry raw bytes; our access line covers the request.
+        true
+    }
+
+    async fn logging(&self, _session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+        let total = ctx.started.elapsed();
+        tracing::info!(
+            target: "tollgate::access",
+            request_id = %ctx.request_id,
+            route = ctx.route_id(),
+            key = ctx.key_name(),
+            plan = ctx.plan(),
+            status = ctx.status,
+            outcome = ctx.outcome.as_str(),
+            duration_ms = total.as_secs_f64() * 1e3,
+            upstream_ms = ctx.upstream_elapsed.map(|d| d.as_secs_f64() * 1e3),
+            "request"
+        );
+    }
+}
