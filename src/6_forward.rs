@@ -296,7 +296,10 @@ fn auth_header(headers: &HeaderMap) -> AuthHeader<'_> {
     }
 }
 
-/// Requests whose framing or target a server could read two ways.
+/// Requests whose framing or target a server could read two ways. (Pingora itself refuses
+/// differing `Content-Length`s, two `Host`s and non-chunked transfer codings with a bare 400,
+/// and reads `Transfer-Encoding` + `Content-Length` as chunked and then closes the connection,
+/// per RFC 9112 section 6.3, before any filter runs.)
 fn check_framing(req: &RequestHeader) -> std::result::Result<(), Refusal> {
     let h = &req.headers;
     if !h.contains_key(HOST) && req.uri.authority().is_none() {
@@ -306,12 +309,6 @@ fn check_framing(req: &RequestHeader) -> std::result::Result<(), Refusal> {
         return Err(Refusal::new(
             Code::BadRequest,
             "the request has more than one Content-Length",
-        ));
-    }
-    if h.contains_key(TRANSFER_ENCODING) && h.contains_key(CONTENT_LENGTH) {
-        return Err(Refusal::new(
-            Code::BadRequest,
-            "the request has both Transfer-Encoding and Content-Length",
         ));
     }
     Ok(())
