@@ -39,6 +39,11 @@ pub enum Command {
         #[arg(long, default_value_t = 8081)]
         upstream_port: u16,
     },
+    /// Serve only the demo's stand-in upstream (every request: `200 {}`), for load tests.
+    StandIn {
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        listen: String,
+    },
     /// Validate a config without serving: print a summary, or the error with file, line, field.
     Check {
         #[arg(long, value_name = "FILE")]
@@ -62,6 +67,13 @@ pub fn dispatch(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::StandIn { listen } => {
+            let conf = crate::serve::default_server_conf();
+            let mut server = pingora::server::Server::new_with_opt_and_conf(None, conf);
+            crate::demo::add_stand_in(&mut server, &listen);
+            println!("stand-in upstream on http://{listen}");
+            server.run_forever()
+        }
         Command::Check { config } => check(&config),
         Command::HashKey => hash_key(),
     }
