@@ -77,8 +77,8 @@ pub fn curl_lines(port: u16) -> Vec<(&'static str, String)> {
             format!("curl -i -H 'Authorization: Bearer demo-standard-key' {json} -d '{{\"name\":\"Standup\",\"type\":\"event\",\"groupId\":\"g-1\",\"startTime\":\"tomorrow 10am\",\"eventOptions\":{{\"callType\":\"voice\"}}}}' {base}/v2/sendGroup"),
         ),
         (
-            "429 — 45 quick calls with a Basic key (40 per 10 s): the first 40 pass, the rest are refused with Retry-After",
-            format!("for i in $(seq 45); do curl -s -o /dev/null -w '%{{http_code}}\\n' -H 'Authorization: Bearer demo-burst-key' -X POST {base}/v2/sendMessage/; done | sort | uniq -c"),
+            "429 — 60 quick calls with a Basic key (40 per 10 s, one more every 250 ms): about 40 pass, the rest are refused with Retry-After",
+            format!("for i in $(seq 60); do curl -s -o /dev/null -w '%{{http_code}}\\n' -H 'Authorization: Bearer demo-burst-key' -X POST {base}/v2/sendMessage/; done | sort | uniq -c"),
         ),
     ]
 }

@@ -1,0 +1,233 @@
+//! `tollgate demo` end to end: the real binary on two free loopback ports, and every curl line
+//! it prints, run through bash, gives the answer its comment promises.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Bound on every wait: start-up, each port, each command.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The demo process; killed (and reaped) however the test ends. On a panic its log is shown.
+struct Demo {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- demo stderr (last lines) ---");
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_listening(addr: SocketAddr) {
+    let end = Instant::now() + WAIT;
+    while Instant::now() < end {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{addr} never started listening");
+}
+
+/// Run `line` with `bash -c`, bounded by [`WAIT`]; its stdout and stderr.
+fn run(line: &str, curl_home: &Path) -> String {
+    let mut child = Command::new("bash")
+        .arg("-c")
+        .arg(line)
+        // A .curlrc with --max-time, and no proxy between curl and loopback.
+        .env("CURL_HOME", curl_home)
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .env_remove("http_proxy")
+        .env_remove("HTTP_PROXY")
+        .env_remove("all_proxy")
+        .env_remove("ALL_PROXY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bash runs");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let end = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("command did not finish in {WAIT:?}: {line}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let (out, err) = (t_out.join().unwrap(), t_err.join().unwrap());
+    assert!(status.success(), "{line}\nexit {status}\n{out}\n{err}");
+    out
+}
+
+/// `uniq -c` output (`     41 200`) as (count, value) pairs.
+fn uniq_counts(out: &str) -> Vec<(u32, String)> {
+    out.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let n = it.next()?.parse().ok()?;
+            Some((n, it.next()?.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn demo_prints_curl_lines_that_show_each_answer() {
+    if !Path::new("/usr/bin/curl").exists()
+        && Command::new("curl").arg("--version").output().is_err()
+    {
+        eprintln!("SKIPPED demo_prints_curl_lines_that_show_each_answer: curl is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".curlrc"), "max-time = 10\n").unwrap();
+    let log = dir.path().join("demo-stderr.log");
+
+    let (port, upstream_port) = loop {
+        let (a, b) = (free_port(), free_port());
+        if a != b {
+            break (a, b);
+        }
+    };
+    let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "demo",
+            "--port",
+            &port.to_string(),
+            "--upstream-port",
+            &upstream_port.to_string(),
+        ])
+        .env("TOLLGATE_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("the tollgate binary starts");
+    let mut demo = Demo { child, log };
+
+    // Read what it prints until the last line of the banner (bounded).
+    let stdout = demo.child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let end = Instant::now() + WAIT;
+    let mut printed = Vec::new();
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let done = line.starts_with("Ctrl-C");
+                printed.push(line);
+                if done {
+                    break;
+                }
+            }
+            Err(e) => panic!("demo output incomplete ({e:?}): {printed:#?}"),
+        }
+    }
+    let gateway: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_listening(gateway);
+    wait_listening(([127, 0, 0, 1], upstream_port).into());
+
+    // Each `# ...` comment is followed by one command line.
+    let mut commands = Vec::new();
+    for (i, line) in printed.iter().enumerate() {
+        if let Some(what) = line.strip_prefix("# ") {
+            let cmd = printed
+                .get(i + 1)
+                .unwrap_or_else(|| panic!("no command after {line:?}"));
+            assert!(cmd.starts_with("curl ") || cmd.starts_with("for "), "{cmd}");
+            assert!(
+                cmd.contains(&format!("http://127.0.0.1:{port}/")),
+                "the line targets the gateway's port: {cmd}"
+            );
+            commands.push((what.to_string(), cmd.clone()));
+        }
+    }
+    assert_eq!(commands.len(), 5, "{printed:#?}");
+
+    let curl_home = dir.path();
+    let out: Vec<String> = commands
+        .iter()
+        .map(|(_, cmd)| run(cmd, curl_home))
+        .collect();
+    let ctx = |i: usize| format!("{}\n$ {}\n{}", commands[i].0, commands[i].1, out[i]);
+
+    assert!(out[0].contains("HTTP/1.1 200"), "{}", ctx(0));
+    assert!(out[0].contains("{}"), "{}", ctx(0));
+    assert!(out[1].contains("HTTP/1.1 401"), "{}", ctx(1));
+    assert!(out[2].contains("HTTP/1.1 403"), "{}", ctx(2));
+    assert!(out[2].contains("plan_restricted"), "{}", ctx(2));
+    assert!(out[3].contains("HTTP/1.1 400"), "{}", ctx(3));
+    assert!(out[3].contains("invalid_body"), "{}", ctx(3));
+
+    let counts = uniq_counts(&out[4]);
+    let count_of = |code: &str| {
+        counts
+            .iter()
+            .filter(|(_, c)| c == code)
+            .map(|(n, _)| *n)
+            .sum::<u32>()
+    };
+    let (ok, limited) = (count_of("200"), count_of("429"));
+    eprintln!("demo burst: {ok} x 200, {limited} x 429");
+    assert_eq!(counts.iter().map(|(n, _)| n).sum::<u32>(), 60, "{}", ctx(4));
+    assert!(ok >= 40, "{}", ctx(4));
+    assert!(limited >= 1, "{}", ctx(4));
+    assert_eq!(ok + limited, 60, "only 200s and 429s: {}", ctx(4));
+
+    drop(demo);
+    // The guard killed it: the port is free again (bounded).
+    let end = Instant::now() + WAIT;
+    while TcpStream::connect_timeout(&gateway, Duration::from_millis(200)).is_ok() {
+        assert!(
+            Instant::now() < end,
+            "the demo still listens after the kill"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
