@@ -4,6 +4,7 @@
 //! (`400 invalid_path`) rather than guessed at:
 //! - dot segments (`.`, `..`, also when written `%2e`), empty segments (`//`);
 //! - percent-encoded `/`, `\`, `;`, NUL or other control bytes, and malformed escapes;
+//! - double encodings (`%25` followed by two hex digits, such as `%252e`);
 //! - raw `\`, `;` (path parameters), `#` (fragments), control bytes, and any non-ASCII byte.
 //!
 //! Escapes of unreserved characters (`A–Z a–z 0–9 - . _ ~`) are decoded; other escapes are
@@ -39,6 +40,7 @@ pub enum PathError {
     Semicolon,
     BadEscape,
     EncodedDelimiter,
+    DoubleEncoded,
     DotSegment,
     EmptySegment,
 }
@@ -55,6 +57,9 @@ impl PathError {
             PathError::BadEscape => "the path contains a malformed percent-escape",
             PathError::EncodedDelimiter => {
                 "the path contains an encoded `/`, `\\`, `;`, NUL or control character"
+            }
+            PathError::DoubleEncoded => {
+                "the path contains a double percent-encoding (`%25` followed by hex digits)"
             }
             PathError::DotSegment => "the path contains a `.` or `..` segment",
             PathError::EmptySegment => "the path contains an empty segment (`//`)",
@@ -108,6 +113,13 @@ pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
                 let decoded = h << 4 | l;
                 if matches!(decoded, b'/' | b'\\' | b';' | 0x00..=0x1F | 0x7F) {
                     return Err(PathError::EncodedDelimiter);
+                }
+                // `%252e` is `%2e` to a server that decodes twice: refuse the ambiguity.
+                if decoded == b'%'
+                    && b.get(i + 3).copied().and_then(hex_val).is_some()
+                    && b.get(i + 4).copied().and_then(hex_val).is_some()
+                {
+                    return Err(PathError::DoubleEncoded);
                 }
                 let buf = out.get_or_insert_with(|| b[..i].to_vec());
                 if is_unreserved(decoded) {
@@ -326,6 +338,8 @@ mod tests {
             ("/v2/a#b", PathError::Fragment),
             ("/v2/a\tb", PathError::ControlByte),
             ("/v2/é", PathError::NonAscii),
+            ("/v2/client/%252e%252e/chats/", PathError::DoubleEncoded),
+            ("/v2/a%252Fb", PathError::DoubleEncoded),
             ("/v2/a%zz", PathError::BadEscape),
             ("/v2/a%2", PathError::BadEscape),
             ("/v2/a%", PathError::BadEscape),
