@@ -9,6 +9,10 @@
 
 use std::collections::HashMap;
 
+/// A fast, non-cryptographic hasher for the lookup tables: their keys come from the operator's
+/// catalogue, and lookups of attacker-chosen paths only probe them.
+type Fast = foldhash::fast::FixedState;
+
 use crate::config::file::{FileCatalogue, FileRoute};
 use crate::config::Invalid;
 
@@ -88,9 +92,9 @@ pub struct Route {
 pub struct Catalogue {
     routes: Vec<Route>,
     /// Lower-cased exact path → candidate routes (several methods may share a path).
-    exact: HashMap<String, Vec<RouteIdx>>,
+    exact: HashMap<String, Vec<RouteIdx>, Fast>,
     /// Lower-cased prefix (ending in `/`) → candidate routes.
-    prefixes: HashMap<String, Vec<RouteIdx>>,
+    prefixes: HashMap<String, Vec<RouteIdx>, Fast>,
     /// Lower-cased partner namespaces (ending in `/`).
     partner_prefixes: Vec<String>,
     unknown: RouteIdx,
@@ -113,8 +117,8 @@ impl Catalogue {
 
         let mut routes = Vec::with_capacity(file.routes.len() + 1);
         let mut ids: HashMap<String, usize> = HashMap::new();
-        let mut exact: HashMap<String, Vec<RouteIdx>> = HashMap::new();
-        let mut prefixes: HashMap<String, Vec<RouteIdx>> = HashMap::new();
+        let mut exact: HashMap<String, Vec<RouteIdx>, Fast> = HashMap::default();
+        let mut prefixes: HashMap<String, Vec<RouteIdx>, Fast> = HashMap::default();
         for (i, fr) in file.routes.into_iter().enumerate() {
             let at = format!("routes[{i}]");
             let route = compile_route(fr, &at, &partner_prefixes)?;
