@@ -253,15 +253,19 @@ impl Gateway {
         if !session.is_body_done() {
             session.set_keepalive(None);
         }
-        let resp = self.problem_header(ctx, &refusal)?;
         let body = Bytes::from(refusal.problem_json());
+        let resp = self.problem_header(ctx, &refusal, body.len())?;
         session.write_response_header(Box::new(resp), false).await?;
         session.write_response_body(Some(body), true).await?;
         Ok(true)
     }
 
-    fn problem_header(&self, ctx: &Ctx, refusal: &Refusal) -> Result<ResponseHeader> {
-        let body_len = refusal.problem_json().len();
+    fn problem_header(
+        &self,
+        ctx: &Ctx,
+        refusal: &Refusal,
+        body_len: usize,
+    ) -> Result<ResponseHeader> {
         let mut resp = ResponseHeader::build(refusal.status(), Some(8))?;
         resp.insert_header(CONTENT_TYPE, "application/problem+json")?;
         resp.insert_header(CONTENT_LENGTH, body_len.to_string())?;
@@ -567,8 +571,8 @@ impl ProxyHttp for Gateway {
         ctx.status = status;
         if session.response_written().is_none() {
             session.set_keepalive(None);
-            if let Ok(resp) = self.problem_header(ctx, &refusal) {
-                let body = Bytes::from(refusal.problem_json());
+            let body = Bytes::from(refusal.problem_json());
+            if let Ok(resp) = self.problem_header(ctx, &refusal, body.len()) {
                 if session
                     .write_response_header(Box::new(resp), false)
                     .await
