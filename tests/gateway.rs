@@ -167,6 +167,9 @@ fn body_rules_on_the_wire() {
     assert_eq!(r.json()["errors"][0]["pointer"], "/startTime");
     let r = gw.call("basic-key-1", "POST", "/v2/sendGroup", "{not json");
     assert_eq!((r.status, r.code().as_str()), (400, "invalid_json"));
+    // Refused bodies were read and checked before any upstream connection: the one valid
+    // event above is the only connection so far.
+    assert_eq!(up.connections.load(std::sync::atomic::Ordering::SeqCst), 1);
     let r = gw.request(
         "POST",
         "/v2/sendGroup",
@@ -268,6 +271,8 @@ fn oversize_bodies_are_413_and_never_reach_the_upstream() {
     let r = gw.call("pro-key-1", "POST", "/v2/sendMessage/", &"z".repeat(5000));
     assert_eq!((r.status, r.code().as_str()), (413, "body_too_large"));
     assert_eq!(up.count(), 0);
+    // Not even partly: no upstream connection was opened.
+    assert_eq!(up.connections.load(std::sync::atomic::Ordering::SeqCst), 0);
     // Under the caps everything passes.
     assert_eq!(
         gw.call("pro-key-1", "POST", "/v2/sendMessage/", &"z".repeat(4000))
