@@ -34,12 +34,17 @@ pub struct Seen {
     pub body: Vec<u8>,
 }
 
+/// The first value of header `name` (lower-case) in a parsed head.
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
 impl Seen {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        header(&self.headers, name)
     }
     pub fn headers_named(&self, name: &str) -> Vec<&str> {
         self.headers
@@ -109,13 +114,13 @@ impl Drop for Upstream {
     }
 }
 
-/// Read one HTTP/1.1 request head; `None` at EOF.
+/// Read one HTTP/1.1 head: the start line and the headers (names lower-cased); `None` at EOF.
 fn read_head(r: &mut BufReader<TcpStream>) -> Option<(String, Vec<(String, String)>)> {
     let mut line = String::new();
     if r.read_line(&mut line).ok()? == 0 {
         return None;
     }
-    let request_line = line.trim_end().to_string();
+    let start_line = line.trim_end().to_string();
     let mut headers = Vec::new();
     loop {
         line.clear();
@@ -129,13 +134,18 @@ fn read_head(r: &mut BufReader<TcpStream>) -> Option<(String, Vec<(String, Strin
         let (n, v) = l.split_once(':')?;
         headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
     }
-    Some((request_line, headers))
+    Some((start_line, headers))
 }
 
-fn read_body(r: &mut BufReader<TcpStream>, headers: &[(String, String)]) -> Option<Vec<u8>> {
-    let get = |n: &str| headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
-    if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        let mut body = Vec::new();
+/// Read the body that follows `headers`: chunked, by Content-Length, or — when neither is
+/// given — empty for a request and up to the close for a response.
+fn read_body(
+    r: &mut BufReader<TcpStream>,
+    headers: &[(String, String)],
+    is_response: bool,
+) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    if header(headers, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
         loop {
             let mut size = String::new();
             r.read_line(&mut size).ok()?;
@@ -148,9 +158,16 @@ fn read_body(r: &mut BufReader<TcpStream>, headers: &[(String, String)]) -> Opti
             body.extend_from_slice(&chunk[..n]);
         }
     }
-    let n: usize = get("content-length").map_or(Some(0), |v| v.parse().ok())?;
-    let mut body = vec![0; n];
-    r.read_exact(&mut body).ok()?;
+    match header(headers, "content-length") {
+        Some(v) => {
+            body.resize(v.parse().ok()?, 0);
+            r.read_exact(&mut body).ok()?;
+        }
+        None if is_response => {
+            r.read_to_end(&mut body).ok()?;
+        }
+        None => {}
+    }
     Some(body)
 }
 
@@ -159,7 +176,7 @@ fn serve_conn(stream: TcpStream, mode: Mode, seen: Arc<Mutex<Vec<Seen>>>, stop: 
     let mut w = stream.try_clone().unwrap();
     let mut r = BufReader::new(stream);
     while let Some((request_line, headers)) = read_head(&mut r) {
-        let Some(body) = read_body(&mut r, &headers) else {
+        let Some(body) = read_body(&mut r, &headers, false) else {
             return;
         };
         seen.lock().unwrap().push(Seen {
@@ -307,10 +324,7 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+        header(&self.headers, name)
     }
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
@@ -350,54 +364,13 @@ pub fn send_raw(addr: SocketAddr, raw: &[u8]) -> Response {
 }
 
 pub fn read_response(r: &mut BufReader<TcpStream>) -> Response {
-    let mut line = String::new();
-    r.read_line(&mut line).expect("status line");
-    let status = line
+    let (status_line, headers) = read_head(r).expect("a response head");
+    let status = status_line
         .split(' ')
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line {line:?}"));
-    let mut headers = Vec::new();
-    loop {
-        line.clear();
-        r.read_line(&mut line).unwrap();
-        let l = line.trim_end();
-        if l.is_empty() {
-            break;
-        }
-        let (n, v) = l.split_once(':').unwrap();
-        headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
-    }
-    let cl = headers
-        .iter()
-        .find(|(n, _)| n == "content-length")
-        .map(|(_, v)| v.parse::<usize>().unwrap());
-    let mut body = Vec::new();
-    match cl {
-        Some(n) => {
-            body.resize(n, 0);
-            r.read_exact(&mut body).unwrap();
-        }
-        None => {
-            let chunked = headers
-                .iter()
-                .any(|(n, v)| n == "transfer-encoding" && v.contains("chunked"));
-            if chunked {
-                loop {
-                    let mut size = String::new();
-                    r.read_line(&mut size).unwrap();
-                    let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-                    let mut chunk = vec![0; n + 2];
-                    if r.read_exact(&mut chunk).is_err() || n == 0 {
-                        break;
-                    }
-                    body.extend_from_slice(&chunk[..n]);
-                }
-            } else {
-                let _ = r.read_to_end(&mut body);
-            }
-        }
-    }
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let body = read_body(r, &headers, true).expect("a complete response body");
     Response {
         status,
         headers,
