@@ -127,8 +127,7 @@ impl KeyTable {
     pub fn build(config: &Config, previous: Option<&KeyTable>) -> Self {
         let carried = |d: &Digest| {
             previous
-                .and_then(|t| t.lookup(d))
-                .map(|i| Arc::clone(&previous.unwrap().entries[i as usize].rate))
+                .and_then(|t| t.lookup(d).map(|i| Arc::clone(&t.get(i).rate)))
                 .unwrap_or_default()
         };
         let mut entries = Vec::with_capacity(config.keys.len() + config.partners.len());

@@ -245,29 +245,22 @@ fn match_route(catalogue: &Catalogue, method: &str, lower: &str) -> Option<Route
     if let Some(r) = catalogue.exact(lower, method) {
         return Some(r);
     }
+    // `lower` with a trailing slash added, for the toggle and the prefix-without-slash match.
+    let with_slash = (!lower.ends_with('/')).then(|| format!("{lower}/"));
     // One trailing slash either way, unless the path as written is a route of its own.
     if !catalogue.has_exact_path(lower) {
-        let toggled_hit = if let Some(stripped) = lower.strip_suffix('/') {
-            catalogue.exact(stripped, method)
-        } else {
-            let mut with = String::with_capacity(lower.len() + 1);
-            with.push_str(lower);
-            with.push('/');
-            catalogue.exact(&with, method)
-        };
-        if toggled_hit.is_some() {
-            return toggled_hit;
+        let toggled = lower.strip_suffix('/').or(with_slash.as_deref());
+        if let Some(r) = toggled.and_then(|t| catalogue.exact(t, method)) {
+            return Some(r);
         }
     }
     // Longest prefix: `lower` itself taken as a prefix when it ends in `/`, then every shorter
     // cut at a `/`. The prefix written without its slash (`/v2/client`) also matches.
-    if !lower.ends_with('/') {
-        let mut with = String::with_capacity(lower.len() + 1);
-        with.push_str(lower);
-        with.push('/');
-        if let Some(r) = catalogue.prefix(&with, method) {
-            return Some(r);
-        }
+    if let Some(r) = with_slash
+        .as_deref()
+        .and_then(|w| catalogue.prefix(w, method))
+    {
+        return Some(r);
     }
     let mut end = lower.len();
     while let Some(pos) = lower[..end].rfind('/') {
