@@ -166,6 +166,9 @@ pub struct Ctx {
     streamed: u64,
     pub upstream_started: Option<Instant>,
     pub upstream_elapsed: Option<Duration>,
+    /// The upstream this request goes to, fixed when it was admitted (a reload mid-request
+    /// does not split it between two targets).
+    target: Option<Arc<Target>>,
 }
 
 impl Ctx {
@@ -367,6 +370,7 @@ impl ProxyHttp for Gateway {
             streamed: 0,
             upstream_started: None,
             upstream_elapsed: None,
+            target: None,
         }
     }
 
@@ -394,7 +398,7 @@ impl ProxyHttp for Gateway {
             Ok(f) => f,
             Err(r) => return self.refuse(session, ctx, r).await,
         };
-        let target = self.target.load();
+        let target = self.target.load_full();
         let mut path = String::with_capacity(target.base_path.len() + forward.path.len() + 16);
         path.push_str(&target.base_path);
         path.push_str(&forward.path);
@@ -403,6 +407,7 @@ impl ProxyHttp for Gateway {
             path.push_str(q);
         }
         ctx.upstream_path = path;
+        ctx.target = Some(target);
         let body_rule = forward.body;
         let declared = match declared_length(&req.headers) {
             Ok(n) => n,
@@ -458,7 +463,11 @@ impl ProxyHttp for Gateway {
     }
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
-        let t = self.target.load();
+        // Set by `request_filter` for every request it lets through.
+        let t = ctx
+            .target
+            .clone()
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream target"))?;
         let mut peer = HttpPeer::new(t.addr, t.tls, t.sni.clone());
         peer.options.connection_timeout = Some(t.connect_timeout);
         peer.options.total_connection_timeout = Some(t.connect_timeout);
@@ -484,7 +493,9 @@ impl ProxyHttp for Gateway {
             Error::explain(ErrorType::InternalError, "upstream path does not parse")
         })?;
         up.set_uri(uri);
-        up.insert_header(HOST, self.target.load().host.as_str())?;
+        if let Some(t) = &ctx.target {
+            up.insert_header(HOST, t.host.as_str())?;
+        }
         up.insert_header("X-Request-Id", ctx.request_id.as_str())?;
         let client = match session.client_addr() {
             Some(PeerAddr::Inet(a)) => a.ip().to_string(),
