@@ -23,7 +23,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, TRANSFER_ENCODING};
@@ -38,10 +37,12 @@ use pingora::{Error, ErrorSource, ErrorType, Result};
 use crate::authenticate::{AuthHeader, KeyIdx};
 use crate::check_body::{check_content_type, check_declared_length, too_large};
 use crate::clock::Clock;
-use crate::config::{Config, Scheme, Upstream};
+use crate::config::{Scheme, Upstream};
+use crate::lifecycle::Health;
 use crate::limit::Quota;
-use crate::live::LivePolicy;
-use crate::policy::{Policy, RequestHead};
+use crate::live::{LivePolicy, Snapshot};
+use crate::metrics::Record;
+use crate::policy::RequestHead;
 use crate::refusal::{Code, Refusal};
 use crate::routes::RouteIdx;
 
@@ -116,6 +117,17 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in discriminant order.
+    pub const ALL: [Outcome; 7] = [
+        Outcome::Forwarded,
+        Outcome::Unauthorized,
+        Outcome::Forbidden,
+        Outcome::RateLimited,
+        Outcome::Invalid,
+        Outcome::NotFound,
+        Outcome::UpstreamError,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Forwarded => "forwarded",
@@ -151,8 +163,9 @@ impl Outcome {
 pub struct Ctx {
     pub started: Instant,
     pub request_id: String,
-    /// The policy that decided this request (a reload mid-request does not change it).
-    pub policy: Option<Arc<Policy>>,
+    /// The config that decided this request: policy, upstream and metric handles together
+    /// (a reload mid-request changes none of them for this request).
+    pub snap: Option<Arc<Snapshot>>,
     pub key: Option<KeyIdx>,
     pub route: Option<RouteIdx>,
     pub quota: Option<Quota>,
@@ -166,32 +179,29 @@ pub struct Ctx {
     streamed: u64,
     pub upstream_started: Option<Instant>,
     pub upstream_elapsed: Option<Duration>,
-    /// The upstream this request goes to, fixed when it was admitted (a reload mid-request
-    /// does not split it between two targets).
-    target: Option<Arc<Target>>,
 }
 
 impl Ctx {
     /// The route id for logs and metrics (`-` before classification).
     pub fn route_id(&self) -> &str {
-        match (&self.policy, self.route) {
-            (Some(p), Some(r)) => &p.config.catalogue.get(r).id,
+        match (&self.snap, self.route) {
+            (Some(s), Some(r)) => &s.policy.config.catalogue.get(r).id,
             _ => "-",
         }
     }
 
     /// The caller's plan (or `partner`) for logs and metrics (`-` before authentication).
     pub fn plan(&self) -> &str {
-        match (&self.policy, self.key) {
-            (Some(p), Some(k)) => p.policy_name(k),
+        match (&self.snap, self.key) {
+            (Some(s), Some(k)) => s.policy.policy_name(k),
             _ => "-",
         }
     }
 
     /// The operator's name for the caller's key (`-` before authentication); never the key.
     pub fn key_name(&self) -> &str {
-        match (&self.policy, self.key) {
-            (Some(p), Some(k)) => &p.keys.get(k).name,
+        match (&self.snap, self.key) {
+            (Some(s), Some(k)) => &s.policy.keys.get(k).name,
             _ => "-",
         }
     }
@@ -200,36 +210,29 @@ impl Ctx {
 /// The gateway service.
 pub struct Gateway {
     live: Arc<LivePolicy>,
-    target: ArcSwap<Target>,
+    health: Arc<Health>,
     clock: Arc<dyn Clock>,
     id_seed: u64,
     id_counter: AtomicU64,
 }
 
 impl Gateway {
-    pub fn new(live: Arc<LivePolicy>, clock: Arc<dyn Clock>) -> std::result::Result<Self, String> {
-        let target = Target::new(&live.load().config.upstream)?;
+    pub fn new(live: Arc<LivePolicy>, health: Arc<Health>, clock: Arc<dyn Clock>) -> Self {
         use std::hash::{BuildHasher, Hasher};
         let id_seed = std::collections::hash_map::RandomState::new()
             .build_hasher()
             .finish();
-        Ok(Self {
+        Self {
             live,
-            target: ArcSwap::from_pointee(target),
+            health,
             clock,
             id_seed,
             id_counter: AtomicU64::new(0),
-        })
+        }
     }
 
     pub fn live(&self) -> &Arc<LivePolicy> {
         &self.live
-    }
-
-    /// Swap in a new upstream target (after a reload changed `upstream`).
-    pub fn set_target(&self, config: &Config) -> std::result::Result<(), String> {
-        self.target.store(Arc::new(Target::new(&config.upstream)?));
-        Ok(())
     }
 
     fn request_id(&self, headers: &HeaderMap) -> String {
@@ -253,7 +256,8 @@ impl Gateway {
         ctx.outcome = Outcome::of(refusal.code);
         ctx.status = refusal.status();
         // Anything refused before its body was read: do not read or drain it, close instead.
-        if !session.is_body_done() {
+        // Draining or upgrading: ask the client to go elsewhere for its next request.
+        if !session.is_body_done() || self.health.closing() {
             session.set_keepalive(None);
         }
         let body = Bytes::from(refusal.problem_json());
@@ -286,8 +290,8 @@ impl Gateway {
 }
 
 fn add_rate_limit_headers(ctx: &Ctx, resp: &mut ResponseHeader) -> Result<()> {
-    if let (Some(p), Some(k), Some(q)) = (&ctx.policy, ctx.key, &ctx.quota) {
-        let (policy, state) = p.rate_limit_headers(k, q);
+    if let (Some(s), Some(k), Some(q)) = (&ctx.snap, ctx.key, &ctx.quota) {
+        let (policy, state) = s.policy.rate_limit_headers(k, q);
         resp.insert_header("RateLimit-Policy", policy)?;
         resp.insert_header("RateLimit", state)?;
     }
@@ -359,7 +363,7 @@ impl ProxyHttp for Gateway {
         Ctx {
             started: Instant::now(),
             request_id: String::new(),
-            policy: None,
+            snap: None,
             key: None,
             route: None,
             quota: None,
@@ -370,16 +374,16 @@ impl ProxyHttp for Gateway {
             streamed: 0,
             upstream_started: None,
             upstream_elapsed: None,
-            target: None,
         }
     }
 
     /// The request path: framing, then the policy (authenticate → classify → authorize →
     /// limit), then the body checks. `Ok(true)` = answered here, nothing goes upstream.
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        let policy = self.live.load();
+        let snap = self.live.load();
+        let policy = &snap.policy;
         ctx.request_id = self.request_id(&session.req_header().headers);
-        ctx.policy = Some(Arc::clone(&policy));
+        ctx.snap = Some(Arc::clone(&snap));
         if let Err(r) = check_framing(session.req_header()) {
             return self.refuse(session, ctx, r).await;
         }
@@ -398,7 +402,7 @@ impl ProxyHttp for Gateway {
             Ok(f) => f,
             Err(r) => return self.refuse(session, ctx, r).await,
         };
-        let target = self.target.load_full();
+        let target = &snap.target;
         let mut path = String::with_capacity(target.base_path.len() + forward.path.len() + 16);
         path.push_str(&target.base_path);
         path.push_str(&forward.path);
@@ -407,7 +411,6 @@ impl ProxyHttp for Gateway {
             path.push_str(q);
         }
         ctx.upstream_path = path;
-        ctx.target = Some(target);
         let body_rule = forward.body;
         let declared = match declared_length(&req.headers) {
             Ok(n) => n,
@@ -450,9 +453,9 @@ impl ProxyHttp for Gateway {
         if ctx.checked_body.is_some() {
             return Ok(());
         }
-        if let (Some(b), Some(p)) = (body.as_ref(), ctx.policy.as_ref()) {
+        if let (Some(b), Some(s)) = (body.as_ref(), ctx.snap.as_ref()) {
             ctx.streamed += b.len() as u64;
-            if ctx.streamed > p.config.limits.max_body_bytes.get() {
+            if ctx.streamed > s.policy.config.limits.max_body_bytes.get() {
                 return Error::e_explain(
                     ErrorType::HTTPStatus(413),
                     "request body over max_body_bytes",
@@ -463,11 +466,12 @@ impl ProxyHttp for Gateway {
     }
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
-        // Set by `request_filter` for every request it lets through.
-        let t = ctx
-            .target
-            .clone()
+        // Set by `request_filter` for every request.
+        let snap = ctx
+            .snap
+            .as_ref()
             .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream target"))?;
+        let t = &snap.target;
         let mut peer = HttpPeer::new(t.addr, t.tls, t.sni.clone());
         peer.options.connection_timeout = Some(t.connect_timeout);
         peer.options.total_connection_timeout = Some(t.connect_timeout);
@@ -493,8 +497,8 @@ impl ProxyHttp for Gateway {
             Error::explain(ErrorType::InternalError, "upstream path does not parse")
         })?;
         up.set_uri(uri);
-        if let Some(t) = &ctx.target {
-            up.insert_header(HOST, t.host.as_str())?;
+        if let Some(s) = &ctx.snap {
+            up.insert_header(HOST, s.target.host.as_str())?;
         }
         up.insert_header("X-Request-Id", ctx.request_id.as_str())?;
         let client = match session.client_addr() {
@@ -522,7 +526,7 @@ impl ProxyHttp for Gateway {
 
     async fn response_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         resp: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
@@ -530,6 +534,9 @@ impl ProxyHttp for Gateway {
             ctx.upstream_elapsed = Some(t.elapsed());
         }
         ctx.status = resp.status.as_u16();
+        if self.health.closing() {
+            session.set_keepalive(None);
+        }
         resp.insert_header("X-Request-Id", ctx.request_id.as_str())?;
         add_rate_limit_headers(ctx, resp)
     }
@@ -538,9 +545,9 @@ impl ProxyHttp for Gateway {
         // Never format `e` itself: its context can hold raw request or response bytes.
         let refusal = match (e.etype(), e.esource()) {
             (ErrorType::HTTPStatus(413), _) => Some(too_large(
-                ctx.policy
+                ctx.snap
                     .as_ref()
-                    .map_or(0, |p| p.config.limits.max_body_bytes.get()),
+                    .map_or(0, |s| s.policy.config.limits.max_body_bytes.get()),
             )),
             (ErrorType::ReadTimedout | ErrorType::WriteTimedout, ErrorSource::Upstream) => Some(
                 Refusal::new(Code::UpstreamTimeout, "the upstream did not answer in time"),
@@ -604,11 +611,29 @@ impl ProxyHttp for Gateway {
         true
     }
 
-    async fn logging(&self, _session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+    /// Step 7 — record: one access line and the metrics, for every request that got this far.
+    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
         let total = ctx.started.elapsed();
+        if ctx.status != 0 {
+            self.live.metrics().response(ctx.status);
+        }
+        if let Some(s) = &ctx.snap {
+            s.meters.record(
+                &s.policy,
+                &Record {
+                    route: ctx.route,
+                    key: ctx.key,
+                    outcome: ctx.outcome,
+                    total_seconds: total.as_secs_f64(),
+                    upstream_seconds: ctx.upstream_elapsed.map(|d| d.as_secs_f64()),
+                },
+            );
+        }
+        // Never the key, the Authorization header, the path, the query or a body.
         tracing::info!(
             target: "tollgate::access",
             request_id = %ctx.request_id,
+            method = session.req_header().method.as_str(),
             route = ctx.route_id(),
             key = ctx.key_name(),
             plan = ctx.plan(),

@@ -38,6 +38,9 @@ pub enum Command {
         /// Stand-in upstream port on 127.0.0.1.
         #[arg(long, default_value_t = 8081)]
         upstream_port: u16,
+        /// Admin listener port (/metrics, /healthz, /readyz, POST /reload) on 127.0.0.1.
+        #[arg(long, default_value_t = 9091)]
+        admin_port: u16,
     },
     /// Serve only the demo's stand-in upstream (every request: `200 {}`), for load tests.
     StandIn {
@@ -60,7 +63,8 @@ pub fn dispatch(cli: Cli) -> ExitCode {
         Command::Demo {
             port,
             upstream_port,
-        } => match crate::demo::run(port, upstream_port) {
+            admin_port,
+        } => match crate::demo::run(port, upstream_port, admin_port) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -93,7 +97,10 @@ fn run(path: &std::path::Path, opt: pingora::prelude::Opt) -> ExitCode {
     }
     let clock = std::sync::Arc::new(crate::clock::MonotonicClock::new());
     match crate::serve::build(cfg, clock, Some(opt)) {
-        Ok((server, _live)) => server.run_forever(),
+        Ok(built) => {
+            built.run();
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -160,6 +167,12 @@ pub fn summary(cfg: &Config) -> String {
         );
     }
     let _ = writeln!(s, "  admin         {}", cfg.admin_listen);
+    let sd = &cfg.shutdown;
+    let _ = writeln!(
+        s,
+        "  shutdown      drain {} s, grace {} s, timeout {} s",
+        sd.drain_seconds, sd.grace_seconds, sd.timeout_seconds
+    );
     let _ = writeln!(
         s,
         "  upstream      {scheme}://{}{} (connect {} ms, read {} ms{})",

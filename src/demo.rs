@@ -45,11 +45,13 @@ pub fn add_stand_in(server: &mut Server, addr: &str) {
     server.add_service(svc);
 }
 
-/// The demo config, listening on `port` with the stand-in on `upstream_port` (both loopback).
-pub fn config(port: u16, upstream_port: u16) -> Result<Config, String> {
+/// The demo config, listening on `port` with the stand-in on `upstream_port` and the admin
+/// listener on `admin_port` (all loopback).
+pub fn config(port: u16, upstream_port: u16, admin_port: u16) -> Result<Config, String> {
     let mut cfg = Config::parse(DEMO_YAML, Path::new("policies/demo.yaml"), &ProcessEnv)
         .map_err(|e| e.to_string())?;
     cfg.listen.set_port(port);
+    cfg.admin_listen.set_port(admin_port);
     cfg.upstream.port = upstream_port;
     cfg.upstream.authority = format!("{}:{upstream_port}", cfg.upstream.host);
     Ok(cfg)
@@ -84,16 +86,18 @@ pub fn curl_lines(port: u16) -> Vec<(&'static str, String)> {
 }
 
 /// Run the demo until interrupted.
-pub fn run(port: u16, upstream_port: u16) -> Result<(), String> {
-    let cfg = config(port, upstream_port)?;
+pub fn run(port: u16, upstream_port: u16, admin_port: u16) -> Result<(), String> {
+    let cfg = config(port, upstream_port, admin_port)?;
     crate::serve::init_logging(cfg.log_format);
-    let (mut server, _live) = crate::serve::build(cfg, Arc::new(MonotonicClock::new()), None)?;
-    add_stand_in(&mut server, &format!("127.0.0.1:{upstream_port}"));
+    let mut built = crate::serve::build(cfg, Arc::new(MonotonicClock::new()), None)?;
+    add_stand_in(&mut built.server, &format!("127.0.0.1:{upstream_port}"));
     println!("Tollgate demo: gateway on http://127.0.0.1:{port}, stand-in upstream on http://127.0.0.1:{upstream_port}");
     println!("Policy: policies/demo.yaml (demo-only keys). Try, in another terminal:\n");
     for (what, line) in curl_lines(port) {
         println!("# {what}\n{line}\n");
     }
+    println!("Metrics and health: curl http://127.0.0.1:{admin_port}/metrics (also /healthz, /readyz, POST /reload)\n");
     println!("Ctrl-C stops the demo.");
-    server.run_forever()
+    built.run();
+    Ok(())
 }

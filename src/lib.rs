@@ -10,6 +10,13 @@
 //!
 //! [`policy`] composes them; [`config`] and [`routes`] feed them. All of it is pure and
 //! synchronous, free of Pingora types.
+//!
+//! 6. [`forward`] — the Pingora layer: runs the steps above, forwards or answers the refusal
+//! 7. [`metrics`] — record: counters and histograms per route, plan and outcome
+//!
+//! Around them: [`live`] (the config in force, swapped whole on reload), [`admin`] (the
+//! operators' listener), [`lifecycle`] (readiness, signals, draining) and [`serve`] (the
+//! Pingora server that holds it all).
 
 #[path = "1_authenticate.rs"]
 pub mod authenticate;
@@ -22,13 +29,16 @@ pub mod classify;
 #[path = "4_limit.rs"]
 pub mod limit;
 
+pub mod admin;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod demo;
 #[path = "6_forward.rs"]
 pub mod forward;
+pub mod lifecycle;
 pub mod live;
+pub mod metrics;
 pub mod policy;
 pub mod refusal;
 pub mod routes;

@@ -1,8 +1,18 @@
-//! The policy in force, swapped whole on reload.
+//! The config in force, swapped whole on reload.
 //!
-//! Readers take a snapshot with one `ArcSwap` load (no lock) and keep it for the whole request, so a request never sees half of one config
-//! and half of another. A reload validates the new config completely before anything changes;
-//! a refused one leaves the old policy serving.
+//! A [`Snapshot`] is everything a request needs that comes from the config: the compiled
+//! policy, the resolved upstream, and the metric label handles. Readers take one with a single
+//! `ArcSwap` load (no lock) and keep it for the whole request, so a request never sees half of
+//! one config and half of another.
+//!
+//! A reload (SIGHUP or `POST /reload`) reads and validates the file completely, resolves the
+//! upstream, and only then swaps; per-key rate state carries over for keys that remain (matched
+//! by digest). A refused reload changes nothing: the old snapshot keeps serving, the reason is
+//! logged and returned, and `tollgate_config_reloads_total{result="error"}` counts it.
+//!
+//! Settings bound to sockets or to the process (`listen`, `admin_listen`, `tls`, `log`,
+//! `shutdown`) cannot change in a running process: a reload that changes them still applies
+//! everything else, and reports those fields as needing a restart or an upgrade.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -10,48 +20,148 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 use crate::config::{Config, ConfigError};
+use crate::forward::Target;
+use crate::metrics::{Meters, Metrics};
 use crate::policy::Policy;
 
+/// Everything a request reads from the config, fixed for that request.
+pub struct Snapshot {
+    pub policy: Policy,
+    pub target: Target,
+    pub meters: Meters,
+}
+
+/// A reload that took effect.
+#[derive(Clone)]
+pub struct Reloaded {
+    pub snapshot: Arc<Snapshot>,
+    /// Fields that changed in the file but keep their old value until a restart or upgrade.
+    pub restart_required: Vec<&'static str>,
+}
+
 pub struct LivePolicy {
-    current: ArcSwap<Policy>,
+    current: ArcSwap<Snapshot>,
     /// Serializes reloads so two cannot interleave their carry-over of rate state.
     reload_lock: Mutex<()>,
     path: PathBuf,
+    metrics: Arc<Metrics>,
 }
 
 impl LivePolicy {
-    pub fn new(config: Config) -> Self {
+    /// Compile `config` into the first snapshot. Fails when the upstream cannot be resolved
+    /// or its CA file cannot be read.
+    pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
         let path = config.source.clone();
-        Self {
-            current: ArcSwap::from_pointee(Policy::new(config, None)),
+        let snapshot = compile(config, None, &metrics)?;
+        Ok(Self {
+            current: ArcSwap::from_pointee(snapshot),
             reload_lock: Mutex::new(()),
             path,
-        }
+            metrics,
+        })
     }
 
-    /// The policy in force now.
-    pub fn load(&self) -> Arc<Policy> {
+    /// The snapshot in force now.
+    pub fn load(&self) -> Arc<Snapshot> {
         self.current.load_full()
     }
 
-    /// The file the policy is (re)loaded from.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The file the config is (re)loaded from.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Re-read the config file; on success swap it in, keeping rate state for keys that remain.
-    pub fn reload(&self) -> Result<Arc<Policy>, ConfigError> {
-        Ok(self.replace(Config::load(&self.path)?))
+    /// Re-read the config file and swap it in; see the module comment.
+    pub fn reload(&self) -> Result<Reloaded, ConfigError> {
+        self.replace(Config::load(&self.path))
     }
 
-    /// Swap in an already validated config.
-    pub fn replace(&self, config: Config) -> Arc<Policy> {
+    /// Swap in `config` if it is valid; count, log and return what happened.
+    pub fn replace(&self, config: Result<Config, ConfigError>) -> Result<Reloaded, ConfigError> {
         let _serial = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.current.load_full();
-        let new = Arc::new(Policy::new(config, Some(&old)));
-        self.current.store(Arc::clone(&new));
-        new
+        let result = config.and_then(|c| {
+            let restart_required = restart_required(&old.policy.config, &c);
+            let snapshot = Arc::new(compile(c, Some(&old.policy), &self.metrics)?);
+            self.current.store(Arc::clone(&snapshot));
+            Ok(Reloaded {
+                snapshot,
+                restart_required,
+            })
+        });
+        match &result {
+            Ok(r) => {
+                self.metrics.reloaded(true);
+                tracing::info!(
+                    target: "tollgate::reload",
+                    file = %self.path.display(),
+                    keys = r.snapshot.policy.keys.len(),
+                    "config reloaded"
+                );
+                for field in &r.restart_required {
+                    tracing::warn!(
+                        target: "tollgate::reload",
+                        field,
+                        "changed in the file, but takes effect only after a restart or upgrade"
+                    );
+                }
+            }
+            Err(e) => {
+                self.metrics.reloaded(false);
+                tracing::error!(
+                    target: "tollgate::reload",
+                    error = %e,
+                    "config reload refused; the previous config keeps serving"
+                );
+            }
+        }
+        result
     }
+}
+
+fn compile(
+    config: Config,
+    previous: Option<&Policy>,
+    metrics: &Metrics,
+) -> Result<Snapshot, ConfigError> {
+    let target = Target::new(&config.upstream).map_err(|message| ConfigError {
+        file: config.source.clone(),
+        line: None,
+        field: "upstream".into(),
+        message,
+    })?;
+    let policy = Policy::new(config, previous);
+    let meters = metrics.meters(&policy);
+    Ok(Snapshot {
+        policy,
+        target,
+        meters,
+    })
+}
+
+/// The process-bound fields that differ between `old` and `new`.
+fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut fields = Vec::new();
+    if old.listen != new.listen {
+        fields.push("listen");
+    }
+    if old.admin_listen != new.admin_listen {
+        fields.push("admin_listen");
+    }
+    if old.tls != new.tls {
+        fields.push("tls");
+    }
+    if old.log_format != new.log_format {
+        fields.push("log");
+    }
+    if old.shutdown != new.shutdown {
+        fields.push("shutdown");
+    }
+    fields
 }
 
 #[cfg(test)]
@@ -67,10 +177,18 @@ mod tests {
             path: "/v2/sendMessage/",
             authorization: AuthHeader::One(b"Bearer basic-key-1"),
         };
-        let d = live.load().decide(&head, 0);
+        let d = live.load().policy.decide(&head, 0);
         d.verdict
             .map(|_| d.quota.unwrap().remaining)
             .map_err(|r| r.code)
+    }
+
+    fn basic_limit(live: &LivePolicy) -> u32 {
+        live.load().policy.config.plan("basic").unwrap().limit.get()
+    }
+
+    fn metrics_text(live: &LivePolicy) -> String {
+        String::from_utf8(live.metrics().render()).unwrap()
     }
 
     #[test]
@@ -78,7 +196,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gw.yaml");
         std::fs::write(&path, crate::testing::CONFIG_YAML).unwrap();
-        let live = LivePolicy::new(Config::load(&path).unwrap());
+        let live = LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap();
         for _ in 0..10 {
             send(&live).unwrap();
         }
@@ -90,15 +208,54 @@ mod tests {
         let bigger = crate::testing::CONFIG_YAML
             .replace("requests_per_window: 40", "requests_per_window: 80");
         std::fs::write(&path, bigger).unwrap();
-        live.reload().unwrap();
-        assert_eq!(live.load().config.plan("basic").unwrap().limit.get(), 80);
+        let r = live.reload().unwrap();
+        assert!(r.restart_required.is_empty());
+        assert_eq!(basic_limit(&live), 80);
         assert_eq!(send(&live), Ok(80 - 23));
 
         // A broken file is refused with its line; the old policy keeps serving.
         std::fs::write(&path, "plans: [oops\n").unwrap();
-        let err = live.reload().unwrap_err();
+        let err = live.reload().err().unwrap();
         assert!(err.line.is_some(), "{err}");
-        assert_eq!(live.load().config.plan("basic").unwrap().limit.get(), 80);
+        assert_eq!(basic_limit(&live), 80);
         assert!(send(&live).is_ok());
+
+        let out = metrics_text(&live);
+        assert!(
+            out.contains(r#"tollgate_config_reloads_total{result="success"} 1"#),
+            "{out}"
+        );
+        assert!(
+            out.contains(r#"tollgate_config_reloads_total{result="error"} 1"#),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_reload_reports_process_fields_and_keeps_the_key_gauge_on_refusal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gw.yaml");
+        std::fs::write(&path, crate::testing::CONFIG_YAML).unwrap();
+        let live = LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap();
+        assert!(metrics_text(&live).contains("tollgate_keys 7"));
+
+        // One key fewer, and a new listen address (which cannot move without a restart).
+        let fewer = crate::testing::CONFIG_YAML
+            .replace("  - { name: pro-1, key: pro-key-1, plan: pro }\n", "")
+            .replace("\nlisten: \"127.0.0.1:0\"", "\nlisten: \"127.0.0.1:1\"");
+        std::fs::write(&path, fewer).unwrap();
+        let r = live.reload().unwrap();
+        assert_eq!(r.restart_required, vec!["listen"]);
+        assert!(metrics_text(&live).contains("tollgate_keys 6"));
+
+        // An upstream that cannot be resolved is refused like a syntax error.
+        let bad = crate::testing::CONFIG_YAML
+            .replace("http://127.0.0.1:9", "http://no-such-host.invalid:9");
+        let err = live
+            .replace(Config::parse(&bad, &path, &crate::testing::NoEnv))
+            .err()
+            .unwrap();
+        assert_eq!(err.field, "upstream", "{err}");
+        assert!(metrics_text(&live).contains("tollgate_keys 6"));
     }
 }

@@ -1,57 +1,100 @@
-//! Serving: the Pingora server built from a [`Config`], for `run`, `demo` and the tests.
+//! Serving: the Pingora server built from a [`Config`], for `run`, `demo` and the tests:
+//! the gateway listener(s), the admin listener, and the background services of
+//! [`crate::lifecycle`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use pingora::apps::http_app::HttpServer;
 use pingora::listeners::tls::TlsSettings;
 use pingora::prelude::Opt;
 use pingora::proxy::http_proxy_service_with_name;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
+use pingora::services::background::background_service;
+use pingora::services::listening::Service;
 
+use crate::admin::Admin;
 use crate::clock::Clock;
 use crate::config::{Config, LogFormat};
 use crate::forward::Gateway;
+use crate::lifecycle::{Health, ReadinessProbe, ReloadOnHangup, Signals};
 use crate::live::LivePolicy;
+use crate::metrics::Metrics;
 
-/// Seconds in-flight requests get to finish after SIGTERM before the process exits.
-pub const DEFAULT_GRACE_SECONDS: u64 = 10;
-
-/// Pingora's server settings when no `--conf` file is given.
+/// Pingora's server settings when no `--conf` file is given: one worker thread per CPU.
 pub fn default_server_conf() -> ServerConf {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     ServerConf {
         threads,
-        grace_period_seconds: Some(DEFAULT_GRACE_SECONDS),
-        graceful_shutdown_timeout_seconds: Some(5),
         ..ServerConf::default()
     }
 }
 
-/// Build the server: the gateway on `listen` (and the TLS listener, if configured).
-/// Refuses a TLS certificate or key that does not load, instead of letting the listener panic.
-pub fn build(
-    config: Config,
-    clock: Arc<dyn Clock>,
-    opt: Option<Opt>,
-) -> Result<(Server, Arc<LivePolicy>), String> {
-    let conf = match opt.as_ref().filter(|o| o.conf.is_some()) {
+/// A server ready to run, and the handles the caller may need.
+pub struct Built {
+    pub server: Server,
+    pub live: Arc<LivePolicy>,
+    pub health: Arc<Health>,
+    /// The signal handling of [`crate::lifecycle`], for `Server::run`.
+    pub signals: Signals,
+}
+
+impl Built {
+    /// Serve until a signal ends the process (see [`crate::lifecycle`]).
+    pub fn run(self) {
+        self.server.run(RunArgs {
+            shutdown_signal: Box::new(self.signals),
+        });
+    }
+}
+
+/// Build the server: the gateway on `listen` (and the TLS listener, if configured), the admin
+/// listener on `admin_listen`, the SIGHUP reloader and the readiness probe.
+///
+/// Refuses, with a message, what Pingora would otherwise panic on later: a listen address
+/// that cannot be bound (unless `--upgrade` takes the sockets over), or a TLS certificate or
+/// key that does not load.
+pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<Built, String> {
+    let mut conf = match opt.as_ref().filter(|o| o.conf.is_some()) {
         Some(o) => ServerConf::load_yaml_with_opt_override(o)
             .map_err(|e| format!("pingora --conf: {e}"))?,
         None => default_server_conf(),
     };
+    conf.grace_period_seconds = Some(config.shutdown.grace_seconds);
+    conf.graceful_shutdown_timeout_seconds = Some(config.shutdown.timeout_seconds);
     let upgrade = opt.as_ref().is_some_and(|o| o.upgrade);
+    if !upgrade {
+        let mut addrs = vec![
+            ("listen", config.listen),
+            ("admin_listen", config.admin_listen),
+        ];
+        addrs.extend(config.tls.as_ref().map(|t| ("tls.listen", t.listen)));
+        for (field, addr) in addrs {
+            std::net::TcpListener::bind(addr).map_err(|e| {
+                format!(
+                    "{}: field `{field}`: cannot listen on {addr}: {e}",
+                    config.source.display()
+                )
+            })?;
+        }
+    }
     let mut server = Server::new_with_opt_and_conf(opt, conf);
     if upgrade {
         // Take the listening sockets over from the running process (zero-downtime upgrade).
         server.bootstrap();
     }
-    let listen = config.listen.to_string();
+    let listen = config.listen;
+    let admin_listen = config.admin_listen.to_string();
+    let drain = Duration::from_secs(config.shutdown.drain_seconds);
     let tls = config.tls.clone();
-    let live = Arc::new(LivePolicy::new(config));
-    let gateway = Gateway::new(Arc::clone(&live), clock)?;
+    let metrics = Arc::new(Metrics::new());
+    let live = Arc::new(LivePolicy::new(config, metrics).map_err(|e| e.to_string())?);
+    let health = Arc::new(Health::default());
+    let gateway = Gateway::new(Arc::clone(&live), Arc::clone(&health), clock);
     let mut svc = http_proxy_service_with_name(&server.configuration, gateway, "tollgate");
-    svc.add_tcp(&listen);
+    svc.add_tcp(&listen.to_string());
     if let Some(t) = tls {
         let (cert, key) = (
             t.cert_file.to_string_lossy().into_owned(),
@@ -72,7 +115,36 @@ pub fn build(
         svc.add_tls_with_settings(&t.listen.to_string(), None, settings);
     }
     server.add_service(svc);
-    Ok((server, live))
+
+    let admin = Admin {
+        live: Arc::clone(&live),
+        health: Arc::clone(&health),
+    };
+    let mut admin_svc = Service::new("tollgate admin".into(), HttpServer::new_app(admin));
+    admin_svc.add_tcp(&admin_listen);
+    admin_svc.threads = Some(1);
+    server.add_service(admin_svc);
+    server.add_service(background_service(
+        "tollgate reload on SIGHUP",
+        ReloadOnHangup(Arc::clone(&live)),
+    ));
+    server.add_service(background_service(
+        "tollgate readiness",
+        ReadinessProbe {
+            health: Arc::clone(&health),
+            listen,
+        },
+    ));
+    let signals = Signals {
+        health: Arc::clone(&health),
+        drain,
+    };
+    Ok(Built {
+        server,
+        live,
+        health,
+        signals,
+    })
 }
 
 /// Install the log subscriber. Pingora logs through the `log` crate, raw request bytes

@@ -11,6 +11,7 @@ use crate::config::{Config, Env};
 /// `globex-partner-key` (customer `globex-customer-key`).
 pub const CONFIG_YAML: &str = r#"
 listen: "127.0.0.1:0"
+admin_listen: "127.0.0.1:0"
 upstream: { base_url: "http://127.0.0.1:9" }
 plans:
   basic:

@@ -121,10 +121,10 @@ fn demo_prints_curl_lines_that_show_each_answer() {
     std::fs::write(dir.path().join(".curlrc"), "max-time = 10\n").unwrap();
     let log = dir.path().join("demo-stderr.log");
 
-    let (port, upstream_port) = loop {
-        let (a, b) = (free_port(), free_port());
-        if a != b {
-            break (a, b);
+    let (port, upstream_port, admin_port) = loop {
+        let (a, b, c) = (free_port(), free_port(), free_port());
+        if a != b && b != c && a != c {
+            break (a, b, c);
         }
     };
     let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
@@ -134,6 +134,8 @@ fn demo_prints_curl_lines_that_show_each_answer() {
             &port.to_string(),
             "--upstream-port",
             &upstream_port.to_string(),
+            "--admin-port",
+            &admin_port.to_string(),
         ])
         .env("TOLLGATE_LOG", "warn")
         .stdin(Stdio::null())

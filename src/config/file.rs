@@ -29,6 +29,8 @@ pub struct FileConfig {
     pub partners: Vec<FilePartner>,
     #[serde(default)]
     pub log: FileLog,
+    #[serde(default)]
+    pub shutdown: FileShutdown,
 }
 
 fn default_listen() -> String {
@@ -139,6 +141,35 @@ pub struct FilePartner {
 pub struct FileLog {
     #[serde(default)]
     pub format: Option<String>,
+}
+
+/// How SIGTERM drains (see [`Shutdown`](super::Shutdown)).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileShutdown {
+    #[serde(default)]
+    pub drain_seconds: u64,
+    #[serde(default = "default_grace")]
+    pub grace_seconds: u64,
+    #[serde(default = "default_shutdown_timeout")]
+    pub timeout_seconds: u64,
+}
+
+impl Default for FileShutdown {
+    fn default() -> Self {
+        Self {
+            drain_seconds: 0,
+            grace_seconds: default_grace(),
+            timeout_seconds: default_shutdown_timeout(),
+        }
+    }
+}
+
+fn default_grace() -> u64 {
+    10
+}
+fn default_shutdown_timeout() -> u64 {
+    5
 }
 
 /// The route catalogue file (`policies/routes.yaml`).

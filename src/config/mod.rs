@@ -31,6 +31,8 @@ pub const MAX_REQUESTS_PER_WINDOW: u32 = 1_000_000;
 pub const MAX_VALIDATED_BODY_BYTES: u64 = 64 * 1024;
 /// The longest window the limiter accepts (one day).
 pub const MAX_WINDOW_SECONDS: u32 = 86_400;
+/// The longest any one shutdown phase may be (one hour).
+pub const MAX_SHUTDOWN_SECONDS: u64 = 3_600;
 
 /// A config the gateway refused, with where and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +111,27 @@ pub struct Config {
     pub keys: Vec<KeySpec>,
     pub partners: Vec<PartnerSpec>,
     pub log_format: LogFormat,
+    pub shutdown: Shutdown,
     pub warnings: Vec<Warning>,
+}
+
+/// What SIGTERM does, phase by phase (the `shutdown` block).
+///
+/// 1. **drain** (`drain_seconds`, default 0): the gateway still accepts and serves, but
+///    `/readyz` answers 503 and every HTTP/1.1 answer carries `Connection: close`, so load
+///    balancers and clients move away without a failed request;
+/// 2. **grace** (`grace_seconds`, default 10): the listeners close, idle connections are
+///    closed, and requests in flight have this long to finish (Pingora's
+///    `grace_period_seconds`; it always waits the whole period);
+/// 3. **timeout** (`timeout_seconds`, default 5): the runtimes get this long to stop before
+///    the process exits (Pingora's `graceful_shutdown_timeout_seconds`).
+///
+/// These values override the same two settings of a Pingora `--conf` file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shutdown {
+    pub drain_seconds: u64,
+    pub grace_seconds: u64,
+    pub timeout_seconds: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -407,6 +429,11 @@ fn build(
     for (name, fp) in raw.plans {
         let at = format!("plans.{name}");
         check_name(&name, &at)?;
+        if matches!(name.as_str(), "partner" | "none") {
+            // `partner` names the partner keys' policy and `none` an unknown caller, in
+            // RateLimit headers, logs and metric labels.
+            return Err(Invalid::new(at, format!("`{name}` is a reserved name")));
+        }
         if let Some(other) = plan_ids.insert(fp.plan_id, name.clone()) {
             return Err(Invalid::new(
                 format!("{at}.plan_id"),
@@ -548,6 +575,22 @@ fn build(
         }
     };
 
+    let seconds = |v: u64, field: &str| {
+        if v > MAX_SHUTDOWN_SECONDS {
+            Err(Invalid::new(
+                field,
+                format!("{v} is above the maximum of {MAX_SHUTDOWN_SECONDS}"),
+            ))
+        } else {
+            Ok(v)
+        }
+    };
+    let shutdown = Shutdown {
+        drain_seconds: seconds(raw.shutdown.drain_seconds, "shutdown.drain_seconds")?,
+        grace_seconds: seconds(raw.shutdown.grace_seconds, "shutdown.grace_seconds")?,
+        timeout_seconds: seconds(raw.shutdown.timeout_seconds, "shutdown.timeout_seconds")?,
+    };
+
     Ok(Config {
         source: PathBuf::new(),
         listen,
@@ -562,6 +605,7 @@ fn build(
         keys,
         partners,
         log_format,
+        shutdown,
         warnings,
     })
 }

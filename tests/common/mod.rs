@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::clock::ManualClock;
 use tollgate::config::Config;
+use tollgate::live::LivePolicy;
 use tollgate::serve::Running;
 use tollgate::testing::NoEnv;
 
@@ -222,8 +223,12 @@ pub fn closed_port() -> u16 {
 pub fn config_yaml(upstream: &str, extra: &str) -> String {
     let base = tollgate::testing::CONFIG_YAML
         .replace(
-            "listen: \"127.0.0.1:0\"",
-            &format!("listen: \"127.0.0.1:{}\"", closed_port()),
+            "\nlisten: \"127.0.0.1:0\"",
+            &format!("\nlisten: \"127.0.0.1:{}\"", closed_port()),
+        )
+        .replace(
+            "admin_listen: \"127.0.0.1:0\"",
+            &format!("admin_listen: \"127.0.0.1:{}\"", closed_port()),
         )
         .replace(
             "base_url: \"http://127.0.0.1:9\"",
@@ -236,6 +241,8 @@ pub struct Gateway {
     pub addr: SocketAddr,
     pub clock: Arc<ManualClock>,
     pub config: Config,
+    /// The config in force, for reloads from the test.
+    pub live: Arc<LivePolicy>,
     _running: Running,
 }
 
@@ -249,14 +256,16 @@ impl Gateway {
     pub fn start_config(config: Config) -> Self {
         let clock = Arc::new(ManualClock::new());
         let addr = config.listen;
-        let (server, _live) =
+        let built =
             tollgate::serve::build(config.clone(), clock.clone(), None).expect("server builds");
-        let running = Running::spawn(server);
+        let live = built.live;
+        let running = Running::spawn(built.server);
         wait_listening(addr);
         Self {
             addr,
             clock,
             config,
+            live,
             _running: running,
         }
     }

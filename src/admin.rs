@@ -1,0 +1,219 @@
+//! The admin listener (`admin_listen`, loopback by default): for operators and their tools,
+//! never for API clients.
+//!
+//! | request | answer |
+//! |---|---|
+//! | `GET /metrics` | 200, Prometheus text format (see [`crate::metrics`]) |
+//! | `GET /healthz` | 200 `ok` while the process runs (liveness) |
+//! | `GET /readyz` | 200 `ready` once the gateway listener accepts connections; 503 while starting or draining (and 200 `upgrading` while handing over to a new process, which serves the same sockets) |
+//! | `POST /reload` | 200 and a JSON summary when the new config is in force; 422 problem+json with file, line, field and reason when it was refused (the old config keeps serving) |
+//!
+//! Other paths are 404, other methods 405 with `Allow`. `HEAD` works wherever `GET` does.
+//! Nothing here echoes a key: config errors name fields, never their values.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::header::{ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{Method, Response, StatusCode};
+use pingora::protocols::http::ServerSession;
+
+use crate::lifecycle::{Health, Readiness};
+use crate::live::LivePolicy;
+
+/// Bodies sent to the admin listener are read and dropped, up to this many bytes.
+const MAX_ADMIN_BODY: usize = 64 * 1024;
+
+pub struct Admin {
+    pub live: Arc<LivePolicy>,
+    pub health: Arc<Health>,
+}
+
+impl Admin {
+    /// The answer to `method path`, without I/O (the HTTP layer is in `response`).
+    pub fn answer(&self, method: &Method, path: &str) -> Response<Vec<u8>> {
+        let get = method == Method::GET || method == Method::HEAD;
+        match path {
+            "/metrics" | "/healthz" | "/readyz" if !get => not_allowed("GET, HEAD"),
+            "/metrics" => reply(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                self.live.metrics().render(),
+            ),
+            "/healthz" => text(StatusCode::OK, "ok\n"),
+            "/readyz" => match self.health.readiness() {
+                Readiness::Ready => text(StatusCode::OK, "ready\n"),
+                Readiness::Upgrading => text(StatusCode::OK, "upgrading\n"),
+                Readiness::Starting => text(StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
+                Readiness::Draining => text(StatusCode::SERVICE_UNAVAILABLE, "draining\n"),
+            },
+            "/reload" if method != Method::POST => not_allowed("POST"),
+            "/reload" => self.reload(),
+            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        }
+    }
+
+    fn reload(&self) -> Response<Vec<u8>> {
+        match self.live.reload() {
+            Ok(r) => {
+                let p = &r.snapshot.policy;
+                let body = serde_json::json!({
+                    "status": "reloaded",
+                    "file": self.live.path().display().to_string(),
+                    "keys": p.keys.len(),
+                    "plans": p.config.plans.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+                    "routes": p.config.catalogue.routes().len() - 1,
+                    "restart_required": r.restart_required,
+                });
+                reply(StatusCode::OK, "application/json", json_bytes(&body))
+            }
+            Err(e) => {
+                let body = serde_json::json!({
+                    "type": "https://tollgate.dev/problems/config_refused",
+                    "title": "The config was refused; the previous one keeps serving",
+                    "status": 422,
+                    "code": "config_refused",
+                    "detail": e.to_string(),
+                    "file": e.file.display().to_string(),
+                    "line": e.line,
+                    "field": e.field,
+                });
+                reply(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "application/problem+json",
+                    json_bytes(&body),
+                )
+            }
+        }
+    }
+}
+
+fn json_bytes(v: &serde_json::Value) -> Vec<u8> {
+    let mut b = v.to_string().into_bytes();
+    b.push(b'\n');
+    b
+}
+
+fn text(status: StatusCode, body: &str) -> Response<Vec<u8>> {
+    reply(
+        status,
+        "text/plain; charset=utf-8",
+        body.as_bytes().to_vec(),
+    )
+}
+
+fn not_allowed(allow: &'static str) -> Response<Vec<u8>> {
+    let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    r.headers_mut()
+        .insert(ALLOW, http::HeaderValue::from_static(allow));
+    r
+}
+
+fn reply(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response<Vec<u8>> {
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    h.insert(CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
+    r
+}
+
+#[async_trait]
+impl pingora::apps::http_app::ServeHttp for Admin {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        // Read and drop any body, so the connection stays usable; close it if there is more.
+        let mut read = 0;
+        while let Ok(Some(chunk)) = session.read_request_body().await {
+            read += chunk.len();
+            if read > MAX_ADMIN_BODY {
+                session.set_keepalive(None);
+                break;
+            }
+        }
+        let req = session.req_header();
+        let method = req.method.clone();
+        let mut r = self.answer(&method, req.uri.path());
+        let len = r.body().len();
+        r.headers_mut().insert(CONTENT_LENGTH, len.into());
+        if method == Method::HEAD {
+            r.body_mut().clear();
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn admin(dir: &tempfile::TempDir) -> (Admin, std::path::PathBuf) {
+        let path = dir.path().join("gw.yaml");
+        std::fs::write(&path, crate::testing::CONFIG_YAML).unwrap();
+        let live = LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap();
+        (
+            Admin {
+                live: Arc::new(live),
+                health: Arc::default(),
+            },
+            path,
+        )
+    }
+
+    fn body(r: &Response<Vec<u8>>) -> String {
+        String::from_utf8(r.body().clone()).unwrap()
+    }
+
+    #[test]
+    fn endpoints_methods_and_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = admin(&dir);
+        assert_eq!(a.answer(&Method::GET, "/healthz").status(), 200);
+        let m = a.answer(&Method::GET, "/metrics");
+        assert_eq!(m.status(), 200);
+        assert!(body(&m).contains("tollgate_keys 7"));
+        assert_eq!(a.answer(&Method::GET, "/readyz").status(), 503);
+        let r = a.answer(&Method::POST, "/metrics");
+        assert_eq!(r.status(), 405);
+        assert_eq!(r.headers()[ALLOW], "GET, HEAD");
+        assert_eq!(a.answer(&Method::GET, "/reload").status(), 405);
+        assert_eq!(a.answer(&Method::GET, "/").status(), 404);
+        assert_eq!(a.answer(&Method::GET, "/metrics/").status(), 404);
+    }
+
+    #[test]
+    fn readiness_follows_health() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = admin(&dir);
+        a.health.set_upgrading();
+        assert_eq!(a.answer(&Method::GET, "/readyz").status(), 200);
+        a.health.set_draining();
+        let r = a.answer(&Method::GET, "/readyz");
+        assert_eq!(
+            (r.status().as_u16(), body(&r).as_str()),
+            (503, "draining\n")
+        );
+    }
+
+    #[test]
+    fn reload_answers_200_or_422_with_the_place_of_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, path) = admin(&dir);
+        let ok = a.answer(&Method::POST, "/reload");
+        assert_eq!(ok.status(), 200, "{}", body(&ok));
+        let v: serde_json::Value = serde_json::from_slice(ok.body()).unwrap();
+        assert_eq!(v["keys"], 7);
+        assert_eq!(v["restart_required"], serde_json::json!([]));
+
+        // A plain key that is not a usable token: refused, and the value is not echoed.
+        let bad = crate::testing::CONFIG_YAML.replace("key: pro-key-1", "key: \"pro key secret\"");
+        std::fs::write(&path, bad).unwrap();
+        let r = a.answer(&Method::POST, "/reload");
+        assert_eq!(r.status(), 422);
+        assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
+        let v: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
+        assert_eq!(v["field"], "keys[2].key", "{v}");
+        assert!(v["line"].as_u64().is_some(), "{v}");
+        assert!(!body(&r).contains("secret"), "{}", body(&r));
+    }
+}
