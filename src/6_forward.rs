@@ -255,6 +255,13 @@ impl Gateway {
     async fn refuse(&self, session: &mut Session, ctx: &mut Ctx, refusal: Refusal) -> Result<bool> {
         ctx.outcome = Outcome::of(refusal.code);
         ctx.status = refusal.status();
+        // The code only: a detail can quote the request (a body field, a header).
+        tracing::debug!(
+            target: "tollgate::policy",
+            request_id = %ctx.request_id,
+            code = refusal.code.as_str(),
+            "refused"
+        );
         // Anything refused before its body was read: do not read or drain it, close instead.
         // Draining or upgrading: ask the client to go elsewhere for its next request.
         if !session.is_body_done() || self.health.closing() {

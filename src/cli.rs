@@ -93,7 +93,13 @@ fn run(path: &std::path::Path, opt: pingora::prelude::Opt) -> ExitCode {
     };
     crate::serve::init_logging(cfg.log_format);
     for w in &cfg.warnings {
-        tracing::warn!(field = %w.field, line = ?w.line, "{}", w.message);
+        tracing::warn!(
+            file = %cfg.source.display(),
+            line = w.line.unwrap_or(0),
+            field = %w.field,
+            "{}",
+            w.message
+        );
     }
     let clock = std::sync::Arc::new(crate::clock::MonotonicClock::new());
     match crate::serve::build(cfg, clock, Some(opt)) {

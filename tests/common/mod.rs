@@ -24,6 +24,8 @@ pub enum Mode {
     Hang,
     /// Read the request, send half a status line, then close the connection.
     Reset,
+    /// Hold the answer to the first request until [`Upstream::release`]; answer the rest as `Ok`.
+    HoldFirst,
 }
 
 /// One request as the upstream received it.
@@ -64,6 +66,7 @@ pub struct Upstream {
     pub seen: Arc<Mutex<Vec<Seen>>>,
     pub connections: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
+    released: Arc<AtomicBool>,
 }
 
 impl Upstream {
@@ -74,10 +77,12 @@ impl Upstream {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, c, st) = (
+        let released = Arc::new(AtomicBool::new(false));
+        let (s, c, st, rel) = (
             Arc::clone(&seen),
             Arc::clone(&connections),
             Arc::clone(&stop),
+            Arc::clone(&released),
         );
         std::thread::spawn(move || {
             let deadline = Instant::now() + Duration::from_secs(120);
@@ -85,8 +90,9 @@ impl Upstream {
                 match listener.accept() {
                     Ok((stream, _)) => {
                         c.fetch_add(1, Ordering::SeqCst);
-                        let (s, st) = (Arc::clone(&s), Arc::clone(&st));
-                        std::thread::spawn(move || serve_conn(stream, mode, s, st));
+                        let flags = (Arc::clone(&st), Arc::clone(&rel));
+                        let s = Arc::clone(&s);
+                        std::thread::spawn(move || serve_conn(stream, mode, s, flags));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -97,6 +103,21 @@ impl Upstream {
             seen,
             connections,
             stop,
+            released,
+        }
+    }
+
+    /// Let a held answer ([`Mode::HoldFirst`]) go.
+    pub fn release(&self) {
+        self.released.store(true, Ordering::SeqCst);
+    }
+
+    /// Wait (bounded) until the upstream has received `n` requests.
+    pub fn wait_for(&self, n: usize) {
+        let end = Instant::now() + Duration::from_secs(20);
+        while self.count() < n {
+            assert!(Instant::now() < end, "the upstream never saw {n} requests");
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -172,7 +193,12 @@ fn read_body(
     Some(body)
 }
 
-fn serve_conn(stream: TcpStream, mode: Mode, seen: Arc<Mutex<Vec<Seen>>>, stop: Arc<AtomicBool>) {
+fn serve_conn(
+    stream: TcpStream,
+    mode: Mode,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    (stop, released): (Arc<AtomicBool>, Arc<AtomicBool>),
+) {
     stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
     let mut w = stream.try_clone().unwrap();
     let mut r = BufReader::new(stream);
@@ -180,13 +206,26 @@ fn serve_conn(stream: TcpStream, mode: Mode, seen: Arc<Mutex<Vec<Seen>>>, stop: 
         let Some(body) = read_body(&mut r, &headers, false) else {
             return;
         };
-        seen.lock().unwrap().push(Seen {
-            request_line,
-            headers,
-            body,
-        });
+        let first = {
+            let mut seen = seen.lock().unwrap();
+            seen.push(Seen {
+                request_line,
+                headers,
+                body,
+            });
+            seen.len() == 1
+        };
+        if mode == Mode::HoldFirst && first {
+            let end = Instant::now() + Duration::from_secs(30);
+            while !released.load(Ordering::SeqCst)
+                && !stop.load(Ordering::SeqCst)
+                && Instant::now() < end
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         match mode {
-            Mode::Ok => {
+            Mode::Ok | Mode::HoldFirst => {
                 let resp = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Upstream: yes\r\nContent-Length: 2\r\n\r\n{}";
                 if w.write_all(resp.as_bytes()).is_err() {
                     return;
@@ -270,6 +309,11 @@ impl Gateway {
         }
     }
 
+    /// A gateway serving the config file at `path` (so that reloads re-read it).
+    pub fn start_file(path: &Path) -> Self {
+        Self::start_config(Config::load(path).expect("valid test config"))
+    }
+
     /// A gateway in front of `upstream`.
     pub fn with(upstream: &Upstream, extra: &str) -> Self {
         Self::start(&config_yaml(&format!("http://{}", upstream.addr), extra))
@@ -299,6 +343,11 @@ impl Gateway {
         let mut bytes = raw.into_bytes();
         bytes.extend_from_slice(body);
         self.send(&bytes)
+    }
+
+    /// `METHOD path` on the admin listener.
+    pub fn admin(&self, method: &str, path: &str) -> Response {
+        admin(self.config.admin_listen, method, path)
     }
 
     /// `request` with `Authorization: Bearer <key>` and, for a body, JSON content type.
@@ -373,18 +422,116 @@ pub fn send_raw(addr: SocketAddr, raw: &[u8]) -> Response {
 }
 
 pub fn read_response(r: &mut BufReader<TcpStream>) -> Response {
-    let (status_line, headers) = read_head(r).expect("a response head");
-    let status = status_line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
-    let body = read_body(r, &headers, true).expect("a complete response body");
-    Response {
+    try_read_response(r).expect("a complete response")
+}
+
+/// One response, or `None` when the connection ends before a complete one.
+pub fn try_read_response(r: &mut BufReader<TcpStream>) -> Option<Response> {
+    let (status_line, headers) = read_head(r)?;
+    let status = status_line.split(' ').nth(1).and_then(|s| s.parse().ok())?;
+    let body = read_body(r, &headers, true)?;
+    Some(Response {
         status,
         headers,
         body,
-    }
+    })
 }
 
 pub const EVENT: &str = r#"{"name":"Standup","type":"event","groupId":"g-1","startTime":"2026-11-21T10:00:00.000Z","eventOptions":{"callType":"voice","description":"Daily"}}"#;
+
+/// `METHOD path` on an admin listener at `addr`, on a new connection.
+pub fn admin(addr: SocketAddr, method: &str, path: &str) -> Response {
+    let raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: admin.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+/// Poll (bounded) until `GET /readyz` on `addr` answers `status`.
+pub fn wait_ready(addr: SocketAddr, status: u16) {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let got = TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+            .ok()
+            .map(|_| admin(addr, "GET", "/readyz").status);
+        if got == Some(status) {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "/readyz on {addr} never answered {status} (last: {got:?})"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The `tollgate` binary running as its own process, killed when dropped. Its stdout and
+/// stderr go to files, so a test can read everything it printed.
+pub struct Process {
+    pub child: std::process::Child,
+    pub stdout: std::path::PathBuf,
+    pub stderr: std::path::PathBuf,
+}
+
+impl Process {
+    /// `tollgate <args>` with `env`, output captured under `dir` with `tag` in the file names.
+    pub fn spawn(dir: &Path, tag: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        let stdout = dir.join(format!("{tag}.stdout"));
+        let stderr = dir.join(format!("{tag}.stderr"));
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
+        cmd.args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("the tollgate binary starts");
+        Self {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send a signal by name (`HUP`, `TERM`, `QUIT`, `INT`).
+    pub fn signal(&self, name: &str) {
+        let ok = std::process::Command::new("kill")
+            .args(["-s", name, &self.pid().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill -s {name} failed");
+    }
+
+    /// Wait (bounded by `limit`) for the process to exit.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let end = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything it printed so far, stdout then stderr.
+    pub fn output(&self) -> String {
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        format!("{}{}", read(&self.stdout), read(&self.stderr))
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,710 @@
+//! Operating the gateway: the admin listener, metrics, reload under load, signals, draining,
+//! logs that never hold a key, and the zero-downtime upgrade. The signal tests run the real
+//! `tollgate` binary as its own process; the others run the gateway in-process. Every server
+//! binds 127.0.0.1 only, and every wait is bounded.
+
+mod common;
+
+use std::io::{BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{
+    admin, closed_port, config_yaml, send_raw, try_read_response, wait_ready, Gateway, Mode,
+    Process, Upstream, EVENT,
+};
+
+/// The value of the series `name` (full label set, as printed) in a metrics page.
+fn metric(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn metrics_page(addr: SocketAddr) -> String {
+    let r = admin(addr, "GET", "/metrics");
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("content-type")
+        .is_some_and(|v| v.starts_with("text/plain; version=0.0.4")));
+    String::from_utf8(r.body).unwrap()
+}
+
+// ---------------------------------------------------------------- admin and metrics
+
+#[test]
+fn admin_listener_serves_health_readiness_and_metrics_of_real_traffic() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up, "");
+    let a = gw.config.admin_listen;
+    assert_eq!(gw.admin("GET", "/healthz").status, 200);
+    wait_ready(a, 200);
+    // HEAD: the head of GET, no body.
+    let mut s = TcpStream::connect(a).unwrap();
+    s.write_all(b"HEAD /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut head = String::new();
+    std::io::Read::read_to_string(&mut s, &mut head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "no body after the head: {head}");
+    assert_eq!(gw.admin("DELETE", "/metrics").status, 405);
+    assert_eq!(gw.admin("GET", "/nope").status, 404);
+
+    let sent = r#"{"chatId":"1","message":"hi"}"#;
+    for _ in 0..3 {
+        assert_eq!(
+            gw.call("basic-key-1", "POST", "/v2/sendMessage/", sent)
+                .status,
+            200
+        );
+    }
+    let r = gw.call("basic-key-1", "POST", "/v2/settings/webhook/set", "{}");
+    assert_eq!(r.status, 403);
+    assert_eq!(gw.call("nobody", "GET", "/v2/client/x", "").status, 401);
+    let r = gw.call("acme-partner-key", "POST", "/v2/service/upgrade", "{}");
+    assert_eq!(r.status, 400);
+
+    let page = metrics_page(a);
+    let want = [
+        (
+            r#"tollgate_requests_total{outcome="forwarded",plan="basic",route="send_message"}"#,
+            3.0,
+        ),
+        (
+            r#"tollgate_requests_total{outcome="forbidden",plan="basic",route="webhook_set"}"#,
+            1.0,
+        ),
+        (
+            r#"tollgate_requests_total{outcome="unauthorized",plan="none",route="none"}"#,
+            1.0,
+        ),
+        (
+            r#"tollgate_requests_total{outcome="invalid",plan="partner",route="service_upgrade"}"#,
+            1.0,
+        ),
+        (r#"tollgate_responses_total{class="2xx"}"#, 3.0),
+        (r#"tollgate_responses_total{class="4xx"}"#, 3.0),
+        (
+            r#"tollgate_request_duration_seconds_count{route="send_message"}"#,
+            3.0,
+        ),
+        (
+            r#"tollgate_upstream_duration_seconds_count{route="send_message"}"#,
+            3.0,
+        ),
+        (
+            r#"tollgate_request_duration_seconds_bucket{route="send_message",le="60"}"#,
+            3.0,
+        ),
+        ("tollgate_keys", 7.0),
+    ];
+    for (series, value) in want {
+        assert_eq!(metric(&page, series), Some(value), "{series} in\n{page}");
+    }
+    // Refused requests never reach the upstream leg.
+    assert_eq!(
+        metric(
+            &page,
+            r#"tollgate_upstream_duration_seconds_count{route="webhook_set"}"#
+        ),
+        None
+    );
+    // Labels are route ids and plan names: no path, no key.
+    assert!(!page.contains("/v2/"), "{page}");
+    assert!(!page.contains("key-1"), "{page}");
+}
+
+// ---------------------------------------------------------------- reload
+
+/// One keep-alive client: requests until `stop`, reconnecting when an answer says
+/// `Connection: close`. Returns (answers by status, failures as text, request-id prefixes).
+fn client_loop(
+    addr: SocketAddr,
+    request: Vec<u8>,
+    stop: Arc<AtomicBool>,
+) -> (Vec<u16>, Vec<String>, std::collections::BTreeSet<String>) {
+    let mut statuses = Vec::new();
+    let mut failures = Vec::new();
+    let mut seeds = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut conn: Option<(TcpStream, BufReader<TcpStream>)> = None;
+    while !stop.load(Ordering::SeqCst) && Instant::now() < deadline {
+        let (w, r) = match conn.as_mut() {
+            Some(c) => c,
+            None => match TcpStream::connect(addr) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    let r = BufReader::new(s.try_clone().unwrap());
+                    conn.insert((s, r))
+                }
+                Err(e) => {
+                    failures.push(format!("connect: {e}"));
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = w.write_all(&request) {
+            failures.push(format!("write: {e}"));
+            conn = None;
+            continue;
+        }
+        match try_read_response(r) {
+            Some(resp) => {
+                statuses.push(resp.status);
+                if let Some(id) = resp.header("x-request-id") {
+                    seeds.insert(id.chars().take(16).collect());
+                }
+                if resp.header("connection") == Some("close") {
+                    conn = None;
+                }
+            }
+            None => {
+                failures.push("connection ended without an answer".into());
+                conn = None;
+            }
+        }
+    }
+    (statuses, failures, seeds)
+}
+
+fn keep_alive_request(key: &str, path: &str, body: &str) -> Vec<u8> {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[test]
+fn reload_under_load_fails_no_request_and_a_changed_plan_takes_effect() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    // Limits no load here reaches (the injected clock does not move).
+    let base = config_yaml(&format!("http://{}", up.addr), "")
+        .replace("requests_per_window: 150", "requests_per_window: 1000000")
+        .replace("requests_per_window: 70", "requests_per_window: 1000000");
+    let basic = "{ name: basic-1, key: basic-key-1, plan: basic }";
+    let standard = "{ name: basic-1, key: basic-key-1, plan: standard }";
+    std::fs::write(&path, &base).unwrap();
+    let gw = Gateway::start_file(&path);
+    wait_ready(gw.config.admin_listen, 200);
+
+    let webhook = r#"{"url":"https://example.com/hook"}"#;
+    assert_eq!(
+        gw.call("basic-key-1", "POST", "/v2/settings/webhook/set", webhook)
+            .code(),
+        "plan_restricted"
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = [
+        (
+            "pro-key-1",
+            "/v2/sendMessage/",
+            r#"{"chatId":"1","message":"hi"}"#,
+        ),
+        ("pro-key-1", "/v2/sendGroup", EVENT),
+        ("standard-key-1", "/v2/client/status", ""),
+        ("globex-customer-key", "/v2/settings/webhook/set", webhook),
+    ]
+    .into_iter()
+    .map(|(key, p, body)| {
+        let (addr, stop) = (gw.addr, Arc::clone(&stop));
+        let req = keep_alive_request(key, p, body);
+        std::thread::spawn(move || client_loop(addr, req, stop))
+    })
+    .collect();
+
+    // Forty reloads while the clients run, moving basic-1 between plans each time, and one
+    // refused file in the middle.
+    for i in 0..40 {
+        let text = if i % 2 == 0 {
+            base.replace(basic, standard)
+        } else {
+            base.clone()
+        };
+        std::fs::write(&path, text).unwrap();
+        let r = gw.admin("POST", "/reload");
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        if i == 20 {
+            std::fs::write(&path, base.replace("plan: pro", "plan: platinum")).unwrap();
+            let r = gw.admin("POST", "/reload");
+            assert_eq!(r.status, 422);
+            let v = r.json();
+            assert_eq!(v["code"], "config_refused");
+            assert_eq!(v["field"], "keys[2].plan", "{v}");
+            assert!(v["line"].as_u64().is_some(), "{v}");
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut answered = 0;
+    for c in clients {
+        let (statuses, failures, _) = c.join().unwrap();
+        assert!(failures.is_empty(), "{failures:?}");
+        assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+        answered += statuses.len();
+    }
+    assert!(
+        answered >= 40,
+        "the load ran through the reloads ({answered})"
+    );
+
+    // The last reload (i = 39) left basic-1 on Basic; move it to Standard for good.
+    std::fs::write(&path, base.replace(basic, standard)).unwrap();
+    assert_eq!(gw.admin("POST", "/reload").status, 200);
+    let r = gw.call("basic-key-1", "POST", "/v2/settings/webhook/set", webhook);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some("\"standard\";q=1000000;w=10")
+    );
+
+    let page = metrics_page(gw.config.admin_listen);
+    assert_eq!(
+        metric(&page, r#"tollgate_config_reloads_total{result="success"}"#),
+        Some(41.0)
+    );
+    assert_eq!(
+        metric(&page, r#"tollgate_config_reloads_total{result="error"}"#),
+        Some(1.0)
+    );
+}
+
+// ---------------------------------------------------------------- the real binary
+
+/// A config file for the binary: the standard test config on fresh ports, plus `extra`.
+fn write_config(dir: &Path, upstream: &Upstream, extra: &str) -> (std::path::PathBuf, String) {
+    let yaml = config_yaml(&format!("http://{}", upstream.addr), extra);
+    let path = dir.join("gateway.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    (path, yaml)
+}
+
+fn addr_of(yaml: &str, field: &str) -> SocketAddr {
+    let line = yaml
+        .lines()
+        .find(|l| l.starts_with(&format!("{field}: ")))
+        .unwrap_or_else(|| panic!("no {field} in {yaml}"));
+    line.split('"').nth(1).unwrap().parse().unwrap()
+}
+
+fn post(addr: SocketAddr, key: &str, path: &str, body: &str) -> common::Response {
+    let mut raw = keep_alive_request(key, path, body);
+    let at = raw.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+    raw.splice(at..at, b"Connection: close\r\n".iter().copied());
+    send_raw(addr, &raw)
+}
+
+/// Poll (bounded) until `f` holds.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sighup_reloads_the_file_and_a_refused_one_keeps_the_old_config() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let (path, yaml) = write_config(dir.path(), &up, "");
+    let (listen, admin_addr) = (addr_of(&yaml, "listen"), addr_of(&yaml, "admin_listen"));
+    let p = Process::spawn(
+        dir.path(),
+        "gw",
+        &["run", "--config", path.to_str().unwrap()],
+        &[("TOLLGATE_LOG", "info")],
+    );
+    wait_ready(admin_addr, 200);
+    let webhook = r#"{"url":"https://example.com/hook"}"#;
+    assert_eq!(
+        post(listen, "basic-key-1", "/v2/settings/webhook/set", webhook).status,
+        403
+    );
+
+    let reloads = |result: &str| {
+        metric(
+            &metrics_page(admin_addr),
+            &format!("tollgate_config_reloads_total{{result=\"{result}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    std::fs::write(
+        &path,
+        yaml.replace(
+            "key: basic-key-1, plan: basic",
+            "key: basic-key-1, plan: pro",
+        ),
+    )
+    .unwrap();
+    p.signal("HUP");
+    eventually("SIGHUP reload", || reloads("success") == 1.0);
+    assert_eq!(
+        post(listen, "basic-key-1", "/v2/settings/webhook/set", webhook).status,
+        200
+    );
+
+    std::fs::write(&path, "plans: {\n").unwrap();
+    p.signal("HUP");
+    eventually("refused SIGHUP reload", || reloads("error") == 1.0);
+    assert_eq!(
+        post(listen, "basic-key-1", "/v2/settings/webhook/set", webhook).status,
+        200
+    );
+    let out = p.output();
+    assert!(out.contains("config reloaded"), "{out}");
+    assert!(out.contains("config reload refused"), "{out}");
+    assert!(
+        out.contains("gateway.yaml:2"),
+        "the refusal names file and line: {out}"
+    );
+}
+
+#[test]
+fn sigterm_drains_then_lets_requests_in_flight_finish() {
+    let up = Upstream::start(Mode::HoldFirst);
+    let dir = tempfile::tempdir().unwrap();
+    let (path, yaml) = write_config(
+        dir.path(),
+        &up,
+        "shutdown: { drain_seconds: 1, grace_seconds: 3, timeout_seconds: 1 }\n",
+    );
+    let (listen, admin_addr) = (addr_of(&yaml, "listen"), addr_of(&yaml, "admin_listen"));
+    let mut p = Process::spawn(
+        dir.path(),
+        "gw",
+        &["run", "--config", path.to_str().unwrap()],
+        &[],
+    );
+    wait_ready(admin_addr, 200);
+
+    // A request whose answer the upstream holds back.
+    let held = std::thread::spawn(move || post(listen, "pro-key-1", "/v2/client/status", ""));
+    up.wait_for(1);
+    // A keep-alive connection that has already been used once.
+    let mut idle = TcpStream::connect(listen).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut idle_r = BufReader::new(idle.try_clone().unwrap());
+    idle.write_all(&keep_alive_request("pro-key-1", "/v2/client/status", ""))
+        .unwrap();
+    let first = try_read_response(&mut idle_r).unwrap();
+    assert_eq!(
+        (first.status, first.header("connection")),
+        (200, Some("keep-alive"))
+    );
+
+    let t0 = Instant::now();
+    p.signal("TERM");
+    // Draining: not ready, still serving, and asking clients to close.
+    wait_ready(admin_addr, 503);
+    idle.write_all(&keep_alive_request("pro-key-1", "/v2/client/status", ""))
+        .unwrap();
+    let during = try_read_response(&mut idle_r).unwrap();
+    assert_eq!(
+        (during.status, during.header("connection")),
+        (200, Some("close"))
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "drain lasts drain_seconds"
+    );
+
+    // After the drain the listener closes...
+    eventually("the listener closes", || {
+        TcpStream::connect(listen).is_err()
+    });
+    assert!(t0.elapsed() >= Duration::from_secs(1));
+    // ...and the request in flight still gets its answer within the grace period.
+    up.release();
+    let r = held.join().unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"{}");
+    let status = p
+        .wait_exit(Duration::from_secs(15))
+        .expect("exits after the grace period");
+    assert!(status.success(), "{status:?}\n{}", p.output());
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(10),
+        "drain 1 s + grace 3 s (+ up to 1 s), took {took:?}"
+    );
+}
+
+// ---------------------------------------------------------------- secrets
+
+/// Every key and secret below starts with `sEcReT`, so one search finds any of them.
+const SECRETS_YAML: &str = r#"
+plans:
+  basic:
+    plan_id: 1
+    requests_per_window: 40
+    allow: [send_message, group_list, client]
+  standard: { plan_id: 2, requests_per_window: 70, allow: all }
+  pro: { plan_id: 3, requests_per_window: 150, allow: all }
+partners:
+  - { name: acme, key: sEcReT-partner-Kd5 }
+keys:
+  - { name: shop-basic, key: sEcReT-basic-Qx7, plan: basic }
+  - { name: shop-standard, sha256: "STANDARD_DIGEST", plan: standard }
+  - { name: shop-pro, key_env: TOLLGATE_TEST_PRO_KEY, plan: pro }
+"#;
+
+fn leak_test(format: &str) {
+    let up = Upstream::start(Mode::Ok);
+    let broken = Upstream::start(Mode::Reset);
+    let dir = tempfile::tempdir().unwrap();
+    let standard_digest = tollgate::testing::digest("sEcReT-standard-Zp9").to_hex();
+    let yaml = format!(
+        "listen: \"127.0.0.1:{}\"\nadmin_listen: \"127.0.0.1:{}\"\nupstream: {{ base_url: \"http://{}\" }}\nlog: {{ format: {format} }}\n{}",
+        closed_port(),
+        closed_port(),
+        up.addr,
+        SECRETS_YAML.replace("STANDARD_DIGEST", &standard_digest)
+    );
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let (listen, admin_addr) = (addr_of(&yaml, "listen"), addr_of(&yaml, "admin_listen"));
+    let p = Process::spawn(
+        dir.path(),
+        "gw",
+        &["run", "--config", path.to_str().unwrap()],
+        &[
+            ("TOLLGATE_LOG", "trace"),
+            ("RUST_LOG", "trace"),
+            ("TOLLGATE_TEST_PRO_KEY", "sEcReT-pro-Vb3"),
+        ],
+    );
+    wait_ready(admin_addr, 200);
+
+    let msg = r#"{"chatId":"1","message":"sEcReT-in-a-body"}"#;
+    assert_eq!(
+        post(listen, "sEcReT-basic-Qx7", "/v2/sendMessage/", msg).status,
+        200
+    );
+    assert_eq!(
+        post(listen, "sEcReT-basic-Qx7", "/v2/settings/webhook/set", "{}").status,
+        403
+    );
+    assert_eq!(
+        post(
+            listen,
+            "sEcReT-standard-Zp9",
+            "/v2/sendMessage/?token=sEcReT-query",
+            msg
+        )
+        .status,
+        200
+    );
+    let bad_event = EVENT
+        .replace("Daily", "sEcReT-in-a-bad-body")
+        .replace("\"type\":\"event\"", "\"type\":\"sEcReT-type\"");
+    assert_eq!(
+        post(listen, "sEcReT-pro-Vb3", "/v2/sendGroup", &bad_event).status,
+        400
+    );
+    assert_eq!(
+        post(listen, "sEcReT-unknown-Wr8", "/v2/sendMessage/", msg).status,
+        401
+    );
+    assert_eq!(
+        post(listen, "sEcReT-partner-Kd5", "/v2/sendMessage/", msg).status,
+        403
+    );
+    assert_eq!(
+        post(listen, "sEcReT-basic-Qx7", "/v2/%2e%2e/sEcReT-path", "").status,
+        400
+    );
+    // Requests Pingora itself cannot parse (it would log their raw bytes, key included).
+    for raw in [
+        "GET /v2/client/x HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer sEcReT-basic-Qx7\r\nno colon here\r\n\r\n",
+        "GET /v2/client/x HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer sEcReT-basic-Qx7\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "GET /v2/client/x HTTP/9.9\r\nAuthorization: Bearer sEcReT-basic-Qx7\r\n\r\n",
+    ] {
+        let mut s = TcpStream::connect(listen).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(raw.as_bytes()).unwrap();
+        let _ = try_read_response(&mut BufReader::new(s));
+    }
+    // A refused reload whose bad value is a key.
+    std::fs::write(
+        &path,
+        yaml.replace("key: sEcReT-basic-Qx7", "key: \"sEcReT basic with spaces\""),
+    )
+    .unwrap();
+    let r = admin(admin_addr, "POST", "/reload");
+    assert_eq!(r.status, 422);
+    assert!(!String::from_utf8_lossy(&r.body).contains("sEcReT"));
+    // An upstream that breaks the connection mid-answer (Pingora logs such answers' bytes).
+    std::fs::write(
+        &path,
+        yaml.replace(&up.addr.to_string(), &broken.addr.to_string()),
+    )
+    .unwrap();
+    assert_eq!(admin(admin_addr, "POST", "/reload").status, 200);
+    assert_eq!(
+        post(listen, "sEcReT-basic-Qx7", "/v2/sendMessage/", msg).status,
+        502
+    );
+
+    let page = metrics_page(admin_addr);
+    drop(p);
+    let out = std::fs::read_to_string(dir.path().join("gw.stdout")).unwrap()
+        + &std::fs::read_to_string(dir.path().join("gw.stderr")).unwrap();
+
+    for (what, text) in [("logs", &out), ("/metrics", &page)] {
+        for needle in ["sEcReT", "Bearer", &standard_digest] {
+            assert!(!text.contains(needle), "{needle} in {what}:\n{text}");
+        }
+        assert!(
+            !text.to_ascii_lowercase().contains("authorization"),
+            "{what}:\n{text}"
+        );
+    }
+    // The logs are there, and at the most verbose level.
+    assert!(
+        out.contains("shop-basic") && out.contains("shop-pro"),
+        "{out}"
+    );
+    assert!(
+        out.contains("upstream_error") && out.contains("plan_restricted"),
+        "{out}"
+    );
+    assert!(
+        out.contains("DEBUG") || out.contains("\"level\":\"DEBUG\""),
+        "{out}"
+    );
+    let access: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("tollgate::access"))
+        .collect();
+    assert!(access.len() >= 8, "{out}");
+    if format == "json" {
+        for line in out.lines() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+            if v["target"] == "tollgate::access" {
+                for f in [
+                    "request_id",
+                    "method",
+                    "route",
+                    "key",
+                    "plan",
+                    "status",
+                    "outcome",
+                    "duration_ms",
+                ] {
+                    assert!(!v["fields"][f].is_null(), "{f} missing: {line}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn no_key_reaches_text_logs_or_metrics_at_the_most_verbose_level() {
+    leak_test("text");
+}
+
+#[test]
+fn no_key_reaches_json_logs_or_metrics_at_the_most_verbose_level() {
+    leak_test("json");
+}
+
+// ---------------------------------------------------------------- upgrade
+
+#[test]
+fn upgrade_hands_the_sockets_over_with_zero_failed_requests() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let (path, yaml) = write_config(
+        dir.path(),
+        &up,
+        "shutdown: { grace_seconds: 1, timeout_seconds: 1 }\n",
+    );
+    let yaml = yaml
+        .replace("requests_per_window: 150", "requests_per_window: 1000000")
+        .replace("requests_per_window: 70", "requests_per_window: 1000000");
+    std::fs::write(&path, &yaml).unwrap();
+    let (listen, admin_addr) = (addr_of(&yaml, "listen"), addr_of(&yaml, "admin_listen"));
+    let sock = dir.path().join("upgrade.sock");
+    let conf = dir.path().join("pingora.yaml");
+    std::fs::write(
+        &conf,
+        format!(
+            "---\nversion: 1\nthreads: 2\nupgrade_sock: {}\npid_file: {}\n",
+            sock.display(),
+            dir.path().join("tollgate.pid").display()
+        ),
+    )
+    .unwrap();
+    let args = [
+        "run",
+        "--config",
+        path.to_str().unwrap(),
+        "--conf",
+        conf.to_str().unwrap(),
+    ];
+    let mut old = Process::spawn(dir.path(), "old", &args, &[]);
+    wait_ready(admin_addr, 200);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = [
+        (
+            "pro-key-1",
+            "/v2/sendMessage/",
+            r#"{"chatId":"1","message":"hi"}"#,
+        ),
+        ("pro-key-1", "/v2/sendGroup", EVENT),
+        ("standard-key-1", "/v2/client/status", ""),
+    ]
+    .into_iter()
+    .map(|(key, p, body)| {
+        let (addr, stop) = (listen, Arc::clone(&stop));
+        let req = keep_alive_request(key, p, body);
+        std::thread::spawn(move || client_loop(addr, req, stop))
+    })
+    .collect();
+
+    // Step 1: start the new process; it waits for the sockets. Step 2: SIGQUIT the old one.
+    let mut args_new = args.to_vec();
+    args_new.push("--upgrade");
+    let new = Process::spawn(dir.path(), "new", &args_new, &[]);
+    eventually("the new process listens for the handover", || sock.exists());
+    old.signal("QUIT");
+    let status = old
+        .wait_exit(Duration::from_secs(30))
+        .expect("the old process exits");
+    assert!(status.success(), "{status:?}\n{}", old.output());
+    // The new process serves on the same sockets, admin included.
+    wait_ready(admin_addr, 200);
+    let before = up.count();
+    eventually("the new process serves", || up.count() > before + 20);
+    stop.store(true, Ordering::SeqCst);
+
+    let mut seeds = std::collections::BTreeSet::new();
+    let mut answered = 0;
+    for c in clients {
+        let (statuses, failures, s) = c.join().unwrap();
+        assert!(
+            failures.is_empty(),
+            "{failures:?}\nold:\n{}\nnew:\n{}",
+            old.output(),
+            new.output()
+        );
+        assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+        answered += statuses.len();
+        seeds.extend(s);
+    }
+    // Request ids start with a per-process seed: both processes answered.
+    assert!(seeds.len() >= 2, "{seeds:?}");
+    eprintln!(
+        "upgrade: {answered} requests, 0 failed, {} processes answered",
+        seeds.len()
+    );
+}
