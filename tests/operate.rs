@@ -66,7 +66,12 @@ fn admin_listener_serves_health_readiness_and_metrics_of_real_traffic() {
     let r = gw.call("acme-partner-key", "POST", "/v2/service/upgrade", "{}");
     assert_eq!(r.status, 400);
 
-    let page = metrics_page(a);
+    // A request is recorded just after its answer is sent: wait for the last one.
+    let mut page = metrics_page(a);
+    eventually("the last request is recorded", || {
+        page = metrics_page(a);
+        metric(&page, r#"tollgate_responses_total{class="4xx"}"#) == Some(3.0)
+    });
     let want = [
         (
             r#"tollgate_requests_total{outcome="forwarded",plan="basic",route="send_message"}"#,
