@@ -1,0 +1,72 @@
+//! P0 — the bare Pingora pass-through of the load benchmark (benches/load/run.sh).
+//!
+//! Same Pingora version and features as the gateway (the crate's own dependency), no policy:
+//! every request goes to one fixed upstream over a pooled keep-alive connection, the request
+//! and the answer untouched. This is the floor Tollgate is compared against.
+//!
+//!   cargo build --release --locked --example p0
+//!   target/release/examples/p0 127.0.0.1:41082 127.0.0.1:41081 1
+//!   (listen address, upstream address, worker threads)
+//!
+//! SIGINT exits at once (Pingora's fast shutdown); SIGTERM is a graceful terminate without a
+//! grace period.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::prelude::HttpPeer;
+use pingora::proxy::{http_proxy_service, ProxyHttp, Session};
+use pingora::server::configuration::ServerConf;
+use pingora::server::Server;
+use pingora::Result;
+
+struct PassThrough {
+    upstream: SocketAddr,
+}
+
+#[async_trait]
+impl ProxyHttp for PassThrough {
+    type CTX = ();
+
+    fn new_ctx(&self) -> Self::CTX {}
+
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut ()) -> Result<Box<HttpPeer>> {
+        let mut peer = HttpPeer::new(self.upstream, false, String::new());
+        // The same idle timeout the gateway gives pooled upstream connections.
+        peer.options.idle_timeout = Some(Duration::from_secs(60));
+        Ok(Box::new(peer))
+    }
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: p0 LISTEN_ADDR UPSTREAM_ADDR THREADS   (e.g. p0 127.0.0.1:41082 127.0.0.1:41081 1)"
+    );
+    std::process::exit(2)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() != 3 {
+        usage();
+    }
+    let listen = args[0].clone();
+    let upstream: SocketAddr = args[1].parse().unwrap_or_else(|_| usage());
+    let threads: usize = match args[2].parse() {
+        Ok(n) if n > 0 => n,
+        _ => usage(),
+    };
+    let conf = ServerConf {
+        threads,
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(1),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    let mut svc = http_proxy_service(&server.configuration, PassThrough { upstream });
+    svc.add_tcp(&listen);
+    server.add_service(svc);
+    eprintln!("p0: {listen} -> {upstream}, {threads} thread(s)");
+    server.run_forever()
+}

@@ -1,0 +1,438 @@
+#!/usr/bin/env bash
+# Load benchmark: Tollgate side by side with nginx and a bare Pingora pass-through.
+#
+#   benches/load/run.sh            # full run: 3 repetitions of 10 s, 10,000 keys (≈ 17 min)
+#   benches/load/run.sh --quick    # smoke: 1 repetition of 3 s, 3,000 keys (≈ 2 min + the build)
+#   OUT=/some/dir benches/load/run.sh
+#
+# Setups (see benches/load/README.md):
+#   D      direct to the upstream: nginx `return 200 '{}'`, one worker (also the upstream of all
+#          the proxies below)
+#   N1     nginx doing the policy nginx can do (nginx/policy.conf), one worker
+#   P0     bare Pingora pass-through (p0.rs, `cargo build --release --example p0`), 1 thread
+#   G      Tollgate, every policy on, 1 thread, TOLLGATE_LOG=warn (no access log lines)
+#   G-log  G with TOLLGATE_LOG=info: one access line per request, to a file (1 repetition)
+# Routes: send_message = POST /v2/sendMessage/ (forwarded as is: "G"), send_group_event =
+# POST /v2/sendGroup with a group-event body Tollgate parses and checks ("Gv").
+#
+# Method: the proxy under test is pinned to CPU 0, the load generator and the upstream nginx
+# to CPU 1. Keep-alive on both legs. Before every measurement a warm-up run of the same kind.
+#   saturation  wrk -t1 -c64 (keys rotate per request, no key is limited) -> req/s and the
+#               proxy's CPU µs per request (utime+stime of all its threads, /proc/PID/stat)
+#   latency     oha open loop at 5,000 and 20,000 req/s, -c64, --latency-correction -> p50,
+#               p99, p99.9; one fixed key on the `bench` plan (1,000,000 req / 10 s)
+# Output in $OUT (default target/bench-results/<timestamp>/): results.csv (setup, route,
+# metric, rep, value), summary.md (medians, ratios, machine), benchmarks.png, raw/ (tool
+# output), logs/.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+HERE=$ROOT/benches/load
+
+QUICK=0
+for arg in "$@"; do
+  case $arg in
+    --quick) QUICK=1 ;;
+    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$QUICK" = 1 ]; then
+  REPS=${REPS:-1}; DURATION=${DURATION:-3}; WARMUP=${WARMUP:-1}; KEYS=${KEYS:-3000}
+else
+  REPS=${REPS:-3}; DURATION=${DURATION:-10}; WARMUP=${WARMUP:-2}; KEYS=${KEYS:-10000}
+fi
+CONNS=${CONNS:-64}
+RATES=${RATES:-"5000 20000"}
+SETUPS=${SETUPS:-"D N1 P0 G"}
+ROUTES="send_message send_group_event"
+PROXY_CPU=${PROXY_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+OHA_KEY=bench-fixed-key   # public test key, plan `bench` (1,000,000 per 10 s)
+OUT=${OUT:-$ROOT/target/bench-results/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT/raw" "$OUT/logs"
+OUT=$(cd "$OUT" && pwd)
+CSV=$OUT/results.csv
+echo "setup,route,metric,rep,value" > "$CSV"
+
+log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+if [ "$(nproc)" -lt 2 ]; then die "needs at least 2 CPUs (proxy on CPU $PROXY_CPU, load on CPU $LOAD_CPU)"; fi
+
+# --- tools ---------------------------------------------------------------------------------
+sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+apt_missing=()
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || apt_missing+=(nginx)
+command -v wrk >/dev/null 2>&1 || apt_missing+=(wrk)
+command -v curl >/dev/null 2>&1 || apt_missing+=(curl)
+command -v taskset >/dev/null 2>&1 || apt_missing+=(util-linux)
+if [ ${#apt_missing[@]} -gt 0 ]; then
+  log "installing ${apt_missing[*]} (apt)"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${apt_missing[@]}" >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v oha >/dev/null 2>&1; then
+  log "installing oha (cargo install oha --locked; a few minutes)"
+  cargo install oha --locked --quiet
+fi
+if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
+  log "installing matplotlib (pip)"
+  python3 -m pip install --quiet matplotlib || log "matplotlib install failed: no plot"
+fi
+# oha's JSON switch changed names across versions.
+if oha --help 2>&1 | grep -q -- '--output-format'; then OHA_JSON=(--output-format json)
+else OHA_JSON=(-j); fi
+OHA_LATCORR=()
+oha --help 2>&1 | grep -q -- '--latency-correction' && OHA_LATCORR=(--latency-correction)
+# At the end of -z, wait for the requests in flight instead of aborting them (counted as errors).
+OHA_WAIT=()
+oha --help 2>&1 | grep -q -- '--wait-ongoing-requests-after-deadline' && OHA_WAIT=(-w)
+
+# --- build (then run private copies: others may rebuild target/ during the run) -----------
+log "building (cargo build --release --locked; --example p0)"
+cargo build --release --locked --quiet
+cargo build --release --locked --quiet --example p0
+TMP=$(mktemp -d /tmp/tollgate-bench.XXXXXX)
+cp target/release/tollgate "$TMP/tollgate"
+cp target/release/examples/p0 "$TMP/p0"
+
+# --- processes -----------------------------------------------------------------------------
+PIDS=()        # everything started here, for cleanup
+alive() {      # pid: running (a zombie waiting for `wait` is not)
+  local st
+  st=$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ -n "$st" ] && [ "$st" != Z ]
+}
+stop_pid() {   # pid signal: signal, wait up to 5 s, then SIGKILL (children first for nginx)
+  local pid=$1 sig=$2 kids
+  alive "$pid" || { wait "$pid" 2>/dev/null || true; return 0; }
+  kids=$(pgrep -P "$pid" || true)
+  kill -s "$sig" "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+  if alive "$pid"; then
+    log "pid $pid ignored SIG$sig; killing it"
+    for k in $kids; do kill -KILL "$k" 2>/dev/null || true; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+forget() {     # pid: stopped; never signal that number again (it may be reused)
+  local p keep=()
+  for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for pid in "${PIDS[@]}"; do stop_pid "$pid" TERM; done
+  rm -rf "$TMP"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Free ports on 127.0.0.1: in 40000-49999 unless that overlaps the kernel's ephemeral range
+# (outgoing connections — wrk, oha, the proxies' upstream pools — take their local ports from
+# it and could occupy a port before its server starts), else just below that range.
+read -r D_PORT N1_PORT P0_PORT G_PORT G_ADMIN_PORT < <(python3 - <<'EOF'
+import random, socket
+try:
+    lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+except Exception:
+    lo, hi = 32768, 60999
+cands = [p for p in range(40000, 50000) if not lo <= p <= hi]
+if len(cands) < 100:
+    cands = [p for p in range(max(1024, lo - 12000), lo)]
+if len(cands) < 100:
+    cands = list(range(hi + 1, 65536))
+random.shuffle(cands)
+ports = []
+for p in cands:
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    ports.append(p)
+    if len(ports) == 5:
+        break
+print(*ports)
+EOF
+)
+[ -n "${G_ADMIN_PORT:-}" ] || die "no 5 free ports found"
+
+python3 "$HERE/gen.py" --dir "$TMP" --keys "$KEYS" --d-port "$D_PORT" --n1-port "$N1_PORT" \
+  --g-port "$G_PORT" --g-admin-port "$G_ADMIN_PORT"
+"$TMP/tollgate" check --config "$TMP/tollgate.yaml" > "$OUT/logs/tollgate-check.txt" \
+  || die "generated tollgate config refused: see $OUT/logs/tollgate-check.txt"
+for n in nginx-d nginx-n1; do
+  "$NGINX" -t -q -p "$TMP/$n" -c "$TMP/$n/nginx.conf" -e "$TMP/$n/error.log" \
+    || die "nginx refused $TMP/$n/nginx.conf"
+done
+
+wait_port() { # port: until it accepts, 10 s at most
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  die "nothing listens on 127.0.0.1:$1 after 10 s"
+}
+wait_ready() { # admin port: until /readyz is 200, 30 s at most
+  for _ in $(seq 300); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$1/readyz")" = 200 ] && return 0
+    sleep 0.1
+  done
+  die "gateway not ready after 30 s (see $OUT/logs)"
+}
+
+start_nginx() { # name cpu -> echo pid
+  local n=$1 cpu=$2
+  taskset -c "$cpu" "$NGINX" -p "$TMP/$n" -c "$TMP/$n/nginx.conf" -e "$TMP/$n/error.log" \
+    -g 'daemon off;' >"$OUT/logs/$n.out" 2>&1 &
+  echo $!
+}
+
+log "upstream nginx on 127.0.0.1:$D_PORT (CPU $LOAD_CPU)"
+UP_PID=$(start_nginx nginx-d "$LOAD_CPU")
+PIDS+=("$UP_PID")
+wait_port "$D_PORT"
+
+CUR_PID=""     # the proxy under test
+CUR_PORT=""
+CUR_SIG=TERM
+start_setup() { # setup
+  local s=$1
+  case $s in
+    D) CUR_PID=$UP_PID; CUR_PORT=$D_PORT; return ;;
+    N1)
+      CUR_PID=$(start_nginx nginx-n1 "$PROXY_CPU"); CUR_PORT=$N1_PORT; CUR_SIG=TERM ;;
+    P0)
+      taskset -c "$PROXY_CPU" "$TMP/p0" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1 \
+        >"$OUT/logs/p0.out" 2>&1 &
+      CUR_PID=$!; CUR_PORT=$P0_PORT; CUR_SIG=INT ;;
+    G | G-log)
+      local level=warn dest="$OUT/logs/g.out"
+      if [ "$s" = G-log ]; then level=info; dest="$TMP/g-access.log"; fi
+      TOLLGATE_LOG=$level taskset -c "$PROXY_CPU" "$TMP/tollgate" run \
+        --config "$TMP/tollgate.yaml" --conf "$HERE/pingora.yaml" >>"$dest" 2>&1 &
+      CUR_PID=$!; CUR_PORT=$G_PORT; CUR_SIG=INT ;;
+    *) die "unknown setup $s" ;;
+  esac
+  PIDS+=("$CUR_PID")
+  wait_port "$CUR_PORT"
+  case $s in G | G-log) wait_ready "$G_ADMIN_PORT" ;; esac
+}
+stop_setup() {
+  if [ "$CUR_PID" != "$UP_PID" ]; then
+    stop_pid "$CUR_PID" "$CUR_SIG"
+    forget "$CUR_PID"
+  fi
+  CUR_PID=""
+}
+
+# CPU clock ticks (utime+stime) of a process: /proc/PID/stat counts every thread of the
+# process; for nginx the master and its workers are added up.
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() { # pid
+  local total=0 p t
+  for p in "$1" $(pgrep -P "$1" || true); do
+    t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
+    total=$((total + t))
+  done
+  echo "$total"
+}
+
+row() { echo "$1,$2,$3,$4,$5" >> "$CSV"; }
+
+# Ticks of both CPUs from /proc/stat, "total busy steal" for the proxy's CPU then the load
+# CPU: busy = all but idle and iowait (steal and interrupts included); steal = time the
+# hypervisor gave to someone else.
+cores() {
+  awk -v a="cpu$PROXY_CPU" -v b="cpu$LOAD_CPU" '
+    $1 == a || $1 == b { t = $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9; v[$1] = t " " (t - $5 - $6) " " $9 }
+    END { print v[a], v[b] }' /proc/stat
+}
+# CPU ticks used by this shell's finished children (bash `times`, second line): the load
+# generator's CPU time. Must run in this shell, not in a $( ) subshell.
+children_ticks() {
+  times > "$TMP/times"
+  LG_TICKS=$(awk -v h="$CLK_TCK" 'NR == 2 {
+      t = 0
+      for (i = 1; i <= 2; i++) { split($i, p, "m"); sub(/s$/, "", p[2]); t += p[1] * 60 + p[2] }
+      printf "%d", t * h + 0.5 }' "$TMP/times")
+}
+# measured setup route rep suffix -- command...: run the command and record, over its wall
+# time, how busy both CPUs were and who used them: the proxy, the upstream, the load
+# generator (rows *_pct<suffix>). Leaves the proxy's ticks in M_PROXY_TICKS.
+measured() {
+  local s=$1 r=$2 rep=$3 sfx=$4; shift 5
+  local p0 u0 k0 w0 g0 p1 u1 k1 w1 g1
+  p0=$(cpu_ticks "$CUR_PID"); u0=$(cpu_ticks "$UP_PID"); k0=$(cores); w0=$(date +%s%N)
+  children_ticks; g0=$LG_TICKS
+  "$@"
+  children_ticks; g1=$LG_TICKS
+  w1=$(date +%s%N); p1=$(cpu_ticks "$CUR_PID"); u1=$(cpu_ticks "$UP_PID"); k1=$(cores)
+  M_PROXY_TICKS=$((p1 - p0))
+  local wall; wall=$(awk -v a="$w0" -v b="$w1" 'BEGIN {printf "%.6f", (b - a) / 1e9}')
+  pct() { awk -v d="$1" -v h="$CLK_TCK" -v w="$wall" 'BEGIN {printf "%.1f", d / h / w * 100}'; }
+  row "$s" "$r" "proxy_cpu_pct$sfx" "$rep" "$(pct $((p1 - p0)))"
+  row "$s" "$r" "upstream_cpu_pct$sfx" "$rep" "$(pct $((u1 - u0)))"
+  row "$s" "$r" "loadgen_cpu_pct$sfx" "$rep" "$(pct $((g1 - g0)))"
+  local -a a b
+  read -r -a a <<<"$k0"
+  read -r -a b <<<"$k1"
+  local i cpu name col
+  for i in 0 1; do
+    cpu=$PROXY_CPU; [ "$i" = 1 ] && cpu=$LOAD_CPU
+    local tot=$((b[i * 3] - a[i * 3]))
+    for col in 1 2; do
+      case $col in 1) name=busy ;; 2) name=steal ;; esac
+      row "$s" "$r" "cpu${cpu}_${name}_pct$sfx" "$rep" \
+        "$(awk -v d=$((b[i * 3 + col] - a[i * 3 + col])) -v t="$tot" 'BEGIN {printf "%.1f", t ? d / t * 100 : 0}')"
+    done
+  done
+}
+
+# --- sanity: the policy answers what it should, before anything is measured ---------------
+status() { # method port path key [body-file] [content-type]
+  local args=(-s -o /dev/null -w '%{http_code}' --max-time 5 -X "$1" "http://127.0.0.1:$2$3")
+  [ -n "$4" ] && args+=(-H "Authorization: Bearer $4")
+  [ -n "${5:-}" ] && args+=(--data-binary "@$5" -H "Content-Type: ${6:-application/json}")
+  curl "${args[@]}" || true
+}
+expect() { # what got want
+  [ "$2" = "$3" ] || die "sanity check on $CUR_SETUP: $1: got $2, want $3"
+}
+sanity() { # setup
+  local s=$1 p=$CUR_PORT r
+  for r in $ROUTES; do
+    expect "$r with a pro key" "$(status POST "$p" "$(cat "$TMP/path-$r")" bench-key-00000 "$TMP/body-$r.json")" 200
+    expect "$r with the oha key" "$(status POST "$p" "$(cat "$TMP/path-$r")" "$OHA_KEY" "$TMP/body-$r.json")" 200
+  done
+  [ "$s" = D ] || [ "$s" = P0 ] || {
+    expect "no key" "$(status POST "$p" /v2/sendMessage/ "" "$TMP/body-send_message.json")" 401
+    expect "unknown key" "$(status POST "$p" /v2/sendMessage/ nope "$TMP/body-send_message.json")" 401
+    expect "basic key, allowed route" "$(status GET "$p" /v2/history/sentList bench-basic-key)" 200
+    expect "basic key, route off the allow-list" "$(status GET "$p" /v2/history/receivedList bench-basic-key)" 403
+    expect "group event as text/plain" \
+      "$(status POST "$p" /v2/sendGroup bench-key-00001 "$TMP/body-send_group_event.json" text/plain)" 415
+    echo '{"name":"","type":"meeting","groupId":"g-1"}' > "$TMP/bad-event.json"
+    local bad; bad=$(status POST "$p" /v2/sendGroup bench-key-00002 "$TMP/bad-event.json")
+    case $s in
+      G*) expect "invalid group event body" "$bad" 400 ;;
+      N1) expect "invalid group event body (nginx cannot check JSON: forwarded)" "$bad" 200 ;;
+    esac
+  }
+}
+
+# --- measurements ----------------------------------------------------------------------------
+saturation() { # setup route rep
+  local s=$1 r=$2 rep=$3 f="$OUT/raw/wrk-$1-$2-$3.txt"
+  local url="http://127.0.0.1:$CUR_PORT/"
+  taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${WARMUP}s" -s "$TMP/wrk-$r.lua" "$url" >/dev/null
+  measured "$s" "$r" "$rep" "" -- \
+    taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s "$TMP/wrk-$r.lua" "$url" > "$f"
+  local reqs rps non2xx errs
+  reqs=$(awk '/requests in/ {print $1}' "$f")
+  rps=$(awk '/^Requests\/sec/ {print $2}' "$f")
+  non2xx=$(awk '/Non-2xx or 3xx responses/ {print $5}' "$f"); non2xx=${non2xx:-0}
+  errs=$(awk '/Socket errors/ {gsub(/,/, ""); print $4 + $6 + $8 + $10}' "$f"); errs=${errs:-0}
+  [ -n "$reqs" ] && [ "$reqs" -gt 0 ] || die "wrk measured nothing: $f"
+  row "$s" "$r" rps "$rep" "$rps"
+  row "$s" "$r" requests "$rep" "$reqs"
+  row "$s" "$r" non2xx "$rep" "$non2xx"
+  row "$s" "$r" socket_errors "$rep" "$errs"
+  row "$s" "$r" cpu_us_per_req "$rep" "$(awk -v d="$M_PROXY_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
+  row "$s" "$r" wrk_p50_ms "$rep" "$(awk '$1 == "50%" {print $2}' "$f" | python3 "$HERE/summary.py" --to-ms)"
+  row "$s" "$r" wrk_p99_ms "$rep" "$(awk '$1 == "99%" {print $2}' "$f" | python3 "$HERE/summary.py" --to-ms)"
+  [ "$non2xx" = 0 ] && [ "$errs" = 0 ] || log "  warning: $s $r: $non2xx non-2xx answers, $errs socket errors (see $f)"
+  log "  $s $r rep $rep: $rps req/s, $(awk -F, -v s="$s" -v r="$r" -v k="$rep" \
+    '$1==s && $2==r && $4==k && ($3=="cpu_us_per_req" || $3=="proxy_cpu_pct" || $3=="wrk_p99_ms") {printf "%s=%s ", $3, $5}' "$CSV")"
+}
+
+latency() { # setup route rep rate
+  local s=$1 r=$2 rep=$3 q=$4 f="$OUT/raw/oha-$1-$2-$3-$4.json"
+  local cmd=(taskset -c "$LOAD_CPU" oha --no-tui -c "$CONNS" -q "$q" "${OHA_LATCORR[@]}" "${OHA_WAIT[@]}" -m POST
+    -H "Content-Type: application/json" -H "Authorization: Bearer $OHA_KEY"
+    -D "$TMP/body-$r.json" "${OHA_JSON[@]}" "http://127.0.0.1:$CUR_PORT$(cat "$TMP/path-$r")")
+  "${cmd[@]}" -z "${WARMUP}s" >/dev/null
+  measured "$s" "$r" "$rep" "@$q" -- "${cmd[@]}" -z "${DURATION}s" > "$f"
+  python3 "$HERE/summary.py" --oha "$f" --rate "$q" --setup "$s" --route "$r" --rep "$rep" \
+    --cpu-ticks "$M_PROXY_TICKS" --clk-tck "$CLK_TCK" >> "$CSV"
+  log "  $s $r rep $rep @ $q/s: $(awk -F, -v s="$s" -v r="$r" -v k="$rep" -v q="$q" \
+    '$1==s && $2==r && $4==k && ($3=="p50_ms@"q || $3=="p99_ms@"q || $3=="p999_ms@"q || $3=="achieved_rps@"q) {printf "%s=%s ", $3, $5}' "$CSV")"
+}
+
+measure_setup() { # setup rep what(all|sat)
+  local s=$1 rep=$2 what=${3:-all} r q
+  CUR_SETUP=$s
+  start_setup "$s"
+  sanity "$s"
+  for r in $ROUTES; do
+    saturation "$s" "$r" "$rep"
+    access_lines "$s" "$r" "$rep"
+    [ "$what" = all ] || continue
+    for q in $RATES; do latency "$s" "$r" "$rep" "$q"; access_lines "$s" "$r" "$rep"; done
+  done
+  stop_setup
+  return 0
+}
+access_lines() { # setup route rep: G-log only: check one line per request, then empty the file
+  [ "$1" = G-log ] || return 0
+  local n; n=$(grep -c 'tollgate::access' "$TMP/g-access.log" || true)
+  log "  G-log: $n access lines since the last check"
+  : > "$TMP/g-access.log"   # opened with O_APPEND (>>): writes go on at the new end
+}
+
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+log "load average before the run: $LOAD_START (should be near 0: the numbers assume an idle machine)"
+log "ports: D $D_PORT, N1 $N1_PORT, P0 $P0_PORT, G $G_PORT (admin $G_ADMIN_PORT); $KEYS keys"
+log "$REPS repetition(s) of ${DURATION}s (warm-up ${WARMUP}s); setups $SETUPS + G-log; output $OUT"
+for rep in $(seq "$REPS"); do
+  for s in $SETUPS; do
+    log "rep $rep: $s"
+    measure_setup "$s" "$rep"
+  done
+done
+# G with access logging, once (quick: saturation only).
+log "G-log (TOLLGATE_LOG=info, access lines to a file)"
+if [ "$QUICK" = 1 ]; then measure_setup G-log 1 sat; else measure_setup G-log 1; fi
+
+# --- report ----------------------------------------------------------------------------------
+{
+  echo "nproc=$(nproc)"
+  echo "cpu=$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)$(lscpu 2>/dev/null | awk -F': *' '/^Model:/ {m=$2} /^CPU family:/ {f=$2} /^Stepping:/ {st=$2} /^CPU max MHz:/ {mhz=$2} END {if (f != "") printf " (family %s model %s stepping %s%s)", f, m, st, mhz ? ", max " mhz " MHz" : ""}')"
+  echo "kernel=$(uname -srm)"
+  echo "virtualization=$(lscpu 2>/dev/null | awk -F': *' '/^Hypervisor vendor:/ {h=$2} /^Virtualization type:/ {t=$2} END {print (h != "" ? h " " t : "none reported")}')"
+  echo "nginx=$("$NGINX" -v 2>&1 | sed 's/^nginx version: //')"
+  echo "wrk=$(wrk -v 2>&1 | head -n 1 | awk '{print $1, $2}')"
+  echo "oha=$(oha --version 2>&1 | head -n 1)"
+  echo "rustc=$(rustc --version)"
+  echo "pingora=$(awk '/^name = "pingora"$/ {getline; print $3}' Cargo.lock | tr -d '"')"
+  echo "commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || echo ' (src/Cargo changed since)')"
+  echo "mode=$([ "$QUICK" = 1 ] && echo quick || echo full)"
+  echo "reps=$REPS"
+  echo "duration_s=$DURATION"
+  echo "warmup_s=$WARMUP"
+  echo "conns=$CONNS"
+  echo "keys=$KEYS"
+  echo "rates=$RATES"
+  echo "oha_latency_correction=${OHA_LATCORR[*]:-no}"
+  echo "loadavg_start=$LOAD_START"
+  echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "proxy_cpu=$PROXY_CPU"
+  echo "load_cpu=$LOAD_CPU"
+  echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+} > "$OUT/machine.txt"
+python3 "$HERE/summary.py" --csv "$CSV" --machine "$OUT/machine.txt" --out "$OUT/summary.md"
+if python3 -c 'import matplotlib' >/dev/null 2>&1; then
+  python3 "$HERE/plot.py" "$CSV" "$OUT/benchmarks.png" || log "plot failed"
+fi
+log "done: $OUT/summary.md"
+cat "$OUT/summary.md"
