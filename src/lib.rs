@@ -43,4 +43,5 @@ pub mod policy;
 pub mod refusal;
 pub mod routes;
 pub mod serve;
+pub mod slots;
 pub mod testing;

@@ -56,6 +56,7 @@ pub struct Forward<'a> {
 
 #[derive(Debug)]
 pub struct Policy {
+    /// The config compiled, except its key list, which [`Policy::new`] moves into `keys`.
     pub config: Config,
     pub keys: KeyTable,
     /// Per plan, in `config.plans` order.
@@ -65,7 +66,10 @@ pub struct Policy {
 
 impl Policy {
     /// Compile `config`. Rate state is carried over from `previous` for keys in both.
-    pub fn new(config: Config, previous: Option<&Policy>) -> Self {
+    ///
+    /// The key list leaves `config` for the key table (with a million keys, holding both would
+    /// be some 80 MB more), so `policy.config.keys` is empty; `policy.keys` has them all.
+    pub fn new(mut config: Config, previous: Option<&Policy>) -> Self {
         let window = config.limits.window;
         let plan_rates = config
             .plans
@@ -74,6 +78,7 @@ impl Policy {
             .collect();
         let partner_rate = Rate::new(config.partner_limit, window);
         let keys = KeyTable::build(&config, previous.map(|p| &p.keys));
+        config.keys = Vec::new();
         Self {
             config,
             keys,

@@ -127,6 +127,31 @@ pub struct FileKey {
     pub partner: Option<String>,
 }
 
+impl FileKey {
+    pub fn fields(&self) -> KeyFields<'_> {
+        KeyFields {
+            name: &self.name,
+            sha256: self.sha256.as_deref(),
+            key: self.key.as_deref(),
+            key_env: self.key_env.as_deref(),
+            plan: &self.plan,
+            partner: self.partner.as_deref(),
+        }
+    }
+}
+
+/// One entry of `keys`, borrowed: from a [`FileKey`], or straight from the text of the file when
+/// the key list is read by the fast reader (`config/fast.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyFields<'a> {
+    pub name: &'a str,
+    pub sha256: Option<&'a str>,
+    pub key: Option<&'a str>,
+    pub key_env: Option<&'a str>,
+    pub plan: &'a str,
+    pub partner: Option<&'a str>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilePartner {

@@ -3,81 +3,145 @@
 //! serde_yaml reports the line of syntax and type errors itself, but the semantic checks
 //! (duplicate digests, a key naming a missing plan, …) run on typed structs that no longer know
 //! where they came from. Rather than thread spans through every struct, the loader asks this
-//! index afterwards: one pass over the parser's marked events records the line of every key and
-//! sequence item, keyed by the same path syntax the validator uses.
+//! index afterwards: one pass over the parser's marked events finds the line of each key and
+//! sequence item it was asked for, keyed by the same path syntax the validator uses.
+//!
+//! The walk happens only when a line is asked for — for an error, or for a warning — never for a
+//! config that loads cleanly: a file with a million keys has some eight million nodes, and
+//! recording the line of every one of them up front cost seconds and hundreds of megabytes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
+use yaml_rust2::parser::{Event, Parser};
 use yaml_rust2::scanner::Marker;
 
-/// Line numbers (1-based) of every field path in one YAML document.
-#[derive(Debug, Default)]
-pub struct LineIndex {
-    lines: HashMap<String, usize>,
+/// Finds the lines (1-based) of field paths in one YAML document, on demand.
+#[derive(Debug, Clone, Copy)]
+pub struct LineIndex<'a> {
+    text: &'a str,
 }
 
-impl LineIndex {
-    /// Index `text`. A document the parser cannot read yields an empty index: serde_yaml has
-    /// already reported the syntax error with its own position by the time this runs.
-    pub fn build(text: &str) -> Self {
-        let mut walker = Walker::default();
-        let mut parser = Parser::new_from_str(text);
-        if parser.load(&mut walker, false).is_err() {
-            return Self::default();
-        }
-        Self {
-            lines: walker.lines,
-        }
+impl<'a> LineIndex<'a> {
+    pub fn new(text: &'a str) -> Self {
+        Self { text }
     }
 
     /// The line of `path`, or of its nearest ancestor that exists in the file (a missing field is
-    /// reported at the mapping that lacks it).
+    /// reported at the mapping that lacks it). A document the parser cannot read up to `path`
+    /// yields `None`: serde_yaml has already reported the syntax error with its own position by
+    /// then. (The walk stops once `path` is found, so a break after it goes unnoticed.)
     pub fn line_of(&self, path: &str) -> Option<usize> {
-        let mut p = path;
-        loop {
-            if let Some(line) = self.lines.get(p) {
-                return Some(*line);
+        self.lines_of(&[path])[0]
+    }
+
+    /// [`LineIndex::line_of`] for several paths, in one walk of the document.
+    pub fn lines_of(&self, paths: &[&str]) -> Vec<Option<usize>> {
+        let mut wanted: HashSet<String> = HashSet::new();
+        for path in paths {
+            let mut p = *path;
+            wanted.insert(p.to_owned());
+            while let Some(cut) = p.rfind(['.', '[']) {
+                p = &p[..cut];
+                wanted.insert(p.to_owned());
             }
-            let cut = p.rfind(['.', '['])?;
-            p = &p[..cut];
         }
+        let exact: HashSet<&str> = paths.iter().copied().collect();
+        let mut walker = Walker {
+            wanted,
+            exact_left: exact.len(),
+            exact,
+            stack: Vec::new(),
+            lines: HashMap::new(),
+        };
+        // The first document, event by event, until every path asked for is found.
+        let mut parser = Parser::new_from_str(self.text);
+        while walker.exact_left > 0 {
+            match parser.next_token() {
+                Ok((Event::DocumentEnd | Event::StreamEnd, _)) => break,
+                Ok((ev, mark)) => walker.on_event(ev, mark),
+                // Not YAML before everything was found: positions from half a file would mislead.
+                Err(_) => return vec![None; paths.len()],
+            }
+        }
+        paths
+            .iter()
+            .map(|path| {
+                let mut p = *path;
+                loop {
+                    if let Some(line) = walker.lines.get(p) {
+                        return Some(*line);
+                    }
+                    let cut = p.rfind(['.', '['])?;
+                    p = &p[..cut];
+                }
+            })
+            .collect()
     }
 }
 
 enum Frame {
-    Map { path: String, key: Option<String> },
-    Seq { path: String, index: usize },
+    /// `path` is `None` for a node whose children cannot be wanted (its own path is not).
+    Map {
+        path: Option<String>,
+        key: Option<String>,
+    },
+    Seq {
+        path: Option<String>,
+        index: usize,
+    },
 }
 
-#[derive(Default)]
-struct Walker {
+/// Records the first line of each wanted path (of a mapping key: its key; of a sequence item: its
+/// first line). Paths are only spelled out under a wanted parent
+/// (the wanted set holds every ancestor of a wanted path), so the walk allocates little beyond
+/// what the parser itself does.
+struct Walker<'p> {
+    wanted: HashSet<String>,
+    exact: HashSet<&'p str>,
+    /// Wanted paths (not ancestors) not found yet; the walk ends when this reaches zero.
+    exact_left: usize,
     stack: Vec<Frame>,
     lines: HashMap<String, usize>,
 }
 
-impl Walker {
-    /// Called for every node. Returns the node's path when it is a value (not a mapping key).
-    fn node(&mut self, scalar: Option<&str>, line: usize) -> Option<String> {
-        match self.stack.last_mut() {
-            None => Some(String::new()),
+impl Walker<'_> {
+    fn found(&mut self, path: &str, line: usize) {
+        if self.wanted.contains(path) && !self.lines.contains_key(path) {
+            self.lines.insert(path.to_owned(), line);
+            if self.exact.contains(path) {
+                self.exact_left -= 1;
+            }
+        }
+    }
+
+    /// Called for every node. Returns `Some(path)` when it is a value (not a mapping key), with
+    /// the path itself only when it is wanted.
+    fn node(&mut self, scalar: Option<&str>, line: usize) -> Option<Option<String>> {
+        let (full, is_key) = match self.stack.last_mut() {
+            // The document itself: always walked into, never recorded.
+            None => return Some(Some(String::new())),
             Some(Frame::Map { path, key }) => match key.take() {
                 None => {
                     let name = scalar.unwrap_or("?").to_owned();
-                    let full = join(path, &name);
-                    self.lines.entry(full).or_insert(line);
+                    let full = path.as_deref().map(|p| join(p, &name));
                     *key = Some(name);
-                    None
+                    (full, true)
                 }
-                Some(name) => Some(join(path, &name)),
+                Some(name) => (path.as_deref().map(|p| join(p, &name)), false),
             },
             Some(Frame::Seq { path, index }) => {
-                let full = format!("{path}[{index}]");
+                let full = path.as_deref().map(|p| format!("{p}[{index}]"));
                 *index += 1;
-                self.lines.entry(full.clone()).or_insert(line);
-                Some(full)
+                (full, false)
             }
+        };
+        if let Some(f) = &full {
+            self.found(f, line);
         }
+        if is_key {
+            return None;
+        }
+        Some(full.filter(|f| self.wanted.contains(f)))
     }
 }
 
@@ -89,7 +153,7 @@ fn join(parent: &str, key: &str) -> String {
     }
 }
 
-impl MarkedEventReceiver for Walker {
+impl Walker<'_> {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         let line = mark.line();
         match ev {
@@ -124,7 +188,7 @@ mod tests {
     #[test]
     fn finds_nested_keys_and_items() {
         let text = "listen: a\nplans:\n  basic:\n    allow: [x, y]\nkeys:\n  - name: one\n    plan: basic\n  - name: two\n    sha256: abc\n";
-        let idx = LineIndex::build(text);
+        let idx = LineIndex::new(text);
         assert_eq!(idx.line_of("listen"), Some(1));
         assert_eq!(idx.line_of("plans.basic.allow"), Some(4));
         assert_eq!(idx.line_of("keys[0].plan"), Some(7));
@@ -133,5 +197,25 @@ mod tests {
         // A missing field falls back to its mapping.
         assert_eq!(idx.line_of("keys[1].plan"), Some(8));
         assert_eq!(idx.line_of("nowhere"), None);
+        assert_eq!(idx.line_of(""), None);
+        // Several at once, in one walk, in the order asked.
+        assert_eq!(
+            idx.lines_of(&["keys[1].sha256", "plans.basic", "keys[0]", "keys[7].x"]),
+            vec![Some(9), Some(3), Some(6), Some(5)]
+        );
+    }
+
+    #[test]
+    fn the_first_occurrence_wins_and_broken_yaml_has_no_lines() {
+        let text = "a: 1\na: 2\n";
+        assert_eq!(LineIndex::new(text).line_of("a"), Some(1));
+        // Broken before the path is found: no line. (Found before the break: its line.)
+        let broken = "a: [oops\nb: 1\n";
+        assert_eq!(LineIndex::new(broken).line_of("b"), None);
+        assert_eq!(
+            LineIndex::new(broken).lines_of(&["a", "b"]),
+            vec![None, None]
+        );
+        assert_eq!(LineIndex::new(broken).line_of("a"), Some(1));
     }
 }

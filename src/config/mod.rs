@@ -8,21 +8,24 @@
 //! Relative paths in a config (`routes`, `tls.*_file`, `upstream.ca_file`) are resolved against
 //! the directory of the config file, not the working directory.
 
+mod fast;
 pub mod file;
 mod locate;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::BuildHasher;
 use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use file::{FileAllow, FileCatalogue, FileConfig};
+use file::{FileAllow, FileCatalogue, FileConfig, KeyFields};
 use locate::LineIndex;
 
-use crate::authenticate::{is_token68, Digest};
+use crate::authenticate::{is_token68, Digest, KeyName};
 use crate::routes::{Catalogue, Family, RouteIdx};
+use crate::slots::{SlotIndex, MAX_POSITIONS};
 
 /// The largest limit a plan may set; the limiter's arithmetic is exact up to here.
 pub const MAX_REQUESTS_PER_WINDOW: u32 = 1_000_000;
@@ -76,7 +79,7 @@ impl Invalid {
         }
     }
 
-    fn at(self, file: &Path, lines: &LineIndex) -> ConfigError {
+    fn at(self, file: &Path, lines: &LineIndex<'_>) -> ConfigError {
         ConfigError {
             file: file.to_path_buf(),
             line: lines.line_of(&self.field),
@@ -108,6 +111,9 @@ pub struct Config {
     pub catalogue: Catalogue,
     pub plans: Vec<Plan>,
     pub partner_limit: NonZeroU32,
+    /// The customer keys, in file order. [`Policy::new`](crate::policy::Policy::new) moves
+    /// them into its key table, so in a compiled policy this list is empty: the keys are held
+    /// once, in `Policy::keys`.
     pub keys: Vec<KeySpec>,
     pub partners: Vec<PartnerSpec>,
     pub log_format: LogFormat,
@@ -188,7 +194,7 @@ pub enum Allow {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeySpec {
-    pub name: String,
+    pub name: KeyName,
     pub digest: Digest,
     /// Index into [`Config::plans`].
     pub plan: usize,
@@ -240,21 +246,63 @@ impl Config {
     }
 
     /// Validate `text` as if read from `path` (used for errors and relative paths).
+    ///
+    /// A long key list in the usual plain form is read by a fast reader (`config/fast.rs`)
+    /// instead of serde_yaml (same result, a fraction of the time); anything else, and every
+    /// error, goes through serde_yaml.
+    /// Lines for errors and warnings are looked up only when there is one to report.
     pub fn parse(text: &str, path: &Path, env: &dyn Env) -> Result<Config, ConfigError> {
-        let raw: FileConfig = serde_yaml::from_str(text).map_err(|e| yaml_error(path, &e))?;
-        let lines = LineIndex::build(text);
+        let fast = fast::split(text).and_then(|split| {
+            let mut raw: FileConfig = serde_yaml::from_str(&split.rest).ok()?;
+            split.is_marker(&raw.keys).then(|| {
+                raw.keys.clear();
+                (raw, split.keys)
+            })
+        });
+        match fast {
+            Some((raw, section)) => Self::validate(raw, &KeyList::Fast(&section), text, path, env),
+            None => {
+                let mut raw: FileConfig =
+                    serde_yaml::from_str(text).map_err(|e| yaml_error(path, &e))?;
+                let keys = std::mem::take(&mut raw.keys);
+                Self::validate(raw, &KeyList::File(&keys), text, path, env)
+            }
+        }
+    }
+
+    /// [`Config::parse`] without the fast path: everything through serde_yaml.
+    #[cfg(test)]
+    fn parse_slow(text: &str, path: &Path, env: &dyn Env) -> Result<Config, ConfigError> {
+        let mut raw: FileConfig = serde_yaml::from_str(text).map_err(|e| yaml_error(path, &e))?;
+        let keys = std::mem::take(&mut raw.keys);
+        Self::validate(raw, &KeyList::File(&keys), text, path, env)
+    }
+
+    fn validate(
+        raw: FileConfig,
+        keys: &KeyList<'_>,
+        text: &str,
+        path: &Path,
+        env: &dyn Env,
+    ) -> Result<Config, ConfigError> {
+        let lines = LineIndex::new(text);
         let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let (routes_file, catalogue) =
             load_catalogue(raw.routes.as_deref(), &base_dir).map_err(|e| match e {
                 CatalogueError::Here(inv) => inv.at(path, &lines),
                 CatalogueError::There(err) => err,
             })?;
-        build(raw, routes_file, catalogue, &base_dir, env, &lines)
-            .map(|mut c| {
-                c.source = path.to_path_buf();
-                c
-            })
-            .map_err(|inv| inv.at(path, &lines))
+        let mut config = build(raw, keys, routes_file, catalogue, &base_dir, env)
+            .map_err(|inv| inv.at(path, &lines))?;
+        config.source = path.to_path_buf();
+        if !config.warnings.is_empty() {
+            let fields: Vec<&str> = config.warnings.iter().map(|w| w.field.as_str()).collect();
+            let found = lines.lines_of(&fields);
+            for (w, line) in config.warnings.iter_mut().zip(found) {
+                w.line = line;
+            }
+        }
+        Ok(config)
     }
 
     pub fn plan(&self, name: &str) -> Option<&Plan> {
@@ -285,7 +333,7 @@ fn load_catalogue(
     })?;
     let raw: FileCatalogue =
         serde_yaml::from_str(&text).map_err(|e| CatalogueError::There(yaml_error(&path, &e)))?;
-    let lines = LineIndex::build(&text);
+    let lines = LineIndex::new(&text);
     let catalogue =
         Catalogue::compile(raw).map_err(|inv| CatalogueError::There(inv.at(&path, &lines)))?;
     Ok((Some(path), catalogue))
@@ -325,7 +373,7 @@ fn yaml_error(path: &Path, e: &serde_yaml::Error) -> ConfigError {
 }
 
 /// Names used as metric labels and log fields: short, printable, no quoting needed.
-fn check_name(name: &str, field: &str) -> Result<(), Invalid> {
+fn check_name(name: &str, field: impl FnOnce() -> String) -> Result<(), Invalid> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -335,7 +383,7 @@ fn check_name(name: &str, field: &str) -> Result<(), Invalid> {
         Ok(())
     } else {
         Err(Invalid::new(
-            field,
+            field(),
             format!("`{name}` is not a valid name (1–64 of A–Z a–z 0–9 _ - .)"),
         ))
     }
@@ -378,11 +426,11 @@ fn existing_file(base_dir: &Path, v: &str, field: &str) -> Result<PathBuf, Inval
 
 fn build(
     raw: FileConfig,
+    file_keys: &KeyList<'_>,
     routes_file: Option<PathBuf>,
     catalogue: Catalogue,
     base_dir: &Path,
     env: &dyn Env,
-    lines: &LineIndex,
 ) -> Result<Config, Invalid> {
     let mut warnings = Vec::new();
     let listen = socket_addr(&raw.listen, "listen")?;
@@ -428,7 +476,7 @@ fn build(
     let mut plan_ids: HashMap<u32, String> = HashMap::new();
     for (name, fp) in raw.plans {
         let at = format!("plans.{name}");
-        check_name(&name, &at)?;
+        check_name(&name, || at.clone())?;
         if matches!(name.as_str(), "partner" | "none") {
             // `partner` names the partner keys' policy and `none` an unknown caller, in
             // RateLimit headers, logs and metric labels.
@@ -488,19 +536,24 @@ fn build(
     )?;
 
     // Digests are unique across customer and partner keys: one bearer token, one identity.
-    let mut digests: HashMap<Digest, String> = HashMap::new();
-    let mut seen_digest = |d: Digest, at: &str, field: String| -> Result<(), Invalid> {
-        match digests.insert(d, at.to_string()) {
-            Some(other) => Err(Invalid::new(field, format!("is the same key as {other}"))),
-            None => Ok(()),
-        }
-    };
+    let n_partners = raw.partners.len();
+    let total = n_partners.saturating_add(file_keys.len());
+    if total > MAX_POSITIONS {
+        return Err(Invalid::new(
+            "keys",
+            format!(
+                "{total} keys and partners are more than the {MAX_POSITIONS} the gateway can hold"
+            ),
+        ));
+    }
+    let hasher = foldhash::fast::RandomState::default();
 
-    let mut partners = Vec::with_capacity(raw.partners.len());
+    let mut partners: Vec<PartnerSpec> = Vec::with_capacity(n_partners);
     let mut partner_names: HashMap<String, usize> = HashMap::new();
+    let mut partner_digests = SlotIndex::with_capacity(n_partners);
     for (i, fp) in raw.partners.iter().enumerate() {
         let at = format!("partners[{i}]");
-        check_name(&fp.name, &format!("{at}.name"))?;
+        check_name(&fp.name, || format!("{at}.name"))?;
         if partner_names.insert(fp.name.clone(), i).is_some() {
             return Err(Invalid::new(
                 format!("{at}.name"),
@@ -508,61 +561,48 @@ fn build(
             ));
         }
         let (digest, field) = key_digest(
-            &at,
+            "partners",
+            i,
             fp.sha256.as_deref(),
             fp.key.as_deref(),
             fp.key_env.as_deref(),
             env,
-            lines,
             &mut warnings,
         )?;
-        seen_digest(digest, &format!("{at} ({})", fp.name), field)?;
+        let seen = partner_digests.insert(hasher.hash_one(digest.folded()), i as u32, |j| {
+            partners[j as usize].digest == digest
+        });
+        if let Err(j) = seen {
+            let other = format!("partners[{j}] ({})", partners[j as usize].name);
+            return Err(Invalid::new(
+                format!("{at}.{field}"),
+                format!("is the same key as {other}"),
+            ));
+        }
         partners.push(PartnerSpec {
             name: fp.name.clone(),
             digest,
         });
     }
 
-    let mut keys = Vec::with_capacity(raw.keys.len());
-    let mut key_names: HashMap<String, usize> = HashMap::new();
-    for (i, fk) in raw.keys.iter().enumerate() {
-        let at = format!("keys[{i}]");
-        check_name(&fk.name, &format!("{at}.name"))?;
-        if key_names.insert(fk.name.clone(), i).is_some() {
-            return Err(Invalid::new(
-                format!("{at}.name"),
-                format!("duplicate key name `{}`", fk.name),
-            ));
+    // A million keys are checked for duplicates by sorting (sequential memory), not entry by
+    // entry in a hash index (a cache miss per entry). Only when something is wrong are they
+    // checked again entry by entry, in file order, so that the error is the first one there is.
+    let ctx = KeyCheck {
+        plans: &plans,
+        partners: &partners,
+        partner_names: &partner_names,
+        env,
+        hasher: &hasher,
+    };
+    let partner_warnings = warnings.len();
+    let keys = match ctx.keys(file_keys, false, &mut warnings) {
+        Ok(keys) if !ctx.any_duplicate(&keys) => keys,
+        _ => {
+            warnings.truncate(partner_warnings);
+            ctx.keys(file_keys, true, &mut warnings)?
         }
-        let plan = plans
-            .iter()
-            .position(|p| p.name == fk.plan)
-            .ok_or_else(|| {
-                Invalid::new(format!("{at}.plan"), format!("no plan named `{}`", fk.plan))
-            })?;
-        let partner = match &fk.partner {
-            None => None,
-            Some(p) => Some(*partner_names.get(p).ok_or_else(|| {
-                Invalid::new(format!("{at}.partner"), format!("no partner named `{p}`"))
-            })?),
-        };
-        let (digest, field) = key_digest(
-            &at,
-            fk.sha256.as_deref(),
-            fk.key.as_deref(),
-            fk.key_env.as_deref(),
-            env,
-            lines,
-            &mut warnings,
-        )?;
-        seen_digest(digest, &format!("{at} ({})", fk.name), field)?;
-        keys.push(KeySpec {
-            name: fk.name.clone(),
-            digest,
-            plan,
-            partner,
-        });
-    }
+    };
 
     let log_format = match raw.log.format.as_deref() {
         None | Some("text") => LogFormat::Text,
@@ -610,62 +650,219 @@ fn build(
     })
 }
 
-/// The digest of a key given as exactly one of `sha256`, `key` or `key_env`, and the field
-/// that gave it.
+/// The customer keys of a file, wherever they were read.
+enum KeyList<'a> {
+    File(&'a [file::FileKey]),
+    Fast(&'a fast::KeysSection<'a>),
+}
+
+impl<'a> KeyList<'a> {
+    fn iter(&self) -> Box<dyn ExactSizeIterator<Item = KeyFields<'a>> + '_> {
+        match self {
+            KeyList::File(keys) => Box::new(keys.iter().map(file::FileKey::fields)),
+            KeyList::Fast(section) => Box::new(section.iter()),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            KeyList::File(keys) => keys.len(),
+            KeyList::Fast(section) => section.iter().len(),
+        }
+    }
+}
+
+/// What checking the customer keys needs of the rest of the config.
+struct KeyCheck<'c> {
+    plans: &'c [Plan],
+    partners: &'c [PartnerSpec],
+    partner_names: &'c HashMap<String, usize>,
+    env: &'c dyn Env,
+    hasher: &'c foldhash::fast::RandomState,
+}
+
+impl KeyCheck<'_> {
+    /// Check every key in file order, each completely before the next. With `exact`, duplicate
+    /// names and digests are caught where they occur, so the error is the first in the file;
+    /// without, they are not looked for (see [`KeyCheck::any_duplicate`]), and an error is only
+    /// a sign that there is one.
+    fn keys(
+        &self,
+        list: &KeyList<'_>,
+        exact: bool,
+        warnings: &mut Vec<Warning>,
+    ) -> Result<Vec<KeySpec>, Invalid> {
+        let n = list.len();
+        let n_partners = self.partners.len();
+        let (mut names, mut digests) = if exact {
+            let mut digests = SlotIndex::with_capacity(n_partners + n);
+            for (j, p) in self.partners.iter().enumerate() {
+                // Distinct: the partners were checked already.
+                let _ =
+                    digests.insert(self.hasher.hash_one(p.digest.folded()), j as u32, |_| false);
+            }
+            (SlotIndex::with_capacity(n), digests)
+        } else {
+            (SlotIndex::default(), SlotIndex::default())
+        };
+        let mut keys: Vec<KeySpec> = Vec::with_capacity(n);
+        for (i, fk) in list.iter().enumerate() {
+            check_name(fk.name, || format!("keys[{i}].name"))?;
+            if exact {
+                let seen = names.insert(self.hasher.hash_one(fk.name), i as u32, |j| {
+                    keys[j as usize].name == fk.name
+                });
+                if seen.is_err() {
+                    return Err(Invalid::new(
+                        format!("keys[{i}].name"),
+                        format!("duplicate key name `{}`", fk.name),
+                    ));
+                }
+            }
+            let plan = self
+                .plans
+                .iter()
+                .position(|p| p.name == fk.plan)
+                .ok_or_else(|| {
+                    Invalid::new(
+                        format!("keys[{i}].plan"),
+                        format!("no plan named `{}`", fk.plan),
+                    )
+                })?;
+            let partner = match fk.partner {
+                None => None,
+                Some(p) => Some(*self.partner_names.get(p).ok_or_else(|| {
+                    Invalid::new(
+                        format!("keys[{i}].partner"),
+                        format!("no partner named `{p}`"),
+                    )
+                })?),
+            };
+            let (digest, field) =
+                key_digest("keys", i, fk.sha256, fk.key, fk.key_env, self.env, warnings)?;
+            if exact {
+                let seen = digests.insert(
+                    self.hasher.hash_one(digest.folded()),
+                    (n_partners + i) as u32,
+                    |j| {
+                        let j = j as usize;
+                        match j.checked_sub(n_partners) {
+                            None => self.partners[j].digest == digest,
+                            Some(k) => keys[k].digest == digest,
+                        }
+                    },
+                );
+                if let Err(j) = seen {
+                    let j = j as usize;
+                    let other = match j.checked_sub(n_partners) {
+                        None => format!("partners[{j}] ({})", self.partners[j].name),
+                        Some(k) => format!("keys[{k}] ({})", keys[k].name),
+                    };
+                    return Err(Invalid::new(
+                        format!("keys[{i}].{field}"),
+                        format!("is the same key as {other}"),
+                    ));
+                }
+            }
+            keys.push(KeySpec {
+                name: KeyName::new(fk.name),
+                digest,
+                plan,
+                partner,
+            });
+        }
+        Ok(keys)
+    }
+
+    /// Whether two keys share a name, or two keys or a key and a partner share a digest.
+    fn any_duplicate(&self, keys: &[KeySpec]) -> bool {
+        let np = self.partners.len();
+        let digest = |i: usize| match i.checked_sub(np) {
+            None => &self.partners[i].digest,
+            Some(k) => &keys[k].digest,
+        };
+        any_equal(
+            keys.len(),
+            |i| self.hasher.hash_one(&*keys[i].name),
+            |a, b| keys[a].name == keys[b].name,
+        ) || any_equal(
+            np + keys.len(),
+            |i| self.hasher.hash_one(digest(i).folded()),
+            |a, b| digest(a) == digest(b),
+        )
+    }
+}
+
+/// Whether two of `n` items are equal (`eq`), given a `hash` of each: sorts the hashes and
+/// compares items only where hashes are equal.
+fn any_equal(n: usize, hash: impl Fn(usize) -> u64, eq: impl Fn(usize, usize) -> bool) -> bool {
+    let mut by_hash: Vec<(u64, u32)> = (0..n).map(|i| (hash(i), i as u32)).collect();
+    by_hash.sort_unstable();
+    by_hash.chunk_by(|a, b| a.0 == b.0).any(|run| {
+        run.iter()
+            .enumerate()
+            .any(|(x, a)| run[x + 1..].iter().any(|b| eq(a.1 as usize, b.1 as usize)))
+    })
+}
+
+/// The digest of entry `i` of `list` (`keys` or `partners`), given as exactly one of `sha256`,
+/// `key` or `key_env`, and the field that gave it. A plain `key` adds a warning (its line is
+/// looked up once validation is done).
 fn key_digest(
-    at: &str,
+    list: &str,
+    i: usize,
     sha256: Option<&str>,
     key: Option<&str>,
     key_env: Option<&str>,
     env: &dyn Env,
-    lines: &LineIndex,
     warnings: &mut Vec<Warning>,
-) -> Result<(Digest, String), Invalid> {
+) -> Result<(Digest, &'static str), Invalid> {
+    let field = |name: &str| format!("{list}[{i}].{name}");
     match (sha256, key, key_env) {
         (Some(hex), None, None) => {
-            let field = format!("{at}.sha256");
             let d = Digest::from_hex(hex).ok_or_else(|| {
                 Invalid::new(
-                    field.clone(),
+                    field("sha256"),
                     "must be 64 hexadecimal characters (the SHA-256 of the key)",
                 )
             })?;
-            Ok((d, field))
+            Ok((d, "sha256"))
         }
         (None, Some(plain), None) => {
-            let field = format!("{at}.key");
             if !is_token68(plain.as_bytes()) {
                 return Err(Invalid::new(
-                    field,
+                    field("key"),
                     "is not a usable bearer token (token68 characters)",
                 ));
             }
             warnings.push(Warning {
-                line: lines.line_of(&field),
-                field: field.clone(),
+                line: None,
+                field: field("key"),
                 message: "a plain key sits in the config file; prefer `sha256` (tollgate hash-key) or `key_env`".into(),
             });
-            Ok((Digest::of(plain.as_bytes()), field))
+            Ok((Digest::of(plain.as_bytes()), "key"))
         }
         (None, None, Some(var)) => {
-            let field = format!("{at}.key_env");
             let value = env.var(var).ok_or_else(|| {
                 Invalid::new(
-                    field.clone(),
+                    field("key_env"),
                     format!("environment variable `{var}` is not set"),
                 )
             })?;
             if !is_token68(value.as_bytes()) {
                 return Err(Invalid::new(
-                    field,
+                    field("key_env"),
                     format!("environment variable `{var}` is not a usable bearer token (token68 characters)"),
                 ));
             }
-            Ok((Digest::of(value.as_bytes()), field))
+            Ok((Digest::of(value.as_bytes()), "key_env"))
         }
-        (None, None, None) => Err(Invalid::new(at, "give one of `sha256`, `key` or `key_env`")),
+        (None, None, None) => Err(Invalid::new(
+            format!("{list}[{i}]"),
+            "give one of `sha256`, `key` or `key_env`",
+        )),
         _ => Err(Invalid::new(
-            at,
+            format!("{list}[{i}]"),
             "give only one of `sha256`, `key` and `key_env`",
         )),
     }
