@@ -91,7 +91,17 @@ fn run(path: &std::path::Path, opt: pingora::prelude::Opt) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    crate::serve::init_logging(cfg.log_format);
+    // `--daemon`, on the command line or in the `--conf` file, forks: no background thread.
+    let daemon = opt.daemon
+        || (opt.conf.is_some()
+            && pingora::server::configuration::ServerConf::load_yaml_with_opt_override(&opt)
+                .is_ok_and(|c| c.daemon));
+    let writer = if daemon {
+        crate::serve::LogWriter::Direct
+    } else {
+        crate::serve::LogWriter::Background
+    };
+    let _log = crate::serve::init_logging(cfg.log_format, writer);
     for w in &cfg.warnings {
         tracing::warn!(
             file = %cfg.source.display(),

@@ -88,7 +88,7 @@ pub fn curl_lines(port: u16) -> Vec<(&'static str, String)> {
 /// Run the demo until interrupted.
 pub fn run(port: u16, upstream_port: u16, admin_port: u16) -> Result<(), String> {
     let cfg = config(port, upstream_port, admin_port)?;
-    crate::serve::init_logging(cfg.log_format);
+    let _log = crate::serve::init_logging(cfg.log_format, crate::serve::LogWriter::Background);
     let mut built = crate::serve::build(cfg, Arc::new(MonotonicClock::new()), None)?;
     add_stand_in(&mut built.server, &format!("127.0.0.1:{upstream_port}"));
     println!("Tollgate demo: gateway on http://127.0.0.1:{port}, stand-in upstream on http://127.0.0.1:{upstream_port}");

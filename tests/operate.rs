@@ -361,6 +361,10 @@ fn sighup_reloads_the_file_and_a_refused_one_keeps_the_old_config() {
         post(listen, "basic-key-1", "/v2/settings/webhook/set", webhook).status,
         200
     );
+    // Stop it the way an operator would, so every queued log line is written.
+    let mut p = p;
+    p.signal("INT");
+    assert!(p.wait_exit(Duration::from_secs(15)).is_some());
     let out = p.output();
     assert!(out.contains("config reloaded"), "{out}");
     assert!(out.contains("config reload refused"), "{out}");
@@ -558,7 +562,13 @@ fn leak_test(format: &str) {
     );
 
     let page = metrics_page(admin_addr);
-    drop(p);
+    // SIGINT, not a kill: the log writer writes what is queued before the process exits.
+    let mut p = p;
+    p.signal("INT");
+    let status = p
+        .wait_exit(Duration::from_secs(15))
+        .expect("exits on SIGINT");
+    assert!(status.success(), "{status:?}");
     let out = std::fs::read_to_string(dir.path().join("gw.stdout")).unwrap()
         + &std::fs::read_to_string(dir.path().join("gw.stderr")).unwrap();
 
