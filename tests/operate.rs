@@ -561,6 +561,10 @@ fn leak_test(format: &str) {
         502
     );
 
+    // A request's access line follows its answer: wait for the last one (bounded).
+    eventually("the last access line", || {
+        p.output().contains("upstream_error")
+    });
     let page = metrics_page(admin_addr);
     // SIGINT, not a kill: the log writer writes what is queued before the process exits.
     let mut p = p;
