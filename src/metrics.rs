@@ -281,6 +281,31 @@ mod tests {
         Policy::new(crate::testing::config(), None)
     }
 
+    /// The record of `key` calling `POST path`, as decided by `p`.
+    fn decided(
+        p: &Policy,
+        key: &str,
+        path: &str,
+        outcome: Outcome,
+        total_seconds: f64,
+        upstream_seconds: Option<f64>,
+    ) -> Record {
+        let auth = format!("Bearer {key}");
+        let head = RequestHead {
+            method: "POST",
+            path,
+            authorization: AuthHeader::One(auth.as_bytes()),
+        };
+        let d = p.decide(&head, 0);
+        Record {
+            route: d.route,
+            key: d.key,
+            outcome,
+            total_seconds,
+            upstream_seconds,
+        }
+    }
+
     #[test]
     fn records_by_route_plan_and_outcome_with_no_series_before_use() {
         let m = Metrics::new();
@@ -291,19 +316,14 @@ mod tests {
         assert!(out.contains("tollgate_build_info{version="), "{out}");
         assert!(!out.contains("tollgate_requests_total{"), "{out}");
 
-        let head = RequestHead {
-            method: "POST",
-            path: "/v2/sendMessage/",
-            authorization: AuthHeader::One(b"Bearer basic-key-1"),
-        };
-        let d = p.decide(&head, 0);
-        let rec = Record {
-            route: d.route,
-            key: d.key,
-            outcome: Outcome::Forwarded,
-            total_seconds: 0.002,
-            upstream_seconds: Some(0.001),
-        };
+        let rec = decided(
+            &p,
+            "basic-key-1",
+            "/v2/sendMessage/",
+            Outcome::Forwarded,
+            0.002,
+            Some(0.001),
+        );
         meters.record(&p, &rec);
         meters.record(&p, &rec);
         meters.record(
@@ -347,19 +367,14 @@ mod tests {
     fn partner_keys_are_labelled_partner_and_counts_survive_new_meters() {
         let m = Metrics::new();
         let p = policy();
-        let head = RequestHead {
-            method: "POST",
-            path: "/v2/service/upgrade",
-            authorization: AuthHeader::One(b"Bearer acme-partner-key"),
-        };
-        let d = p.decide(&head, 0);
-        let rec = Record {
-            route: d.route,
-            key: d.key,
-            outcome: Outcome::Invalid,
-            total_seconds: 0.001,
-            upstream_seconds: None,
-        };
+        let rec = decided(
+            &p,
+            "acme-partner-key",
+            "/v2/service/upgrade",
+            Outcome::Invalid,
+            0.001,
+            None,
+        );
         m.meters(&p).record(&p, &rec);
         // A reload builds new meters over the same families: the count goes on.
         m.meters(&p).record(&p, &rec);

@@ -36,7 +36,6 @@ pub fn default_server_conf() -> ServerConf {
 pub struct Built {
     pub server: Server,
     pub live: Arc<LivePolicy>,
-    pub health: Arc<Health>,
     /// The signal handling of [`crate::lifecycle`], for `Server::run`.
     pub signals: Signals,
 }
@@ -142,7 +141,6 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     Ok(Built {
         server,
         live,
-        health,
         signals,
     })
 }

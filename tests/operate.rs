@@ -52,7 +52,7 @@ fn admin_listener_serves_health_readiness_and_metrics_of_real_traffic() {
     assert_eq!(gw.admin("DELETE", "/metrics").status, 405);
     assert_eq!(gw.admin("GET", "/nope").status, 404);
 
-    let sent = r#"{"chatId":"1","message":"hi"}"#;
+    let sent = MESSAGE;
     for _ in 0..3 {
         assert_eq!(
             gw.call("basic-key-1", "POST", "/v2/sendMessage/", sent)
@@ -125,11 +125,7 @@ fn admin_listener_serves_health_readiness_and_metrics_of_real_traffic() {
 
 /// One keep-alive client: requests until `stop`, reconnecting when an answer says
 /// `Connection: close`. Returns (answers by status, failures as text, request-id prefixes).
-fn client_loop(
-    addr: SocketAddr,
-    request: Vec<u8>,
-    stop: Arc<AtomicBool>,
-) -> (Vec<u16>, Vec<String>, std::collections::BTreeSet<String>) {
+fn client_loop(addr: SocketAddr, request: Vec<u8>, stop: Arc<AtomicBool>) -> ClientResult {
     let mut statuses = Vec::new();
     let mut failures = Vec::new();
     let mut seeds = std::collections::BTreeSet::new();
@@ -183,15 +179,61 @@ fn keep_alive_request(key: &str, path: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+const MESSAGE: &str = r#"{"chatId":"1","message":"hi"}"#;
+
+/// `yaml` with every 150- and 70-request plan raised to 1,000,000 per window: limits no load
+/// in these tests reaches.
+fn unlimited(yaml: &str) -> String {
+    yaml.replace("requests_per_window: 150", "requests_per_window: 1000000")
+        .replace("requests_per_window: 70", "requests_per_window: 1000000")
+}
+
+/// Keep-alive clients, one thread per call, each repeating its call until `finish`.
+struct Load {
+    stop: Arc<AtomicBool>,
+    clients: Vec<std::thread::JoinHandle<ClientResult>>,
+}
+
+type ClientResult = (Vec<u16>, Vec<String>, std::collections::BTreeSet<String>);
+
+impl Load {
+    fn start(addr: SocketAddr, calls: &[(&str, &str, &str)]) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients = calls
+            .iter()
+            .map(|&(key, path, body)| {
+                let stop = Arc::clone(&stop);
+                let req = keep_alive_request(key, path, body);
+                std::thread::spawn(move || client_loop(addr, req, stop))
+            })
+            .collect();
+        Self { stop, clients }
+    }
+
+    /// Stop the clients; assert that nothing failed and every answer was 200 (`context` is
+    /// printed on failure). Returns the number of answers and the request-id seeds seen.
+    fn finish(self, context: &dyn Fn() -> String) -> (usize, std::collections::BTreeSet<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut answered = 0;
+        let mut seeds = std::collections::BTreeSet::new();
+        for c in self.clients {
+            let (statuses, failures, s) = c.join().unwrap();
+            assert!(failures.is_empty(), "{failures:?}\n{}", context());
+            assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
+            answered += statuses.len();
+            seeds.extend(s);
+        }
+        (answered, seeds)
+    }
+}
+
 #[test]
 fn reload_under_load_fails_no_request_and_a_changed_plan_takes_effect() {
     let up = Upstream::start(Mode::Ok);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.yaml");
     // Limits no load here reaches (the injected clock does not move).
-    let base = config_yaml(&format!("http://{}", up.addr), "")
-        .replace("requests_per_window: 150", "requests_per_window: 1000000")
-        .replace("requests_per_window: 70", "requests_per_window: 1000000");
+    let base = unlimited(&config_yaml(&format!("http://{}", up.addr), ""));
     let basic = "{ name: basic-1, key: basic-key-1, plan: basic }";
     let standard = "{ name: basic-1, key: basic-key-1, plan: standard }";
     std::fs::write(&path, &base).unwrap();
@@ -205,24 +247,15 @@ fn reload_under_load_fails_no_request_and_a_changed_plan_takes_effect() {
         "plan_restricted"
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = [
-        (
-            "pro-key-1",
-            "/v2/sendMessage/",
-            r#"{"chatId":"1","message":"hi"}"#,
-        ),
-        ("pro-key-1", "/v2/sendGroup", EVENT),
-        ("standard-key-1", "/v2/client/status", ""),
-        ("globex-customer-key", "/v2/settings/webhook/set", webhook),
-    ]
-    .into_iter()
-    .map(|(key, p, body)| {
-        let (addr, stop) = (gw.addr, Arc::clone(&stop));
-        let req = keep_alive_request(key, p, body);
-        std::thread::spawn(move || client_loop(addr, req, stop))
-    })
-    .collect();
+    let load = Load::start(
+        gw.addr,
+        &[
+            ("pro-key-1", "/v2/sendMessage/", MESSAGE),
+            ("pro-key-1", "/v2/sendGroup", EVENT),
+            ("standard-key-1", "/v2/client/status", ""),
+            ("globex-customer-key", "/v2/settings/webhook/set", webhook),
+        ],
+    );
 
     // Forty reloads while the clients run, moving basic-1 between plans each time, and one
     // refused file in the middle.
@@ -245,14 +278,7 @@ fn reload_under_load_fails_no_request_and_a_changed_plan_takes_effect() {
             assert!(v["line"].as_u64().is_some(), "{v}");
         }
     }
-    stop.store(true, Ordering::SeqCst);
-    let mut answered = 0;
-    for c in clients {
-        let (statuses, failures, _) = c.join().unwrap();
-        assert!(failures.is_empty(), "{failures:?}");
-        assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
-        answered += statuses.len();
-    }
+    let (answered, _) = load.finish(&String::new);
     assert!(
         answered >= 40,
         "the load ran through the reloads ({answered})"
@@ -363,8 +389,7 @@ fn sighup_reloads_the_file_and_a_refused_one_keeps_the_old_config() {
     );
     // Stop it the way an operator would, so every queued log line is written.
     let mut p = p;
-    p.signal("INT");
-    assert!(p.wait_exit(Duration::from_secs(15)).is_some());
+    p.stop();
     let out = p.output();
     assert!(out.contains("config reloaded"), "{out}");
     assert!(out.contains("config reload refused"), "{out}");
@@ -568,10 +593,7 @@ fn leak_test(format: &str) {
     let page = metrics_page(admin_addr);
     // SIGINT, not a kill: the log writer writes what is queued before the process exits.
     let mut p = p;
-    p.signal("INT");
-    let status = p
-        .wait_exit(Duration::from_secs(15))
-        .expect("exits on SIGINT");
+    let status = p.stop();
     assert!(status.success(), "{status:?}");
     let out = std::fs::read_to_string(dir.path().join("gw.stdout")).unwrap()
         + &std::fs::read_to_string(dir.path().join("gw.stderr")).unwrap();
@@ -646,9 +668,7 @@ fn upgrade_hands_the_sockets_over_with_zero_failed_requests() {
         &up,
         "shutdown: { grace_seconds: 1, timeout_seconds: 1 }\n",
     );
-    let yaml = yaml
-        .replace("requests_per_window: 150", "requests_per_window: 1000000")
-        .replace("requests_per_window: 70", "requests_per_window: 1000000");
+    let yaml = unlimited(&yaml);
     std::fs::write(&path, &yaml).unwrap();
     let (listen, admin_addr) = (addr_of(&yaml, "listen"), addr_of(&yaml, "admin_listen"));
     let sock = dir.path().join("upgrade.sock");
@@ -672,23 +692,14 @@ fn upgrade_hands_the_sockets_over_with_zero_failed_requests() {
     let mut old = Process::spawn(dir.path(), "old", &args, &[]);
     wait_ready(admin_addr, 200);
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = [
-        (
-            "pro-key-1",
-            "/v2/sendMessage/",
-            r#"{"chatId":"1","message":"hi"}"#,
-        ),
-        ("pro-key-1", "/v2/sendGroup", EVENT),
-        ("standard-key-1", "/v2/client/status", ""),
-    ]
-    .into_iter()
-    .map(|(key, p, body)| {
-        let (addr, stop) = (listen, Arc::clone(&stop));
-        let req = keep_alive_request(key, p, body);
-        std::thread::spawn(move || client_loop(addr, req, stop))
-    })
-    .collect();
+    let load = Load::start(
+        listen,
+        &[
+            ("pro-key-1", "/v2/sendMessage/", MESSAGE),
+            ("pro-key-1", "/v2/sendGroup", EVENT),
+            ("standard-key-1", "/v2/client/status", ""),
+        ],
+    );
 
     // Step 1: start the new process; it waits for the sockets. Step 2: SIGQUIT the old one.
     let mut args_new = args.to_vec();
@@ -704,22 +715,8 @@ fn upgrade_hands_the_sockets_over_with_zero_failed_requests() {
     wait_ready(admin_addr, 200);
     let before = up.count();
     eventually("the new process serves", || up.count() > before + 20);
-    stop.store(true, Ordering::SeqCst);
-
-    let mut seeds = std::collections::BTreeSet::new();
-    let mut answered = 0;
-    for c in clients {
-        let (statuses, failures, s) = c.join().unwrap();
-        assert!(
-            failures.is_empty(),
-            "{failures:?}\nold:\n{}\nnew:\n{}",
-            old.output(),
-            new.output()
-        );
-        assert!(statuses.iter().all(|&s| s == 200), "{statuses:?}");
-        answered += statuses.len();
-        seeds.extend(s);
-    }
+    let (answered, seeds) =
+        load.finish(&|| format!("old:\n{}\nnew:\n{}", old.output(), new.output()));
     // Request ids start with a per-process seed: both processes answered.
     assert!(seeds.len() >= 2, "{seeds:?}");
     eprintln!(

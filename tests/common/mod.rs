@@ -522,6 +522,14 @@ impl Process {
         }
     }
 
+    /// Stop it as an operator would (SIGINT), so every queued log line is written; wait
+    /// (bounded) for the exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        self.signal("INT");
+        self.wait_exit(Duration::from_secs(15))
+            .expect("exits on SIGINT")
+    }
+
     /// Everything it printed so far, stdout then stderr.
     pub fn output(&self) -> String {
         let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
