@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Instructions per request, P0 vs G (and Gv), counted by valgrind's callgrind.
+#
+#   benches/load/instructions.sh            # P0, G, P0v, Gv: 5,000 measured requests each
+#   (P0v is P0 on G's validated route, POST /v2/sendGroup with the group-event body)
+#   N=20000 SETUPS="G" benches/load/instructions.sh
+#
+# Why: on this VM the wall-clock CPU µs per request of run.sh moves ±10 % between repetitions,
+# more than the 1 µs the P0/G goal is about. Callgrind counts the instructions the proxy runs
+# in user space instead: the same binary and inputs give the same count, whatever else the
+# machine is doing, so a tuning step can be judged by a small, exact difference. It does not
+# see the kernel (system calls, TCP), which is the larger part of a request's CPU: use it for
+# A/B steps of Tollgate's own code and run.sh for the real req/s and µs.
+#
+# How: the upstream is nginx `return 200 '{}'` (benches/load/nginx/upstream.conf); the proxy
+# runs under callgrind with instrumentation off; a Python client sends W warm-up requests over one
+# keep-alive connection, turns instrumentation on (callgrind_control -i on), sends N more with keys
+# in rotation (the same requests as run.sh's wrk scripts), and dumps. The count divided by N
+# is the figure. Output: a table on stdout, and the callgrind files plus
+# `callgrind_annotate` top functions under $OUT (default target/instructions/<time>).
+#
+# Needs valgrind and nginx (installed from apt when missing) and a release build.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+N=${N:-5000}
+W=${W:-500}
+SETUPS=${SETUPS:-"P0 G P0v Gv"}
+OUT=${OUT:-$ROOT/target/instructions/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT"
+
+log() { echo "instructions: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+need=()
+command -v valgrind >/dev/null || need+=(valgrind)
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
+if ((${#need[@]})); then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  log "installing ${need[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+(cd "$ROOT" && cargo build --release --locked --quiet --bin tollgate --example p0)
+TMP=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+read -r D_PORT N1_PORT G_PORT G_ADMIN_PORT P0_PORT < <(python3 - <<'EOF'
+import socket
+ports, socks = [], []
+for _ in range(5):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s); ports.append(s.getsockname()[1])
+print(*ports)
+EOF
+)
+python3 "$HERE/gen.py" --dir "$TMP" --keys 1000 --d-port "$D_PORT" --n1-port "$N1_PORT" \
+  --g-port "$G_PORT" --g-admin-port "$G_ADMIN_PORT"
+"$NGINX" -p "$TMP/nginx-d" -c "$TMP/nginx-d/nginx.conf" -e "$TMP/nginx-d/error.log" \
+  -g 'daemon off;' >"$OUT/nginx.out" 2>&1 &
+PIDS+=($!)
+
+# client.py PORT PATH BODY_FILE W N CTL: W warm-up requests, then `CTL on`, N requests, `CTL off`.
+cat > "$TMP/client.py" <<'EOF'
+import socket, subprocess, sys, time
+port, path, body_file, warm, n, pid = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+body = open(body_file, "rb").read()
+def req(i):
+    return (b"POST %s HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer bench-key-%05d\r\n"
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (path.encode(), i % 1000, len(body))) + body
+for _ in range(300):
+    try:
+        s = socket.create_connection(("127.0.0.1", int(port)), timeout=60); break
+    except OSError:
+        time.sleep(0.1)
+else:
+    sys.exit("proxy not listening")
+f = s.makefile("rb")
+def one(i):
+    s.sendall(req(i))
+    status = f.readline()
+    if b" 200 " not in status:
+        sys.exit("request %d: %r" % (i, status))
+    length = 0
+    while True:
+        line = f.readline()
+        if line in (b"\r\n", b""):
+            break
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            length = int(v)
+    f.read(length)
+for i in range(warm):
+    one(i)
+subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+for i in range(n):
+    one(warm + i)
+subprocess.run(["callgrind_control", "-d", "measured", pid], check=True, capture_output=True)
+EOF
+
+printf '| setup | route | instructions/request |\n|---|---|---|\n'
+for s in $SETUPS; do
+  route=send_message
+  case $s in
+    P0 | P0v)
+      [ "$s" = P0v ] && route=send_group_event
+      cmd=("$ROOT/target/release/examples/p0" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1)
+      port=$P0_PORT ;;
+    G | Gv)
+      [ "$s" = Gv ] && route=send_group_event
+      cmd=("$ROOT/target/release/tollgate" run --config "$TMP/tollgate.yaml" --conf "$HERE/pingora.yaml")
+      port=$G_PORT ;;
+    *) die "unknown setup $s (P0, P0v, G, Gv)" ;;
+  esac
+  TOLLGATE_LOG=warn valgrind --tool=callgrind --instr-atstart=no \
+    --callgrind-out-file="$OUT/callgrind.$s.%p" "${cmd[@]}" >"$OUT/$s.out" 2>&1 &
+  pid=$!
+  python3 "$TMP/client.py" "$port" "$(cat "$TMP/path-$route")" "$TMP/body-$route.json" "$W" "$N" "$pid"
+  kill -INT "$pid"; wait "$pid" 2>/dev/null || true
+  file=$(ls "$OUT"/callgrind."$s".*.1 2>/dev/null | head -1)
+  [ -n "$file" ] || die "no callgrind dump for $s (see $OUT/$s.out)"
+  total=$(awk '/^totals:/ { print $2; exit }' "$file")
+  callgrind_annotate --inclusive=no "$file" > "$OUT/$s.top.txt" 2>/dev/null || true
+  printf '| %s | %s | %s |\n' "$s" "$route" "$((total / N))"
+done
+log "callgrind files and top functions in $OUT"
