@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, TRANSFER_ENCODING};
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName, HeaderValue};
 use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::modules::http::HttpModules;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
@@ -45,6 +46,9 @@ use crate::metrics::Record;
 use crate::policy::RequestHead;
 use crate::refusal::{Code, Refusal};
 use crate::routes::RouteIdx;
+
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// Where and how to reach the upstream, resolved once per config (not per request).
 pub struct Target {
@@ -171,8 +175,9 @@ pub struct Ctx {
     pub quota: Option<Quota>,
     pub outcome: Outcome,
     pub status: u16,
-    /// Path and query to send upstream.
-    upstream_path: String,
+    /// Path and query to send upstream, when they differ from the request's (`None`: send the
+    /// request target as it came).
+    upstream_path: Option<String>,
     /// Length of a body read and checked in `request_filter`.
     checked_body: Option<usize>,
     /// Bytes streamed so far for an unchecked body.
@@ -236,7 +241,7 @@ impl Gateway {
     }
 
     fn request_id(&self, headers: &HeaderMap) -> String {
-        if let Some(v) = headers.get("x-request-id") {
+        if let Some(v) = headers.get(X_REQUEST_ID) {
             let b = v.as_bytes();
             let ok = !b.is_empty()
                 && b.len() <= 128
@@ -248,7 +253,7 @@ impl Gateway {
             }
         }
         let n = self.id_counter.fetch_add(1, Ordering::Relaxed);
-        format!("{:016x}{:016x}", self.id_seed, n)
+        hex_id(self.id_seed, n)
     }
 
     /// Answer `refusal` as problem+json, with the rate-limit headers when the caller is known.
@@ -296,13 +301,55 @@ impl Gateway {
     }
 }
 
+/// A generated request id: 32 lower-case hex digits, the process's random seed then a counter
+/// (`{seed:016x}{n:016x}`, without `fmt`: this runs for every request).
+fn hex_id(seed: u64, n: u64) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut id = String::with_capacity(32);
+    for b in seed.to_be_bytes().into_iter().chain(n.to_be_bytes()) {
+        id.push(char::from(HEX[usize::from(b >> 4)]));
+        id.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    id
+}
+
 fn add_rate_limit_headers(ctx: &Ctx, resp: &mut ResponseHeader) -> Result<()> {
     if let (Some(s), Some(k), Some(q)) = (&ctx.snap, ctx.key, &ctx.quota) {
         let (policy, state) = s.policy.rate_limit_headers(k, q);
-        resp.insert_header("RateLimit-Policy", policy)?;
-        resp.insert_header("RateLimit", state)?;
+        resp.insert_header("RateLimit-Policy", header_value(policy)?)?;
+        resp.insert_header("RateLimit", header_value(state)?)?;
     }
     Ok(())
+}
+
+/// `X-Forwarded-For` for the upstream: the values that came, then the client's address.
+fn forwarded_for(prior: &HeaderMap, client: Option<&PeerAddr>) -> Result<HeaderValue> {
+    let mut v: Vec<u8> = Vec::with_capacity(48);
+    for p in prior.get_all(X_FORWARDED_FOR) {
+        v.extend_from_slice(p.as_bytes());
+        v.extend_from_slice(b", ");
+    }
+    match client {
+        Some(PeerAddr::Inet(SocketAddr::V4(a))) => {
+            let mut n = itoa::Buffer::new();
+            for (i, o) in a.ip().octets().into_iter().enumerate() {
+                if i > 0 {
+                    v.push(b'.');
+                }
+                v.extend_from_slice(n.format(o).as_bytes());
+            }
+        }
+        Some(PeerAddr::Inet(a)) => v.extend_from_slice(a.ip().to_string().as_bytes()),
+        // A Unix socket has no address to give: keep what came (without the trailing ", ").
+        _ => v.truncate(v.len().saturating_sub(2)),
+    }
+    header_value(Bytes::from(v))
+}
+
+/// A header value built without a copy (the bytes are still checked).
+fn header_value(b: Bytes) -> Result<HeaderValue> {
+    HeaderValue::from_maybe_shared(b)
+        .map_err(|_| Error::explain(ErrorType::InternalError, "not a header value"))
 }
 
 fn auth_header(headers: &HeaderMap) -> AuthHeader<'_> {
@@ -366,6 +413,11 @@ async fn read_body(session: &mut Session, cap: u64) -> Result<Option<Bytes>> {
 impl ProxyHttp for Gateway {
     type CTX = Ctx;
 
+    /// No downstream modules. Pingora's default adds its response-compression module switched
+    /// off (level 0), which still builds a context and runs three filters on every request;
+    /// Tollgate never compresses (answers pass through with the upstream's encoding).
+    fn init_downstream_modules(&self, _modules: &mut HttpModules) {}
+
     fn new_ctx(&self) -> Ctx {
         Ctx {
             started: Instant::now(),
@@ -376,7 +428,7 @@ impl ProxyHttp for Gateway {
             quota: None,
             outcome: Outcome::Forwarded,
             status: 0,
-            upstream_path: String::new(),
+            upstream_path: None,
             checked_body: None,
             streamed: 0,
             upstream_started: None,
@@ -410,14 +462,25 @@ impl ProxyHttp for Gateway {
             Err(r) => return self.refuse(session, ctx, r).await,
         };
         let target = &snap.target;
-        let mut path = String::with_capacity(target.base_path.len() + forward.path.len() + 16);
-        path.push_str(&target.base_path);
-        path.push_str(&forward.path);
-        if let Some(q) = req.uri.query() {
-            path.push('?');
-            path.push_str(q);
+        // Rewrite the target only when it changes: a base path, a normalized or re-spelt path,
+        // an absolute-form target (`POST http://host/v2/...`). Otherwise Pingora sends the
+        // request line's own bytes, so they must be exactly the path (and query) decided on.
+        let as_it_came = target.base_path.is_empty()
+            && forward.path == req.uri.path()
+            && req
+                .uri
+                .path_and_query()
+                .is_some_and(|pq| pq.as_str().as_bytes() == req.raw_path());
+        if !as_it_came {
+            let mut path = String::with_capacity(target.base_path.len() + forward.path.len() + 16);
+            path.push_str(&target.base_path);
+            path.push_str(&forward.path);
+            if let Some(q) = req.uri.query() {
+                path.push('?');
+                path.push_str(q);
+            }
+            ctx.upstream_path = Some(path);
         }
-        ctx.upstream_path = path;
         let body_rule = forward.body;
         let declared = match declared_length(&req.headers) {
             Ok(n) => n,
@@ -500,33 +563,21 @@ impl ProxyHttp for Gateway {
         up: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        let uri: http::Uri = ctx.upstream_path.parse().map_err(|_| {
-            Error::explain(ErrorType::InternalError, "upstream path does not parse")
-        })?;
-        up.set_uri(uri);
+        if let Some(path) = ctx.upstream_path.take() {
+            let uri: http::Uri = path.parse().map_err(|_| {
+                Error::explain(ErrorType::InternalError, "upstream path does not parse")
+            })?;
+            up.set_uri(uri);
+        }
         if let Some(s) = &ctx.snap {
             up.insert_header(HOST, s.target.host.as_str())?;
         }
         up.insert_header("X-Request-Id", ctx.request_id.as_str())?;
-        let client = match session.client_addr() {
-            Some(PeerAddr::Inet(a)) => a.ip().to_string(),
-            _ => String::new(),
-        };
-        let prior: Vec<&str> = up
-            .headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect();
-        let xff = if prior.is_empty() {
-            client
-        } else {
-            format!("{}, {client}", prior.join(", "))
-        };
+        let xff = forwarded_for(&up.headers, session.client_addr())?;
         up.insert_header("X-Forwarded-For", xff)?;
         if let Some(n) = ctx.checked_body {
             up.remove_header(&TRANSFER_ENCODING);
-            up.insert_header(CONTENT_LENGTH, n.to_string())?;
+            up.insert_header(CONTENT_LENGTH, itoa::Buffer::new().format(n))?;
         }
         Ok(())
     }
@@ -650,5 +701,49 @@ impl ProxyHttp for Gateway {
             upstream_ms = ctx.upstream_elapsed.map(|d| d.as_secs_f64() * 1e3),
             "request"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_request_ids_are_the_seed_then_the_counter_in_hex() {
+        for (seed, n) in [
+            (0, 0),
+            (1, 2),
+            (u64::MAX, 0x0123_4567_89ab_cdef),
+            (0xdead_beef, 42),
+        ] {
+            assert_eq!(hex_id(seed, n), format!("{seed:016x}{n:016x}"));
+        }
+    }
+
+    #[test]
+    fn forwarded_for_appends_the_client_to_what_came() {
+        let v4 = PeerAddr::Inet("192.0.2.10:5000".parse().unwrap());
+        let v6 = PeerAddr::Inet("[2001:db8::1]:443".parse().unwrap());
+        let mut h = HeaderMap::new();
+        let got = |h: &HeaderMap, c: Option<&PeerAddr>| {
+            forwarded_for(h, c).unwrap().to_str().unwrap().to_string()
+        };
+        assert_eq!(got(&h, Some(&v4)), "192.0.2.10");
+        assert_eq!(got(&h, Some(&v6)), "2001:db8::1");
+        assert_eq!(got(&h, None), "");
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static("203.0.113.9"));
+        h.append(
+            X_FORWARDED_FOR,
+            HeaderValue::from_static("198.51.100.7, 10.0.0.1"),
+        );
+        assert_eq!(
+            got(&h, Some(&v4)),
+            "203.0.113.9, 198.51.100.7, 10.0.0.1, 192.0.2.10"
+        );
+        assert_eq!(got(&h, None), "203.0.113.9, 198.51.100.7, 10.0.0.1");
+        for ip in ["0.0.0.0", "255.255.255.255", "10.200.3.40"] {
+            let a = PeerAddr::Inet(format!("{ip}:1").parse().unwrap());
+            assert_eq!(got(&HeaderMap::new(), Some(&a)), ip);
+        }
     }
 }

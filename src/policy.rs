@@ -14,6 +14,8 @@
 
 use std::borrow::Cow;
 
+use bytes::Bytes;
+
 use crate::authenticate::{authenticate, AuthHeader, Credential, Digest, KeyIdx, KeyTable};
 use crate::authorize::authorize;
 use crate::check_body::{check_body, Checked};
@@ -62,6 +64,33 @@ pub struct Policy {
     /// Per plan, in `config.plans` order.
     plan_rates: Vec<Rate>,
     partner_rate: Rate,
+    /// The fixed parts of the rate-limit header fields, per plan (same order) and for partners:
+    /// built once per config, not per request.
+    plan_fields: Vec<RateFields>,
+    partner_fields: RateFields,
+}
+
+/// What the rate-limit header fields of one policy (a plan, or `partner`) hold whatever the
+/// budget: the whole `RateLimit-Policy` value and the start of `RateLimit`.
+#[derive(Debug)]
+struct RateFields {
+    /// `"basic";q=40;w=10`
+    policy: Bytes,
+    /// `"basic";r=`
+    state_prefix: Box<[u8]>,
+}
+
+impl RateFields {
+    fn new(name: &str, rate: &Rate) -> Self {
+        Self {
+            policy: Bytes::from(format!(
+                "\"{name}\";q={};w={}",
+                rate.limit(),
+                rate.window_secs()
+            )),
+            state_prefix: format!("\"{name}\";r=").into_bytes().into_boxed_slice(),
+        }
+    }
 }
 
 impl Policy {
@@ -75,8 +104,15 @@ impl Policy {
             .plans
             .iter()
             .map(|p| Rate::new(p.limit, window))
-            .collect();
+            .collect::<Vec<_>>();
         let partner_rate = Rate::new(config.partner_limit, window);
+        let plan_fields = config
+            .plans
+            .iter()
+            .zip(&plan_rates)
+            .map(|(p, r)| RateFields::new(&p.name, r))
+            .collect();
+        let partner_fields = RateFields::new(PARTNER, &partner_rate);
         let keys = KeyTable::build(&config, previous.map(|p| &p.keys));
         config.keys = Vec::new();
         Self {
@@ -84,6 +120,8 @@ impl Policy {
             keys,
             plan_rates,
             partner_rate,
+            plan_fields,
+            partner_fields,
         }
     }
 
@@ -199,20 +237,45 @@ impl Policy {
     pub fn policy_name(&self, key: KeyIdx) -> &str {
         match self.keys.get(key).credential {
             Credential::Customer { plan, .. } => &self.config.plans[plan].name,
-            Credential::Partner { .. } => "partner",
+            Credential::Partner { .. } => PARTNER,
+        }
+    }
+
+    fn fields(&self, c: Credential) -> &RateFields {
+        match c {
+            Credential::Customer { plan, .. } => &self.plan_fields[plan],
+            Credential::Partner { .. } => &self.partner_fields,
         }
     }
 
     /// The `RateLimit-Policy` and `RateLimit` field values (draft-ietf-httpapi-ratelimit-headers)
-    /// for `key` with `quota`.
-    pub fn rate_limit_headers(&self, key: KeyIdx, quota: &Quota) -> (String, String) {
-        let name = self.policy_name(key);
-        (
-            format!("\"{name}\";q={};w={}", quota.limit, quota.window_secs),
-            format!("\"{name}\";r={};t={}", quota.remaining, quota.reset_secs),
-        )
+    /// for `key` with `quota` (a quota [`Policy::decide`] gave for that key): the first is
+    /// shared, built with the config; the second is the only per-request allocation.
+    pub fn rate_limit_headers(&self, key: KeyIdx, quota: &Quota) -> (Bytes, Bytes) {
+        let c = self.keys.get(key).credential;
+        let fields = self.fields(c);
+        debug_assert_eq!(
+            (quota.limit, quota.window_secs),
+            (self.rate(c).limit(), self.rate(c).window_secs()),
+            "a quota of another policy"
+        );
+        let mut remaining = itoa::Buffer::new();
+        let mut reset = itoa::Buffer::new();
+        let (r, t) = (
+            remaining.format(quota.remaining),
+            reset.format(quota.reset_secs),
+        );
+        let mut state = Vec::with_capacity(fields.state_prefix.len() + r.len() + 3 + t.len());
+        state.extend_from_slice(&fields.state_prefix);
+        state.extend_from_slice(r.as_bytes());
+        state.extend_from_slice(b";t=");
+        state.extend_from_slice(t.as_bytes());
+        (fields.policy.clone(), Bytes::from(state))
     }
 }
+
+/// The rate-limit policy name of partner keys (a reserved plan name).
+const PARTNER: &str = "partner";
 
 #[cfg(test)]
 mod tests {

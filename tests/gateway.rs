@@ -115,6 +115,50 @@ fn not_found_and_invalid_path() {
 }
 
 #[test]
+fn the_upstream_target_is_rewritten_only_when_it_changes() {
+    // Sent as it came: origin form, already canonical, no base path (the query kept).
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up, "");
+    assert_eq!(
+        gw.call("pro-key-1", "GET", "/v2/client/getChats?a=1&b=%20", "")
+            .status,
+        200
+    );
+    // The absolute form becomes the origin form.
+    let raw = "GET http://gateway.test/v2/client/getChats?q=2 HTTP/1.1\r\nHost: gateway.test\r\n\
+               Authorization: Bearer pro-key-1\r\nConnection: close\r\n\r\n";
+    assert_eq!(gw.send(raw.as_bytes()).status, 200);
+    // A case variant is sent in the catalogue's spelling.
+    assert_eq!(
+        gw.call("pro-key-1", "GET", "/V2/Client/getChats?c=3", "")
+            .status,
+        200
+    );
+    let paths: Vec<String> = up.seen().iter().map(|s| s.path().to_string()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/v2/client/getChats?a=1&b=%20",
+            "/v2/client/getChats?q=2",
+            "/v2/client/getChats?c=3"
+        ]
+    );
+
+    // An upstream base path goes in front of every forwarded path.
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&common::config_yaml(
+        &format!("http://{}/provider", up.addr),
+        "",
+    ));
+    assert_eq!(
+        gw.call("pro-key-1", "GET", "/v2/client/getChats?a=1", "")
+            .status,
+        200
+    );
+    assert_eq!(up.seen()[0].path(), "/provider/v2/client/getChats?a=1");
+}
+
+#[test]
 fn rate_limit_counts_down_then_429_with_retry_after() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::with(&up, "");
@@ -363,6 +407,7 @@ fn forwarded_headers() {
     let gw = Gateway::with(&up, "");
     let raw = "GET /v2/client/getChats HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer pro-key-1\r\n\
                X-Forwarded-For: 203.0.113.9\r\nX-Request-Id: abc-123\r\nConnection: close, X-Drop-Me\r\n\
+               X-Forwarded-For: 198.51.100.7, 192.0.2.1\r\n\
                X-Drop-Me: secret\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nUpgrade: h2c\r\nProxy-Authorization: x\r\nX-Keep: 1\r\n\r\n";
     let r = gw.send(raw.as_bytes());
     assert_eq!(r.status, 200);
@@ -370,7 +415,12 @@ fn forwarded_headers() {
     let s = &up.seen()[0];
     assert_eq!(s.header("authorization"), Some("Bearer pro-key-1"));
     assert_eq!(s.header("x-request-id"), Some("abc-123"));
-    assert_eq!(s.header("x-forwarded-for"), Some("203.0.113.9, 127.0.0.1"));
+    // Every line that came, in order, then the client.
+    assert_eq!(
+        s.header("x-forwarded-for"),
+        Some("203.0.113.9, 198.51.100.7, 192.0.2.1, 127.0.0.1")
+    );
+    assert_eq!(s.headers_named("x-forwarded-for").len(), 1);
     assert_eq!(s.header("host"), Some(up.addr.to_string().as_str()));
     assert_eq!(s.header("x-keep"), Some("1"));
     for gone in [
