@@ -13,10 +13,11 @@
 //! an `f64` are refused, and nothing is allocated beyond a small multiple of the (capped) input.
 //! Duplicate object keys are refused as `invalid_json`: the upstream might read the other copy.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::{Map, Value};
 use time::macros::format_description;
 use time::PrimitiveDateTime;
 
@@ -44,7 +45,7 @@ pub fn check_body(rule: BodyRule, body: &[u8], max: u64) -> Result<Checked, Refu
         ));
     }
     let doc = parse_strict(body)?;
-    let Value::Object(obj) = doc else {
+    let Json::Object(obj) = doc else {
         let mut r = Refusal::new(Code::InvalidBody, "the body must be a JSON object");
         r.errors.push(FieldError::new("", "must be an object"));
         return Err(r);
@@ -83,79 +84,143 @@ pub fn check_body(rule: BodyRule, body: &[u8], max: u64) -> Result<Checked, Refu
     }
 }
 
-fn parse_strict(body: &[u8]) -> Result<Value, Refusal> {
+fn parse_strict(body: &[u8]) -> Result<Json<'_>, Refusal> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let v = StrictValue::deserialize(&mut de)
+    Json::deserialize(&mut de)
         .and_then(|v| de.end().map(|()| v))
         .map_err(|e| {
             Refusal::new(
                 Code::InvalidJson,
                 format!("the body is not valid JSON: {e}"),
             )
-        })?;
-    Ok(v.0)
+        })
 }
 
-/// A `serde_json::Value` that refuses duplicate object keys.
-struct StrictValue(Value);
+/// A parsed body that borrows from it: a string without escapes is a slice of the input, an
+/// object a list of members in their order. serde_json parses (its limits hold: 128 levels,
+/// numbers within `f64`); this tree only keeps what the rules read, and refuses duplicate
+/// member names, which `serde_json::Value` would silently collapse.
+#[derive(Debug)]
+enum Json<'a> {
+    Null,
+    Bool,
+    /// A number without fraction or exponent that fits 64 bits (signed or not).
+    Integer,
+    /// Any other number (finite).
+    Float,
+    String(Cow<'a, str>),
+    Array,
+    Object(Object<'a>),
+}
 
-impl<'de> Deserialize<'de> for StrictValue {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(StrictVisitor).map(StrictValue)
+#[derive(Debug, Default)]
+struct Object<'a>(Vec<(Cow<'a, str>, Json<'a>)>);
+
+impl<'a> Object<'a> {
+    fn get(&self, name: &str) -> Option<&Json<'a>> {
+        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v)
     }
 }
 
-struct StrictVisitor;
+impl<'de> Deserialize<'de> for Json<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(JsonVisitor)
+    }
+}
 
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Json<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON value")
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
+    fn visit_bool<E>(self, _: bool) -> Result<Json<'de>, E> {
+        Ok(Json::Bool)
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(v.into())
+    fn visit_i64<E>(self, _: i64) -> Result<Json<'de>, E> {
+        Ok(Json::Integer)
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(v.into())
+    fn visit_u64<E>(self, _: u64) -> Result<Json<'de>, E> {
+        Ok(Json::Integer)
     }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        serde_json::Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| E::custom("number out of range"))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(StrictValue(v)) = seq.next_element()? {
-            out.push(v);
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Json<'de>, E> {
+        if v.is_finite() {
+            Ok(Json::Float)
+        } else {
+            Err(E::custom("number out of range"))
         }
-        Ok(Value::Array(out))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(k) = map.next_key::<String>()? {
-            if out.contains_key(&k) {
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Json<'de>, E> {
+        Ok(Json::String(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Json<'de>, E> {
+        Ok(Json::String(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Json<'de>, E> {
+        Ok(Json::String(Cow::Owned(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Json<'de>, E> {
+        Ok(Json::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Json<'de>, A::Error> {
+        // Elements are parsed (and checked for duplicate names within) but not kept: no rule
+        // looks inside an array.
+        while seq.next_element::<Json<'de>>()?.is_some() {}
+        Ok(Json::Array)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Json<'de>, A::Error> {
+        /// Up to this many members, a duplicate is looked for by scanning; past it, by a set.
+        const SCAN: usize = 16;
+        let mut members: Vec<(Cow<'de, str>, Json<'de>)> = Vec::new();
+        let mut names: Option<HashSet<Cow<'de, str>>> = None;
+        while let Some(Name(k)) = map.next_key()? {
+            let duplicate = match names.as_mut() {
+                Some(set) => !set.insert(k.clone()),
+                None if members.len() < SCAN => members.iter().any(|(n, _)| *n == k),
+                None => {
+                    let mut set: HashSet<_> = members.iter().map(|(n, _)| n.clone()).collect();
+                    let dup = !set.insert(k.clone());
+                    names = Some(set);
+                    dup
+                }
+            };
+            if duplicate {
                 return Err(de::Error::custom(format_args!(
                     "duplicate key `{}`",
                     truncate(&k)
                 )));
             }
-            let StrictValue(v) = map.next_value()?;
-            out.insert(k, v);
+            let v = map.next_value()?;
+            members.push((k, v));
         }
-        Ok(Value::Object(out))
+        Ok(Json::Object(Object(members)))
+    }
+}
+
+/// A member name, borrowed from the input when it has no escapes.
+struct Name<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -166,14 +231,14 @@ fn truncate(s: &str) -> &str {
     }
 }
 
-fn kind(v: &Value) -> &'static str {
+fn kind(v: &Json<'_>) -> &'static str {
     match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+        Json::Null => "null",
+        Json::Bool => "a boolean",
+        Json::Integer | Json::Float => "a number",
+        Json::String(_) => "a string",
+        Json::Array => "an array",
+        Json::Object(_) => "an object",
     }
 }
 
@@ -185,28 +250,29 @@ fn pointer(parent: &str, name: &str) -> String {
 /// A required (or present optional) string member; records an error and returns `None` when
 /// it is missing, not a string, or (with `non_empty`) empty.
 fn string_field<'v>(
-    obj: &'v Map<String, Value>,
+    obj: &'v Object<'_>,
     parent: &str,
     name: &str,
     required: bool,
     non_empty: bool,
     errors: &mut Vec<FieldError>,
 ) -> Option<&'v str> {
-    let p = pointer(parent, name);
+    // The pointer is built only for an error: a valid body allocates nothing here.
+    let p = || pointer(parent, name);
     match obj.get(name) {
         None if required => {
-            errors.push(FieldError::new(p, "is required"));
+            errors.push(FieldError::new(p(), "is required"));
             None
         }
         None => None,
-        Some(Value::String(s)) if non_empty && s.is_empty() => {
-            errors.push(FieldError::new(p, "must not be empty"));
+        Some(Json::String(s)) if non_empty && s.is_empty() => {
+            errors.push(FieldError::new(p(), "must not be empty"));
             None
         }
-        Some(Value::String(s)) => Some(s),
+        Some(Json::String(s)) => Some(s.as_ref()),
         Some(other) => {
             errors.push(FieldError::new(
-                p,
+                p(),
                 format!("must be a string, not {}", kind(other)),
             ));
             None
@@ -214,7 +280,7 @@ fn string_field<'v>(
     }
 }
 
-fn group_event(obj: &Map<String, Value>, errors: &mut Vec<FieldError>) {
+fn group_event(obj: &Object<'_>, errors: &mut Vec<FieldError>) {
     string_field(obj, "", "name", true, true, errors);
     if let Some(t) = string_field(obj, "", "type", true, false, errors) {
         if t != "event" {
@@ -235,7 +301,7 @@ fn group_event(obj: &Map<String, Value>, errors: &mut Vec<FieldError>) {
     }
     match obj.get("eventOptions") {
         None => errors.push(FieldError::new("/eventOptions", "is required")),
-        Some(Value::Object(opts)) => {
+        Some(Json::Object(opts)) => {
             string_field(opts, "/eventOptions", "callType", true, true, errors);
             string_field(opts, "/eventOptions", "description", true, true, errors);
         }
@@ -253,7 +319,7 @@ pub fn is_utc_millis_timestamp(s: &str) -> bool {
     s.len() == 24 && s.as_bytes()[0].is_ascii_digit() && PrimitiveDateTime::parse(s, fmt).is_ok()
 }
 
-fn webhook_set(obj: &Map<String, Value>, errors: &mut Vec<FieldError>) {
+fn webhook_set(obj: &Object<'_>, errors: &mut Vec<FieldError>) {
     if let Some(url) = string_field(obj, "", "url", true, true, errors) {
         if !is_http_url(url) {
             errors.push(FieldError::new(
@@ -285,13 +351,13 @@ pub fn is_http_url(s: &str) -> bool {
         && uri.authority().is_some_and(|a| !a.host().is_empty())
 }
 
-fn service_upgrade(obj: &Map<String, Value>, errors: &mut Vec<FieldError>) -> Option<Digest> {
+fn service_upgrade(obj: &Object<'_>, errors: &mut Vec<FieldError>) -> Option<Digest> {
     let target =
         string_field(obj, "", "apiKey", true, true, errors).map(|k| Digest::of(k.as_bytes()));
     match obj.get("planID") {
         None => errors.push(FieldError::new("/planID", "is required")),
-        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => {}
-        Some(Value::Number(_)) => errors.push(FieldError::new(
+        Some(Json::Integer) => {}
+        Some(Json::Float) => errors.push(FieldError::new(
             "/planID",
             "must be an integer (no fraction or exponent, within 64 bits)",
         )),
@@ -306,6 +372,7 @@ fn service_upgrade(obj: &Map<String, Value>, errors: &mut Vec<FieldError>) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     const MAX: u64 = 64 * 1024;
 
@@ -585,6 +652,31 @@ mod tests {
                 "{b:?}"
             );
         }
+    }
+
+    #[test]
+    fn duplicates_are_found_in_large_objects_and_through_escapes() {
+        // Past 16 members the duplicate check switches from a scan to a set.
+        let members: Vec<String> = (0..40).map(|i| format!("\"f{i}\":{i}")).collect();
+        let body = format!(r#"{{"url":"https://a.example/",{}}}"#, members.join(","));
+        assert_eq!(code(BodyRule::WebhookSet, body.as_bytes()), None);
+        for dup in [r#""f3":0"#, r#""f39":[]"#, r#""url":"x""#] {
+            let body = format!(
+                r#"{{"url":"https://a.example/",{},{dup}}}"#,
+                members.join(",")
+            );
+            assert_eq!(
+                code(BodyRule::WebhookSet, body.as_bytes()),
+                Some(Code::InvalidJson),
+                "{dup}"
+            );
+        }
+        // An escaped name is the same name.
+        let b = br#"{"url":"https://a.example/","u\u0072l":"javascript:x"}"#;
+        assert_eq!(code(BodyRule::WebhookSet, b), Some(Code::InvalidJson));
+        // An escaped value is read like any other.
+        let b = br#"{"url":"https:\/\/a.example\/","signing":"o\u006e"}"#;
+        assert_eq!(code(BodyRule::WebhookSet, b), None);
     }
 
     #[test]
