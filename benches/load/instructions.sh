@@ -125,8 +125,9 @@ for s in $SETUPS; do
   pid=$!
   python3 "$TMP/client.py" "$port" "$(cat "$TMP/path-$route")" "$TMP/body-$route.json" "$W" "$N" "$pid"
   kill -INT "$pid"; wait "$pid" 2>/dev/null || true
-  file=$(ls "$OUT"/callgrind."$s".*.1 2>/dev/null | head -1)
-  [ -n "$file" ] || die "no callgrind dump for $s (see $OUT/$s.out)"
+  dumps=("$OUT"/callgrind."$s".*.1)
+  file=${dumps[0]}
+  [ -f "$file" ] || die "no callgrind dump for $s (see $OUT/$s.out)"
   total=$(awk '/^totals:/ { print $2; exit }' "$file")
   callgrind_annotate --inclusive=no "$file" > "$OUT/$s.top.txt" 2>/dev/null || true
   printf '| %s | %s | %s |\n' "$s" "$route" "$((total / N))"

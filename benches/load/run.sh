@@ -18,7 +18,8 @@
 # Method: the proxy under test is pinned to CPU 0, the load generator and the upstream nginx
 # to CPU 1. Keep-alive on both legs. Before every measurement a warm-up run of the same kind.
 #   saturation  wrk -t1 -c64 (keys rotate per request, no key is limited) -> req/s and the
-#               proxy's CPU µs per request (utime+stime of all its threads, /proc/PID/stat)
+#               proxy's CPU µs per request (utime+stime of all its threads, /proc/PID/stat),
+#               and user µs per request (utime alone)
 #   latency     oha open loop at 5,000 and 20,000 req/s, -c64, --latency-correction -> p50,
 #               p99, p99.9; one fixed key on the `bench` plan (1,000,000 req / 10 s)
 # Output in $OUT (default target/bench-results/<timestamp>/): results.csv (setup, route,
@@ -239,10 +240,10 @@ stop_setup() {
 # CPU clock ticks (utime+stime) of a process: /proc/PID/stat counts every thread of the
 # process; for nginx the master and its workers are added up.
 CLK_TCK=$(getconf CLK_TCK)
-cpu_ticks() { # pid
+cpu_ticks() { # pid [user]: utime+stime, or utime alone with a second argument
   local total=0 p t
   for p in "$1" $(pgrep -P "$1" || true); do
-    t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
+    t=$(awk -v u="${2:-}" '{ sub(/^.*\) /, ""); print u ? $12 : $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
     total=$((total + t))
   done
   echo "$total"
@@ -269,16 +270,20 @@ children_ticks() {
 }
 # measured setup route rep suffix -- command...: run the command and record, over its wall
 # time, how busy both CPUs were and who used them: the proxy, the upstream, the load
-# generator (rows *_pct<suffix>). Leaves the proxy's ticks in M_PROXY_TICKS.
+# generator (rows *_pct<suffix>). Leaves the proxy's ticks in M_PROXY_TICKS, and its user-space
+# ticks alone in M_PROXY_USER_TICKS.
 measured() {
   local s=$1 r=$2 rep=$3 sfx=$4; shift 5
-  local p0 u0 k0 w0 g0 p1 u1 k1 w1 g1
+  local p0 u0 k0 w0 g0 p1 u1 k1 w1 g1 pu0 pu1
+  pu0=$(cpu_ticks "$CUR_PID" user)
   p0=$(cpu_ticks "$CUR_PID"); u0=$(cpu_ticks "$UP_PID"); k0=$(cores); w0=$(date +%s%N)
   children_ticks; g0=$LG_TICKS
   "$@"
   children_ticks; g1=$LG_TICKS
   w1=$(date +%s%N); p1=$(cpu_ticks "$CUR_PID"); u1=$(cpu_ticks "$UP_PID"); k1=$(cores)
+  pu1=$(cpu_ticks "$CUR_PID" user)
   M_PROXY_TICKS=$((p1 - p0))
+  M_PROXY_USER_TICKS=$((pu1 - pu0))
   local wall; wall=$(awk -v a="$w0" -v b="$w1" 'BEGIN {printf "%.6f", (b - a) / 1e9}')
   pct() { awk -v d="$1" -v h="$CLK_TCK" -v w="$wall" 'BEGIN {printf "%.1f", d / h / w * 100}'; }
   row "$s" "$r" "proxy_cpu_pct$sfx" "$rep" "$(pct $((p1 - p0)))"
@@ -349,11 +354,12 @@ saturation() { # setup route rep
   row "$s" "$r" non2xx "$rep" "$non2xx"
   row "$s" "$r" socket_errors "$rep" "$errs"
   row "$s" "$r" cpu_us_per_req "$rep" "$(awk -v d="$M_PROXY_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
+  row "$s" "$r" user_us_per_req "$rep" "$(awk -v d="$M_PROXY_USER_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
   row "$s" "$r" wrk_p50_ms "$rep" "$(awk '$1 == "50%" {print $2}' "$f" | python3 "$HERE/summary.py" --to-ms)"
   row "$s" "$r" wrk_p99_ms "$rep" "$(awk '$1 == "99%" {print $2}' "$f" | python3 "$HERE/summary.py" --to-ms)"
   [ "$non2xx" = 0 ] && [ "$errs" = 0 ] || log "  warning: $s $r: $non2xx non-2xx answers, $errs socket errors (see $f)"
   log "  $s $r rep $rep: $rps req/s, $(awk -F, -v s="$s" -v r="$r" -v k="$rep" \
-    '$1==s && $2==r && $4==k && ($3=="cpu_us_per_req" || $3=="proxy_cpu_pct" || $3=="wrk_p99_ms") {printf "%s=%s ", $3, $5}' "$CSV")"
+    '$1==s && $2==r && $4==k && ($3=="cpu_us_per_req" || $3=="user_us_per_req" || $3=="proxy_cpu_pct" || $3=="wrk_p99_ms") {printf "%s=%s ", $3, $5}' "$CSV")"
 }
 
 latency() { # setup route rep rate

@@ -89,6 +89,16 @@ def med(data, s, r, m):
     return statistics.median(v) if v else None
 
 
+def paired(data, a, b, r, m, op):
+    """Median over repetitions of op(a's value, b's value in the same repetition): setups are
+    interleaved within a repetition, so pairing cancels drift between repetitions."""
+    x, y = data.get((a, r, m)), data.get((b, r, m))
+    if not x or not y or len(x) != len(y):
+        return None
+    vals = [op(u, v) for u, v in zip(x, y) if v]
+    return statistics.median(vals) if vals else None
+
+
 def fmt(v, digits=0):
     if v is None:
         return "–"
@@ -160,7 +170,7 @@ def summarize(a):
     )
     out.append("")
     pc, lc = machine.get("proxy_cpu", "0"), machine.get("load_cpu", "1")
-    hdr = ["setup", "route", "req/s", "CPU µs/req", "proxy CPU %", "CPU %s / %s busy %% (others)" % (pc, lc)]
+    hdr = ["setup", "route", "req/s", "CPU µs/req", "user µs/req", "proxy CPU %", "CPU %s / %s busy %% (others)" % (pc, lc)]
     hdr += ["p50 / p99 / p99.9 ms @%dk" % (q // 1000) if q % 1000 == 0 else "p50 / p99 / p99.9 ms @%d" % q for q in rates]
     out.append("| " + " | ".join(hdr) + " |")
     out.append("|" + "---|" * len(hdr))
@@ -175,6 +185,7 @@ def summarize(a):
                 ROUTE_TEXT[r],
                 fmt(med(data, s, r, "rps")),
                 fmt(med(data, s, r, "cpu_us_per_req"), 1),
+                fmt(med(data, s, r, "user_us_per_req"), 1),
                 fmt(med(data, s, r, "proxy_cpu_pct"), 0),
                 busy_cell(data, s, r, pc, lc),
             ]
@@ -207,6 +218,11 @@ def summarize(a):
         ("G / N1 throughput (sendMessage)", ratio(med(data, "G", msg, "rps"), med(data, "N1", msg, "rps")), "×", 2),
         ("G CPU/req − P0 CPU/req (sendMessage)", diff(med(data, "G", msg, "cpu_us_per_req"), med(data, "P0", msg, "cpu_us_per_req")), "µs", 1),
         ("Gv CPU/req − P0 CPU/req (sendGroup event)", diff(med(data, "G", ev, "cpu_us_per_req"), med(data, "P0", ev, "cpu_us_per_req")), "µs", 1),
+        ("G user CPU/req − P0 user CPU/req (sendMessage)", diff(med(data, "G", msg, "user_us_per_req"), med(data, "P0", msg, "user_us_per_req")), "µs", 1),
+        ("Gv user CPU/req − P0 user CPU/req (sendGroup event)", diff(med(data, "G", ev, "user_us_per_req"), med(data, "P0", ev, "user_us_per_req")), "µs", 1),
+        ("G / P0 throughput, median of per-repetition ratios (sendMessage)", paired(data, "G", "P0", msg, "rps", lambda u, v: u / v), "×", 2),
+        ("Gv / P0 throughput, median of per-repetition ratios (sendGroup event)", paired(data, "G", "P0", ev, "rps", lambda u, v: u / v), "×", 2),
+        ("G CPU/req − P0 CPU/req, median of per-repetition differences (sendMessage)", paired(data, "G", "P0", msg, "cpu_us_per_req", lambda u, v: u - v), "µs", 1),
         ("G CPU/req − N1 CPU/req (sendMessage)", diff(med(data, "G", msg, "cpu_us_per_req"), med(data, "N1", msg, "cpu_us_per_req")), "µs", 1),
         ("G-log CPU/req − G CPU/req (access line at info)", diff(med(data, "G-log", msg, "cpu_us_per_req"), med(data, "G", msg, "cpu_us_per_req")), "µs", 1),
         ("p99(G) − p99(D) @%d req/s (sendMessage)" % q0, diff(med(data, "G", msg, "p99_ms@%d" % q0), med(data, "D", msg, "p99_ms@%d" % q0)), "ms", 3),
@@ -224,7 +240,8 @@ def summarize(a):
 
     out.append("Notes:")
     out.append("- req/s and CPU µs/req: `wrk -t1 -c%s` saturation, keys rotating per request (none is rate limited). "
-               "CPU µs/req = (utime+stime of the proxy process, all threads; nginx: master + worker) / requests completed. "
+               "CPU µs/req = (utime+stime of the proxy process, all threads; nginx: master + worker) / requests completed; "
+               "user µs/req counts utime alone (the proxy's own code and libraries, without the kernel's TCP work). "
                "proxy CPU %% near 100 means the proxy was the bottleneck; well below means CPU 1 (wrk + upstream) was. "
                "CPU busy %% is everything but idle on the proxy's CPU and on the load CPU (/proc/stat, interrupts included); "
                "(others) is the part of it that was neither the proxy's, the upstream nginx's nor the load generator's CPU time "
