@@ -180,6 +180,9 @@ pub struct Ctx {
     upstream_path: Option<String>,
     /// Length of a body read and checked in `request_filter`.
     checked_body: Option<usize>,
+    /// The checked body needs new framing upstream (its request came chunked, or with a
+    /// `Content-Length` not spelled as the plain decimal length).
+    reframe_body: bool,
     /// Bytes streamed so far for an unchecked body.
     streamed: u64,
     pub upstream_started: Option<Instant>,
@@ -391,6 +394,15 @@ fn declared_length(h: &HeaderMap) -> std::result::Result<Option<u64>, Refusal> {
     }
 }
 
+/// Whether a request's own framing already says exactly `n` bytes: no `Transfer-Encoding`, and
+/// its one `Content-Length` (two are refused earlier) is `n` in plain decimal, as Tollgate
+/// would write it. Then the checked body goes upstream under the client's own header.
+fn framed_as(h: &HeaderMap, n: usize) -> bool {
+    !h.contains_key(TRANSFER_ENCODING)
+        && h.get(CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() == itoa::Buffer::new().format(n).as_bytes())
+}
+
 /// Read the whole body, keeping it in Pingora's retry buffer for the upstream. `None` when it
 /// passes `cap` (reading stops there).
 async fn read_body(session: &mut Session, cap: u64) -> Result<Option<Bytes>> {
@@ -430,6 +442,7 @@ impl ProxyHttp for Gateway {
             status: 0,
             upstream_path: None,
             checked_body: None,
+            reframe_body: false,
             streamed: 0,
             upstream_started: None,
             upstream_elapsed: None,
@@ -509,6 +522,7 @@ impl ProxyHttp for Gateway {
             return self.refuse(session, ctx, r).await;
         }
         ctx.checked_body = Some(body.len());
+        ctx.reframe_body = !framed_as(&session.req_header().headers, body.len());
         Ok(false)
     }
 
@@ -575,7 +589,7 @@ impl ProxyHttp for Gateway {
         up.insert_header("X-Request-Id", ctx.request_id.as_str())?;
         let xff = forwarded_for(&up.headers, session.client_addr())?;
         up.insert_header("X-Forwarded-For", xff)?;
-        if let Some(n) = ctx.checked_body {
+        if let (Some(n), true) = (ctx.checked_body, ctx.reframe_body) {
             up.remove_header(&TRANSFER_ENCODING);
             up.insert_header(CONTENT_LENGTH, itoa::Buffer::new().format(n))?;
         }
@@ -718,6 +732,27 @@ mod tests {
         ] {
             assert_eq!(hex_id(seed, n), format!("{seed:016x}{n:016x}"));
         }
+    }
+
+    #[test]
+    fn a_checked_body_keeps_its_framing_only_when_it_is_exact() {
+        let h = |pairs: &[(HeaderName, &'static str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.append(k.clone(), HeaderValue::from_static(v));
+            }
+            m
+        };
+        assert!(framed_as(&h(&[(CONTENT_LENGTH, "152")]), 152));
+        assert!(framed_as(&h(&[(CONTENT_LENGTH, "0")]), 0));
+        assert!(!framed_as(&h(&[(CONTENT_LENGTH, "0152")]), 152));
+        assert!(!framed_as(&h(&[(CONTENT_LENGTH, "151")]), 152));
+        assert!(!framed_as(&h(&[]), 152));
+        assert!(!framed_as(
+            &h(&[(CONTENT_LENGTH, "152"), (TRANSFER_ENCODING, "chunked")]),
+            152
+        ));
+        assert!(!framed_as(&h(&[(TRANSFER_ENCODING, "chunked")]), 152));
     }
 
     #[test]

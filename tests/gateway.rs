@@ -290,6 +290,23 @@ fn the_upstream_receives_exactly_the_checked_bytes_at_the_matched_path() {
         Some(body.len().to_string().as_str())
     );
     assert_eq!(seen[0].header("authorization"), Some("Bearer pro-key-1"));
+    assert!(seen[0].header("transfer-encoding").is_none());
+
+    // A declared length goes upstream as the plain decimal length, however it was spelt.
+    for declared in [body.len().to_string(), format!("00{}", body.len())] {
+        let raw = format!(
+            "POST /v2/sendGroup HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer pro-key-1\r\nContent-Type: application/json\r\nContent-Length: {declared}\r\nConnection: close\r\n\r\n{body}"
+        );
+        assert_eq!(gw.send(raw.as_bytes()).status, 200, "{declared}");
+        let seen = up.seen();
+        let last = seen.last().unwrap();
+        assert_eq!(last.body, body.as_bytes(), "{declared}");
+        assert_eq!(
+            last.headers_named("content-length"),
+            [body.len().to_string().as_str()],
+            "{declared}"
+        );
+    }
 }
 
 #[test]
