@@ -113,7 +113,7 @@ enum Json<'a> {
     Object(Object<'a>),
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Object<'a>(Vec<(Cow<'a, str>, Json<'a>)>);
 
 impl<'a> Object<'a> {

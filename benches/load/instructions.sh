@@ -19,7 +19,9 @@
 # is the figure. Output: a table on stdout, and the callgrind files plus
 # `callgrind_annotate` top functions under $OUT (default target/instructions/<time>).
 #
-# Needs valgrind and nginx (installed from apt when missing) and a release build.
+# Needs valgrind and nginx (installed from apt when missing); builds the release binaries
+# itself. Cargo's own variables apply, e.g. to count a fat-LTO build in its own target dir:
+#   CARGO_TARGET_DIR=target/fat CARGO_PROFILE_RELEASE_LTO=fat benches/load/instructions.sh
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -45,6 +47,7 @@ fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 (cd "$ROOT" && cargo build --release --locked --quiet --bin tollgate --example p0)
+REL=$(cd "$ROOT" && realpath -m "${CARGO_TARGET_DIR:-target}")/release
 TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -112,11 +115,11 @@ for s in $SETUPS; do
   case $s in
     P0 | P0v)
       [ "$s" = P0v ] && route=send_group_event
-      cmd=("$ROOT/target/release/examples/p0" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1)
+      cmd=("$REL/examples/p0" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1)
       port=$P0_PORT ;;
     G | Gv)
       [ "$s" = Gv ] && route=send_group_event
-      cmd=("$ROOT/target/release/tollgate" run --config "$TMP/tollgate.yaml" --conf "$HERE/pingora.yaml")
+      cmd=("$REL/tollgate" run --config "$TMP/tollgate.yaml" --conf "$HERE/pingora.yaml")
       port=$G_PORT ;;
     *) die "unknown setup $s (P0, P0v, G, Gv)" ;;
   esac
