@@ -307,13 +307,12 @@ impl Gateway {
 /// A generated request id: 32 lower-case hex digits, the process's random seed then a counter
 /// (`{seed:016x}{n:016x}`, without `fmt`: this runs for every request).
 fn hex_id(seed: u64, n: u64) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut id = String::with_capacity(32);
-    for b in seed.to_be_bytes().into_iter().chain(n.to_be_bytes()) {
-        id.push(char::from(HEX[usize::from(b >> 4)]));
-        id.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    id
+    let mut raw = [0u8; 16];
+    raw[..8].copy_from_slice(&seed.to_be_bytes());
+    raw[8..].copy_from_slice(&n.to_be_bytes());
+    let mut id = [0u8; 32];
+    hex::encode_to_slice(raw, &mut id).expect("32 digits for 16 bytes");
+    String::from_utf8_lossy(&id).into_owned()
 }
 
 fn add_rate_limit_headers(ctx: &Ctx, resp: &mut ResponseHeader) -> Result<()> {
