@@ -62,12 +62,23 @@ pub struct Policy {
     pub config: Config,
     pub keys: KeyTable,
     /// Per plan, in `config.plans` order.
-    plan_rates: Vec<Rate>,
-    partner_rate: Rate,
-    /// The fixed parts of the rate-limit header fields, per plan (same order) and for partners:
-    /// built once per config, not per request.
-    plan_fields: Vec<RateFields>,
-    partner_fields: RateFields,
+    plan_limits: Vec<Limit>,
+    partner_limit: Limit,
+}
+
+/// One rate-limit policy (a plan, or `partner`): its rate, and the fixed parts of its header
+/// fields, built once per config rather than per request.
+#[derive(Debug)]
+struct Limit {
+    rate: Rate,
+    fields: RateFields,
+}
+
+impl Limit {
+    fn new(name: &str, rate: Rate) -> Self {
+        let fields = RateFields::new(name, &rate);
+        Self { rate, fields }
+    }
 }
 
 /// What the rate-limit header fields of one policy (a plan, or `partner`) hold whatever the
@@ -100,28 +111,19 @@ impl Policy {
     /// be some 80 MB more), so `policy.config.keys` is empty; `policy.keys` has them all.
     pub fn new(mut config: Config, previous: Option<&Policy>) -> Self {
         let window = config.limits.window;
-        let plan_rates = config
+        let plan_limits = config
             .plans
             .iter()
-            .map(|p| Rate::new(p.limit, window))
-            .collect::<Vec<_>>();
-        let partner_rate = Rate::new(config.partner_limit, window);
-        let plan_fields = config
-            .plans
-            .iter()
-            .zip(&plan_rates)
-            .map(|(p, r)| RateFields::new(&p.name, r))
+            .map(|p| Limit::new(&p.name, Rate::new(p.limit, window)))
             .collect();
-        let partner_fields = RateFields::new(PARTNER, &partner_rate);
+        let partner_limit = Limit::new(PARTNER, Rate::new(config.partner_limit, window));
         let keys = KeyTable::build(&config, previous.map(|p| &p.keys));
         config.keys = Vec::new();
         Self {
             config,
             keys,
-            plan_rates,
-            partner_rate,
-            plan_fields,
-            partner_fields,
+            plan_limits,
+            partner_limit,
         }
     }
 
@@ -139,7 +141,7 @@ impl Policy {
             }
         };
         let entry = self.keys.get(key);
-        let rate = self.rate(entry.credential);
+        let rate = &self.limit(entry.credential).rate;
         // Refused before the limit step: the budget is reported, not spent.
         let refused = |route, r| Decision {
             key: Some(key),
@@ -226,10 +228,10 @@ impl Policy {
         }
     }
 
-    fn rate(&self, c: Credential) -> &Rate {
+    fn limit(&self, c: Credential) -> &Limit {
         match c {
-            Credential::Customer { plan, .. } => &self.plan_rates[plan],
-            Credential::Partner { .. } => &self.partner_rate,
+            Credential::Customer { plan, .. } => &self.plan_limits[plan],
+            Credential::Partner { .. } => &self.partner_limit,
         }
     }
 
@@ -241,22 +243,14 @@ impl Policy {
         }
     }
 
-    fn fields(&self, c: Credential) -> &RateFields {
-        match c {
-            Credential::Customer { plan, .. } => &self.plan_fields[plan],
-            Credential::Partner { .. } => &self.partner_fields,
-        }
-    }
-
     /// The `RateLimit-Policy` and `RateLimit` field values (draft-ietf-httpapi-ratelimit-headers)
     /// for `key` with `quota` (a quota [`Policy::decide`] gave for that key): the first is
     /// shared, built with the config; the second is the only per-request allocation.
     pub fn rate_limit_headers(&self, key: KeyIdx, quota: &Quota) -> (Bytes, Bytes) {
-        let c = self.keys.get(key).credential;
-        let fields = self.fields(c);
+        let Limit { rate, fields } = self.limit(self.keys.get(key).credential);
         debug_assert_eq!(
             (quota.limit, quota.window_secs),
-            (self.rate(c).limit(), self.rate(c).window_secs()),
+            (rate.limit(), rate.window_secs()),
             "a quota of another policy"
         );
         let mut remaining = itoa::Buffer::new();
