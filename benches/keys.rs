@@ -43,8 +43,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tollgate::authenticate::Digest;
 use tollgate::config::Config;
+use tollgate::digest::Digest;
 use tollgate::policy::Policy;
 
 /// Counts live and peak heap bytes and the number of allocations.

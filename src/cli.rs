@@ -6,9 +6,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::authenticate::{is_token68, Digest};
 use crate::config::{Allow, Config, Scheme};
-use crate::routes::{MethodSel, PathMatch};
+use crate::digest::Digest;
+use crate::policy::authenticate::is_token68;
+use crate::policy::routes::{Family, MethodSel, PathMatch};
+use crate::runtime::logging::{init_logging, LogWriter};
+use crate::runtime::server;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -72,7 +75,7 @@ pub fn dispatch(cli: Cli) -> ExitCode {
             }
         },
         Command::StandIn { listen } => {
-            let conf = crate::serve::default_server_conf();
+            let conf = server::default_server_conf();
             let mut server = pingora::server::Server::new_with_opt_and_conf(None, conf);
             crate::demo::add_stand_in(&mut server, &listen);
             println!("stand-in upstream on http://{listen}");
@@ -97,11 +100,11 @@ fn run(path: &std::path::Path, opt: pingora::prelude::Opt) -> ExitCode {
             && pingora::server::configuration::ServerConf::load_yaml_with_opt_override(&opt)
                 .is_ok_and(|c| c.daemon));
     let writer = if daemon {
-        crate::serve::LogWriter::Direct
+        LogWriter::Direct
     } else {
-        crate::serve::LogWriter::Background
+        LogWriter::Background
     };
-    let _log = crate::serve::init_logging(cfg.log_format, writer);
+    let _log = init_logging(cfg.log_format, writer);
     for w in &cfg.warnings {
         tracing::warn!(
             file = %cfg.source.display(),
@@ -112,7 +115,7 @@ fn run(path: &std::path::Path, opt: pingora::prelude::Opt) -> ExitCode {
         );
     }
     let clock = std::sync::Arc::new(crate::clock::MonotonicClock::new());
-    match crate::serve::build(cfg, clock, Some(opt)) {
+    match server::build(cfg, clock, Some(opt)) {
         Ok(built) => {
             built.run();
             ExitCode::SUCCESS
@@ -264,8 +267,8 @@ pub fn summary(cfg: &Config) -> String {
             PathMatch::Prefix(p) => format!("{p}*"),
         };
         let family = match r.family {
-            crate::routes::Family::Customer => "customer",
-            crate::routes::Family::Partner => "partner",
+            Family::Customer => "customer",
+            Family::Partner => "partner",
         };
         let body = r
             .body

@@ -13,6 +13,8 @@ use pingora::services::listening::Service;
 
 use crate::clock::MonotonicClock;
 use crate::config::{Config, ProcessEnv};
+use crate::runtime::logging::{init_logging, LogWriter};
+use crate::runtime::{server, SetupError};
 
 /// The demo policy, compiled in so `tollgate demo` works from any directory.
 pub const DEMO_YAML: &str = include_str!("../policies/demo.yaml");
@@ -47,9 +49,8 @@ pub fn add_stand_in(server: &mut Server, addr: &str) {
 
 /// The demo config, listening on `port` with the stand-in on `upstream_port` and the admin
 /// listener on `admin_port` (all loopback).
-pub fn config(port: u16, upstream_port: u16, admin_port: u16) -> Result<Config, String> {
-    let mut cfg = Config::parse(DEMO_YAML, Path::new("policies/demo.yaml"), &ProcessEnv)
-        .map_err(|e| e.to_string())?;
+pub fn config(port: u16, upstream_port: u16, admin_port: u16) -> Result<Config, SetupError> {
+    let mut cfg = Config::parse(DEMO_YAML, Path::new("policies/demo.yaml"), &ProcessEnv)?;
     cfg.listen.set_port(port);
     cfg.admin_listen.set_port(admin_port);
     cfg.upstream.port = upstream_port;
@@ -86,10 +87,10 @@ pub fn curl_lines(port: u16) -> Vec<(&'static str, String)> {
 }
 
 /// Run the demo until interrupted.
-pub fn run(port: u16, upstream_port: u16, admin_port: u16) -> Result<(), String> {
+pub fn run(port: u16, upstream_port: u16, admin_port: u16) -> Result<(), SetupError> {
     let cfg = config(port, upstream_port, admin_port)?;
-    let _log = crate::serve::init_logging(cfg.log_format, crate::serve::LogWriter::Background);
-    let mut built = crate::serve::build(cfg, Arc::new(MonotonicClock::new()), None)?;
+    let _log = init_logging(cfg.log_format, LogWriter::Background);
+    let mut built = server::build(cfg, Arc::new(MonotonicClock::new()), None)?;
     add_stand_in(&mut built.server, &format!("127.0.0.1:{upstream_port}"));
     println!("Tollgate demo: gateway on http://127.0.0.1:{port}, stand-in upstream on http://127.0.0.1:{upstream_port}");
     println!("Policy: policies/demo.yaml (demo-only keys). Try, in another terminal:\n");

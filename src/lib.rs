@@ -1,47 +1,42 @@
-//! Tollgate: an edge policy gateway for a messaging provider's HTTP API.
+//! Tollgate: an edge policy gateway for a messaging provider's HTTP API, on Pingora.
 //!
-//! The request path, in order, is in the numbered files:
+//! # The request path
 //!
-//! 1. [`authenticate`] — bearer key → key entry (digests only, constant-time compare)
-//! 2. [`classify`] — method + normalized path → route id (ambiguous paths refused)
-//! 3. [`authorize`] — credential kind, then the plan's allow-list
-//! 4. [`limit`] — the key's 10-second budget (GCRA, one atomic CAS)
-//! 5. [`check_body`] — the body shapes the spec gives
+//! In order; each step narrows the request or answers it. The order is written once more, as
+//! code, where the steps are composed: [`Policy::decide`](policy::Policy::decide) for steps
+//! 1–4 and [`proxy::Gateway::admit`] (the proxy's `request_filter`) for the whole path.
 //!
-//! [`policy`] composes them; [`config`] and [`routes`] feed them. All of it is pure and
-//! synchronous, free of Pingora types.
+//! | # | step | where | answers with |
+//! |---|---|---|---|
+//! | 0 | framing: one `Host`, one `Content-Length` | [`proxy::head::check_framing`] | 400 `bad_request` |
+//! | 1 | authenticate the bearer key | [`policy::authenticate`] | 401 `unauthorized` |
+//! | 2 | classify method + path into a route | [`policy::classify`] | 400 `invalid_path`, 404 `unknown_route` |
+//! | 3 | authorize: credential kind, then the plan's allow-list | [`policy::authorize`] | 403 `wrong_credential`, `plan_restricted` |
+//! | 4 | limit: the key's budget | [`limit`] (through [`limit::Store`]) | 429 `rate_limited` |
+//! | 5 | check the body, before any upstream connection | [`proxy::body`], [`policy::body`] | 413, 415, 400 `invalid_json` / `invalid_body`, 403 `not_your_customer` |
+//! | 6 | forward: target, headers, peer | [`proxy::head`], [`proxy::upstream`] | 502 `upstream_unavailable`, 504 `upstream_timeout` ([`proxy::answer`]) |
+//! | 7 | record: one access line, the metrics | [`proxy::Gateway`]'s `logging`, [`runtime::metrics`] | — |
 //!
-//! 6. [`forward`] — the Pingora layer: runs the steps above, forwards or answers the refusal
-//! 7. [`metrics`] — record: counters and histograms per route, plan and outcome
+//! # Layout, by concern
 //!
-//! Around them: [`live`] (the config in force, swapped whole on reload), [`admin`] (the
-//! operators' listener), [`lifecycle`] (readiness, signals, draining) and [`serve`] (the
-//! Pingora server that holds it all).
+//! | module | what | may use |
+//! |---|---|---|
+//! | [`config`], [`policy`], [`limit`], [`clock`] | the decision, from the `tollgate-core` crate: no Pingora, tokio or network crate can reach it | — |
+//! | [`proxy`] | the Pingora adapter: context, head handling, bodies, answers, upstream peer | core, [`runtime`] |
+//! | [`admin`] | the admin listener | core, [`runtime`] |
+//! | [`runtime`] | server assembly, the live snapshot and reload, lifecycle, logging, metrics | core; assembles [`proxy`] and [`admin`] in [`runtime::server`] only |
+//! | [`cli`], [`demo`] | the commands | everything |
+//!
+//! Nothing in the core imports from the proxy: the core is another crate, so it cannot.
+//! Setup errors are a [`runtime::SetupError`]; request-path errors are refusals
+//! ([`policy::Refusal`]); nothing a request or a config file controls can panic.
 
-#[path = "1_authenticate.rs"]
-pub mod authenticate;
-#[path = "3_authorize.rs"]
-pub mod authorize;
-#[path = "5_check_body.rs"]
-pub mod check_body;
-#[path = "2_classify.rs"]
-pub mod classify;
-#[path = "4_limit.rs"]
-pub mod limit;
+#![deny(rustdoc::broken_intra_doc_links)]
+
+pub use tollgate_core::{clock, config, digest, limit, policy};
 
 pub mod admin;
 pub mod cli;
-pub mod clock;
-pub mod config;
 pub mod demo;
-#[path = "6_forward.rs"]
-pub mod forward;
-pub mod lifecycle;
-pub mod live;
-pub mod metrics;
-pub mod policy;
-pub mod refusal;
-pub mod routes;
-pub mod serve;
-pub mod slots;
-pub mod testing;
+pub mod proxy;
+pub mod runtime;

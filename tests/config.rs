@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use tollgate::config::{Config, ConfigError, Env, Scheme};
-use tollgate::testing::NoEnv;
+use tollgate_core::testing::NoEnv;
 
 struct MapEnv(HashMap<&'static str, &'static str>);
 
@@ -44,7 +44,10 @@ fn key_env_reads_the_environment() {
     let text = format!("{BASE}keys:\n  - {{ name: k, key_env: SHOP_KEY, plan: basic }}\n");
     let env = MapEnv(HashMap::from([("SHOP_KEY", "s3cr3t-key")]));
     let c = Config::parse(&text, Path::new("t.yaml"), &env).unwrap();
-    assert_eq!(c.keys[0].digest, tollgate::testing::digest("s3cr3t-key"));
+    assert_eq!(
+        c.keys[0].digest,
+        tollgate_core::testing::digest("s3cr3t-key")
+    );
     assert!(c.warnings.is_empty());
 
     let bad = MapEnv(HashMap::from([("SHOP_KEY", "has space")]));
@@ -59,7 +62,7 @@ fn key_env_reads_the_environment() {
 #[test]
 fn plain_keys_load_with_a_warning_that_names_the_line() {
     let c = parse("keys:\n  - name: k\n    key: plain-1\n    plan: basic\n").unwrap();
-    assert_eq!(c.keys[0].digest, tollgate::testing::digest("plain-1"));
+    assert_eq!(c.keys[0].digest, tollgate_core::testing::digest("plain-1"));
     assert_eq!(c.warnings.len(), 1);
     assert_eq!(c.warnings[0].field, "keys[0].key");
     assert_eq!(c.warnings[0].line, Some(7));
@@ -109,7 +112,7 @@ fn relative_paths_resolve_against_the_config_directory() {
     std::fs::write(dir.path().join("tls/key.pem"), "x").unwrap();
     std::fs::write(
         dir.path().join("routes.yaml"),
-        tollgate::routes::BUILTIN_CATALOGUE,
+        tollgate::policy::routes::BUILTIN_CATALOGUE,
     )
     .unwrap();
     let text = format!(

@@ -623,7 +623,7 @@ fn the_deployment_wires_ports_probes_keys_and_shutdown() {
         admin_port.to_string()
     );
     assert_eq!(key(annotations, "prometheus.io/path"), "/metrics");
-    let sha = tollgate::authenticate::Digest::of(read("k8s/configmap.yaml").as_bytes()).to_hex();
+    let sha = tollgate::digest::Digest::of(read("k8s/configmap.yaml").as_bytes()).to_hex();
     assert_eq!(
         key(annotations, "checksum/config"),
         sha,

@@ -12,7 +12,7 @@ use common::{Gateway, Mode, Upstream, EVENT};
 #[test]
 fn a_valid_call_is_forwarded_with_rate_limit_headers() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let r = gw.call(
         "basic-key-1",
         "POST",
@@ -30,7 +30,7 @@ fn a_valid_call_is_forwarded_with_rate_limit_headers() {
 #[test]
 fn unauthorized_is_one_answer_for_every_way_of_failing() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let cases: Vec<Vec<(&str, &str)>> = vec![
         vec![],
         vec![("Authorization", "Bearer not-a-key")],
@@ -60,7 +60,7 @@ fn unauthorized_is_one_answer_for_every_way_of_failing() {
 #[test]
 fn forbidden_answers() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let hook = r#"{"url":"https://hooks.example.com/x"}"#;
     let r = gw.call("basic-key-1", "POST", "/v2/settings/webhook/set", hook);
     assert_eq!((r.status, r.code().as_str()), (403, "plan_restricted"));
@@ -100,7 +100,7 @@ fn forbidden_answers() {
 #[test]
 fn not_found_and_invalid_path() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let r = gw.call("pro-key-1", "GET", "/v1/sendMessage/", "");
     assert_eq!((r.status, r.code().as_str()), (404, "unknown_route"));
     let r = gw.call("acme-partner-key", "POST", "/v2/service/teleport", "");
@@ -118,7 +118,7 @@ fn not_found_and_invalid_path() {
 fn the_upstream_target_is_rewritten_only_when_it_changes() {
     // Sent as it came: origin form, already canonical, no base path (the query kept).
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     assert_eq!(
         gw.call("pro-key-1", "GET", "/v2/client/getChats?a=1&b=%20", "")
             .status,
@@ -146,10 +146,10 @@ fn the_upstream_target_is_rewritten_only_when_it_changes() {
 
     // An upstream base path goes in front of every forwarded path.
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::start(&common::config_yaml(
-        &format!("http://{}/provider", up.addr),
-        "",
-    ));
+    let gw = Gateway::start(&common::test_config(&format!(
+        "http://{}/provider",
+        up.addr
+    )));
     assert_eq!(
         gw.call("pro-key-1", "GET", "/v2/client/getChats?a=1", "")
             .status,
@@ -161,7 +161,7 @@ fn the_upstream_target_is_rewritten_only_when_it_changes() {
 #[test]
 fn rate_limit_counts_down_then_429_with_retry_after() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     for i in 0..40 {
         let r = gw.call("basic-key-1", "GET", "/v2/client/getState", "");
         assert_eq!(r.status, 200, "request {i}");
@@ -202,7 +202,7 @@ fn rate_limit_counts_down_then_429_with_retry_after() {
 #[test]
 fn body_rules_on_the_wire() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let r = gw.call("basic-key-1", "POST", "/v2/sendGroup", EVENT);
     assert_eq!(r.status, 200);
     let bad = EVENT.replace("2026-11-21T10:00:00.000Z", "2026-11-21 10:00");
@@ -269,7 +269,7 @@ fn body_rules_on_the_wire() {
 #[test]
 fn the_upstream_receives_exactly_the_checked_bytes_at_the_matched_path() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let body = EVENT.replace(r#""name""#, r#""extra":{"nested":[1,2,3]},"name""#);
     // A chunked body, a case variant of the path, and a query string.
     let chunked = format!(
@@ -312,10 +312,7 @@ fn the_upstream_receives_exactly_the_checked_bytes_at_the_matched_path() {
 #[test]
 fn oversize_bodies_are_413_and_never_reach_the_upstream() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(
-        &up,
-        "limits: { max_validated_body_bytes: 1024, max_body_bytes: 4096 }\n",
-    );
+    let gw = Gateway::start(&common::config_for(&up).body_limits(4096, 1024));
     // Declared too large: refused before reading.
     let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(2000));
     let r = gw.call("pro-key-1", "POST", "/v2/sendGroup", &big);
@@ -348,7 +345,7 @@ fn oversize_bodies_are_413_and_never_reach_the_upstream() {
 #[test]
 fn no_path_trick_takes_a_basic_key_to_the_webhook_operation() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let hook = r#"{"url":"https://hooks.example.com/x"}"#;
     let tricks = [
         "/v2/sendMessage/../settings/webhook/set",
@@ -397,7 +394,7 @@ fn no_path_trick_takes_a_basic_key_to_the_webhook_operation() {
 #[test]
 fn case_variants_are_forwarded_in_the_catalogue_spelling_and_checked() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     // A Standard key may set a webhook; a case variant is still checked and canonicalized.
     let r = gw.call(
         "standard-key-1",
@@ -421,7 +418,7 @@ fn case_variants_are_forwarded_in_the_catalogue_spelling_and_checked() {
 #[test]
 fn forwarded_headers() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let raw = "GET /v2/client/getChats HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer pro-key-1\r\n\
                X-Forwarded-For: 203.0.113.9\r\nX-Request-Id: abc-123\r\nConnection: close, X-Drop-Me\r\n\
                X-Forwarded-For: 198.51.100.7, 192.0.2.1\r\n\
@@ -467,7 +464,7 @@ fn forwarded_headers() {
 #[test]
 fn ambiguous_framing_and_missing_host_are_refused() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let r = gw.send(b"GET /v2/client/getChats HTTP/1.1\r\nAuthorization: Bearer pro-key-1\r\nConnection: close\r\n\r\n");
     assert_eq!((r.status, r.code().as_str()), (400, "bad_request"));
     let r = gw.send(b"POST /v2/sendMessage/ HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer pro-key-1\r\nContent-Length: 2\r\nContent-Length: 3\r\nConnection: close\r\n\r\n{}x");
@@ -491,10 +488,7 @@ fn ambiguous_framing_and_missing_host_are_refused() {
 #[test]
 fn an_upstream_that_is_down_is_502() {
     let port = common::closed_port();
-    let gw = Gateway::start(&common::config_yaml(
-        &format!("http://127.0.0.1:{port}"),
-        "",
-    ));
+    let gw = Gateway::start(&common::test_config(&format!("http://127.0.0.1:{port}")));
     let r = gw.call("basic-key-1", "POST", "/v2/sendMessage/", "{}");
     assert_eq!((r.status, r.code().as_str()), (502, "upstream_unavailable"));
     assert_eq!(r.remaining(), 39);
@@ -503,12 +497,7 @@ fn an_upstream_that_is_down_is_502() {
 #[test]
 fn an_upstream_that_hangs_past_the_read_timeout_is_504() {
     let up = Upstream::start(Mode::Hang);
-    let yaml = common::config_yaml(
-        &format!("http://{}\", read_timeout_ms: 300, x: \"", up.addr),
-        "",
-    );
-    let yaml = yaml.replace(", x: \"\"", "");
-    let gw = Gateway::start(&yaml);
+    let gw = Gateway::start(&common::config_for(&up).read_timeout_ms(300));
     let t = std::time::Instant::now();
     let r = gw.call("basic-key-1", "POST", "/v2/sendMessage/", "{}");
     assert_eq!((r.status, r.code().as_str()), (504, "upstream_timeout"));
@@ -519,7 +508,7 @@ fn an_upstream_that_hangs_past_the_read_timeout_is_504() {
 #[test]
 fn an_upstream_that_resets_mid_response_is_502_and_a_post_is_not_retried() {
     let up = Upstream::start(Mode::Reset);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let r = gw.call("basic-key-1", "POST", "/v2/sendMessage/", "{}");
     assert_eq!((r.status, r.code().as_str()), (502, "upstream_unavailable"));
     std::thread::sleep(Duration::from_millis(100));

@@ -13,9 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    admin, closed_port, config_yaml, send_raw, try_read_response, wait_ready, Gateway, Mode,
-    Process, Upstream, EVENT,
+    admin, config_for, send_raw, try_read_response, wait_ready, Gateway, Mode, Process, TestConfig,
+    Upstream, EVENT,
 };
+use tollgate::config::file::FileKey;
 
 /// The value of the series `name` (full label set, as printed) in a metrics page.
 fn metric(page: &str, series: &str) -> Option<f64> {
@@ -37,7 +38,7 @@ fn metrics_page(addr: SocketAddr) -> String {
 #[test]
 fn admin_listener_serves_health_readiness_and_metrics_of_real_traffic() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let a = gw.config.admin_listen;
     assert_eq!(gw.admin("GET", "/healthz").status, 200);
     wait_ready(a, 200);
@@ -181,11 +182,12 @@ fn keep_alive_request(key: &str, path: &str, body: &str) -> Vec<u8> {
 
 const MESSAGE: &str = r#"{"chatId":"1","message":"hi"}"#;
 
-/// `yaml` with every 150- and 70-request plan raised to 1,000,000 per window: limits no load
-/// in these tests reaches.
-fn unlimited(yaml: &str) -> String {
-    yaml.replace("requests_per_window: 150", "requests_per_window: 1000000")
-        .replace("requests_per_window: 70", "requests_per_window: 1000000")
+/// `config` with the Standard and Pro plans raised to 1,000,000 requests per window: limits no
+/// load in these tests reaches.
+fn unlimited(config: TestConfig) -> TestConfig {
+    config
+        .plan_limit("standard", 1_000_000)
+        .plan_limit("pro", 1_000_000)
 }
 
 /// Keep-alive clients, one thread per call, each repeating its call until `finish`.
@@ -233,10 +235,9 @@ fn reload_under_load_fails_no_request_and_a_changed_plan_takes_effect() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.yaml");
     // Limits no load here reaches (the injected clock does not move).
-    let base = unlimited(&config_yaml(&format!("http://{}", up.addr), ""));
-    let basic = "{ name: basic-1, key: basic-key-1, plan: basic }";
-    let standard = "{ name: basic-1, key: basic-key-1, plan: standard }";
-    std::fs::write(&path, &base).unwrap();
+    let base = unlimited(config_for(&up));
+    let on_standard = base.clone().key_plan("basic-1", "standard");
+    base.write(&path);
     let gw = Gateway::start_file(&path);
     wait_ready(gw.config.admin_listen, 200);
 
@@ -260,16 +261,12 @@ fn reload_under_load_fails_no_request_and_a_changed_plan_takes_effect() {
     // Forty reloads while the clients run, moving basic-1 between plans each time, and one
     // refused file in the middle.
     for i in 0..40 {
-        let text = if i % 2 == 0 {
-            base.replace(basic, standard)
-        } else {
-            base.clone()
-        };
-        std::fs::write(&path, text).unwrap();
+        let config = if i % 2 == 0 { &on_standard } else { &base };
+        config.write(&path);
         let r = gw.admin("POST", "/reload");
         assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
         if i == 20 {
-            std::fs::write(&path, base.replace("plan: pro", "plan: platinum")).unwrap();
+            base.clone().key_plan("pro-1", "platinum").write(&path);
             let r = gw.admin("POST", "/reload");
             assert_eq!(r.status, 422);
             let v = r.json();
@@ -285,7 +282,7 @@ fn reload_under_load_fails_no_request_and_a_changed_plan_takes_effect() {
     );
 
     // The last reload (i = 39) left basic-1 on Basic; move it to Standard for good.
-    std::fs::write(&path, base.replace(basic, standard)).unwrap();
+    on_standard.write(&path);
     assert_eq!(gw.admin("POST", "/reload").status, 200);
     let r = gw.call("basic-key-1", "POST", "/v2/settings/webhook/set", webhook);
     assert_eq!(r.status, 200);
@@ -307,20 +304,17 @@ fn reload_under_load_fails_no_request_and_a_changed_plan_takes_effect() {
 
 // ---------------------------------------------------------------- the real binary
 
-/// A config file for the binary: the standard test config on fresh ports, plus `extra`.
-fn write_config(dir: &Path, upstream: &Upstream, extra: &str) -> (std::path::PathBuf, String) {
-    let yaml = config_yaml(&format!("http://{}", upstream.addr), extra);
+/// Write `config` to `gateway.yaml` in `dir` for the binary: its path, and the gateway's and
+/// the admin listener's addresses.
+fn write_config(dir: &Path, config: &TestConfig) -> (std::path::PathBuf, SocketAddr, SocketAddr) {
     let path = dir.join("gateway.yaml");
-    std::fs::write(&path, &yaml).unwrap();
-    (path, yaml)
-}
-
-fn addr_of(yaml: &str, field: &str) -> SocketAddr {
-    let line = yaml
-        .lines()
-        .find(|l| l.starts_with(&format!("{field}: ")))
-        .unwrap_or_else(|| panic!("no {field} in {yaml}"));
-    line.split('"').nth(1).unwrap().parse().unwrap()
+    config.write(&path);
+    let addr = |a: &str| a.parse().expect("a socket address");
+    (
+        path,
+        addr(&config.file.listen),
+        addr(&config.file.admin_listen),
+    )
 }
 
 fn post(addr: SocketAddr, key: &str, path: &str, body: &str) -> common::Response {
@@ -343,8 +337,8 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 fn sighup_reloads_the_file_and_a_refused_one_keeps_the_old_config() {
     let up = Upstream::start(Mode::Ok);
     let dir = tempfile::tempdir().unwrap();
-    let (path, yaml) = write_config(dir.path(), &up, "");
-    let (listen, admin_addr) = (addr_of(&yaml, "listen"), addr_of(&yaml, "admin_listen"));
+    let config = config_for(&up);
+    let (path, listen, admin_addr) = write_config(dir.path(), &config);
     let p = Process::spawn(
         dir.path(),
         "gw",
@@ -365,14 +359,7 @@ fn sighup_reloads_the_file_and_a_refused_one_keeps_the_old_config() {
         )
         .unwrap_or(0.0)
     };
-    std::fs::write(
-        &path,
-        yaml.replace(
-            "key: basic-key-1, plan: basic",
-            "key: basic-key-1, plan: pro",
-        ),
-    )
-    .unwrap();
+    config.clone().key_plan("basic-1", "pro").write(&path);
     p.signal("HUP");
     eventually("SIGHUP reload", || reloads("success") == 1.0);
     assert_eq!(
@@ -403,12 +390,7 @@ fn sighup_reloads_the_file_and_a_refused_one_keeps_the_old_config() {
 fn sigterm_drains_then_lets_requests_in_flight_finish() {
     let up = Upstream::start(Mode::HoldFirst);
     let dir = tempfile::tempdir().unwrap();
-    let (path, yaml) = write_config(
-        dir.path(),
-        &up,
-        "shutdown: { drain_seconds: 1, grace_seconds: 3, timeout_seconds: 1 }\n",
-    );
-    let (listen, admin_addr) = (addr_of(&yaml, "listen"), addr_of(&yaml, "admin_listen"));
+    let (path, listen, admin_addr) = write_config(dir.path(), &config_for(&up).shutdown(1, 3, 1));
     let mut p = Process::spawn(
         dir.path(),
         "gw",
@@ -472,38 +454,44 @@ fn sigterm_drains_then_lets_requests_in_flight_finish() {
 
 // ---------------------------------------------------------------- secrets
 
-/// Every key and secret below starts with `sEcReT`, so one search finds any of them.
-const SECRETS_YAML: &str = r#"
-plans:
-  basic:
-    plan_id: 1
-    requests_per_window: 40
-    allow: [send_message, group_list, client]
-  standard: { plan_id: 2, requests_per_window: 70, allow: all }
-  pro: { plan_id: 3, requests_per_window: 150, allow: all }
-partners:
-  - { name: acme, key: sEcReT-partner-Kd5 }
-keys:
-  - { name: shop-basic, key: sEcReT-basic-Qx7, plan: basic }
-  - { name: shop-standard, sha256: "STANDARD_DIGEST", plan: standard }
-  - { name: shop-pro, key_env: TOLLGATE_TEST_PRO_KEY, plan: pro }
-"#;
+/// A key entry of the test config.
+fn key(name: &str, plan: &str, secret: impl FnOnce(&mut FileKey)) -> FileKey {
+    let mut k = FileKey {
+        name: name.into(),
+        sha256: None,
+        key: None,
+        key_env: None,
+        plan: plan.into(),
+        partner: None,
+    };
+    secret(&mut k);
+    k
+}
 
 fn leak_test(format: &str) {
     let up = Upstream::start(Mode::Ok);
     let broken = Upstream::start(Mode::Reset);
     let dir = tempfile::tempdir().unwrap();
-    let standard_digest = tollgate::testing::digest("sEcReT-standard-Zp9").to_hex();
-    let yaml = format!(
-        "listen: \"127.0.0.1:{}\"\nadmin_listen: \"127.0.0.1:{}\"\nupstream: {{ base_url: \"http://{}\" }}\nlog: {{ format: {format} }}\n{}",
-        closed_port(),
-        closed_port(),
-        up.addr,
-        SECRETS_YAML.replace("STANDARD_DIGEST", &standard_digest)
-    );
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, &yaml).unwrap();
-    let (listen, admin_addr) = (addr_of(&yaml, "listen"), addr_of(&yaml, "admin_listen"));
+    // Every key and secret starts with `sEcReT`, so one search finds any of them: a plain key, a
+    // digest, a key from the environment, a partner key.
+    let standard_digest = tollgate::digest::Digest::of(b"sEcReT-standard-Zp9").to_hex();
+    let mut config = config_for(&up)
+        .plan_allow("basic", Some(&["send_message", "group_list", "client"]))
+        .log_format(format);
+    config.file.partners.truncate(1);
+    config.file.partners[0].key = Some("sEcReT-partner-Kd5".into());
+    config.file.keys = vec![
+        key("shop-basic", "basic", |k| {
+            k.key = Some("sEcReT-basic-Qx7".into())
+        }),
+        key("shop-standard", "standard", |k| {
+            k.sha256 = Some(standard_digest.clone())
+        }),
+        key("shop-pro", "pro", |k| {
+            k.key_env = Some("TOLLGATE_TEST_PRO_KEY".into())
+        }),
+    ];
+    let (path, listen, admin_addr) = write_config(dir.path(), &config);
     let p = Process::spawn(
         dir.path(),
         "gw",
@@ -566,20 +554,18 @@ fn leak_test(format: &str) {
         let _ = try_read_response(&mut BufReader::new(s));
     }
     // A refused reload whose bad value is a key.
-    std::fs::write(
-        &path,
-        yaml.replace("key: sEcReT-basic-Qx7", "key: \"sEcReT basic with spaces\""),
-    )
-    .unwrap();
+    config
+        .clone()
+        .key_value("shop-basic", "sEcReT basic with spaces")
+        .write(&path);
     let r = admin(admin_addr, "POST", "/reload");
     assert_eq!(r.status, 422);
     assert!(!String::from_utf8_lossy(&r.body).contains("sEcReT"));
     // An upstream that breaks the connection mid-answer (Pingora logs such answers' bytes).
-    std::fs::write(
-        &path,
-        yaml.replace(&up.addr.to_string(), &broken.addr.to_string()),
-    )
-    .unwrap();
+    config
+        .clone()
+        .upstream(&format!("http://{}", broken.addr))
+        .write(&path);
     assert_eq!(admin(admin_addr, "POST", "/reload").status, 200);
     assert_eq!(
         post(listen, "sEcReT-basic-Qx7", "/v2/sendMessage/", msg).status,
@@ -663,14 +649,8 @@ fn no_key_reaches_json_logs_or_metrics_at_the_most_verbose_level() {
 fn upgrade_hands_the_sockets_over_with_zero_failed_requests() {
     let up = Upstream::start(Mode::Ok);
     let dir = tempfile::tempdir().unwrap();
-    let (path, yaml) = write_config(
-        dir.path(),
-        &up,
-        "shutdown: { grace_seconds: 1, timeout_seconds: 1 }\n",
-    );
-    let yaml = unlimited(&yaml);
-    std::fs::write(&path, &yaml).unwrap();
-    let (listen, admin_addr) = (addr_of(&yaml, "listen"), addr_of(&yaml, "admin_listen"));
+    let (path, listen, admin_addr) =
+        write_config(dir.path(), &unlimited(config_for(&up).shutdown(0, 1, 1)));
     let sock = dir.path().join("upgrade.sock");
     let conf = dir.path().join("pingora.yaml");
     std::fs::write(

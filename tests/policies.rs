@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tollgate::config::Config;
-use tollgate::routes::{Catalogue, BUILTIN_CATALOGUE};
+use tollgate::policy::routes::{Catalogue, BUILTIN_CATALOGUE};
 
 fn files(dir: &str, ext: &str) -> Vec<PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
@@ -166,7 +166,7 @@ fn check_reports_a_missing_file() {
 fn check_warns_about_plain_keys() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("plain.yaml");
-    std::fs::write(&path, tollgate::testing::CONFIG_YAML).unwrap();
+    std::fs::write(&path, tollgate_core::testing::CONFIG_YAML).unwrap();
     let out = tollgate()
         .arg("check")
         .arg("--config")

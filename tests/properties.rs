@@ -18,14 +18,14 @@ use proptest::sample::select;
 use proptest::test_runner::Config as ProptestConfig;
 use serde_json::{Map, Value};
 
-use tollgate::authenticate::AuthHeader;
-use tollgate::check_body::{check_body, Checked};
-use tollgate::classify::{classify, normalize};
 use tollgate::config::Allow;
+use tollgate::policy::authenticate::AuthHeader;
+use tollgate::policy::body::{check_body, Checked};
+use tollgate::policy::classify::{classify, normalize};
+use tollgate::policy::refusal::{Code, Refusal};
+use tollgate::policy::routes::{BodyRule, Catalogue};
 use tollgate::policy::{Policy, RequestHead};
-use tollgate::refusal::{Code, Refusal};
-use tollgate::routes::{BodyRule, Catalogue};
-use tollgate::testing;
+use tollgate_core::testing;
 
 /// `cases` cases, and no regressions file written next to this one.
 fn cfg(cases: u32) -> ProptestConfig {
@@ -442,12 +442,11 @@ static BASIC_ALLOWED: LazyLock<HashSet<String>> = LazyLock::new(basic_allowed);
 fn restricted_for_basic(p: &str) -> Option<&'static str> {
     const EXACT: &[&str] = &[WEBHOOK_SET, "/v2/history/receivedlist"];
     const AREAS: &[&str] = &["/v2/chats", "/v2/contacts", "/v2/channels"];
-    for &e in EXACT.iter().chain(AREAS) {
-        if p == e || p.strip_prefix(e).is_some_and(|rest| rest.starts_with('/')) {
-            return Some(e);
-        }
-    }
-    None
+    EXACT
+        .iter()
+        .chain(AREAS)
+        .find(|&&e| p == e || p.strip_prefix(e).is_some_and(|rest| rest.starts_with('/')))
+        .copied()
 }
 
 /// Per character of `WEBHOOK_SET`: flip case, percent-encode, lower-case hex.

@@ -256,13 +256,8 @@ fn tls_listener_h1_and_h2_take_the_same_policy_path() {
     let cert = write(dir.path(), "edge.pem", &certs.leaf_pem);
     let key = write(dir.path(), "edge-key.pem", &certs.leaf_key_pem);
     let tls_port = common::closed_port();
-    let yaml = common::config_yaml(
-        &format!("http://{}", up.addr),
-        &format!(
-            "tls: {{ listen: \"127.0.0.1:{tls_port}\", cert_file: \"{cert}\", key_file: \"{key}\" }}\n"
-        ),
-    );
-    let gw = Gateway::start(&yaml);
+    let gw =
+        Gateway::start(&common::config_for(&up).tls(format!("127.0.0.1:{tls_port}"), &cert, &key));
     let tls_addr: SocketAddr = ([127, 0, 0, 1], tls_port).into();
     assert_eq!(gw.config.tls.as_ref().map(|t| t.listen), Some(tls_addr));
     common::wait_listening(tls_addr);
@@ -311,7 +306,7 @@ fn tls_listener_h1_and_h2_take_the_same_policy_path() {
 #[test]
 fn plaintext_http2_prior_knowledge_is_not_served() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::with(&up, "");
+    let gw = Gateway::with(&up);
     let rt = runtime();
     let url = format!("http://{}/v2/client/getState", gw.addr);
     rt.block_on(async {
@@ -387,12 +382,13 @@ struct TlsUpstream {
 impl TlsUpstream {
     fn start(certs: &Pki) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let chain: Vec<_> = rustls_pemfile::certs(&mut certs.leaf_pem.as_bytes())
-            .map(|c| c.unwrap())
-            .collect();
-        let key = rustls_pemfile::private_key(&mut certs.leaf_key_pem.as_bytes())
-            .unwrap()
-            .unwrap();
+        use rustls_pki_types::pem::PemObject;
+        let chain: Vec<_> =
+            rustls_pki_types::CertificateDer::pem_slice_iter(certs.leaf_pem.as_bytes())
+                .map(|c| c.unwrap())
+                .collect();
+        let key =
+            rustls_pki_types::PrivateKeyDer::from_pem_slice(certs.leaf_key_pem.as_bytes()).unwrap();
         let cfg = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(chain, key)
@@ -516,14 +512,11 @@ async fn serve_tls(
 }
 
 /// The standard test config in front of `https://127.0.0.1:<port>`, trusting `ca_file`.
-fn https_config(port: u16, ca_file: Option<&str>) -> String {
-    let base_url = format!("https://127.0.0.1:{port}");
-    let yaml = common::config_yaml(&base_url, "");
-    let quoted = format!("base_url: \"{base_url}\"");
-    assert!(yaml.contains(&quoted), "config_yaml sets the base URL");
+fn https_config(port: u16, ca_file: Option<&str>) -> common::TestConfig {
+    let config = common::test_config(&format!("https://127.0.0.1:{port}"));
     match ca_file {
-        None => yaml,
-        Some(ca) => yaml.replace(&quoted, &format!("{quoted}, ca_file: \"{ca}\"")),
+        None => config,
+        Some(ca) => config.ca_file(ca),
     }
 }
 

@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
+use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 use tollgate::clock::ManualClock;
 use tollgate::config::Config;
-use tollgate::live::LivePolicy;
-use tollgate::serve::Running;
-use tollgate::testing::NoEnv;
+use tollgate::runtime::live::LivePolicy;
+pub use tollgate_core::testing::TestConfig;
 
 /// How the recording upstream answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,22 +259,73 @@ pub fn closed_port() -> u16 {
         .port()
 }
 
-/// The standard test config, with the upstream at `upstream` and `extra` YAML appended.
-pub fn config_yaml(upstream: &str, extra: &str) -> String {
-    let base = tollgate::testing::CONFIG_YAML
-        .replace(
-            "\nlisten: \"127.0.0.1:0\"",
-            &format!("\nlisten: \"127.0.0.1:{}\"", closed_port()),
-        )
-        .replace(
-            "admin_listen: \"127.0.0.1:0\"",
-            &format!("admin_listen: \"127.0.0.1:{}\"", closed_port()),
-        )
-        .replace(
-            "base_url: \"http://127.0.0.1:9\"",
-            &format!("base_url: \"{upstream}\""),
-        );
-    format!("{base}{extra}")
+/// The standard test config ([`TestConfig`]) on fresh loopback ports, in front of `upstream`
+/// (a base URL).
+pub fn test_config(upstream: &str) -> TestConfig {
+    TestConfig::new()
+        .listen(format!("127.0.0.1:{}", closed_port()))
+        .admin_listen(format!("127.0.0.1:{}", closed_port()))
+        .upstream(upstream)
+}
+
+/// [`test_config`] in front of the recording upstream `up`.
+pub fn config_for(up: &Upstream) -> TestConfig {
+    test_config(&format!("http://{}", up.addr))
+}
+
+/// A shutdown signal driven by a channel, so a server can run inside a test and stop on cue.
+struct ChannelShutdown(tokio::sync::Mutex<tokio::sync::mpsc::Receiver<ShutdownSignal>>);
+
+#[async_trait]
+impl ShutdownSignalWatch for ChannelShutdown {
+    async fn recv(&self) -> ShutdownSignal {
+        self.0
+            .lock()
+            .await
+            .recv()
+            .await
+            .unwrap_or(ShutdownSignal::FastShutdown)
+    }
+}
+
+/// A server running on a background thread, stopped (and joined) when dropped.
+pub struct Running {
+    tx: tokio::sync::mpsc::Sender<ShutdownSignal>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Start `server` on its own thread (Pingora builds its own runtimes).
+    pub fn spawn(server: Server) -> Self {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let thread = std::thread::spawn(move || {
+            server.run(RunArgs {
+                shutdown_signal: Box::new(ChannelShutdown(tokio::sync::Mutex::new(rx))),
+            })
+        });
+        Self {
+            tx,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop at once and wait for the thread.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        let _ = self.tx.try_send(ShutdownSignal::FastShutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
 }
 
 pub struct Gateway {
@@ -286,17 +338,16 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn start(yaml: &str) -> Self {
-        let config =
-            Config::parse(yaml, Path::new("test.yaml"), &NoEnv).expect("valid test config");
-        Self::start_config(config)
+    /// A gateway serving `config`.
+    pub fn start(config: &TestConfig) -> Self {
+        Self::start_config(config.parse())
     }
 
     pub fn start_config(config: Config) -> Self {
         let clock = Arc::new(ManualClock::new());
         let addr = config.listen;
-        let built =
-            tollgate::serve::build(config.clone(), clock.clone(), None).expect("server builds");
+        let built = tollgate::runtime::server::build(config.clone(), clock.clone(), None)
+            .expect("server builds");
         let live = built.live;
         let running = Running::spawn(built.server);
         wait_listening(addr);
@@ -314,9 +365,9 @@ impl Gateway {
         Self::start_config(Config::load(path).expect("valid test config"))
     }
 
-    /// A gateway in front of `upstream`.
-    pub fn with(upstream: &Upstream, extra: &str) -> Self {
-        Self::start(&config_yaml(&format!("http://{}", upstream.addr), extra))
+    /// A gateway with the standard test config in front of `upstream`.
+    pub fn with(upstream: &Upstream) -> Self {
+        Self::start(&config_for(upstream))
     }
 
     pub fn send(&self, raw: &[u8]) -> Response {

@@ -20,7 +20,7 @@ use pingora::server::{ShutdownSignal, ShutdownSignalWatch, ShutdownWatch};
 use pingora::services::background::BackgroundService;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::live::LivePolicy;
+use super::live::LivePolicy;
 
 const STARTING: u8 = 0;
 const READY: u8 = 1;

@@ -1,6 +1,6 @@
 //! The validated configuration.
 //!
-//! The YAML file ([`file`]) is read once, checked completely, and converted into [`Config`]; the
+//! The YAML file ([`mod@file`]) is read once, checked completely, and converted into [`Config`]; the
 //! rest of the program only ever sees this typed form. Every refusal is a [`ConfigError`] naming
 //! the file, the line and the field, so `tollgate check` and a refused reload can say exactly
 //! what is wrong.
@@ -23,9 +23,10 @@ use std::time::Duration;
 use file::{FileAllow, FileCatalogue, FileConfig, KeyFields};
 use locate::LineIndex;
 
-use crate::authenticate::{is_token68, Digest, KeyName};
-use crate::routes::{Catalogue, Family, RouteIdx};
-use crate::slots::{SlotIndex, MAX_POSITIONS};
+use crate::digest::Digest;
+use crate::policy::authenticate::is_token68;
+use crate::policy::keys::{KeyName, MAX_KEYS};
+use crate::policy::routes::{Catalogue, Family, RouteIdx};
 
 /// The largest limit a plan may set; the limiter's arithmetic is exact up to here.
 pub const MAX_REQUESTS_PER_WINDOW: u32 = 1_000_000;
@@ -538,19 +539,17 @@ fn build(
     // Digests are unique across customer and partner keys: one bearer token, one identity.
     let n_partners = raw.partners.len();
     let total = n_partners.saturating_add(file_keys.len());
-    if total > MAX_POSITIONS {
+    if total > MAX_KEYS {
         return Err(Invalid::new(
             "keys",
-            format!(
-                "{total} keys and partners are more than the {MAX_POSITIONS} the gateway can hold"
-            ),
+            format!("{total} keys and partners are more than the {MAX_KEYS} the gateway can hold"),
         ));
     }
     let hasher = foldhash::fast::RandomState::default();
 
     let mut partners: Vec<PartnerSpec> = Vec::with_capacity(n_partners);
     let mut partner_names: HashMap<String, usize> = HashMap::new();
-    let mut partner_digests = SlotIndex::with_capacity(n_partners);
+    let mut partner_digests: HashMap<Digest, usize> = HashMap::with_capacity(n_partners);
     for (i, fp) in raw.partners.iter().enumerate() {
         let at = format!("partners[{i}]");
         check_name(&fp.name, || format!("{at}.name"))?;
@@ -569,11 +568,8 @@ fn build(
             env,
             &mut warnings,
         )?;
-        let seen = partner_digests.insert(hasher.hash_one(digest.folded()), i as u32, |j| {
-            partners[j as usize].digest == digest
-        });
-        if let Err(j) = seen {
-            let other = format!("partners[{j}] ({})", partners[j as usize].name);
+        if let Some(j) = partner_digests.insert(digest, i) {
+            let other = format!("partners[{j}] ({})", partners[j].name);
             return Err(Invalid::new(
                 format!("{at}.{field}"),
                 format!("is the same key as {other}"),
@@ -694,30 +690,24 @@ impl KeyCheck<'_> {
     ) -> Result<Vec<KeySpec>, Invalid> {
         let n = list.len();
         let n_partners = self.partners.len();
-        let (mut names, mut digests) = if exact {
-            let mut digests = SlotIndex::with_capacity(n_partners + n);
-            for (j, p) in self.partners.iter().enumerate() {
-                // Distinct: the partners were checked already.
-                let _ =
-                    digests.insert(self.hasher.hash_one(p.digest.folded()), j as u32, |_| false);
-            }
-            (SlotIndex::with_capacity(n), digests)
-        } else {
-            (SlotIndex::default(), SlotIndex::default())
-        };
+        // Only in the exact pass (a config with a mistake in it): where each name and digest
+        // was first seen, partners first.
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        let mut digests: HashMap<Digest, usize> = HashMap::new();
+        if exact {
+            names.reserve(n);
+            digests.reserve(n_partners + n);
+            // Distinct: the partners were checked already.
+            digests.extend(self.partners.iter().enumerate().map(|(j, p)| (p.digest, j)));
+        }
         let mut keys: Vec<KeySpec> = Vec::with_capacity(n);
         for (i, fk) in list.iter().enumerate() {
             check_name(fk.name, || format!("keys[{i}].name"))?;
-            if exact {
-                let seen = names.insert(self.hasher.hash_one(fk.name), i as u32, |j| {
-                    keys[j as usize].name == fk.name
-                });
-                if seen.is_err() {
-                    return Err(Invalid::new(
-                        format!("keys[{i}].name"),
-                        format!("duplicate key name `{}`", fk.name),
-                    ));
-                }
+            if exact && names.insert(fk.name, i).is_some() {
+                return Err(Invalid::new(
+                    format!("keys[{i}].name"),
+                    format!("duplicate key name `{}`", fk.name),
+                ));
             }
             let plan = self
                 .plans
@@ -741,19 +731,7 @@ impl KeyCheck<'_> {
             let (digest, field) =
                 key_digest("keys", i, fk.sha256, fk.key, fk.key_env, self.env, warnings)?;
             if exact {
-                let seen = digests.insert(
-                    self.hasher.hash_one(digest.folded()),
-                    (n_partners + i) as u32,
-                    |j| {
-                        let j = j as usize;
-                        match j.checked_sub(n_partners) {
-                            None => self.partners[j].digest == digest,
-                            Some(k) => keys[k].digest == digest,
-                        }
-                    },
-                );
-                if let Err(j) = seen {
-                    let j = j as usize;
+                if let Some(j) = digests.insert(digest, n_partners + i) {
                     let other = match j.checked_sub(n_partners) {
                         None => format!("partners[{j}] ({})", self.partners[j].name),
                         Some(k) => format!("keys[{k}] ({})", keys[k].name),

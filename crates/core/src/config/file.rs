@@ -1,24 +1,27 @@
 //! The YAML file format, exactly as an operator writes it.
 //!
-//! These structs exist only to be deserialized (every one refuses unknown fields) and converted
-//! into the validated [`Config`](super::Config). Nothing outside `config` sees them.
+//! These structs are deserialized (every one refuses unknown fields) and converted into the
+//! validated [`Config`](super::Config); nothing outside `config` reads them. They serialize too,
+//! so the tests' typed config builder writes real config files through them.
 
 use indexmap::IndexMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     #[serde(default = "default_listen")]
     pub listen: String,
     #[serde(default = "default_admin_listen")]
     pub admin_listen: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<FileTls>,
     pub upstream: FileUpstream,
     #[serde(default)]
     pub limits: FileLimits,
     /// Optional route catalogue file, relative to this file. Absent: the built-in catalogue.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub routes: Option<String>,
     pub plans: IndexMap<String, FilePlan>,
     #[serde(default = "default_partner_rpw")]
@@ -43,7 +46,7 @@ fn default_partner_rpw() -> u32 {
     150
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileTls {
     pub listen: String,
@@ -51,7 +54,7 @@ pub struct FileTls {
     pub key_file: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileUpstream {
     pub base_url: String,
@@ -59,6 +62,7 @@ pub struct FileUpstream {
     pub connect_timeout_ms: u64,
     #[serde(default = "default_read_timeout")]
     pub read_timeout_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<String>,
 }
 
@@ -69,7 +73,7 @@ fn default_read_timeout() -> u64 {
     30000
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileLimits {
     #[serde(default = "default_window")]
@@ -100,7 +104,7 @@ fn default_max_validated_body() -> u64 {
     64 * 1024
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilePlan {
     pub plan_id: u32,
@@ -109,21 +113,25 @@ pub struct FilePlan {
 }
 
 /// `allow: all` or `allow: [route_id, …]`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum FileAllow {
     Keyword(String),
     List(Vec<String>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileKey {
     pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key_env: Option<String>,
     pub plan: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub partner: Option<String>,
 }
 
@@ -152,24 +160,28 @@ pub struct KeyFields<'a> {
     pub partner: Option<&'a str>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilePartner {
     pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key_env: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileLog {
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub format: Option<String>,
 }
 
 /// How SIGTERM drains (see [`Shutdown`](super::Shutdown)).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileShutdown {
     #[serde(default)]
@@ -198,7 +210,7 @@ fn default_shutdown_timeout() -> u64 {
 }
 
 /// The route catalogue file (`policies/routes.yaml`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileCatalogue {
     /// Path prefixes that belong to the Partner API: an unknown path under one is `unknown_route`.
@@ -206,12 +218,14 @@ pub struct FileCatalogue {
     pub routes: Vec<FileRoute>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileRoute {
     pub id: String,
     pub method: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     pub family: String,
     #[serde(default = "default_body")]
@@ -219,6 +233,7 @@ pub struct FileRoute {
     #[serde(default)]
     pub assumed: bool,
     #[serde(default)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub spec: Option<String>,
 }
 

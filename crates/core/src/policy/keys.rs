@@ -1,120 +1,36 @@
-//! Step 1 — authenticate: `Authorization: Bearer <key>` → the caller's key entry.
+//! Keys: the digest of each key, the operator's name for it, and the immutable table that
+//! finds an entry by digest.
 //!
 //! Keys are secrets, so the gateway never holds one: the config carries SHA-256 digests, the
-//! presented token is hashed, and the digest is looked up in an immutable [`KeyTable`] that a
-//! reload swaps whole. The table is indexed by a hash of the digest (seeded per table); every
-//! comparison of a stored digest with the presented one is of all 32 bytes, in constant time
-//! ([`subtle`]). A missing header, a malformed one, two
-//! headers, and an unknown key all produce the same refusal, and looking a key up never
-//! creates state, so unknown keys cannot grow memory.
+//! presented token is hashed ([`mod@super::authenticate`]), and the digest is looked up in an
+//! immutable [`KeyTable`] that a reload swaps whole. The table is indexed by a hash of the
+//! digest (seeded per table); every comparison of a stored digest with the presented one is of
+//! all 32 bytes, in constant time ([`subtle`]).
 //!
-//! Each entry owns its rate-limit state (an `Arc`, so a reload can hand the same counter to the
+//! Each entry owns its rate-limit state (an `Arc`, so a reload can hand the same state to the
 //! new table for a key that remains: a request still deciding on the old table spends from the
-//! same budget as one on the new table).
+//! same budget as one on the new table). Which store decides on that state is the policy's
+//! ([`crate::limit::Store`]).
 //!
 //! The table is built for up to millions of keys: an entry is 88 bytes with its name inline
-//! ([`KeyName`]), plus the 24-byte rate-state allocation, and the index holds a tag byte and a
-//! `u32` position per slot, at most half full ([`SlotIndex`]): about 130 bytes per key in all.
-//! `cargo bench --bench keys` measures it (docs/keyscale.md).
+//! ([`KeyName`]), plus the 24-byte rate-state allocation, and the index is a
+//! [`hashbrown::HashTable`] of `u32` positions (a control byte and a position per bucket, at
+//! most 7/8 full): about 130 bytes per key in all. `cargo bench --bench keys` measures it
+//! (docs/keyscale.md).
 
 use std::fmt;
 use std::hash::BuildHasher;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use sha2::{Digest as _, Sha256};
-use subtle::ConstantTimeEq;
+use hashbrown::HashTable;
 
 use crate::config::Config;
+pub use crate::digest::Digest;
 use crate::limit::RateState;
-use crate::refusal::Refusal;
-use crate::slots::SlotIndex;
 
-/// SHA-256 of a key. Its `Debug` never prints the bytes.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Digest(pub [u8; 32]);
-
-impl Digest {
-    pub fn of(key: &[u8]) -> Self {
-        Digest(Sha256::digest(key).into())
-    }
-
-    /// Parse 64 hex characters (either case). Branch-free per character: a config can hold a
-    /// million digests.
-    pub fn from_hex(s: &str) -> Option<Self> {
-        let b = s.as_bytes();
-        if b.len() != 64 {
-            return None;
-        }
-        let mut out = [0u8; 32];
-        let mut bad = 0u8;
-        for (o, pair) in out.iter_mut().zip(b.chunks_exact(2)) {
-            let (hi, lo) = (HEX[usize::from(pair[0])], HEX[usize::from(pair[1])]);
-            bad |= hi | lo;
-            *o = (hi << 4) | (lo & 0x0f);
-        }
-        (bad & 0xf0 == 0).then_some(Digest(out))
-    }
-
-    pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
-    }
-
-    /// The four 64-bit words XORed: every byte counts, for a cheap hash (`hash_one` of this, not
-    /// of the 32 bytes, keeps a lookup of an unknown key within a few ns of a bare probe).
-    pub fn folded(&self) -> u64 {
-        self.0
-            .chunks_exact(8)
-            .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
-            .fold(0, |a, w| a ^ w)
-    }
-
-    /// Equal, compared in constant time.
-    pub fn ct_eq(&self, other: &Digest) -> bool {
-        bool::from(self.0.ct_eq(&other.0))
-    }
-}
-
-/// Hex digit values; `0xff` for a byte that is not one.
-static HEX: [u8; 256] = {
-    let mut t = [0xff; 256];
-    let mut i = 0;
-    while i < 10 {
-        t[b'0' as usize + i] = i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        t[b'a' as usize + i] = 10 + i as u8;
-        t[b'A' as usize + i] = 10 + i as u8;
-        i += 1;
-    }
-    t
-};
-
-impl fmt::Debug for Digest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Digest(..)")
-    }
-}
-
-/// RFC 7235 token68: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`.
-pub fn is_token68(b: &[u8]) -> bool {
-    let body_end = b.iter().rposition(|&c| c != b'=').map_or(0, |i| i + 1);
-    body_end > 0
-        && b[..body_end].iter().all(|&c| {
-            c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'+' | b'/')
-        })
-}
-
-/// What the request carried in `Authorization`.
-#[derive(Clone, Copy, Debug)]
-pub enum AuthHeader<'a> {
-    Missing,
-    One(&'a [u8]),
-    /// More than one `Authorization` field: ambiguous, refused.
-    Many,
-}
+/// The most keys and partners one table holds: positions are `u32`.
+pub const MAX_KEYS: usize = u32::MAX as usize;
 
 /// Who a key belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,7 +136,7 @@ pub struct KeyTable {
     /// Entry positions by a hash of the whole digest ([`Digest::folded`]). (Not of its first
     /// bytes alone: digests written by hand or by a test generator, such as `000…001`,
     /// `000…002`, share those.)
-    index: SlotIndex,
+    index: HashTable<KeyIdx>,
     /// Seeded per table.
     hasher: foldhash::fast::RandomState,
 }
@@ -253,12 +169,17 @@ impl KeyTable {
         }
         let entries = entries.into_boxed_slice();
         let hasher = foldhash::fast::RandomState::default();
-        let mut index = SlotIndex::with_capacity(entries.len());
+        let hash = |d: &Digest| hasher.hash_one(d.folded());
+        let mut index = HashTable::with_capacity(entries.len());
         for (i, e) in entries.iter().enumerate() {
             // The config refuses a digest given twice; should one slip through, the first wins.
-            let _ = index.insert(hasher.hash_one(e.digest.folded()), i as KeyIdx, |j| {
-                entries[j as usize].digest == e.digest
-            });
+            index
+                .entry(
+                    hash(&e.digest),
+                    |&j| entries[j as usize].digest == e.digest,
+                    |&j| hash(&entries[j as usize].digest),
+                )
+                .or_insert(i as KeyIdx);
         }
         Self {
             entries,
@@ -269,9 +190,11 @@ impl KeyTable {
 
     /// The entry with this digest; every digest comparison is constant-time.
     pub fn lookup(&self, d: &Digest) -> Option<KeyIdx> {
-        self.index.find(self.hasher.hash_one(d.folded()), |i| {
-            self.entries[i as usize].digest.ct_eq(d)
-        })
+        self.index
+            .find(self.hasher.hash_one(d.folded()), |&i| {
+                self.entries[i as usize].digest.ct_eq(d)
+            })
+            .copied()
     }
 
     pub fn get(&self, i: KeyIdx) -> &KeyEntry {
@@ -322,102 +245,9 @@ impl Carry<'_> {
     }
 }
 
-/// Extract the bearer token from one `Authorization` value: scheme case-insensitive, one or
-/// more spaces, a token68. Surrounding whitespace is tolerated (RFC 9110 OWS).
-pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
-    let v = value.trim_ascii();
-    if v.len() < 7 || !v[..6].eq_ignore_ascii_case(b"bearer") || v[6] != b' ' {
-        return None;
-    }
-    let token = v[7..].trim_ascii_start();
-    is_token68(token).then_some(token)
-}
-
-/// The caller's entry, or `401 unauthorized` — the same answer for every way of failing.
-pub fn authenticate(table: &KeyTable, header: AuthHeader<'_>) -> Result<KeyIdx, Refusal> {
-    let AuthHeader::One(value) = header else {
-        return Err(Refusal::unauthorized());
-    };
-    let token = bearer_token(value).ok_or_else(Refusal::unauthorized)?;
-    table
-        .lookup(&Digest::of(token))
-        .ok_or_else(Refusal::unauthorized)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::refusal::Code;
-
-    #[test]
-    fn token68_grammar() {
-        assert!(is_token68(b"abc-._~+/XYZ09"));
-        assert!(is_token68(b"abc=="));
-        assert!(!is_token68(b""));
-        assert!(!is_token68(b"=="));
-        assert!(!is_token68(b"a=b"));
-        assert!(!is_token68(b"a b"));
-        assert!(!is_token68(b"a,b"));
-        assert!(!is_token68("clé".as_bytes()));
-    }
-
-    #[test]
-    fn bearer_parsing() {
-        assert_eq!(bearer_token(b"Bearer abc"), Some(&b"abc"[..]));
-        assert_eq!(bearer_token(b"bEaReR abc"), Some(&b"abc"[..]));
-        assert_eq!(bearer_token(b"Bearer   abc  "), Some(&b"abc"[..]));
-        assert_eq!(bearer_token(b"Bearer"), None);
-        assert_eq!(bearer_token(b"Bearer "), None);
-        assert_eq!(bearer_token(b"Bearerabc"), None);
-        assert_eq!(bearer_token(b"Basic abc"), None);
-        assert_eq!(bearer_token(b"Bearer a b"), None);
-        assert_eq!(bearer_token(b"Bearer\tabc"), None);
-    }
-
-    #[test]
-    fn digest_hex_roundtrip_and_debug_hides_bytes() {
-        let d = Digest::of(b"secret-key");
-        assert_eq!(Digest::from_hex(&d.to_hex()), Some(d));
-        assert_eq!(Digest::from_hex(&d.to_hex().to_uppercase()), Some(d));
-        assert_eq!(Digest::from_hex("abc"), None);
-        assert_eq!(Digest::from_hex(&"g".repeat(64)), None);
-        assert_eq!(Digest::from_hex(&"a".repeat(66)), None);
-        // Every byte in every position of a pair: exactly what the `hex` crate accepts.
-        let base = d.to_hex();
-        for at in [0, 1, 62, 63] {
-            for c in 0..=255u8 {
-                let mut s = base.clone().into_bytes();
-                s[at] = c;
-                let Ok(s) = String::from_utf8(s) else {
-                    continue;
-                };
-                let mut want = [0u8; 32];
-                let want = hex::decode_to_slice(&s, &mut want)
-                    .ok()
-                    .map(|()| Digest(want));
-                assert_eq!(Digest::from_hex(&s), want, "{c}");
-            }
-        }
-        assert!(!format!("{d:?}").contains(&d.to_hex()[..8]));
-    }
-
-    #[test]
-    fn every_failure_is_the_same_401() {
-        let cfg = crate::testing::config();
-        let table = KeyTable::build(&cfg, None);
-        for h in [
-            AuthHeader::Missing,
-            AuthHeader::Many,
-            AuthHeader::One(b"Basic Zm9vOmJhcg=="),
-            AuthHeader::One(b"Bearer"),
-            AuthHeader::One(b"Bearer not-a-known-key"),
-        ] {
-            let r = authenticate(&table, h).unwrap_err();
-            assert_eq!(r.code, Code::Unauthorized);
-        }
-        let i = authenticate(&table, AuthHeader::One(b"Bearer basic-key-1")).unwrap();
-        assert_eq!(table.get(i).name, "basic-1");
-    }
 
     #[test]
     fn digests_that_differ_in_one_byte_resolve_by_the_full_digest() {

@@ -562,8 +562,8 @@ mod tests {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
 
-    use crate::authenticate::Digest;
     use crate::config::{Config, Env};
+    use crate::digest::Digest;
 
     struct OneVar;
 

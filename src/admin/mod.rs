@@ -3,7 +3,7 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /metrics` | 200, Prometheus text format (see [`crate::metrics`]) |
+//! | `GET /metrics` | 200, Prometheus text format (see [`crate::runtime::metrics`]) |
 //! | `GET /healthz` | 200 `ok` while the process runs (liveness) |
 //! | `GET /readyz` | 200 `ready` once the gateway listener accepts connections; 503 while starting or draining (and 200 `upgrading` while handing over to a new process, which serves the same sockets) |
 //! | `POST /reload` | 200 and a JSON summary when the new config is in force; 422 problem+json with file, line, field and reason when it was refused (the old config keeps serving) |
@@ -18,8 +18,8 @@ use http::header::{ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Response, StatusCode};
 use pingora::protocols::http::ServerSession;
 
-use crate::lifecycle::{Health, Readiness};
-use crate::live::LivePolicy;
+use crate::runtime::lifecycle::{Health, Readiness};
+use crate::runtime::live::LivePolicy;
 
 /// Bodies sent to the admin listener are read and dropped, up to this many bytes.
 const MAX_ADMIN_BODY: usize = 64 * 1024;
@@ -146,10 +146,11 @@ impl pingora::apps::http_app::ServeHttp for Admin {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use tollgate_core::testing::TestConfig;
 
     fn admin(dir: &tempfile::TempDir) -> (Admin, std::path::PathBuf) {
         let path = dir.path().join("gw.yaml");
-        std::fs::write(&path, crate::testing::CONFIG_YAML).unwrap();
+        TestConfig::new().write(&path);
         let live = LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap();
         (
             Admin {
@@ -206,8 +207,9 @@ mod tests {
         assert_eq!(v["restart_required"], serde_json::json!([]));
 
         // A plain key that is not a usable token: refused, and the value is not echoed.
-        let bad = crate::testing::CONFIG_YAML.replace("key: pro-key-1", "key: \"pro key secret\"");
-        std::fs::write(&path, bad).unwrap();
+        TestConfig::new()
+            .key_value("pro-1", "pro key secret")
+            .write(&path);
         let r = a.answer(&Method::POST, "/reload");
         assert_eq!(r.status(), 422);
         assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");

@@ -1,4 +1,4 @@
-//! Step 5 — check body: the request bodies whose shape the spec gives.
+//! Check the body: the request bodies whose shape the spec gives (spec sections as in docs/api.md).
 //!
 //! | rule | spec | what is checked |
 //! |---|---|---|
@@ -21,9 +21,9 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use time::macros::format_description;
 use time::PrimitiveDateTime;
 
-use crate::authenticate::Digest;
-use crate::refusal::{Code, FieldError, Refusal};
-use crate::routes::BodyRule;
+use super::refusal::{Code, FieldError, Refusal};
+use super::routes::BodyRule;
+use crate::digest::Digest;
 
 /// What a valid body tells the rest of the request path.
 #[derive(Debug, PartialEq, Eq)]

@@ -27,6 +27,24 @@ pub enum Code {
 }
 
 impl Code {
+    /// Every code, in declaration order.
+    pub const ALL: [Code; 14] = [
+        Code::Unauthorized,
+        Code::PlanRestricted,
+        Code::WrongCredential,
+        Code::NotYourCustomer,
+        Code::UnknownRoute,
+        Code::InvalidPath,
+        Code::InvalidJson,
+        Code::InvalidBody,
+        Code::BodyTooLarge,
+        Code::UnsupportedMediaType,
+        Code::RateLimited,
+        Code::BadRequest,
+        Code::UpstreamUnavailable,
+        Code::UpstreamTimeout,
+    ];
+
     pub fn status(self) -> u16 {
         match self {
             Code::Unauthorized => 401,
@@ -172,23 +190,52 @@ mod tests {
 
     #[test]
     fn statuses_match_the_contract_table() {
+        // The contract's table (and `bad_request`, Tollgate's own for ambiguous framing).
         let table = [
-            (Code::Unauthorized, 401),
-            (Code::PlanRestricted, 403),
-            (Code::WrongCredential, 403),
-            (Code::NotYourCustomer, 403),
-            (Code::UnknownRoute, 404),
-            (Code::InvalidPath, 400),
-            (Code::InvalidJson, 400),
-            (Code::InvalidBody, 400),
-            (Code::BodyTooLarge, 413),
-            (Code::UnsupportedMediaType, 415),
-            (Code::RateLimited, 429),
-            (Code::UpstreamUnavailable, 502),
-            (Code::UpstreamTimeout, 504),
+            ("unauthorized", 401),
+            ("plan_restricted", 403),
+            ("wrong_credential", 403),
+            ("not_your_customer", 403),
+            ("unknown_route", 404),
+            ("invalid_path", 400),
+            ("invalid_json", 400),
+            ("invalid_body", 400),
+            ("body_too_large", 413),
+            ("unsupported_media_type", 415),
+            ("rate_limited", 429),
+            ("bad_request", 400),
+            ("upstream_unavailable", 502),
+            ("upstream_timeout", 504),
         ];
-        for (c, s) in table {
-            assert_eq!(c.status(), s, "{c:?}");
+        // Every code is in the table exactly once, and the table has no code that is not one.
+        assert_eq!(Code::ALL.len(), table.len());
+        for c in Code::ALL {
+            let row: Vec<_> = table.iter().filter(|(n, _)| *n == c.as_str()).collect();
+            assert_eq!(row.len(), 1, "{c:?} is not in the table once");
+            assert_eq!(c.status(), row[0].1, "{c:?}");
         }
+        // `ALL` lists each variant once: a variant added to the enum without being added to
+        // `ALL` fails to compile in `exhaustive` below.
+        fn exhaustive(c: Code) -> usize {
+            match c {
+                Code::Unauthorized
+                | Code::PlanRestricted
+                | Code::WrongCredential
+                | Code::NotYourCustomer
+                | Code::UnknownRoute
+                | Code::InvalidPath
+                | Code::InvalidJson
+                | Code::InvalidBody
+                | Code::BodyTooLarge
+                | Code::UnsupportedMediaType
+                | Code::RateLimited
+                | Code::BadRequest
+                | Code::UpstreamUnavailable
+                | Code::UpstreamTimeout => 14,
+            }
+        }
+        assert_eq!(exhaustive(Code::ALL[0]), Code::ALL.len());
+        let distinct: std::collections::HashSet<_> = Code::ALL.iter().collect();
+        assert_eq!(distinct.len(), Code::ALL.len());
     }
 }

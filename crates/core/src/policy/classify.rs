@@ -1,4 +1,4 @@
-//! Step 2 — classify: method + path → a catalogued route, and the exact path to forward.
+//! Classify: method + path → a catalogued route, and the exact path to forward.
 //!
 //! The path is normalized once, here, and anything a server might read two ways is refused
 //! (`400 invalid_path`) rather than guessed at:
@@ -26,8 +26,8 @@
 
 use std::borrow::Cow;
 
-use crate::refusal::{Code, Refusal};
-use crate::routes::{Catalogue, PathMatch, RouteIdx};
+use super::refusal::{Code, Refusal};
+use super::routes::{Catalogue, PathMatch, RouteIdx};
 
 /// Why a path was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Step 3 — authorize: may this caller use this route?
+//! Authorize: may this caller use this route?
 //!
 //! Two questions, in this order:
 //! 1. **Credential kind** (spec section 5): customer operations take a customer key, partner
@@ -10,10 +10,10 @@
 //! Whether a partner may act on a particular customer (`not_your_customer`) depends on the
 //! request body, so it is decided with the body check.
 
-use crate::authenticate::Credential;
+use super::keys::Credential;
+use super::refusal::{Code, Refusal};
+use super::routes::{Family, Route, RouteIdx};
 use crate::config::{Allow, Plan};
-use crate::refusal::{Code, Refusal};
-use crate::routes::{Family, Route, RouteIdx};
 
 /// Allow or refuse `credential` on `route` (at index `idx` of its catalogue).
 pub fn authorize(
@@ -63,7 +63,7 @@ mod tests {
     fn check(key: &str, method: &str, path: &str) -> Result<(), Code> {
         let cfg = testing::config();
         let cred = testing::credential(&cfg, key);
-        let m = crate::classify::classify(&cfg.catalogue, method, path).unwrap();
+        let m = crate::policy::classify::classify(&cfg.catalogue, method, path).unwrap();
         authorize(cred, &cfg.plans, cfg.catalogue.get(m.route), m.route).map_err(|r| r.code)
     }
 

@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
+use super::metrics::{Meters, Metrics};
+use super::upstream::Target;
 use crate::config::{Config, ConfigError};
-use crate::forward::Target;
-use crate::metrics::{Meters, Metrics};
 use crate::policy::Policy;
 
 /// Everything a request reads from the config, fixed for that request.
@@ -128,11 +128,11 @@ fn compile(
     previous: Option<&Policy>,
     metrics: &Metrics,
 ) -> Result<Snapshot, ConfigError> {
-    let target = Target::new(&config.upstream).map_err(|message| ConfigError {
+    let target = Target::new(&config.upstream).map_err(|e| ConfigError {
         file: config.source.clone(),
         line: None,
         field: "upstream".into(),
-        message,
+        message: e.to_string(),
     })?;
     let policy = Policy::new(config, previous);
     let meters = metrics.meters(&policy);
@@ -167,9 +167,9 @@ fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authenticate::AuthHeader;
-    use crate::policy::RequestHead;
-    use crate::refusal::Code;
+    use crate::policy::authenticate::AuthHeader;
+    use crate::policy::{Code, RequestHead};
+    use tollgate_core::testing::TestConfig;
 
     fn send(live: &LivePolicy) -> Result<u32, Code> {
         let head = RequestHead {
@@ -195,7 +195,7 @@ mod tests {
     fn reload_swaps_whole_keeps_budgets_and_refuses_a_bad_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gw.yaml");
-        std::fs::write(&path, crate::testing::CONFIG_YAML).unwrap();
+        TestConfig::new().write(&path);
         let live = LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap();
         for _ in 0..10 {
             send(&live).unwrap();
@@ -205,9 +205,7 @@ mod tests {
         // A bigger Basic limit takes effect, and what was spent stays spent: 11 requests at
         // 250 ms each used 2.75 s of the window, which is 22 requests at 80 per window; this
         // one makes 23.
-        let bigger = crate::testing::CONFIG_YAML
-            .replace("requests_per_window: 40", "requests_per_window: 80");
-        std::fs::write(&path, bigger).unwrap();
+        TestConfig::new().plan_limit("basic", 80).write(&path);
         let r = live.reload().unwrap();
         assert!(r.restart_required.is_empty());
         assert_eq!(basic_limit(&live), 80);
@@ -235,26 +233,22 @@ mod tests {
     fn a_reload_reports_process_fields_and_keeps_the_key_gauge_on_refusal() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gw.yaml");
-        std::fs::write(&path, crate::testing::CONFIG_YAML).unwrap();
+        TestConfig::new().write(&path);
         let live = LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap();
         assert!(metrics_text(&live).contains("tollgate_keys 7"));
 
         // One key fewer, and a new listen address (which cannot move without a restart).
-        let fewer = crate::testing::CONFIG_YAML
-            .replace("  - { name: pro-1, key: pro-key-1, plan: pro }\n", "")
-            .replace("\nlisten: \"127.0.0.1:0\"", "\nlisten: \"127.0.0.1:1\"");
-        std::fs::write(&path, fewer).unwrap();
+        TestConfig::new()
+            .without_key("pro-1")
+            .listen("127.0.0.1:1")
+            .write(&path);
         let r = live.reload().unwrap();
         assert_eq!(r.restart_required, vec!["listen"]);
         assert!(metrics_text(&live).contains("tollgate_keys 6"));
 
         // An upstream that cannot be resolved is refused like a syntax error.
-        let bad = crate::testing::CONFIG_YAML
-            .replace("http://127.0.0.1:9", "http://no-such-host.invalid:9");
-        let err = live
-            .replace(Config::parse(&bad, &path, &crate::testing::NoEnv))
-            .err()
-            .unwrap();
+        let bad = TestConfig::new().upstream("http://no-such-host.invalid:9");
+        let err = live.replace(bad.try_parse()).err().unwrap();
         assert_eq!(err.field, "upstream", "{err}");
         assert!(metrics_text(&live).contains("tollgate_keys 6"));
     }

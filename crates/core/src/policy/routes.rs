@@ -2,7 +2,7 @@
 //!
 //! The catalogue is data (`policies/routes.yaml`, compiled in as the default and replaceable by
 //! the `routes:` field of a config) so an operator can correct a path the spec does not show.
-//! This module turns the file into lookup tables; [`crate::classify`] does the matching.
+//! This module turns the file into lookup tables; [`mod@super::classify`] does the matching.
 //!
 //! Matching is by ASCII-case-insensitive path, so no case variant of a catalogued path can slip
 //! past its route; the path forwarded upstream is then the catalogue's own spelling.
@@ -17,7 +17,7 @@ use crate::config::file::{FileCatalogue, FileRoute};
 use crate::config::Invalid;
 
 /// The catalogue shipped with the gateway, used when a config names none.
-pub const BUILTIN_CATALOGUE: &str = include_str!("../policies/routes.yaml");
+pub const BUILTIN_CATALOGUE: &str = include_str!("../../../../policies/routes.yaml");
 
 /// Id of the synthetic route every uncatalogued customer path under `/v2/` maps to.
 pub const UNKNOWN_ROUTE_ID: &str = "unknown";
@@ -327,7 +327,7 @@ fn compile_route(fr: FileRoute, at: &str, partner_prefixes: &[String]) -> Result
 
 /// A catalogue path must be one the normalizer would let through unchanged, under `/v2/`.
 fn check_catalogue_path(p: &str, field: &str) -> Result<(), Invalid> {
-    match crate::classify::normalize(p) {
+    match super::classify::normalize(p) {
         Ok(n) if n == p => {}
         _ => {
             return Err(Invalid::new(

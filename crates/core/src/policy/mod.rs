@@ -1,30 +1,47 @@
-//! The policy: one immutable snapshot of everything a decision needs, and the composition of
-//! the steps in the contract's order.
+//! The policy: one immutable snapshot of everything a decision needs, and the decision itself,
+//! its steps composed in the contract's order.
 //!
-//! ```text
-//! authenticate → classify → authorize → limit      (Policy::decide, on the request head)
-//!              → check body                        (Policy::check_request_body, once read)
-//!              → forward → record                  (the Pingora layer)
-//! ```
+//! | step | module | narrows the request to | refuses with |
+//! |---|---|---|---|
+//! | 1. authenticate | [`mod@authenticate`] | the caller's key entry ([`keys`]) | 401 `unauthorized` |
+//! | 2. classify | [`mod@classify`] | a catalogued route ([`routes`]) and the path to forward | 400 `invalid_path`, 404 `unknown_route` |
+//! | 3. authorize | [`mod@authorize`] | a caller allowed on the route | 403 `wrong_credential`, `plan_restricted` |
+//! | 4. limit | [`crate::limit`] | a request within the key's budget | 429 `rate_limited` |
+//! | 5. check the body | [`body`] | a body of the spec's shape (once read) | 400 `invalid_json`, `invalid_body`, 403 `not_your_customer`, 413, 415 |
 //!
-//! Everything here is pure and synchronous: time comes in as an argument, nothing touches the
-//! network, and no Pingora type appears, so the whole decision can be unit-tested and
-//! benchmarked alone. A reload builds a new `Policy` from the old one (keeping rate state for
-//! keys that remain) and swaps it in whole; see [`crate::live`].
+//! Steps 1–4 are [`Policy::decide`], on the request head; step 5 is
+//! [`Policy::check_request_body`], once the body is read. Every refusal is a [`Refusal`], and
+//! [`Outcome`] names how a request ended. Everything here is pure and synchronous: time comes
+//! in as an argument, nothing touches the network, and the crate has no Pingora type to use,
+//! so the whole decision is unit-tested and benchmarked alone. A reload builds a new `Policy`
+//! from the old one (keeping rate state for keys that remain) and swaps it in whole.
+
+pub mod authenticate;
+pub mod authorize;
+pub mod body;
+pub mod classify;
+pub mod keys;
+pub mod outcome;
+pub mod refusal;
+pub mod routes;
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::authenticate::{authenticate, AuthHeader, Credential, Digest, KeyIdx, KeyTable};
-use crate::authorize::authorize;
-use crate::check_body::{check_body, Checked};
-use crate::classify::classify;
 use crate::clock::Nanos;
 use crate::config::Config;
-use crate::limit::{Quota, Rate};
-use crate::refusal::{Code, Refusal};
-use crate::routes::{BodyRule, RouteIdx};
+use crate::digest::Digest;
+use crate::limit::{LocalStore, Quota, Rate, Store};
+use authenticate::{authenticate, AuthHeader};
+use authorize::authorize;
+use body::{check_body, Checked};
+use classify::classify;
+use keys::{Credential, KeyIdx, KeyTable};
+pub use outcome::Outcome;
+pub use refusal::{Code, FieldError, Refusal};
+use routes::{BodyRule, RouteIdx};
 
 /// What the policy reads of a request head.
 #[derive(Clone, Copy, Debug)]
@@ -48,9 +65,11 @@ pub struct Decision<'a> {
     pub verdict: Result<Forward<'a>, Refusal>,
 }
 
-/// An admitted request: where to send it, and whether its body must be checked first.
+/// An admitted request: whose it is, where to send it, and whether its body must be checked
+/// first.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Forward<'a> {
+    pub key: KeyIdx,
     /// The normalized, canonical path (without the upstream's base path or the query).
     pub path: Cow<'a, str>,
     pub body: Option<BodyRule>,
@@ -61,6 +80,8 @@ pub struct Policy {
     /// The config compiled, except its key list, which [`Policy::new`] moves into `keys`.
     pub config: Config,
     pub keys: KeyTable,
+    /// Decides on each key's budget: budgets in this process, or shared.
+    store: Arc<dyn Store>,
     /// Per plan, in `config.plans` order.
     plan_limits: Vec<Limit>,
     partner_limit: Limit,
@@ -105,11 +126,22 @@ impl RateFields {
 }
 
 impl Policy {
-    /// Compile `config`. Rate state is carried over from `previous` for keys in both.
+    /// Compile `config` with budgets kept in this process ([`LocalStore`]). Rate state is
+    /// carried over from `previous` for keys in both.
+    pub fn new(config: Config, previous: Option<&Policy>) -> Self {
+        Self::with_store(config, previous, Arc::new(LocalStore))
+    }
+
+    /// Compile `config`, deciding on budgets with `store`. Rate state is carried over from
+    /// `previous` for keys in both.
     ///
     /// The key list leaves `config` for the key table (with a million keys, holding both would
     /// be some 80 MB more), so `policy.config.keys` is empty; `policy.keys` has them all.
-    pub fn new(mut config: Config, previous: Option<&Policy>) -> Self {
+    pub fn with_store(
+        mut config: Config,
+        previous: Option<&Policy>,
+        store: Arc<dyn Store>,
+    ) -> Self {
         let window = config.limits.window;
         let plan_limits = config
             .plans
@@ -122,6 +154,7 @@ impl Policy {
         Self {
             config,
             keys,
+            store,
             plan_limits,
             partner_limit,
         }
@@ -129,63 +162,53 @@ impl Policy {
 
     /// Decide on a request head: authenticate → classify → authorize → limit.
     pub fn decide<'a>(&self, req: &RequestHead<'a>, now: Nanos) -> Decision<'a> {
-        let key = match authenticate(&self.keys, req.authorization) {
-            Ok(k) => k,
-            Err(r) => {
-                return Decision {
-                    key: None,
-                    route: None,
-                    quota: None,
-                    verdict: Err(r),
-                }
-            }
+        let mut d = Decision {
+            key: None,
+            route: None,
+            quota: None,
+            verdict: Err(Refusal::unauthorized()),
         };
-        let entry = self.keys.get(key);
-        let rate = &self.limit(entry.credential).rate;
+        d.verdict = self.steps(req, now, &mut d);
         // Refused before the limit step: the budget is reported, not spent.
-        let refused = |route, r| Decision {
-            key: Some(key),
-            route,
-            quota: Some(entry.rate.peek(rate, now)),
-            verdict: Err(r),
-        };
-
-        let classified = match classify(&self.config.catalogue, req.method, req.path) {
-            Ok(c) => c,
-            Err(r) => return refused(None, r),
-        };
-        let route_idx = classified.route;
-        let route = self.config.catalogue.get(route_idx);
-        if let Err(r) = authorize(entry.credential, &self.config.plans, route, route_idx) {
-            return refused(Some(route_idx), r);
+        if let (Some(key), None) = (d.key, d.quota) {
+            let entry = self.keys.get(key);
+            let rate = &self.limit(entry.credential).rate;
+            d.quota = Some(self.store.peek(&entry.rate, rate, now));
         }
-        match entry.rate.acquire(rate, now) {
-            Ok(quota) => Decision {
-                key: Some(key),
-                route: Some(route_idx),
-                quota: Some(quota),
-                verdict: Ok(Forward {
-                    path: classified.path,
-                    body: route.body,
-                }),
-            },
+        d
+    }
+
+    /// The steps of [`Policy::decide`], in order; each narrows the request or refuses it, and
+    /// what it learns is noted in `d` for the answer's headers, logs and metrics.
+    fn steps<'a>(
+        &self,
+        req: &RequestHead<'a>,
+        now: Nanos,
+        d: &mut Decision<'a>,
+    ) -> Result<Forward<'a>, Refusal> {
+        let key = *d.key.insert(authenticate(&self.keys, req.authorization)?);
+        let entry = self.keys.get(key);
+        let classified = classify(&self.config.catalogue, req.method, req.path)?;
+        let route = self.config.catalogue.get(*d.route.insert(classified.route));
+        authorize(
+            entry.credential,
+            &self.config.plans,
+            route,
+            classified.route,
+        )?;
+        let rate = &self.limit(entry.credential).rate;
+        match self.store.acquire(&entry.digest, &entry.rate, rate, now) {
+            Ok(quota) => d.quota = Some(quota),
             Err(denied) => {
-                let mut r = Refusal::new(
-                    Code::RateLimited,
-                    format!(
-                        "over {} requests per {} seconds; retry in {} s",
-                        denied.quota.limit, denied.quota.window_secs, denied.retry_after_secs
-                    ),
-                );
-                r.retry_after = Some(denied.retry_after_secs);
-                Decision {
-                    key: Some(key),
-                    route: Some(route_idx),
-                    quota: Some(denied.quota),
-                    verdict: Err(r),
-                }
+                d.quota = Some(denied.quota);
+                return Err(rate_limited(denied));
             }
         }
+        Ok(Forward {
+            key,
+            path: classified.path,
+            body: route.body,
+        })
     }
 
     /// Check a fully read body for a route with a body rule (after [`Policy::decide`] admitted
@@ -270,6 +293,19 @@ impl Policy {
 
 /// The rate-limit policy name of partner keys (a reserved plan name).
 const PARTNER: &str = "partner";
+
+/// The `429 rate_limited` refusal for a denial.
+fn rate_limited(denied: crate::limit::Denied) -> Refusal {
+    let mut r = Refusal::new(
+        Code::RateLimited,
+        format!(
+            "over {} requests per {} seconds; retry in {} s",
+            denied.quota.limit, denied.quota.window_secs, denied.retry_after_secs
+        ),
+    );
+    r.retry_after = Some(denied.retry_after_secs);
+    r
+}
 
 #[cfg(test)]
 mod tests {
@@ -363,9 +399,11 @@ mod tests {
     fn forward_carries_the_canonical_path_and_body_rule() {
         let p = Policy::new(testing::config(), None);
         let d = p.decide(&head("POST", "/V2/sendgroup", "Bearer pro-key-1"), 0);
+        let pro = p.keys.lookup(&Digest::of(b"pro-key-1")).unwrap();
         assert_eq!(
             d.verdict.unwrap(),
             Forward {
+                key: pro,
                 path: "/v2/sendGroup".into(),
                 body: Some(BodyRule::GroupEvent)
             }

@@ -1,4 +1,5 @@
-//! Step 7 — record: the Prometheus metrics of the contract, served on the admin listener.
+//! The Prometheus metrics of the contract (the request path's record step), served on the admin
+//! listener.
 //!
 //! | metric | type | labels |
 //! |---|---|---|
@@ -26,10 +27,9 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::authenticate::{Credential, KeyIdx};
-use crate::forward::Outcome;
-use crate::policy::Policy;
-use crate::routes::RouteIdx;
+use crate::policy::keys::{Credential, KeyIdx};
+use crate::policy::routes::RouteIdx;
+use crate::policy::{Outcome, Policy};
 
 /// Histogram buckets for a proxy, in seconds: 100 µs (a refusal answered at the edge) to
 /// 60 s (past the longest sensible upstream read timeout).
@@ -270,7 +270,7 @@ pub struct Record {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authenticate::AuthHeader;
+    use crate::policy::authenticate::AuthHeader;
     use crate::policy::RequestHead;
 
     fn text(m: &Metrics) -> String {
@@ -278,7 +278,7 @@ mod tests {
     }
 
     fn policy() -> Policy {
-        Policy::new(crate::testing::config(), None)
+        Policy::new(tollgate_core::testing::config(), None)
     }
 
     /// The record of `key` calling `POST path`, as decided by `p`.

@@ -1,0 +1,89 @@
+//! How a request ended: the `outcome` label of `tollgate_requests_total` and the access log.
+
+use super::refusal::Code;
+
+/// How a request ended, for logs and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Outcome {
+    #[default]
+    Forwarded,
+    Unauthorized,
+    Forbidden,
+    RateLimited,
+    Invalid,
+    NotFound,
+    UpstreamError,
+}
+
+impl Outcome {
+    /// Every outcome, in discriminant order.
+    pub const ALL: [Outcome; 7] = [
+        Outcome::Forwarded,
+        Outcome::Unauthorized,
+        Outcome::Forbidden,
+        Outcome::RateLimited,
+        Outcome::Invalid,
+        Outcome::NotFound,
+        Outcome::UpstreamError,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Forwarded => "forwarded",
+            Outcome::Unauthorized => "unauthorized",
+            Outcome::Forbidden => "forbidden",
+            Outcome::RateLimited => "rate_limited",
+            Outcome::Invalid => "invalid",
+            Outcome::NotFound => "not_found",
+            Outcome::UpstreamError => "upstream_error",
+        }
+    }
+
+    /// The outcome of a request refused with `code`.
+    pub fn of(code: Code) -> Self {
+        match code {
+            Code::Unauthorized => Outcome::Unauthorized,
+            Code::PlanRestricted | Code::WrongCredential | Code::NotYourCustomer => {
+                Outcome::Forbidden
+            }
+            Code::UnknownRoute => Outcome::NotFound,
+            Code::RateLimited => Outcome::RateLimited,
+            Code::UpstreamUnavailable | Code::UpstreamTimeout => Outcome::UpstreamError,
+            Code::InvalidPath
+            | Code::InvalidJson
+            | Code::InvalidBody
+            | Code::BodyTooLarge
+            | Code::UnsupportedMediaType
+            | Code::BadRequest => Outcome::Invalid,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome_is_listed_once_in_discriminant_order() {
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*o as usize, i, "{o:?}");
+        }
+        let names: std::collections::HashSet<_> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
+        assert_eq!(names.len(), Outcome::ALL.len());
+    }
+
+    #[test]
+    fn refusals_map_to_the_contract_outcomes() {
+        for code in Code::ALL {
+            let want = match code.status() {
+                401 => "unauthorized",
+                403 => "forbidden",
+                404 => "not_found",
+                429 => "rate_limited",
+                502 | 504 => "upstream_error",
+                _ => "invalid",
+            };
+            assert_eq!(Outcome::of(code).as_str(), want, "{code:?}");
+        }
+    }
+}

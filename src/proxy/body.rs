@@ -1,0 +1,88 @@
+//! Request bodies on the wire.
+//!
+//! - Routes with a body rule: `Content-Type: application/json` (else 415); a declared
+//!   `Content-Length` over `max_validated_body_bytes` is 413 before anything is read, a chunked
+//!   body is 413 as soon as the count passes the cap; then the body is read whole, *before* any
+//!   upstream connection exists, and checked ([`crate::policy::body`]). The checked bytes are
+//!   replayed upstream from Pingora's retry buffer, so the upstream receives exactly what was
+//!   checked.
+//! - Other routes: a declared length over `max_body_bytes` is 413 up front; the body streams
+//!   through unbuffered, counted ([`count_streamed`]), and the exchange is cut with 413 when a
+//!   chunked stream crosses the cap.
+
+use bytes::{Bytes, BytesMut};
+use http::header::CONTENT_TYPE;
+use pingora::proxy::Session;
+use pingora::{Error, ErrorType, Result};
+
+use super::context::Ctx;
+use super::head::{declared_length, framed_as};
+use super::Stop;
+use crate::policy::body::{check_content_type, check_declared_length, too_large};
+use crate::policy::keys::KeyIdx;
+use crate::policy::routes::BodyRule;
+use crate::policy::Policy;
+
+/// Step 5: check the body of a request `policy` admitted for `key`, by its route's rule if it
+/// has one.
+pub async fn check(
+    session: &mut Session,
+    ctx: &mut Ctx,
+    policy: &Policy,
+    key: KeyIdx,
+    rule: Option<BodyRule>,
+) -> Result<(), Stop> {
+    let limits = policy.config.limits;
+    let req = session.req_header();
+    let declared = declared_length(&req.headers)?;
+    let Some(rule) = rule else {
+        check_declared_length(declared, limits.max_body_bytes.get())?;
+        return Ok(());
+    };
+    let cap = limits.max_validated_body_bytes.get();
+    check_content_type(req.headers.get(CONTENT_TYPE).map(|v| v.as_bytes()))?;
+    check_declared_length(declared, cap)?;
+    let body = read_whole(session, cap)
+        .await?
+        .ok_or_else(|| too_large(cap))?;
+    policy.check_request_body(key, rule, &body)?;
+    ctx.checked_body = Some(body.len());
+    ctx.reframe_body = !framed_as(&session.req_header().headers, body.len());
+    Ok(())
+}
+
+/// Read the whole body, keeping it in Pingora's retry buffer for the upstream. `None` when it
+/// passes `cap` (reading stops there).
+async fn read_whole(session: &mut Session, cap: u64) -> Result<Option<Bytes>> {
+    session.enable_retry_buffering();
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = session
+        .read_request_body()
+        .await
+        .map_err(|e| e.into_down())?
+    {
+        buf.extend_from_slice(&chunk);
+        if buf.len() as u64 > cap {
+            return Ok(None);
+        }
+    }
+    Ok(Some(buf.freeze()))
+}
+
+/// Count a streamed (unchecked) body chunk against `max_body_bytes`; past it, the exchange ends
+/// with 413.
+pub fn count_streamed(ctx: &mut Ctx, chunk: Option<&Bytes>) -> Result<()> {
+    if ctx.checked_body.is_some() {
+        return Ok(());
+    }
+    if let (Some(b), Some(s)) = (chunk, ctx.snap.as_ref()) {
+        ctx.streamed += b.len() as u64;
+        if ctx.streamed > s.policy.config.limits.max_body_bytes.get() {
+            return Error::e_explain(
+                ErrorType::HTTPStatus(413),
+                "request body over max_body_bytes",
+            );
+        }
+    }
+    Ok(())
+}

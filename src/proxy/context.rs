@@ -1,0 +1,96 @@
+//! Per-request state: what each step learnt, for the later steps, the answer's headers, the
+//! access line and the metrics.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::limit::Quota;
+use crate::policy::keys::KeyIdx;
+use crate::policy::routes::RouteIdx;
+use crate::policy::Outcome;
+use crate::runtime::live::Snapshot;
+
+/// Per-request state (Pingora's `CTX`).
+pub struct Ctx {
+    pub started: Instant,
+    pub request_id: String,
+    /// The config that decided this request: policy, upstream and metric handles together
+    /// (a reload mid-request changes none of them for this request).
+    pub snap: Option<Arc<Snapshot>>,
+    pub key: Option<KeyIdx>,
+    pub route: Option<RouteIdx>,
+    pub quota: Option<Quota>,
+    pub outcome: Outcome,
+    /// The status sent to the client (0 when none was).
+    pub status: u16,
+    /// Path and query to send upstream, when they differ from the request's (`None`: send the
+    /// request target as it came).
+    pub upstream_path: Option<String>,
+    /// Length of a body read and checked before forwarding.
+    pub checked_body: Option<usize>,
+    /// The checked body needs new framing upstream (its request came chunked, or with a
+    /// `Content-Length` not spelled as the plain decimal length).
+    pub reframe_body: bool,
+    /// Bytes streamed so far for an unchecked body.
+    pub streamed: u64,
+    pub upstream_started: Option<Instant>,
+    pub upstream_elapsed: Option<Duration>,
+}
+
+impl Ctx {
+    pub fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            request_id: String::new(),
+            snap: None,
+            key: None,
+            route: None,
+            quota: None,
+            outcome: Outcome::Forwarded,
+            status: 0,
+            upstream_path: None,
+            checked_body: None,
+            reframe_body: false,
+            streamed: 0,
+            upstream_started: None,
+            upstream_elapsed: None,
+        }
+    }
+
+    /// The route id for logs and metrics (`-` before classification).
+    pub fn route_id(&self) -> &str {
+        match (&self.snap, self.route) {
+            (Some(s), Some(r)) => &s.policy.config.catalogue.get(r).id,
+            _ => "-",
+        }
+    }
+
+    /// The caller's plan (or `partner`) for logs and metrics (`-` before authentication).
+    pub fn plan(&self) -> &str {
+        match (&self.snap, self.key) {
+            (Some(s), Some(k)) => s.policy.policy_name(k),
+            _ => "-",
+        }
+    }
+
+    /// The operator's name for the caller's key (`-` before authentication); never the key.
+    pub fn key_name(&self) -> &str {
+        match (&self.snap, self.key) {
+            (Some(s), Some(k)) => &s.policy.keys.get(k).name,
+            _ => "-",
+        }
+    }
+
+    /// The upstream leg's duration, closed now if it is still open.
+    pub fn close_upstream_leg(&mut self) {
+        if let (Some(t), None) = (self.upstream_started, self.upstream_elapsed) {
+            self.upstream_elapsed = Some(t.elapsed());
+        }
+    }
+}
+
+impl Default for Ctx {
+    fn default() -> Self {
+        Self::new()
+    }
+}

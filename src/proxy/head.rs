@@ -1,0 +1,360 @@
+//! Request-head handling: pure functions of a request head, unit-tested here.
+//!
+//! - [`check_framing`]: one `Host`, one `Content-Length` (what Pingora leaves to us);
+//! - [`declared_length`] and [`framed_as`]: the body's declared length, and whether the client's
+//!   own framing can be kept for a checked body;
+//! - [`auth_header`]: the `Authorization` fields, for the policy;
+//! - [`RequestIds`]: a well-formed incoming `X-Request-Id`, or a generated one;
+//! - [`forwarded_for`]: the `X-Forwarded-For` sent upstream;
+//! - [`upstream_target`]: the path and query sent upstream, and whether they need rewriting.
+
+use std::hash::{BuildHasher, Hasher};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use pingora::http::RequestHeader;
+use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
+use pingora::{Error, ErrorType, Result};
+
+use crate::policy::authenticate::AuthHeader;
+use crate::policy::{Code, Refusal};
+
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// Requests whose framing or target a server could read two ways. (Pingora itself refuses
+/// differing `Content-Length`s, two `Host`s and non-chunked transfer codings with a bare 400,
+/// and reads `Transfer-Encoding` + `Content-Length` as chunked and then closes the connection,
+/// per RFC 9112 section 6.3, before any filter runs.)
+pub fn check_framing(req: &RequestHeader) -> std::result::Result<(), Refusal> {
+    let h = &req.headers;
+    if !h.contains_key(HOST) && req.uri.authority().is_none() {
+        return Err(Refusal::new(Code::BadRequest, "the request has no Host"));
+    }
+    if h.get_all(CONTENT_LENGTH).iter().count() > 1 {
+        return Err(Refusal::new(
+            Code::BadRequest,
+            "the request has more than one Content-Length",
+        ));
+    }
+    Ok(())
+}
+
+/// The body length the request declares, if it does.
+pub fn declared_length(h: &HeaderMap) -> std::result::Result<Option<u64>, Refusal> {
+    match h.get(CONTENT_LENGTH) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(Some)
+            .ok_or_else(|| Refusal::new(Code::BadRequest, "the Content-Length is not a number")),
+    }
+}
+
+/// Whether a request's own framing already says exactly `n` bytes: no `Transfer-Encoding`, and
+/// its one `Content-Length` (two are refused earlier) is `n` in plain decimal, as Tollgate
+/// would write it. Then a checked body goes upstream under the client's own header.
+pub fn framed_as(h: &HeaderMap, n: usize) -> bool {
+    !h.contains_key(TRANSFER_ENCODING)
+        && h.get(CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() == itoa::Buffer::new().format(n).as_bytes())
+}
+
+/// What the request carried in `Authorization`.
+pub fn auth_header(headers: &HeaderMap) -> AuthHeader<'_> {
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    match (values.next(), values.next()) {
+        (None, _) => AuthHeader::Missing,
+        (Some(v), None) => AuthHeader::One(v.as_bytes()),
+        _ => AuthHeader::Many,
+    }
+}
+
+/// Request ids: the client's when it is well-formed (`[A-Za-z0-9._:-]{1,128}`), otherwise
+/// generated from a per-process random seed and a counter.
+#[derive(Debug)]
+pub struct RequestIds {
+    seed: u64,
+    counter: AtomicU64,
+}
+
+impl Default for RequestIds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RequestIds {
+    pub fn new() -> Self {
+        let seed = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        Self {
+            seed,
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    /// The id of a request with these headers.
+    pub fn of(&self, headers: &HeaderMap) -> String {
+        if let Some(v) = headers.get(X_REQUEST_ID) {
+            let b = v.as_bytes();
+            let ok = !b.is_empty()
+                && b.len() <= 128
+                && b.iter()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b':'));
+            if ok {
+                // Checked to be ASCII above.
+                return String::from_utf8_lossy(b).into_owned();
+            }
+        }
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        hex_id(self.seed, n)
+    }
+}
+
+/// A generated request id: 32 lower-case hex digits, the process's random seed then a counter
+/// (`{seed:016x}{n:016x}`, without `fmt`: this runs for every request).
+fn hex_id(seed: u64, n: u64) -> String {
+    let mut raw = [0u8; 16];
+    raw[..8].copy_from_slice(&seed.to_be_bytes());
+    raw[8..].copy_from_slice(&n.to_be_bytes());
+    let mut id = [0u8; 32];
+    hex::encode_to_slice(raw, &mut id).expect("32 digits for 16 bytes");
+    String::from_utf8_lossy(&id).into_owned()
+}
+
+/// `X-Forwarded-For` for the upstream: the values that came, then the client's address.
+pub fn forwarded_for(prior: &HeaderMap, client: Option<&PeerAddr>) -> Result<HeaderValue> {
+    let mut v: Vec<u8> = Vec::with_capacity(48);
+    for p in prior.get_all(X_FORWARDED_FOR) {
+        v.extend_from_slice(p.as_bytes());
+        v.extend_from_slice(b", ");
+    }
+    match client {
+        Some(PeerAddr::Inet(SocketAddr::V4(a))) => {
+            let mut n = itoa::Buffer::new();
+            for (i, o) in a.ip().octets().into_iter().enumerate() {
+                if i > 0 {
+                    v.push(b'.');
+                }
+                v.extend_from_slice(n.format(o).as_bytes());
+            }
+        }
+        Some(PeerAddr::Inet(a)) => v.extend_from_slice(a.ip().to_string().as_bytes()),
+        // A Unix socket has no address to give: keep what came (without the trailing ", ").
+        _ => v.truncate(v.len().saturating_sub(2)),
+    }
+    header_value(Bytes::from(v))
+}
+
+/// A header value built without a copy (the bytes are still checked).
+pub fn header_value(b: Bytes) -> Result<HeaderValue> {
+    HeaderValue::from_maybe_shared(b)
+        .map_err(|_| Error::explain(ErrorType::InternalError, "not a header value"))
+}
+
+/// The path and query to send upstream for `req`, admitted to `path` (normalized, in the
+/// catalogue's spelling) with the upstream's `base_path` in front — or `None` when the request
+/// target can go as it came.
+///
+/// As it came is only right when nothing changes: no base path, the path decided on is the
+/// request's own, and the request line's raw bytes are exactly that path and query (not the
+/// absolute form `POST http://host/v2/...`). Pingora then sends the request line's own bytes.
+pub fn upstream_target(req: &RequestHeader, base_path: &str, path: &str) -> Option<String> {
+    let as_it_came = base_path.is_empty()
+        && path == req.uri.path()
+        && req
+            .uri
+            .path_and_query()
+            .is_some_and(|pq| pq.as_str().as_bytes() == req.raw_path());
+    if as_it_came {
+        return None;
+    }
+    let mut target = String::with_capacity(base_path.len() + path.len() + 16);
+    target.push_str(base_path);
+    target.push_str(path);
+    if let Some(q) = req.uri.query() {
+        target.push('?');
+        target.push_str(q);
+    }
+    Some(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: &str, target: &str, headers: &[(&str, &str)]) -> RequestHeader {
+        let mut r = RequestHeader::build(method, target.as_bytes(), Some(headers.len())).unwrap();
+        for (n, v) in headers {
+            r.append_header(n.to_string(), *v).unwrap();
+        }
+        r
+    }
+
+    #[test]
+    fn the_target_goes_as_it_came_only_when_nothing_changes() {
+        let r = request("GET", "/v2/client/getChats?a=1&b=%20", &[]);
+        assert_eq!(upstream_target(&r, "", "/v2/client/getChats"), None);
+        let r = request("POST", "/v2/sendMessage/", &[]);
+        assert_eq!(upstream_target(&r, "", "/v2/sendMessage/"), None);
+    }
+
+    #[test]
+    fn the_target_is_rewritten_when_the_path_the_base_or_the_form_changes() {
+        // Re-spelt (case, trailing slash, decoded escape): the catalogue's spelling, query kept.
+        let r = request("GET", "/V2/Client/getChats?c=3", &[]);
+        assert_eq!(
+            upstream_target(&r, "", "/v2/client/getChats").as_deref(),
+            Some("/v2/client/getChats?c=3")
+        );
+        let r = request("POST", "/v2/sendMessage", &[]);
+        assert_eq!(
+            upstream_target(&r, "", "/v2/sendMessage/").as_deref(),
+            Some("/v2/sendMessage/")
+        );
+        // A base path goes in front.
+        let r = request("GET", "/v2/client/getChats?a=1", &[]);
+        assert_eq!(
+            upstream_target(&r, "/provider", "/v2/client/getChats").as_deref(),
+            Some("/provider/v2/client/getChats?a=1")
+        );
+        // The absolute form becomes the origin form.
+        let r = request("GET", "http://gateway.test/v2/client/getChats?q=2", &[]);
+        assert_eq!(
+            upstream_target(&r, "", "/v2/client/getChats").as_deref(),
+            Some("/v2/client/getChats?q=2")
+        );
+    }
+
+    #[test]
+    fn framing_needs_a_host_and_one_content_length() {
+        assert!(check_framing(&request("GET", "/v2/x", &[("Host", "a")])).is_ok());
+        let code = |r: &RequestHeader| check_framing(r).unwrap_err().code;
+        assert_eq!(code(&request("GET", "/v2/x", &[])), Code::BadRequest);
+        let two = request(
+            "POST",
+            "/v2/x",
+            &[
+                ("Host", "a"),
+                ("Content-Length", "2"),
+                ("Content-Length", "2"),
+            ],
+        );
+        assert_eq!(code(&two), Code::BadRequest);
+    }
+
+    #[test]
+    fn declared_lengths_are_numbers_or_refused() {
+        let h = |v: &str| {
+            request("POST", "/", &[("Content-Length", v)])
+                .headers
+                .clone()
+        };
+        assert_eq!(declared_length(&h("12")), Ok(Some(12)));
+        assert_eq!(declared_length(&h("0012")), Ok(Some(12)));
+        assert_eq!(declared_length(&HeaderMap::new()), Ok(None));
+        assert_eq!(
+            declared_length(&h("twelve")).unwrap_err().code,
+            Code::BadRequest
+        );
+    }
+
+    #[test]
+    fn authorization_is_missing_one_or_many() {
+        let h = |vs: &[&str]| {
+            let pairs: Vec<(&str, &str)> = vs.iter().map(|v| ("Authorization", *v)).collect();
+            request("GET", "/", &pairs).headers.clone()
+        };
+        assert!(matches!(auth_header(&h(&[])), AuthHeader::Missing));
+        assert!(matches!(
+            auth_header(&h(&["Bearer a"])),
+            AuthHeader::One(b"Bearer a")
+        ));
+        assert!(matches!(
+            auth_header(&h(&["Bearer a", "Bearer a"])),
+            AuthHeader::Many
+        ));
+    }
+
+    #[test]
+    fn request_ids_keep_a_well_formed_one_and_generate_otherwise() {
+        let ids = RequestIds::new();
+        let h = |v: &str| request("GET", "/", &[("X-Request-Id", v)]).headers.clone();
+        assert_eq!(ids.of(&h("abc-123_x.y:z")), "abc-123_x.y:z");
+        let long = "a".repeat(129);
+        for bad in ["a b", "é", long.as_str()] {
+            let id = ids.of(&HeaderMap::new());
+            let got = ids.of(&h(bad));
+            assert_ne!(got, bad);
+            assert_eq!(got.len(), 32);
+            assert_ne!(got, id, "each generated id is new");
+        }
+    }
+
+    #[test]
+    fn generated_request_ids_are_the_seed_then_the_counter_in_hex() {
+        for (seed, n) in [
+            (0, 0),
+            (1, 2),
+            (u64::MAX, 0x0123_4567_89ab_cdef),
+            (0xdead_beef, 42),
+        ] {
+            assert_eq!(hex_id(seed, n), format!("{seed:016x}{n:016x}"));
+        }
+    }
+
+    #[test]
+    fn a_checked_body_keeps_its_framing_only_when_it_is_exact() {
+        let h = |pairs: &[(HeaderName, &'static str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.append(k.clone(), HeaderValue::from_static(v));
+            }
+            m
+        };
+        assert!(framed_as(&h(&[(CONTENT_LENGTH, "152")]), 152));
+        assert!(framed_as(&h(&[(CONTENT_LENGTH, "0")]), 0));
+        assert!(!framed_as(&h(&[(CONTENT_LENGTH, "0152")]), 152));
+        assert!(!framed_as(&h(&[(CONTENT_LENGTH, "151")]), 152));
+        assert!(!framed_as(&h(&[]), 152));
+        assert!(!framed_as(
+            &h(&[(CONTENT_LENGTH, "152"), (TRANSFER_ENCODING, "chunked")]),
+            152
+        ));
+        assert!(!framed_as(&h(&[(TRANSFER_ENCODING, "chunked")]), 152));
+    }
+
+    #[test]
+    fn forwarded_for_appends_the_client_to_what_came() {
+        let v4 = PeerAddr::Inet("192.0.2.10:5000".parse().unwrap());
+        let v6 = PeerAddr::Inet("[2001:db8::1]:443".parse().unwrap());
+        let mut h = HeaderMap::new();
+        let got = |h: &HeaderMap, c: Option<&PeerAddr>| {
+            forwarded_for(h, c).unwrap().to_str().unwrap().to_string()
+        };
+        assert_eq!(got(&h, Some(&v4)), "192.0.2.10");
+        assert_eq!(got(&h, Some(&v6)), "2001:db8::1");
+        assert_eq!(got(&h, None), "");
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static("203.0.113.9"));
+        h.append(
+            X_FORWARDED_FOR,
+            HeaderValue::from_static("198.51.100.7, 10.0.0.1"),
+        );
+        assert_eq!(
+            got(&h, Some(&v4)),
+            "203.0.113.9, 198.51.100.7, 10.0.0.1, 192.0.2.10"
+        );
+        assert_eq!(got(&h, None), "203.0.113.9, 198.51.100.7, 10.0.0.1");
+        for ip in ["0.0.0.0", "255.255.255.255", "10.200.3.40"] {
+            let a = PeerAddr::Inet(format!("{ip}:1").parse().unwrap());
+            assert_eq!(got(&HeaderMap::new(), Some(&a)), ip);
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The Pingora adapter: the `ProxyHttp` service that puts the policy on the wire.
+//!
+//! This layer is thin on purpose: it reads the request head, runs the steps of the request path
+//! in order ([`Gateway`]'s `request_filter`, through `admit`) and then forwards, or answers the
+//! refusal itself. In Pingora's idiom, `request_filter` returning `Ok(true)` means "already
+//! answered": nothing of such a request reaches the upstream.
+//!
+//! | module | concern |
+//! |---|---|
+//! | [`context`] | the per-request state |
+//! | [`head`] | framing, `Authorization`, request ids, `X-Forwarded-For`, the upstream target (pure) |
+//! | [`body`] | checked bodies read before forwarding; streamed bodies counted |
+//! | [`answer`] | the one writer of the gateway's own answers, refusals and proxy failures alike |
+//! | [`upstream`] | the upstream peer |
+//!
+//! Pingora retries only what cannot have reached the upstream, or idempotent requests.
+
+pub mod answer;
+pub mod body;
+pub mod context;
+pub mod head;
+pub mod upstream;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::modules::http::HttpModules;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{Error, ErrorType, Result};
+
+use crate::clock::Clock;
+use crate::policy::{Forward, Refusal, RequestHead};
+use crate::runtime::lifecycle::Health;
+use crate::runtime::live::LivePolicy;
+use crate::runtime::metrics::Record;
+pub use context::Ctx;
+use head::RequestIds;
+
+/// Why the request path stopped before forwarding: a refusal to answer, or a failure of the
+/// connection itself (which Pingora handles).
+pub enum Stop {
+    Refuse(Refusal),
+    Fail(Box<Error>),
+}
+
+impl From<Refusal> for Stop {
+    fn from(r: Refusal) -> Self {
+        Stop::Refuse(r)
+    }
+}
+
+impl From<Box<Error>> for Stop {
+    fn from(e: Box<Error>) -> Self {
+        Stop::Fail(e)
+    }
+}
+
+/// The gateway service.
+pub struct Gateway {
+    live: Arc<LivePolicy>,
+    health: Arc<Health>,
+    clock: Arc<dyn Clock>,
+    ids: RequestIds,
+}
+
+impl Gateway {
+    pub fn new(live: Arc<LivePolicy>, health: Arc<Health>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            live,
+            health,
+            clock,
+            ids: RequestIds::new(),
+        }
+    }
+
+    pub fn live(&self) -> &Arc<LivePolicy> {
+        &self.live
+    }
+
+    /// The request path, in order. Each step narrows the request or stops it; what a step
+    /// learns goes into `ctx` for the answer, the access line and the metrics.
+    pub async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<(), Stop> {
+        let snap = Arc::clone(ctx.snap.insert(self.live.load()));
+        ctx.request_id = self.ids.of(&session.req_header().headers);
+        head::check_framing(session.req_header())?;
+        let forward = self.decide(session, ctx, &snap.policy)?;
+        ctx.upstream_path =
+            head::upstream_target(session.req_header(), &snap.target.base_path, &forward.path);
+        let (key, rule) = (forward.key, forward.body);
+        body::check(session, ctx, &snap.policy, key, rule).await?;
+        Ok(())
+    }
+
+    /// Steps 1–4 ([`Policy::decide`](crate::policy::Policy::decide)): authenticate → classify
+    /// → authorize → limit.
+    fn decide<'s>(
+        &self,
+        session: &'s Session,
+        ctx: &mut Ctx,
+        policy: &crate::policy::Policy,
+    ) -> Result<Forward<'s>, Refusal> {
+        let req = session.req_header();
+        let head = RequestHead {
+            method: req.method.as_str(),
+            path: req.uri.path(),
+            authorization: head::auth_header(&req.headers),
+        };
+        let decision = policy.decide(&head, self.clock.now());
+        ctx.key = decision.key;
+        ctx.route = decision.route;
+        ctx.quota = decision.quota;
+        decision.verdict
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = Ctx;
+
+    /// No downstream modules. Pingora's default adds its response-compression module switched
+    /// off (level 0), which still builds a context and runs three filters on every request;
+    /// Tollgate never compresses (answers pass through with the upstream's encoding).
+    fn init_downstream_modules(&self, _modules: &mut HttpModules) {}
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx::new()
+    }
+
+    /// The request path ([`Gateway::admit`]). `Ok(true)`: answered here, nothing goes upstream.
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        match self.admit(session, ctx).await {
+            Ok(()) => Ok(false),
+            Err(Stop::Refuse(r)) => {
+                answer::send(session, ctx, &r, self.health.closing()).await?;
+                Ok(true)
+            }
+            Err(Stop::Fail(e)) => Err(e),
+        }
+    }
+
+    /// Unchecked bodies stream through; count them against `max_body_bytes`.
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        chunk: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        body::count_streamed(ctx, chunk.as_ref())
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        // Set by `request_filter` for every request.
+        let snap = ctx
+            .snap
+            .as_ref()
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no upstream target"))?;
+        let peer = upstream::peer(&snap.target);
+        ctx.upstream_started = Some(Instant::now());
+        Ok(Box::new(peer))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        up: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if let Some(path) = ctx.upstream_path.take() {
+            let uri: http::Uri = path.parse().map_err(|_| {
+                Error::explain(ErrorType::InternalError, "upstream path does not parse")
+            })?;
+            up.set_uri(uri);
+        }
+        if let Some(s) = &ctx.snap {
+            up.insert_header(HOST, s.target.host.as_str())?;
+        }
+        up.insert_header("X-Request-Id", ctx.request_id.as_str())?;
+        let xff = head::forwarded_for(&up.headers, session.client_addr())?;
+        up.insert_header("X-Forwarded-For", xff)?;
+        if let (Some(n), true) = (ctx.checked_body, ctx.reframe_body) {
+            up.remove_header(&TRANSFER_ENCODING);
+            up.insert_header(CONTENT_LENGTH, itoa::Buffer::new().format(n))?;
+        }
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        session: &mut Session,
+        resp: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if let Some(t) = ctx.upstream_started {
+            ctx.upstream_elapsed = Some(t.elapsed());
+        }
+        ctx.status = resp.status.as_u16();
+        if self.health.closing() {
+            session.set_keepalive(None);
+        }
+        resp.insert_header("X-Request-Id", ctx.request_id.as_str())?;
+        answer::rate_limit_headers(ctx, resp)
+    }
+
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
+        ctx.close_upstream_leg();
+        let Some(refusal) = answer::for_error(e, ctx) else {
+            ctx.status = 0;
+            return FailToProxy {
+                error_code: 0,
+                can_reuse_downstream: false,
+            };
+        };
+        if session.response_written().is_none() {
+            // Whatever happened, this connection is not reused.
+            let _ = answer::send(session, ctx, &refusal, true).await;
+        } else {
+            ctx.outcome = crate::policy::Outcome::of(refusal.code);
+            ctx.status = refusal.status();
+        }
+        FailToProxy {
+            error_code: refusal.status(),
+            can_reuse_downstream: false,
+        }
+    }
+
+    fn suppress_error_log(&self, _session: &Session, _ctx: &Ctx, _error: &Error) -> bool {
+        // Pingora's own error line can carry raw bytes; our access line covers the request.
+        true
+    }
+
+    /// Step 7 — record: one access line and the metrics, for every request that got this far.
+    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+        let total = ctx.started.elapsed();
+        if ctx.status != 0 {
+            self.live.metrics().response(ctx.status);
+        }
+        if let Some(s) = &ctx.snap {
+            s.meters.record(
+                &s.policy,
+                &Record {
+                    route: ctx.route,
+                    key: ctx.key,
+                    outcome: ctx.outcome,
+                    total_seconds: total.as_secs_f64(),
+                    upstream_seconds: ctx.upstream_elapsed.map(|d| d.as_secs_f64()),
+                },
+            );
+        }
+        // Never the key, the Authorization header, the path, the query or a body.
+        tracing::info!(
+            target: "tollgate::access",
+            request_id = %ctx.request_id,
+            method = session.req_header().method.as_str(),
+            route = ctx.route_id(),
+            key = ctx.key_name(),
+            plan = ctx.plan(),
+            status = ctx.status,
+            outcome = ctx.outcome.as_str(),
+            duration_ms = total.as_secs_f64() * 1e3,
+            upstream_ms = ctx.upstream_elapsed.map(|d| d.as_secs_f64() * 1e3),
+            "request"
+        );
+    }
+}

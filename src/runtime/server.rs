@@ -1,0 +1,152 @@
+//! Serving: the Pingora server built from a [`Config`], for `run`, `demo` and the tests:
+//! the gateway listener(s), the admin listener, and the background services of
+//! [`super::lifecycle`]. This is the one place where the proxy and the admin listener are
+//! assembled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::apps::http_app::HttpServer;
+use pingora::listeners::tls::TlsSettings;
+use pingora::prelude::Opt;
+use pingora::proxy::http_proxy_service_with_name;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{RunArgs, Server};
+use pingora::services::background::background_service;
+use pingora::services::listening::Service;
+
+use super::error::SetupError;
+use super::lifecycle::{Health, ReadinessProbe, ReloadOnHangup, Signals};
+use super::live::LivePolicy;
+use super::metrics::Metrics;
+use crate::admin::Admin;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::proxy::Gateway;
+
+/// Pingora's server settings when no `--conf` file is given: one worker thread per CPU.
+pub fn default_server_conf() -> ServerConf {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    ServerConf {
+        threads,
+        ..ServerConf::default()
+    }
+}
+
+/// A server ready to run, and the handles the caller may need.
+pub struct Built {
+    pub server: Server,
+    pub live: Arc<LivePolicy>,
+    /// The signal handling of [`super::lifecycle`], for `Server::run`.
+    pub signals: Signals,
+}
+
+impl Built {
+    /// Serve until a signal ends the process (see [`super::lifecycle`]).
+    pub fn run(self) {
+        self.server.run(RunArgs {
+            shutdown_signal: Box::new(self.signals),
+        });
+    }
+}
+
+/// Build the server: the gateway on `listen` (and the TLS listener, if configured), the admin
+/// listener on `admin_listen`, the SIGHUP reloader and the readiness probe.
+///
+/// Refuses, with a message, what Pingora would otherwise panic on later: a listen address
+/// that cannot be bound (unless `--upgrade` takes the sockets over), or a TLS certificate or
+/// key that does not load.
+pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<Built, SetupError> {
+    let mut conf = match opt.as_ref().filter(|o| o.conf.is_some()) {
+        Some(o) => ServerConf::load_yaml_with_opt_override(o)
+            .map_err(|e| SetupError::PingoraConf(e.to_string()))?,
+        None => default_server_conf(),
+    };
+    conf.grace_period_seconds = Some(config.shutdown.grace_seconds);
+    conf.graceful_shutdown_timeout_seconds = Some(config.shutdown.timeout_seconds);
+    let upgrade = opt.as_ref().is_some_and(|o| o.upgrade);
+    if !upgrade {
+        let mut addrs = vec![
+            ("listen", config.listen),
+            ("admin_listen", config.admin_listen),
+        ];
+        addrs.extend(config.tls.as_ref().map(|t| ("tls.listen", t.listen)));
+        for (field, addr) in addrs {
+            std::net::TcpListener::bind(addr).map_err(|source| SetupError::Listen {
+                file: config.source.clone(),
+                field,
+                addr,
+                source,
+            })?;
+        }
+    }
+    let mut server = Server::new_with_opt_and_conf(opt, conf);
+    if upgrade {
+        // Take the listening sockets over from the running process (zero-downtime upgrade).
+        server.bootstrap();
+    }
+    let listen = config.listen;
+    let admin_listen = config.admin_listen.to_string();
+    let drain = Duration::from_secs(config.shutdown.drain_seconds);
+    let tls = config.tls.clone();
+    let metrics = Arc::new(Metrics::new());
+    let live = Arc::new(LivePolicy::new(config, metrics)?);
+    let health = Arc::new(Health::default());
+    let gateway = Gateway::new(Arc::clone(&live), Arc::clone(&health), clock);
+    let mut svc = http_proxy_service_with_name(&server.configuration, gateway, "tollgate");
+    svc.add_tcp(&listen.to_string());
+    if let Some(t) = tls {
+        let (cert, key) = (
+            t.cert_file.to_string_lossy().into_owned(),
+            t.key_file.to_string_lossy().into_owned(),
+        );
+        match pingora::tls::load_certs_and_key_files(&cert, &key) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err(SetupError::Tls(format!(
+                    "no certificate in {cert} or no private key in {key}"
+                )))
+            }
+            Err(e) => {
+                return Err(SetupError::Tls(format!(
+                    "cannot load {cert} / {key}: {:?}",
+                    e.etype()
+                )))
+            }
+        }
+        let mut settings = TlsSettings::intermediate(&cert, &key)
+            .map_err(|e| SetupError::Tls(format!("{:?}", e.etype())))?;
+        settings.enable_h2();
+        svc.add_tls_with_settings(&t.listen.to_string(), None, settings);
+    }
+    server.add_service(svc);
+
+    let admin = Admin {
+        live: Arc::clone(&live),
+        health: Arc::clone(&health),
+    };
+    let mut admin_svc = Service::new("tollgate admin".into(), HttpServer::new_app(admin));
+    admin_svc.add_tcp(&admin_listen);
+    admin_svc.threads = Some(1);
+    server.add_service(admin_svc);
+    server.add_service(background_service(
+        "tollgate reload on SIGHUP",
+        ReloadOnHangup(Arc::clone(&live)),
+    ));
+    server.add_service(background_service(
+        "tollgate readiness",
+        ReadinessProbe {
+            health: Arc::clone(&health),
+            listen,
+        },
+    ));
+    let signals = Signals {
+        health: Arc::clone(&health),
+        drain,
+    };
+    Ok(Built {
+        server,
+        live,
+        signals,
+    })
+}
