@@ -1,55 +1,18 @@
-//! `tollgate demo` end to end: the real binary on two free loopback ports, and every curl line
-//! it prints, run through bash, gives the answer its comment promises.
+//! `tollgate demo` end to end: the real binary on free loopback ports, and every curl line it
+//! prints, run through bash, gives the answer its comment promises.
 
-use std::io::{BufRead, BufReader, Read};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+mod common;
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{closed_port, wait_listening, Process};
 
 /// Bound on every wait: start-up, each port, each command.
 const WAIT: Duration = Duration::from_secs(30);
-
-/// The demo process; killed (and reaped) however the test ends. On a panic its log is shown.
-struct Demo {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Drop for Demo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!("--- demo stderr (last lines) ---");
-            for l in tail.iter().rev() {
-                eprintln!("{l}");
-            }
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_listening(addr: SocketAddr) {
-    let end = Instant::now() + WAIT;
-    while Instant::now() < end {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{addr} never started listening");
-}
 
 /// Run `line` with `bash -c`, bounded by [`WAIT`]; its stdout and stderr.
 fn run(line: &str, curl_home: &Path) -> String {
@@ -119,16 +82,17 @@ fn demo_prints_curl_lines_that_show_each_answer() {
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(".curlrc"), "max-time = 10\n").unwrap();
-    let log = dir.path().join("demo-stderr.log");
 
     let (port, upstream_port, admin_port) = loop {
-        let (a, b, c) = (free_port(), free_port(), free_port());
+        let (a, b, c) = (closed_port(), closed_port(), closed_port());
         if a != b && b != c && a != c {
             break (a, b, c);
         }
     };
-    let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args([
+    let demo = Process::spawn(
+        dir.path(),
+        "demo",
+        &[
             "demo",
             "--port",
             &port.to_string(),
@@ -136,41 +100,20 @@ fn demo_prints_curl_lines_that_show_each_answer() {
             &upstream_port.to_string(),
             "--admin-port",
             &admin_port.to_string(),
-        ])
-        .env("TOLLGATE_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("the tollgate binary starts");
-    let mut demo = Demo { child, log };
+        ],
+        &[("TOLLGATE_LOG", "warn")],
+    );
 
-    // Read what it prints until the last line of the banner (bounded).
-    let stdout = demo.child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    // What it prints, up to the last line of the banner (bounded).
     let end = Instant::now() + WAIT;
-    let mut printed = Vec::new();
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                let done = line.starts_with("Ctrl-C");
-                printed.push(line);
-                if done {
-                    break;
-                }
-            }
-            Err(e) => panic!("demo output incomplete ({e:?}): {printed:#?}"),
+    let printed: Vec<String> = loop {
+        let out = std::fs::read_to_string(&demo.stdout).unwrap_or_default();
+        if out.lines().any(|l| l.starts_with("Ctrl-C")) {
+            break out.lines().map(String::from).collect();
         }
-    }
+        assert!(Instant::now() < end, "demo output incomplete:\n{out}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let gateway: SocketAddr = ([127, 0, 0, 1], port).into();
     wait_listening(gateway);
     wait_listening(([127, 0, 0, 1], upstream_port).into());

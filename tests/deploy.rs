@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_yaml::Value;
 use tollgate::config::{Config, Env};
 
-/// The metrics the gateway exports (see `src/metrics.rs`).
+/// The metrics the gateway exports (see `src/runtime/metrics.rs`).
 const METRICS: &[&str] = &[
     "tollgate_requests_total",
     "tollgate_responses_total",

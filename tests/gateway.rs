@@ -114,9 +114,13 @@ fn not_found_and_invalid_path() {
     assert_eq!(up.seen()[0].path(), "/v2/brandNew/op?x=1");
 }
 
+/// What the upstream receives as the request target, in every form a client can send it.
+/// (Whether the target is rewritten or sent as it came is decided by
+/// `proxy::head::upstream_target`, whose unit tests check that it is left alone when nothing
+/// changes; here, that the bytes on the wire are right either way.)
 #[test]
-fn the_upstream_target_is_rewritten_only_when_it_changes() {
-    // Sent as it came: origin form, already canonical, no base path (the query kept).
+fn the_upstream_receives_the_decided_target_in_every_form() {
+    // As it came: origin form, already canonical, no base path (the query kept).
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::with(&up);
     assert_eq!(

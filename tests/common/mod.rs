@@ -592,5 +592,13 @@ impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let out = self.output();
+            let tail: Vec<&str> = out.lines().rev().take(40).collect();
+            eprintln!("--- {} output (last lines) ---", self.stdout.display());
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
     }
 }
