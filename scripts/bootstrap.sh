@@ -1,17 +1,42 @@
 #!/usr/bin/env bash
-# Install what a fresh machine lacks to build Tollgate: cmake (Pingora's zlib-ng build needs it).
-# Safe to run repeatedly; does nothing when everything is present.
+# Install what a fresh Debian/Ubuntu machine lacks to build, test and check Tollgate:
+#   cmake and a C compiler   Pingora's zlib-ng build
+#   rustfmt, clippy          rustup components (.ci/run checks formatting and lints always)
+#   cargo-deny               cargo install (advisories, licences, bans, sources)
+# Safe to run repeatedly; does nothing when everything is present. BOOTSTRAP_LINT=0 skips the
+# lint tools (scripts/demo.sh and scripts/test.sh need only the build tools).
 set -euo pipefail
+
+say() { echo "bootstrap: $*" >&2; }
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+
+apt_install() {
+  say "installing $*"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
 
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
+command -v git >/dev/null 2>&1 || need+=(git)
 if ((${#need[@]})); then
-  echo "bootstrap: installing ${need[*]}" >&2
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+  apt_install "${need[@]}"
 fi
-command -v cargo >/dev/null 2>&1 || { echo "bootstrap: cargo (Rust) is required: https://rustup.rs" >&2; exit 1; }
+command -v cargo >/dev/null 2>&1 || { say "cargo (Rust) is required: https://rustup.rs"; exit 1; }
+
+if [ "${BOOTSTRAP_LINT:-1}" = 1 ]; then
+  for component in rustfmt clippy; do
+    tool=$([ "$component" = rustfmt ] && echo fmt || echo clippy)
+    if ! cargo "$tool" --version >/dev/null 2>&1; then
+      say "adding the $component component"
+      rustup component add "$component" || { say "cannot install $component"; exit 1; }
+    fi
+  done
+  if ! cargo deny --version >/dev/null 2>&1; then
+    say "installing cargo-deny (cargo install, a few minutes)"
+    cargo install --locked cargo-deny
+  fi
+fi
