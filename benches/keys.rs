@@ -23,7 +23,7 @@
 //! the way the key list is written with `KEYSCALE_STYLE`: `flow` (default, one
 //! `{ name: …, sha256: "…", plan: … }` per line), `block` (one field per line), `json`
 //! (`{"name":"…",…}` per line), `crlf` (flow with Windows line ends) — all in the subset
-//! `src/config/fast.rs` reads — or `array` (`keys: [ {…}, {…} ]` over many lines, as a JSON
+//! `crates/core/src/config/fast.rs` reads — or `array` (`keys: [ {…}, {…} ]` over many lines, as a JSON
 //! dump has it: outside the subset, so serde_yaml reads it; the slow path, for comparison).
 //!
 //! Run (release profile): `cargo bench --bench keys`
