@@ -457,20 +457,25 @@ fn main() {
         phases(Path::new(&args[i + 1]));
         return;
     }
-    // `cargo bench` passes `--bench`; a name filter may follow. Neither means anything here.
+    // `cargo bench` passes `--bench`; a name filter may follow. Without `--bench` this is
+    // `cargo test --all-targets` running the bench as a smoke test (debug build): one run of a
+    // small config, so that the measuring code is exercised without timing anything.
+    let smoke = !args.iter().any(|a| a == "--bench");
     let want_phases = args.iter().any(|a| a == "--phases");
 
-    let sizes: Vec<usize> = std::env::var("KEYSCALE_SIZES")
-        .ok()
-        .map(|v| {
-            v.split(',')
-                .map(|s| s.trim().parse().expect("KEYSCALE_SIZES"))
-                .collect()
-        })
-        .unwrap_or_else(|| DEFAULT_SIZES.to_vec());
+    let sizes: Vec<usize> = match std::env::var("KEYSCALE_SIZES") {
+        Ok(v) => v
+            .split(',')
+            .map(|s| s.trim().parse().expect("KEYSCALE_SIZES"))
+            .collect(),
+        Err(_) if smoke => vec![0, 1000],
+        Err(_) => DEFAULT_SIZES.to_vec(),
+    };
     let runs: usize = std::env::var("KEYSCALE_RUNS")
         .ok()
-        .map_or(3, |v| v.parse().expect("KEYSCALE_RUNS"));
+        .map_or(if smoke { 1 } else { 3 }, |v| {
+            v.parse().expect("KEYSCALE_RUNS")
+        });
     let style = Style::from_env();
     let exe = std::env::current_exe().expect("own path");
     let dir = tempfile::tempdir().expect("temp dir");
