@@ -192,6 +192,62 @@ pub fn summary(cfg: &Config) -> String {
         "  shutdown      drain {} s, grace {} s, timeout {} s",
         sd.drain_seconds, sd.grace_seconds, sd.timeout_seconds
     );
+    let e = &cfg.server;
+    let _ = writeln!(
+        s,
+        "  edge          head {} s, idle {} s, body {} s, send {} s, TLS handshake {} s; heads ≤ {} bytes and {} fields; {} requests per connection",
+        e.header_timeout.as_secs(),
+        e.idle_timeout.as_secs(),
+        e.body_timeout.as_secs(),
+        e.send_timeout.as_secs(),
+        e.tls_handshake_timeout.as_secs(),
+        e.max_header_bytes,
+        e.max_headers,
+        e.max_requests_per_connection
+    );
+    let proxies = if e.trusted_proxies.is_empty() {
+        "none".to_string()
+    } else {
+        let list: Vec<String> = e.trusted_proxies.iter().map(|n| n.to_string()).collect();
+        list.join(", ")
+    };
+    let per_ip = e
+        .max_connections_per_ip
+        .map_or("no cap".to_string(), |n| format!("≤ {n}"));
+    let _ = writeln!(
+        s,
+        "  connections   ≤ {} in all, {per_ip} per address; trusted proxies: {proxies}",
+        e.max_connections
+    );
+    let _ = match &cfg.auth_failures {
+        Some(a) => writeln!(
+            s,
+            "  auth failures {} in {} s block an address for {} s ({} addresses tracked)",
+            a.max_failures,
+            a.window.as_secs(),
+            a.block.as_secs(),
+            a.max_tracked_ips
+        ),
+        None => writeln!(s, "  auth failures off (no auth_failures block)"),
+    };
+    let g = &cfg.webhook_guard;
+    let _ = writeln!(
+        s,
+        "  webhook guard {}",
+        if !g.enabled {
+            "off".to_string()
+        } else {
+            format!(
+                "on ({}; exempt hosts: {})",
+                if g.allow_http { "http and https" } else { "https only" },
+                if g.allow_hosts.is_empty() {
+                    "none".to_string()
+                } else {
+                    g.allow_hosts.join(", ")
+                }
+            )
+        }
+    );
     let _ = writeln!(
         s,
         "  upstream      {scheme}://{}{} (connect {} ms, read {} ms{})",

@@ -6,7 +6,10 @@
 
 use std::path::Path;
 
-use crate::config::file::{FileAllow, FileConfig, FileKey, FileShutdown, FileTls};
+use crate::config::file::{
+    FileAllow, FileAuthFailures, FileConfig, FileKey, FileServer, FileShutdown, FileTls,
+    FileWebhookGuard,
+};
 use crate::config::{Config, ConfigError, Env};
 use crate::digest::Digest;
 use crate::policy::keys::Credential;
@@ -231,6 +234,35 @@ impl TestConfig {
             grace_seconds: grace,
             timeout_seconds: timeout,
         };
+        self
+    }
+
+    /// Edit the `server` block (deadlines, caps, trusted proxies).
+    pub fn server(mut self, edit: impl FnOnce(&mut FileServer)) -> Self {
+        edit(&mut self.file.server);
+        self
+    }
+
+    /// Turn `auth_failures` on with `max_failures` in `window_seconds`, blocking for
+    /// `block_seconds`, then edit the rest.
+    pub fn auth_failures(
+        mut self,
+        max_failures: u32,
+        window_seconds: u64,
+        block_seconds: u64,
+    ) -> Self {
+        self.file.auth_failures = Some(FileAuthFailures {
+            max_failures,
+            window_seconds,
+            block_seconds,
+            ..FileAuthFailures::default()
+        });
+        self
+    }
+
+    /// Edit the `webhook_guard` block.
+    pub fn webhook_guard(mut self, edit: impl FnOnce(&mut FileWebhookGuard)) -> Self {
+        edit(&mut self.file.webhook_guard);
         self
     }
 

@@ -34,6 +34,13 @@ pub struct FileConfig {
     pub log: FileLog,
     #[serde(default)]
     pub shutdown: FileShutdown,
+    #[serde(default)]
+    pub server: FileServer,
+    /// Off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth_failures: Option<FileAuthFailures>,
+    #[serde(default)]
+    pub webhook_guard: FileWebhookGuard,
 }
 
 fn default_listen() -> String {
@@ -239,4 +246,145 @@ pub struct FileRoute {
 
 fn default_body() -> String {
     "none".into()
+}
+
+/// The edge: deadlines, caps and trusted proxies (see [`Server`](super::Server)).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileServer {
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout_seconds: u64,
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_seconds: u64,
+    #[serde(default = "default_body_timeout")]
+    pub body_timeout_seconds: u64,
+    #[serde(default = "default_send_timeout")]
+    pub send_timeout_seconds: u64,
+    #[serde(default = "default_tls_handshake_timeout")]
+    pub tls_handshake_timeout_seconds: u64,
+    #[serde(default = "default_max_requests_per_connection")]
+    pub max_requests_per_connection: u32,
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: u64,
+    #[serde(default = "default_max_headers")]
+    pub max_headers: u64,
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    #[serde(default = "default_max_connections_per_ip")]
+    pub max_connections_per_ip: u32,
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+}
+
+impl Default for FileServer {
+    fn default() -> Self {
+        Self {
+            header_timeout_seconds: default_header_timeout(),
+            idle_timeout_seconds: default_idle_timeout(),
+            body_timeout_seconds: default_body_timeout(),
+            send_timeout_seconds: default_send_timeout(),
+            tls_handshake_timeout_seconds: default_tls_handshake_timeout(),
+            max_requests_per_connection: default_max_requests_per_connection(),
+            max_header_bytes: default_max_header_bytes(),
+            max_headers: default_max_headers(),
+            max_connections: default_max_connections(),
+            max_connections_per_ip: default_max_connections_per_ip(),
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+fn default_header_timeout() -> u64 {
+    10
+}
+fn default_idle_timeout() -> u64 {
+    60
+}
+fn default_body_timeout() -> u64 {
+    30
+}
+fn default_send_timeout() -> u64 {
+    30
+}
+fn default_tls_handshake_timeout() -> u64 {
+    10
+}
+fn default_max_requests_per_connection() -> u32 {
+    1000
+}
+fn default_max_header_bytes() -> u64 {
+    32 * 1024
+}
+fn default_max_headers() -> u64 {
+    100
+}
+fn default_max_connections() -> u32 {
+    10_000
+}
+fn default_max_connections_per_ip() -> u32 {
+    256
+}
+
+/// Blocking of addresses that fail authentication (see [`AuthFailures`](super::AuthFailures)).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAuthFailures {
+    #[serde(default = "default_max_failures")]
+    pub max_failures: u32,
+    #[serde(default = "default_failure_window")]
+    pub window_seconds: u64,
+    #[serde(default = "default_block")]
+    pub block_seconds: u64,
+    #[serde(default = "default_max_tracked_ips")]
+    pub max_tracked_ips: u64,
+}
+
+impl Default for FileAuthFailures {
+    fn default() -> Self {
+        Self {
+            max_failures: default_max_failures(),
+            window_seconds: default_failure_window(),
+            block_seconds: default_block(),
+            max_tracked_ips: default_max_tracked_ips(),
+        }
+    }
+}
+
+fn default_max_failures() -> u32 {
+    20
+}
+fn default_failure_window() -> u64 {
+    60
+}
+fn default_block() -> u64 {
+    300
+}
+fn default_max_tracked_ips() -> u64 {
+    100_000
+}
+
+/// The `webhook_set` URL guard (see [`WebhookGuard`](super::WebhookGuard)).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileWebhookGuard {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    #[serde(default = "yes")]
+    pub allow_http: bool,
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
+}
+
+impl Default for FileWebhookGuard {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            allow_http: true,
+            allow_hosts: Vec::new(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
 }

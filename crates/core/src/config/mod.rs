@@ -8,6 +8,7 @@
 //! Relative paths in a config (`routes`, `tls.*_file`, `upstream.ca_file`) are resolved against
 //! the directory of the config file, not the working directory.
 
+mod edge;
 mod fast;
 pub mod file;
 mod locate;
@@ -20,6 +21,7 @@ use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use edge::{AuthFailures, Server, WebhookGuard, MAX_HEADERS, MAX_HEADER_BYTES};
 use file::{FileAllow, FileCatalogue, FileConfig, KeyFields};
 use locate::LineIndex;
 
@@ -119,6 +121,11 @@ pub struct Config {
     pub partners: Vec<PartnerSpec>,
     pub log_format: LogFormat,
     pub shutdown: Shutdown,
+    /// The edge: deadlines, caps, trusted proxies.
+    pub server: Server,
+    /// Blocking of addresses that fail authentication; `None` when the block is absent.
+    pub auth_failures: Option<AuthFailures>,
+    pub webhook_guard: WebhookGuard,
     pub warnings: Vec<Warning>,
 }
 
@@ -627,6 +634,10 @@ fn build(
         timeout_seconds: seconds(raw.shutdown.timeout_seconds, "shutdown.timeout_seconds")?,
     };
 
+    let server = edge::server(&raw.server)?;
+    let auth_failures = raw.auth_failures.as_ref().map(edge::auth_failures).transpose()?;
+    let webhook_guard = edge::webhook_guard(&raw.webhook_guard)?;
+
     Ok(Config {
         source: PathBuf::new(),
         listen,
@@ -642,6 +653,9 @@ fn build(
         partners,
         log_format,
         shutdown,
+        server,
+        auth_failures,
+        webhook_guard,
         warnings,
     })
 }
