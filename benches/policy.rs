@@ -5,7 +5,7 @@
 //! | `decide/one_thread` | `Policy::decide` (authenticate + classify + authorize + limit), Pro key, `POST /v2/sendMessage/` | ≤ 150 ns |
 //! | `decide/two_threads_one_key` | the same, while a second thread decides on the same key | ≤ 500 ns |
 //! | `limit/acquire` | `RateState::acquire` alone | ≤ 50 ns |
-//! | `check_body/group_event_200B` | `check_body(GroupEvent, ~200-byte valid body, 65536)` | ≤ 1 µs |
+//! | `check_body/group_event_200B` | `check_body(GroupEvent, ~200-byte valid body, 65536, default webhook guard)` | ≤ 1 µs |
 //!
 //! The bench config gives the Pro plan the largest allowed limit (1 000 000 per 10 s, one
 //! request per 10 µs of the limiter's clock), and every decision takes its `now` from a virtual
@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 use tollgate::clock::Nanos;
+use tollgate::config::WebhookGuard;
 use tollgate::digest::Digest;
 use tollgate::limit::{LocalStore, Rate, RateState, Store};
 use tollgate::policy::authenticate::AuthHeader;
@@ -135,9 +136,10 @@ fn bench_limit(c: &mut Criterion) {
 
 fn bench_check_body(c: &mut Criterion) {
     let body = EVENT.as_bytes();
+    let guard = WebhookGuard::default();
     assert!((190..=210).contains(&body.len()), "{} bytes", body.len());
     assert_eq!(
-        check_body(BodyRule::GroupEvent, body, 65536),
+        check_body(BodyRule::GroupEvent, body, 65536, &guard),
         Ok(Checked::GroupEvent)
     );
     c.bench_function("check_body/group_event_200B", |b| {
@@ -146,6 +148,7 @@ fn bench_check_body(c: &mut Criterion) {
                 black_box(BodyRule::GroupEvent),
                 black_box(body),
                 black_box(65536),
+                black_box(&guard),
             )
         })
     });

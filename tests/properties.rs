@@ -18,7 +18,7 @@ use proptest::sample::select;
 use proptest::test_runner::Config as ProptestConfig;
 use serde_json::{Map, Value};
 
-use tollgate::config::Allow;
+use tollgate::config::{Allow, WebhookGuard};
 use tollgate::policy::authenticate::AuthHeader;
 use tollgate::policy::body::{check_body, Checked};
 use tollgate::policy::classify::{classify, normalize};
@@ -579,6 +579,8 @@ const RULES: [BodyRule; 3] = [
     BodyRule::ServiceUpgrade,
 ];
 const MAX: u64 = 64 * 1024;
+/// The webhook URL guard of a config without a `webhook_guard` block.
+static GUARD: LazyLock<WebhookGuard> = LazyLock::new(WebhookGuard::default);
 
 /// The pointers each rule can report.
 fn known_pointers(rule: BodyRule) -> &'static [&'static str] {
@@ -640,7 +642,7 @@ fn check_refusal(rule: BodyRule, body: &[u8], r: &Refusal) -> Result<(), TestCas
 }
 
 fn run(rule: BodyRule, body: &[u8], max: u64) -> Result<Result<Checked, Refusal>, TestCaseError> {
-    let got = check_body(rule, body, max);
+    let got = check_body(rule, body, max, &GUARD);
     if let Err(r) = &got {
         check_refusal(rule, body, r)?;
         if body.len() as u64 > max {
@@ -970,7 +972,7 @@ fn hundred_thousand_deep_nesting_is_refused_quickly() {
     for body in &bodies {
         for rule in RULES {
             let r = quickly("deep nesting", Duration::from_secs(2), || {
-                check_body(rule, body.as_bytes(), u64::MAX)
+                check_body(rule, body.as_bytes(), u64::MAX, &GUARD)
             })
             .unwrap_err();
             assert_eq!(r.code, Code::InvalidJson, "{rule:?}: {}", r.detail);
@@ -1007,13 +1009,13 @@ fn one_megabyte_bodies_are_refused_quickly() {
         for rule in RULES {
             // At the real cap: refused before parsing.
             let r = quickly("1 MB at the cap", Duration::from_millis(200), || {
-                check_body(rule, body.as_bytes(), MAX)
+                check_body(rule, body.as_bytes(), MAX, &GUARD)
             })
             .unwrap_err();
             assert_eq!(r.code, Code::BodyTooLarge);
             // Without a cap: parsed (or not), and refused on its merits.
             let r = quickly("1 MB without a cap", Duration::from_secs(3), || {
-                check_body(rule, body.as_bytes(), u64::MAX)
+                check_body(rule, body.as_bytes(), u64::MAX, &GUARD)
             })
             .unwrap_err();
             assert!(

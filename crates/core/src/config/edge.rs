@@ -135,17 +135,38 @@ pub(super) fn server(f: &FileServer) -> Result<Server, Invalid> {
         trusted_proxies.push(net.trunc());
     }
     Ok(Server {
-        header_timeout: s(f.header_timeout_seconds, "header_timeout_seconds", MAX_TIMEOUT_SECONDS)?,
-        idle_timeout: s(f.idle_timeout_seconds, "idle_timeout_seconds", MAX_IDLE_SECONDS)?,
-        body_timeout: s(f.body_timeout_seconds, "body_timeout_seconds", MAX_TIMEOUT_SECONDS)?,
-        send_timeout: s(f.send_timeout_seconds, "send_timeout_seconds", MAX_TIMEOUT_SECONDS)?,
+        header_timeout: s(
+            f.header_timeout_seconds,
+            "header_timeout_seconds",
+            MAX_TIMEOUT_SECONDS,
+        )?,
+        idle_timeout: s(
+            f.idle_timeout_seconds,
+            "idle_timeout_seconds",
+            MAX_IDLE_SECONDS,
+        )?,
+        body_timeout: s(
+            f.body_timeout_seconds,
+            "body_timeout_seconds",
+            MAX_TIMEOUT_SECONDS,
+        )?,
+        send_timeout: s(
+            f.send_timeout_seconds,
+            "send_timeout_seconds",
+            MAX_TIMEOUT_SECONDS,
+        )?,
         tls_handshake_timeout: s(
             f.tls_handshake_timeout_seconds,
             "tls_handshake_timeout_seconds",
             MAX_TIMEOUT_SECONDS,
         )?,
         max_requests_per_connection: NonZeroU32::new(f.max_requests_per_connection).ok_or_else(
-            || Invalid::new("server.max_requests_per_connection", "must be greater than 0"),
+            || {
+                Invalid::new(
+                    "server.max_requests_per_connection",
+                    "must be greater than 0",
+                )
+            },
         )?,
         max_header_bytes: bounded(
             f.max_header_bytes,
@@ -178,8 +199,16 @@ pub(super) fn auth_failures(f: &FileAuthFailures) -> Result<AuthFailures, Invali
     Ok(AuthFailures {
         max_failures: NonZeroU32::new(f.max_failures)
             .ok_or_else(|| Invalid::new("auth_failures.max_failures", "must be greater than 0"))?,
-        window: seconds(f.window_seconds, "auth_failures.window_seconds", MAX_IDLE_SECONDS)?,
-        block: seconds(f.block_seconds, "auth_failures.block_seconds", 7 * MAX_IDLE_SECONDS)?,
+        window: seconds(
+            f.window_seconds,
+            "auth_failures.window_seconds",
+            MAX_IDLE_SECONDS,
+        )?,
+        block: seconds(
+            f.block_seconds,
+            "auth_failures.block_seconds",
+            7 * MAX_IDLE_SECONDS,
+        )?,
         max_tracked_ips: NonZeroUsize::new(max_tracked as usize).unwrap_or(NonZeroUsize::MIN),
     })
 }
@@ -233,7 +262,11 @@ mod tests {
     #[test]
     fn trusted_proxies_are_cidrs_or_addresses() {
         let f = FileServer {
-            trusted_proxies: vec!["10.1.2.3/8".into(), "192.0.2.7".into(), "2001:db8::/32".into()],
+            trusted_proxies: vec![
+                "10.1.2.3/8".into(),
+                "192.0.2.7".into(),
+                "2001:db8::/32".into(),
+            ],
             ..FileServer::default()
         };
         let s = server(&f).unwrap();
@@ -324,8 +357,17 @@ mod tests {
             allow_hosts: vec!["Relay.Example.com".into()],
             ..FileWebhookGuard::default()
         };
-        assert_eq!(webhook_guard(&f).unwrap().allow_hosts, ["relay.example.com"]);
-        for bad in ["https://relay.example.com", "relay.example.com:8443", "10.0.0.1", "a/b", ""] {
+        assert_eq!(
+            webhook_guard(&f).unwrap().allow_hosts,
+            ["relay.example.com"]
+        );
+        for bad in [
+            "https://relay.example.com",
+            "relay.example.com:8443",
+            "10.0.0.1",
+            "a/b",
+            "",
+        ] {
             let f = FileWebhookGuard {
                 allow_hosts: vec![bad.into()],
                 ..FileWebhookGuard::default()

@@ -635,7 +635,11 @@ fn build(
     };
 
     let server = edge::server(&raw.server)?;
-    let auth_failures = raw.auth_failures.as_ref().map(edge::auth_failures).transpose()?;
+    let auth_failures = raw
+        .auth_failures
+        .as_ref()
+        .map(edge::auth_failures)
+        .transpose()?;
     let webhook_guard = edge::webhook_guard(&raw.webhook_guard)?;
 
     Ok(Config {

@@ -3,7 +3,7 @@
 //! | rule | spec | what is checked |
 //! |---|---|---|
 //! | `group_event` | 2.1, 4.1 | `name`, `groupId` non-empty strings; `type` = `event`; `startTime` an ISO 8601 UTC timestamp with milliseconds (`2026-11-21T10:00:00.000Z`, a real calendar date); `eventOptions` an object with non-empty string `callType` and `description` |
-//! | `webhook_set` | 2.2, 4.2 rules 1–5 | `url` an absolute http(s) URL with a host; `signing`, when present, `on` or `off`; `webhookKey`, when present, a string of at least 16 characters; `signing: on` without a key is allowed (the provider may generate one) |
+//! | `webhook_set` | 2.2, 4.2 rules 1–5 | `url` an absolute http(s) URL with a host that passes the webhook URL guard ([`webhook`](super::webhook): no user info, no private-network name or address in any spelling, https only when `allow_http` is off, `allow_hosts` exempt); `signing`, when present, `on` or `off`; `webhookKey`, when present, a string of at least 16 characters; `signing: on` without a key is allowed (the provider may generate one) |
 //! | `service_upgrade` | 2.3, 4.3 | `apiKey` a non-empty string; `planID` a JSON integer (no fraction, no exponent, within 64 bits) |
 //!
 //! Unknown extra fields pass. The document must be one JSON object. Every violation is reported
@@ -23,6 +23,8 @@ use time::PrimitiveDateTime;
 
 use super::refusal::{Code, FieldError, Refusal};
 use super::routes::BodyRule;
+use super::webhook::check_url;
+use crate::config::WebhookGuard;
 use crate::digest::Digest;
 
 /// What a valid body tells the rest of the request path.
@@ -36,8 +38,14 @@ pub enum Checked {
     },
 }
 
-/// Check `body` against `rule`. `max` is the validated-body cap in bytes.
-pub fn check_body(rule: BodyRule, body: &[u8], max: u64) -> Result<Checked, Refusal> {
+/// Check `body` against `rule`. `max` is the validated-body cap in bytes; `guard` is the
+/// config's webhook URL guard, for the `url` of `webhook_set`.
+pub fn check_body(
+    rule: BodyRule,
+    body: &[u8],
+    max: u64,
+    guard: &WebhookGuard,
+) -> Result<Checked, Refusal> {
     if body.len() as u64 > max {
         return Err(Refusal::new(
             Code::BodyTooLarge,
@@ -57,7 +65,7 @@ pub fn check_body(rule: BodyRule, body: &[u8], max: u64) -> Result<Checked, Refu
             Checked::GroupEvent
         }
         BodyRule::WebhookSet => {
-            webhook_set(&obj, &mut errors);
+            webhook_set(&obj, guard, &mut errors);
             Checked::WebhookSet
         }
         BodyRule::ServiceUpgrade => {
@@ -319,13 +327,10 @@ pub fn is_utc_millis_timestamp(s: &str) -> bool {
     s.len() == 24 && s.as_bytes()[0].is_ascii_digit() && PrimitiveDateTime::parse(s, fmt).is_ok()
 }
 
-fn webhook_set(obj: &Object<'_>, errors: &mut Vec<FieldError>) {
+fn webhook_set(obj: &Object<'_>, guard: &WebhookGuard, errors: &mut Vec<FieldError>) {
     if let Some(url) = string_field(obj, "", "url", true, true, errors) {
-        if !is_http_url(url) {
-            errors.push(FieldError::new(
-                "/url",
-                "must be an absolute http:// or https:// URL with a host",
-            ));
+        if let Err(detail) = check_url(url, guard) {
+            errors.push(FieldError::new("/url", detail));
         }
     }
     if let Some(s) = string_field(obj, "", "signing", false, false, errors) {
@@ -343,6 +348,8 @@ fn webhook_set(obj: &Object<'_>, errors: &mut Vec<FieldError>) {
     }
 }
 
+/// An absolute `http://` or `https://` URL with a host (RFC 3986, as `http::Uri` reads it):
+/// the first of the `url` rules, before the webhook URL guard.
 pub fn is_http_url(s: &str) -> bool {
     let Ok(uri) = s.parse::<http::Uri>() else {
         return false;
@@ -376,8 +383,13 @@ mod tests {
 
     const MAX: u64 = 64 * 1024;
 
+    /// The guard of a config without a `webhook_guard` block.
+    fn guard() -> WebhookGuard {
+        WebhookGuard::default()
+    }
+
     fn errors(rule: BodyRule, body: &str) -> Vec<(String, String)> {
-        match check_body(rule, body.as_bytes(), MAX) {
+        match check_body(rule, body.as_bytes(), MAX, &guard()) {
             Ok(_) => vec![],
             Err(r) => {
                 assert_eq!(r.code, Code::InvalidBody, "{body}: {}", r.detail);
@@ -390,7 +402,7 @@ mod tests {
     }
 
     fn code(rule: BodyRule, body: &[u8]) -> Option<Code> {
-        check_body(rule, body, MAX).err().map(|r| r.code)
+        check_body(rule, body, MAX, &guard()).err().map(|r| r.code)
     }
 
     const EVENT: &str = r#"{"name":"Standup","type":"event","groupId":"g-1","startTime":"2026-11-21T10:00:00.000Z","eventOptions":{"callType":"voice","description":"Daily"}}"#;
@@ -419,7 +431,7 @@ mod tests {
     #[test]
     fn a_valid_group_event_passes_with_extra_fields() {
         assert_eq!(
-            check_body(BodyRule::GroupEvent, EVENT.as_bytes(), MAX),
+            check_body(BodyRule::GroupEvent, EVENT.as_bytes(), MAX, &guard()),
             Ok(Checked::GroupEvent)
         );
         let extra =
@@ -542,7 +554,7 @@ mod tests {
     fn webhook_rules() {
         let ok = [
             r#"{"url":"https://hooks.example.com/in"}"#,
-            r#"{"url":"http://10.0.0.1:8080/x","signing":"off"}"#,
+            r#"{"url":"http://93.184.216.34:8080/x","signing":"off"}"#,
             r#"{"url":"https://h.example/x","signing":"on"}"#,
             r#"{"url":"https://h.example/x","signing":"on","webhookKey":"0123456789abcdef"}"#,
             r#"{"url":"https://h.example/x","signing":"on","webhookKey":"ééééééééééééééééé","other":1}"#,
@@ -591,11 +603,54 @@ mod tests {
     }
 
     #[test]
+    fn the_webhook_guard_judges_the_url_among_the_other_fields() {
+        let body = r#"{"url":"http://0x7f.1/admin","signing":"yes","webhookKey":"short"}"#;
+        let errs = errors(BodyRule::WebhookSet, body);
+        let ptrs: Vec<_> = errs.iter().map(|e| e.0.as_str()).collect();
+        assert_eq!(ptrs, ["/url", "/signing", "/webhookKey"]);
+        assert_eq!(
+            errs[0].1,
+            "must not point into a private network: 127.0.0.1 is in 127.0.0.0/8, loopback (RFC 1122 §3.2.1.3)"
+        );
+        for url in [
+            "http://169.254.169.254/latest/meta-data",
+            "http://[::ffff:10.0.0.1]/",
+            "http://metadata.google.internal/",
+            "http://user:pw@example.com/",
+        ] {
+            let errs = errors(BodyRule::WebhookSet, &format!(r#"{{"url":"{url}"}}"#));
+            assert_eq!(errs.len(), 1, "{url}: {errs:?}");
+            assert_eq!(errs[0].0, "/url", "{url}");
+        }
+        // The guard is the config's: off, only the http-URL check is left.
+        let off = WebhookGuard {
+            enabled: false,
+            ..guard()
+        };
+        let b = br#"{"url":"http://127.0.0.1/"}"#;
+        assert_eq!(
+            check_body(BodyRule::WebhookSet, b, MAX, &off),
+            Ok(Checked::WebhookSet)
+        );
+        // Other rules do not look at the guard.
+        let https_only = WebhookGuard {
+            allow_http: false,
+            ..guard()
+        };
+        let ev = event_with(serde_json::json!({"name": "http://127.0.0.1/"}));
+        assert_eq!(
+            check_body(BodyRule::GroupEvent, ev.as_bytes(), MAX, &https_only),
+            Ok(Checked::GroupEvent)
+        );
+    }
+
+    #[test]
     fn service_upgrade_rules() {
         let ok = check_body(
             BodyRule::ServiceUpgrade,
             br#"{"apiKey":"k-1","planID":2}"#,
             MAX,
+            &guard(),
         )
         .unwrap();
         assert_eq!(
@@ -645,7 +700,7 @@ mod tests {
             );
         }
         for b in [&b"[]"[..], b"null", b"\"x\"", b"12"] {
-            let r = check_body(BodyRule::WebhookSet, b, MAX).unwrap_err();
+            let r = check_body(BodyRule::WebhookSet, b, MAX, &guard()).unwrap_err();
             assert_eq!(
                 (r.code, r.errors[0].pointer.as_str()),
                 (Code::InvalidBody, ""),
@@ -682,7 +737,7 @@ mod tests {
     #[test]
     fn duplicate_keys_are_refused_at_any_depth() {
         let b = br#"{"url":"https://a.example/","url":"javascript:x"}"#;
-        let r = check_body(BodyRule::WebhookSet, b, MAX).unwrap_err();
+        let r = check_body(BodyRule::WebhookSet, b, MAX, &guard()).unwrap_err();
         assert_eq!(r.code, Code::InvalidJson);
         assert!(r.detail.contains("duplicate key `url`"), "{}", r.detail);
         let nested = event_with(serde_json::json!({})).replace(
@@ -733,7 +788,7 @@ mod tests {
 
     #[test]
     fn the_cap_is_checked_first() {
-        let r = check_body(BodyRule::GroupEvent, EVENT.as_bytes(), 10).unwrap_err();
+        let r = check_body(BodyRule::GroupEvent, EVENT.as_bytes(), 10, &guard()).unwrap_err();
         assert_eq!(r.code, Code::BodyTooLarge);
     }
 

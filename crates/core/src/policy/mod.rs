@@ -3,13 +3,15 @@
 //!
 //! | step | module | narrows the request to | refuses with |
 //! |---|---|---|---|
+//! | 0. auth-failure block | [`blocking`] (the client address: [`client`]) | a client address not blocked | 429 `too_many_auth_failures` |
 //! | 1. authenticate | [`mod@authenticate`] | the caller's key entry ([`keys`]) | 401 `unauthorized` |
 //! | 2. classify | [`mod@classify`] | a catalogued route ([`routes`]) and the path to forward | 400 `invalid_path`, 404 `unknown_route` |
 //! | 3. authorize | [`mod@authorize`] | a caller allowed on the route | 403 `wrong_credential`, `plan_restricted` |
 //! | 4. limit | [`crate::limit`] | a request within the key's budget | 429 `rate_limited` |
 //! | 5. check the body | [`body`] | a body of the spec's shape (once read) | 400 `invalid_json`, `invalid_body`, 403 `not_your_customer`, 413, 415 |
+//! | 5. (its `webhook_set` `url`) | [`webhook`] | a webhook URL that cannot reach a private network (the `webhook_guard` config) | 400 `invalid_body` at `/url` |
 //!
-//! Steps 1–4 are [`Policy::decide`], on the request head; step 5 is
+//! Steps 0–4 are [`Policy::decide_for`], on the request head; step 5 is
 //! [`Policy::check_request_body`], once the body is read. Every refusal is a [`Refusal`], and
 //! [`Outcome`] names how a request ended. Everything here is pure and synchronous: time comes
 //! in as an argument, nothing touches the network, and the crate has no Pingora type to use,
@@ -18,14 +20,18 @@
 
 pub mod authenticate;
 pub mod authorize;
+pub mod blocking;
 pub mod body;
 pub mod classify;
+pub mod client;
 pub mod keys;
 pub mod outcome;
 pub mod refusal;
 pub mod routes;
+pub mod webhook;
 
 use std::borrow::Cow;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -36,8 +42,10 @@ use crate::digest::Digest;
 use crate::limit::{LocalStore, Quota, Rate, Store};
 use authenticate::{authenticate, AuthHeader};
 use authorize::authorize;
+use blocking::{BlockStarted, FailureTable};
 use body::{check_body, Checked};
 use classify::classify;
+use client::ClientKey;
 use keys::{Credential, KeyIdx, KeyTable};
 pub use outcome::Outcome;
 pub use refusal::{Code, FieldError, Refusal};
@@ -62,6 +70,8 @@ pub struct Decision<'a> {
     pub route: Option<RouteIdx>,
     /// The caller's budget after this decision; set whenever `key` is.
     pub quota: Option<Quota>,
+    /// The block this request's failed authentication started, if it did (for the log line).
+    pub block_started: Option<BlockStarted>,
     pub verdict: Result<Forward<'a>, Refusal>,
 }
 
@@ -80,8 +90,10 @@ pub struct Policy {
     /// The config compiled, except its key list, which [`Policy::new`] moves into `keys`.
     pub config: Config,
     pub keys: KeyTable,
-    /// Decides on each key's budget: budgets in this process, or shared.
+    /// Decides on each key's budget: budgets in this process, or shared. Carried over a reload.
     store: Arc<dyn Store>,
+    /// Failed authentications per client address. Carried over a reload.
+    pub failures: Arc<FailureTable>,
     /// Per plan, in `config.plans` order.
     plan_limits: Vec<Limit>,
     partner_limit: Limit,
@@ -126,14 +138,19 @@ impl RateFields {
 }
 
 impl Policy {
-    /// Compile `config` with budgets kept in this process ([`LocalStore`]). Rate state is
-    /// carried over from `previous` for keys in both.
+    /// Compile `config`. Rate state is carried over from `previous` for keys in both, and so
+    /// are the budgets' store and the failed-authentication table; without a previous policy,
+    /// budgets are kept in this process ([`LocalStore`]) and the table starts empty.
     pub fn new(config: Config, previous: Option<&Policy>) -> Self {
-        Self::with_store(config, previous, Arc::new(LocalStore))
+        let store = previous.map_or_else(
+            || Arc::new(LocalStore) as Arc<dyn Store>,
+            |p| Arc::clone(&p.store),
+        );
+        Self::with_store(config, previous, store)
     }
 
-    /// Compile `config`, deciding on budgets with `store`. Rate state is carried over from
-    /// `previous` for keys in both.
+    /// Compile `config`, deciding on budgets with `store`. Rate state and the
+    /// failed-authentication table are carried over from `previous`.
     ///
     /// The key list leaves `config` for the key table (with a million keys, holding both would
     /// be some 80 MB more), so `policy.config.keys` is empty; `policy.keys` has them all.
@@ -150,25 +167,41 @@ impl Policy {
             .collect();
         let partner_limit = Limit::new(PARTNER, Rate::new(config.partner_limit, window));
         let keys = KeyTable::build(&config, previous.map(|p| &p.keys));
+        let failures = previous.map_or_else(Arc::default, |p| Arc::clone(&p.failures));
         config.keys = Vec::new();
         Self {
             config,
             keys,
             store,
+            failures,
             plan_limits,
             partner_limit,
         }
     }
 
-    /// Decide on a request head: authenticate → classify → authorize → limit.
+    /// [`Policy::decide_for`] a request whose client address is unknown (no auth-failure
+    /// blocking applies).
     pub fn decide<'a>(&self, req: &RequestHead<'a>, now: Nanos) -> Decision<'a> {
+        self.decide_for(req, None, now)
+    }
+
+    /// Decide on a request head from `client`: auth-failure block → authenticate → classify
+    /// → authorize → limit.
+    pub fn decide_for<'a>(
+        &self,
+        req: &RequestHead<'a>,
+        client: Option<IpAddr>,
+        now: Nanos,
+    ) -> Decision<'a> {
         let mut d = Decision {
             key: None,
             route: None,
             quota: None,
+            block_started: None,
             verdict: Err(Refusal::unauthorized()),
         };
-        d.verdict = self.steps(req, now, &mut d);
+        let client = client.map(ClientKey::of);
+        d.verdict = self.steps(req, client, now, &mut d);
         // Refused before the limit step: the budget is reported, not spent.
         if let (Some(key), None) = (d.key, d.quota) {
             let entry = self.keys.get(key);
@@ -178,15 +211,30 @@ impl Policy {
         d
     }
 
-    /// The steps of [`Policy::decide`], in order; each narrows the request or refuses it, and
-    /// what it learns is noted in `d` for the answer's headers, logs and metrics.
+    /// The steps of [`Policy::decide_for`], in order; each narrows the request or refuses it,
+    /// and what it learns is noted in `d` for the answer's headers, logs and metrics.
     fn steps<'a>(
         &self,
         req: &RequestHead<'a>,
+        client: Option<ClientKey>,
         now: Nanos,
         d: &mut Decision<'a>,
     ) -> Result<Forward<'a>, Refusal> {
-        let key = *d.key.insert(authenticate(&self.keys, req.authorization)?);
+        let blocking = client.zip(self.config.auth_failures.as_ref());
+        if let Some((client, _)) = blocking {
+            if let Some(secs) = self.failures.blocked(client, now) {
+                return Err(too_many_auth_failures(secs));
+            }
+        }
+        let key = match authenticate(&self.keys, req.authorization) {
+            Ok(key) => *d.key.insert(key),
+            Err(r) => {
+                if let Some((client, p)) = blocking {
+                    d.block_started = self.failures.failed(client, now, p);
+                }
+                return Err(r);
+            }
+        };
         let entry = self.keys.get(key);
         let classified = classify(&self.config.catalogue, req.method, req.path)?;
         let route = self.config.catalogue.get(*d.route.insert(classified.route));
@@ -224,6 +272,7 @@ impl Policy {
             rule,
             body,
             self.config.limits.max_validated_body_bytes.get(),
+            &self.config.webhook_guard,
         )? {
             Checked::ServiceUpgrade { target } => self.may_act_on(key, &target),
             Checked::GroupEvent | Checked::WebhookSet => Ok(()),
@@ -294,6 +343,16 @@ impl Policy {
 /// The rate-limit policy name of partner keys (a reserved plan name).
 const PARTNER: &str = "partner";
 
+/// The `429 too_many_auth_failures` refusal, `secs` before the block ends.
+fn too_many_auth_failures(secs: u64) -> Refusal {
+    let mut r = Refusal::new(
+        Code::TooManyAuthFailures,
+        format!("this address is blocked after repeated failed authentications; retry in {secs} s"),
+    );
+    r.retry_after = Some(secs);
+    r
+}
+
 /// The `429 rate_limited` refusal for a denial.
 fn rate_limited(denied: crate::limit::Denied) -> Refusal {
     let mut r = Refusal::new(
@@ -347,6 +406,51 @@ mod tests {
             0,
         );
         assert_eq!(code(&d), Some(Code::PlanRestricted));
+    }
+
+    #[test]
+    fn a_blocked_address_is_refused_before_any_key_is_evaluated() {
+        let cfg = testing::TestConfig::new().auth_failures(3, 60, 120).parse();
+        let p = Policy::new(cfg, None);
+        let attacker: IpAddr = "192.0.2.1".parse().unwrap();
+        let other: IpAddr = "192.0.2.2".parse().unwrap();
+        fn send<'a>(p: &Policy, auth: &'a str, client: IpAddr, now: Nanos) -> Decision<'a> {
+            p.decide_for(&head("POST", "/v2/sendMessage/", auth), Some(client), now)
+        }
+        const SEC: Nanos = 1_000_000_000;
+        for i in 0..2 {
+            let d = send(&p, "Bearer wrong", attacker, SEC);
+            assert_eq!(
+                (code(&d), d.block_started),
+                (Some(Code::Unauthorized), None),
+                "{i}"
+            );
+        }
+        let d = send(&p, "Bearer wrong", attacker, SEC);
+        assert_eq!(code(&d), Some(Code::Unauthorized));
+        assert_eq!(d.block_started.map(|b| b.duration.as_secs()), Some(120));
+        // Blocked: even the right key is not looked at.
+        let d = send(&p, "Bearer basic-key-1", attacker, 2 * SEC);
+        let r = d.verdict.as_ref().unwrap_err();
+        assert_eq!(
+            (r.code, r.retry_after),
+            (Code::TooManyAuthFailures, Some(119))
+        );
+        assert_eq!((d.key, d.quota), (None, None));
+        // Another address, and the same address once the block is over, are served.
+        assert!(send(&p, "Bearer basic-key-1", other, 2 * SEC)
+            .verdict
+            .is_ok());
+        assert!(send(&p, "Bearer basic-key-1", attacker, 121 * SEC)
+            .verdict
+            .is_ok());
+        // Without a client address, or without the block in the config, nothing is counted.
+        let plain = Policy::new(testing::config(), None);
+        for _ in 0..10 {
+            let d = plain.decide_for(&head("GET", "/", "Bearer wrong"), Some(attacker), SEC);
+            assert_eq!(d.block_started, None);
+        }
+        assert!(plain.failures.is_empty());
     }
 
     #[test]

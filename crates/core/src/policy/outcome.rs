@@ -13,11 +13,15 @@ pub enum Outcome {
     Invalid,
     NotFound,
     UpstreamError,
+    /// Refused because the client address is blocked (failed authentications).
+    Blocked,
+    /// A deadline of the edge ended the request (a checked body too slow to arrive).
+    Timeout,
 }
 
 impl Outcome {
     /// Every outcome, in discriminant order.
-    pub const ALL: [Outcome; 7] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Forwarded,
         Outcome::Unauthorized,
         Outcome::Forbidden,
@@ -25,6 +29,8 @@ impl Outcome {
         Outcome::Invalid,
         Outcome::NotFound,
         Outcome::UpstreamError,
+        Outcome::Blocked,
+        Outcome::Timeout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -36,6 +42,8 @@ impl Outcome {
             Outcome::Invalid => "invalid",
             Outcome::NotFound => "not_found",
             Outcome::UpstreamError => "upstream_error",
+            Outcome::Blocked => "blocked",
+            Outcome::Timeout => "timeout",
         }
     }
 
@@ -48,12 +56,15 @@ impl Outcome {
             }
             Code::UnknownRoute => Outcome::NotFound,
             Code::RateLimited => Outcome::RateLimited,
+            Code::TooManyAuthFailures => Outcome::Blocked,
+            Code::RequestTimeout => Outcome::Timeout,
             Code::UpstreamUnavailable | Code::UpstreamTimeout => Outcome::UpstreamError,
             Code::InvalidPath
             | Code::InvalidJson
             | Code::InvalidBody
             | Code::BodyTooLarge
             | Code::UnsupportedMediaType
+            | Code::HeadersTooLarge
             | Code::BadRequest => Outcome::Invalid,
         }
     }
@@ -76,6 +87,8 @@ mod tests {
     fn refusals_map_to_the_contract_outcomes() {
         for code in Code::ALL {
             let want = match code.status() {
+                _ if code == Code::TooManyAuthFailures => "blocked",
+                408 => "timeout",
                 401 => "unauthorized",
                 403 => "forbidden",
                 404 => "not_found",

@@ -20,6 +20,12 @@ pub enum Code {
     BodyTooLarge,
     UnsupportedMediaType,
     RateLimited,
+    /// The client address is blocked after repeated failed authentications.
+    TooManyAuthFailures,
+    /// A checked body did not finish arriving in time.
+    RequestTimeout,
+    /// The request line and headers are over the configured caps.
+    HeadersTooLarge,
     /// The request's framing or headers are ambiguous (conflicting lengths, no Host, …).
     BadRequest,
     UpstreamUnavailable,
@@ -28,7 +34,7 @@ pub enum Code {
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 14] = [
+    pub const ALL: [Code; 17] = [
         Code::Unauthorized,
         Code::PlanRestricted,
         Code::WrongCredential,
@@ -40,6 +46,9 @@ impl Code {
         Code::BodyTooLarge,
         Code::UnsupportedMediaType,
         Code::RateLimited,
+        Code::TooManyAuthFailures,
+        Code::RequestTimeout,
+        Code::HeadersTooLarge,
         Code::BadRequest,
         Code::UpstreamUnavailable,
         Code::UpstreamTimeout,
@@ -53,7 +62,9 @@ impl Code {
             Code::InvalidPath | Code::InvalidJson | Code::InvalidBody | Code::BadRequest => 400,
             Code::BodyTooLarge => 413,
             Code::UnsupportedMediaType => 415,
-            Code::RateLimited => 429,
+            Code::RateLimited | Code::TooManyAuthFailures => 429,
+            Code::RequestTimeout => 408,
+            Code::HeadersTooLarge => 431,
             Code::UpstreamUnavailable => 502,
             Code::UpstreamTimeout => 504,
         }
@@ -72,6 +83,9 @@ impl Code {
             Code::BodyTooLarge => "body_too_large",
             Code::UnsupportedMediaType => "unsupported_media_type",
             Code::RateLimited => "rate_limited",
+            Code::TooManyAuthFailures => "too_many_auth_failures",
+            Code::RequestTimeout => "request_timeout",
+            Code::HeadersTooLarge => "headers_too_large",
             Code::BadRequest => "bad_request",
             Code::UpstreamUnavailable => "upstream_unavailable",
             Code::UpstreamTimeout => "upstream_timeout",
@@ -91,6 +105,9 @@ impl Code {
             Code::BodyTooLarge => "Request body too large",
             Code::UnsupportedMediaType => "Unsupported media type",
             Code::RateLimited => "Rate limit exceeded",
+            Code::TooManyAuthFailures => "Too many failed authentications",
+            Code::RequestTimeout => "Request timeout",
+            Code::HeadersTooLarge => "Request header fields too large",
             Code::BadRequest => "Bad request",
             Code::UpstreamUnavailable => "Upstream unavailable",
             Code::UpstreamTimeout => "Upstream timeout",
@@ -127,7 +144,7 @@ pub struct Refusal {
     pub code: Code,
     pub detail: Cow<'static, str>,
     pub errors: Vec<FieldError>,
-    /// Seconds the client should wait (429 only).
+    /// Seconds the client should wait (429 only: `Retry-After`).
     pub retry_after: Option<u64>,
 }
 
@@ -203,6 +220,9 @@ mod tests {
             ("body_too_large", 413),
             ("unsupported_media_type", 415),
             ("rate_limited", 429),
+            ("too_many_auth_failures", 429),
+            ("request_timeout", 408),
+            ("headers_too_large", 431),
             ("bad_request", 400),
             ("upstream_unavailable", 502),
             ("upstream_timeout", 504),
@@ -229,9 +249,12 @@ mod tests {
                 | Code::BodyTooLarge
                 | Code::UnsupportedMediaType
                 | Code::RateLimited
+                | Code::TooManyAuthFailures
+                | Code::RequestTimeout
+                | Code::HeadersTooLarge
                 | Code::BadRequest
                 | Code::UpstreamUnavailable
-                | Code::UpstreamTimeout => 14,
+                | Code::UpstreamTimeout => 17,
             }
         }
         assert_eq!(exhaustive(Code::ALL[0]), Code::ALL.len());
