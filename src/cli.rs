@@ -239,7 +239,11 @@ pub fn summary(cfg: &Config) -> String {
         } else {
             format!(
                 "on ({}; exempt hosts: {})",
-                if g.allow_http { "http and https" } else { "https only" },
+                if g.allow_http {
+                    "http and https"
+                } else {
+                    "https only"
+                },
                 if g.allow_hosts.is_empty() {
                     "none".to_string()
                 } else {

@@ -38,5 +38,6 @@ pub use tollgate_core::{clock, config, digest, limit, policy};
 pub mod admin;
 pub mod cli;
 pub mod demo;
+pub mod edge;
 pub mod proxy;
 pub mod runtime;

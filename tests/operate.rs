@@ -13,25 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    admin, config_for, send_raw, try_read_response, wait_ready, Gateway, Mode, Process, TestConfig,
-    Upstream, EVENT,
+    admin, config_for, eventually, metric, metrics_page, send_raw, try_read_response, wait_ready,
+    Gateway, Mode, Process, TestConfig, Upstream, EVENT,
 };
 use tollgate::config::file::FileKey;
-
-/// The value of the series `name` (full label set, as printed) in a metrics page.
-fn metric(page: &str, series: &str) -> Option<f64> {
-    page.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
-fn metrics_page(addr: SocketAddr) -> String {
-    let r = admin(addr, "GET", "/metrics");
-    assert_eq!(r.status, 200);
-    assert!(r
-        .header("content-type")
-        .is_some_and(|v| v.starts_with("text/plain; version=0.0.4")));
-    String::from_utf8(r.body).unwrap()
-}
 
 // ---------------------------------------------------------------- admin and metrics
 
@@ -322,15 +307,6 @@ fn post(addr: SocketAddr, key: &str, path: &str, body: &str) -> common::Response
     let at = raw.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
     raw.splice(at..at, b"Connection: close\r\n".iter().copied());
     send_raw(addr, &raw)
-}
-
-/// Poll (bounded) until `f` holds.
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < end, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

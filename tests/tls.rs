@@ -7,12 +7,11 @@
 mod common;
 
 use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Gateway, Mode, Upstream, EVENT};
+use common::{eventually, pki, write, Gateway, Mode, Pki, Upstream, EVENT};
 use reqwest::{Client, StatusCode, Version};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,45 +19,6 @@ use tokio_rustls::rustls;
 
 /// Bound on any single client call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
-
-// ---------------------------------------------------------------- certificates
-
-/// A private CA and one leaf it signed.
-struct Pki {
-    ca_pem: String,
-    leaf_pem: String,
-    leaf_key_pem: String,
-}
-
-/// A fresh CA named `ca_name` and a leaf for `names` (IP literals become IP SANs).
-fn pki(ca_name: &str, names: &[&str]) -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, ca_name);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let mut leaf_params =
-        CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-    leaf_params
-        .distinguished_name
-        .push(DnType::CommonName, names[0]);
-    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
-    Pki {
-        ca_pem: ca.pem(),
-        leaf_pem: leaf.pem(),
-        leaf_key_pem: leaf_key.serialize_pem(),
-    }
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p.to_str().expect("UTF-8 temp path").to_string()
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -446,15 +406,6 @@ impl TlsUpstream {
 
     fn seen(&self) -> Vec<TlsSeen> {
         self.seen.lock().unwrap().clone()
-    }
-}
-
-/// Wait (bounded) for `cond`, which another thread makes true.
-fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let end = std::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(std::time::Instant::now() < end, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -3,12 +3,15 @@
 //! - Routes with a body rule: `Content-Type: application/json` (else 415); a declared
 //!   `Content-Length` over `max_validated_body_bytes` is 413 before anything is read, a chunked
 //!   body is 413 as soon as the count passes the cap; then the body is read whole, *before* any
-//!   upstream connection exists, and checked ([`crate::policy::body`]). The checked bytes are
+//!   upstream connection exists, within `server.body_timeout_seconds` of the head (else 408
+//!   `request_timeout`, on HTTP/1.1 and HTTP/2 alike), and checked ([`crate::policy::body`]). The checked bytes are
 //!   replayed upstream from Pingora's retry buffer, so the upstream receives exactly what was
 //!   checked.
 //! - Other routes: a declared length over `max_body_bytes` is 413 up front; the body streams
 //!   through unbuffered, counted ([`count_streamed`]), and the exchange is cut with 413 when a
 //!   chunked stream crosses the cap.
+
+use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_TYPE;
@@ -21,7 +24,7 @@ use super::Stop;
 use crate::policy::body::{check_content_type, check_declared_length, too_large};
 use crate::policy::keys::KeyIdx;
 use crate::policy::routes::BodyRule;
-use crate::policy::Policy;
+use crate::policy::{Code, Policy, Refusal};
 
 /// Step 5: check the body of a request `policy` admitted for `key`, by its route's rule if it
 /// has one.
@@ -35,6 +38,7 @@ pub async fn check(
     let limits = policy.config.limits;
     let req = session.req_header();
     let declared = declared_length(&req.headers)?;
+    ctx.declared = declared;
     let Some(rule) = rule else {
         check_declared_length(declared, limits.max_body_bytes.get())?;
         return Ok(());
@@ -42,13 +46,39 @@ pub async fn check(
     let cap = limits.max_validated_body_bytes.get();
     check_content_type(req.headers.get(CONTENT_TYPE).map(|v| v.as_bytes()))?;
     check_declared_length(declared, cap)?;
-    let body = read_whole(session, cap)
-        .await?
-        .ok_or_else(|| too_large(cap))?;
+    // The whole body within `body_timeout` of the head (which Pingora had just read when
+    // this request's context was made): else 408, and nothing is forwarded.
+    let within = policy.config.server.body_timeout;
+    let deadline = ctx.started + within;
+    let read = tokio::time::timeout_at(deadline.into(), read_whole(session, cap)).await;
+    let body = match read {
+        Ok(Ok(Some(body))) => body,
+        Ok(Ok(None)) => return Err(too_large(cap).into()),
+        // The edge stream ends a body read at the same deadline.
+        Ok(Err(_)) | Err(_) if Instant::now() >= deadline => {
+            return Err(request_timeout(within).into())
+        }
+        Ok(Err(e)) => return Err(e.into()),
+        Err(_) => return Err(request_timeout(within).into()),
+    };
+    if let Some(conn) = &ctx.conn {
+        conn.body_done();
+    }
     policy.check_request_body(key, rule, &body)?;
     ctx.checked_body = Some(body.len());
     ctx.reframe_body = !framed_as(&session.req_header().headers, body.len());
     Ok(())
+}
+
+/// The `408 request_timeout` refusal.
+fn request_timeout(within: std::time::Duration) -> Refusal {
+    Refusal::new(
+        Code::RequestTimeout,
+        format!(
+            "the request body did not arrive within {} s",
+            within.as_secs()
+        ),
+    )
 }
 
 /// Read the whole body, keeping it in Pingora's retry buffer for the upstream. `None` when it

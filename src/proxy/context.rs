@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::edge::stream::Conn;
 use crate::limit::Quota;
+use crate::policy::client::Client;
 use crate::policy::keys::KeyIdx;
 use crate::policy::routes::RouteIdx;
 use crate::policy::Outcome;
@@ -23,6 +25,13 @@ pub struct Ctx {
     pub outcome: Outcome,
     /// The status sent to the client (0 when none was).
     pub status: u16,
+    /// The HTTP/1.1 connection this request came on, shared with its edge stream (deadlines,
+    /// request count); `None` on HTTP/2.
+    pub conn: Option<Arc<Conn>>,
+    /// The client's address (the peer, or from a trusted proxy's `X-Forwarded-For`).
+    pub client: Option<Client>,
+    /// The body length the request declared, when it did.
+    pub declared: Option<u64>,
     /// Path and query to send upstream, when they differ from the request's (`None`: send the
     /// request target as it came).
     pub upstream_path: Option<String>,
@@ -48,6 +57,9 @@ impl Ctx {
             quota: None,
             outcome: Outcome::Forwarded,
             status: 0,
+            conn: None,
+            client: None,
+            declared: None,
             upstream_path: None,
             checked_body: None,
             reframe_body: false,

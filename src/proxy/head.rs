@@ -1,6 +1,12 @@
 //! Request-head handling: pure functions of a request head, unit-tested here.
 //!
-//! - [`check_framing`]: one `Host`, one `Content-Length` (what Pingora leaves to us);
+//! - [`check_framing`]: one `Host`, one `Content-Length`, no transfer coding but `chunked`
+//!   (what Pingora leaves to us);
+//! - [`check_size`]: the request line and header fields within `server.max_header_bytes` and
+//!   `server.max_headers` (431);
+//! - [`client`]: the client's address (the peer, or from a trusted proxy's `X-Forwarded-For`);
+//! - [`strip_upgrade`] and [`dropped`]: no protocol upgrade, and none of the fields that ask an
+//!   upstream framework to re-route or re-method a request, ever reach the upstream;
 //! - [`declared_length`] and [`framed_as`]: the body's declared length, and whether the client's
 //!   own framing can be kept for a checked body;
 //! - [`auth_header`]: the `Authorization` fields, for the policy;
@@ -9,17 +15,18 @@
 //! - [`upstream_target`]: the path and query sent upstream, and whether they need rewriting.
 
 use std::hash::{BuildHasher, Hasher};
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::{Error, ErrorType, Result};
 
+use crate::config::Server;
 use crate::policy::authenticate::AuthHeader;
+use crate::policy::client::Client;
 use crate::policy::{Code, Refusal};
 
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -40,7 +47,96 @@ pub fn check_framing(req: &RequestHeader) -> std::result::Result<(), Refusal> {
             "the request has more than one Content-Length",
         ));
     }
+    // Pingora accepts any list that ends in `chunked` (`gzip, chunked`, `chunked, chunked`);
+    // an upstream might read those differently. Only plain `chunked` passes.
+    let mut te = h.get_all(TRANSFER_ENCODING).iter();
+    if let Some(v) = te.next() {
+        if te.next().is_some() || !v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"chunked") {
+            return Err(Refusal::new(
+                Code::BadRequest,
+                "the only transfer coding accepted is chunked",
+            ));
+        }
+    }
     Ok(())
+}
+
+/// The request line and header fields within `server.max_header_bytes` and
+/// `server.max_headers`, counted as they are written on the wire (`name: value` and CRLF per
+/// field); over either, `431 headers_too_large`.
+pub fn check_size(req: &RequestHeader, limits: &Server) -> std::result::Result<(), Refusal> {
+    let fields = req.headers.len();
+    // "METHOD target HTTP/1.1\r\n", the fields, and the final CRLF.
+    let mut bytes = req.method.as_str().len() + req.raw_path().len() + 12;
+    for (name, value) in req.headers.iter() {
+        bytes += name.as_str().len() + value.len() + 4;
+    }
+    if fields > limits.max_headers {
+        return Err(Refusal::new(
+            Code::HeadersTooLarge,
+            format!("more than {} header fields", limits.max_headers),
+        ));
+    }
+    if bytes > limits.max_header_bytes {
+        return Err(Refusal::new(
+            Code::HeadersTooLarge,
+            format!(
+                "the request line and header fields are over {} bytes",
+                limits.max_header_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The client of a request that came from `peer` (see [`crate::policy::client`]).
+pub fn client(peer: Option<&PeerAddr>, headers: &HeaderMap, limits: &Server) -> Option<Client> {
+    let PeerAddr::Inet(peer) = peer? else {
+        return None;
+    };
+    let xff = headers
+        .get_all(X_FORWARDED_FOR)
+        .iter()
+        .map(HeaderValue::as_bytes);
+    Some(crate::policy::client::client(
+        peer.ip(),
+        xff,
+        &limits.trusted_proxies,
+    ))
+}
+
+/// Remove a protocol upgrade request (WebSocket, h2c): the request goes on as plain HTTP, and
+/// Pingora never treats its answer as a switch to a tunnel.
+pub fn strip_upgrade(req: &mut RequestHeader) {
+    if req.headers.contains_key(UPGRADE) {
+        req.remove_header(&UPGRADE);
+    }
+}
+
+/// Header fields never forwarded upstream: the client's own claims about its address (the
+/// gateway writes `X-Forwarded-For` itself), and fields that ask an upstream framework to
+/// re-route or re-method the request after the gateway decided on it.
+pub const DROPPED: [&str; 8] = [
+    "x-real-ip",
+    "forwarded",
+    "x-original-url",
+    "x-rewrite-url",
+    "x-forwarded-prefix",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// The fields of `headers` in [`DROPPED`].
+pub fn dropped(headers: &HeaderMap) -> Vec<HeaderName> {
+    headers
+        .keys()
+        .filter(|n| {
+            let n = n.as_str();
+            (n.starts_with("x-") || n == "forwarded") && DROPPED.contains(&n)
+        })
+        .cloned()
+        .collect()
 }
 
 /// The body length the request declares, if it does.
@@ -129,26 +225,45 @@ fn hex_id(seed: u64, n: u64) -> String {
     String::from_utf8_lossy(&id).into_owned()
 }
 
-/// `X-Forwarded-For` for the upstream: the values that came, then the client's address.
-pub fn forwarded_for(prior: &HeaderMap, client: Option<&PeerAddr>) -> Result<HeaderValue> {
+/// `X-Forwarded-For` for the upstream: the entries that came before the client's, then the
+/// client's address. From an untrusted peer (the client itself) every entry came before it;
+/// from a trusted proxy, the entries the proxies added after the client's are dropped, so the
+/// last entry is always the client Tollgate decided on. No client (a Unix socket): what came.
+pub fn forwarded_for(prior: &HeaderMap, client: Option<&Client>) -> Result<HeaderValue> {
     let mut v: Vec<u8> = Vec::with_capacity(48);
-    for p in prior.get_all(X_FORWARDED_FOR) {
-        v.extend_from_slice(p.as_bytes());
-        v.extend_from_slice(b", ");
+    match client.and_then(|c| c.forwarded_at) {
+        None => {
+            for p in prior.get_all(X_FORWARDED_FOR) {
+                v.extend_from_slice(p.as_bytes());
+                v.extend_from_slice(b", ");
+            }
+        }
+        Some(at) => {
+            let entries = prior
+                .get_all(X_FORWARDED_FOR)
+                .iter()
+                .flat_map(|p| p.as_bytes().split(|&b| b == b','))
+                .map(<[u8]>::trim_ascii)
+                .take(at);
+            for e in entries {
+                v.extend_from_slice(e);
+                v.extend_from_slice(b", ");
+            }
+        }
     }
-    match client {
-        Some(PeerAddr::Inet(SocketAddr::V4(a))) => {
+    match client.map(|c| c.ip) {
+        Some(std::net::IpAddr::V4(ip)) => {
             let mut n = itoa::Buffer::new();
-            for (i, o) in a.ip().octets().into_iter().enumerate() {
+            for (i, o) in ip.octets().into_iter().enumerate() {
                 if i > 0 {
                     v.push(b'.');
                 }
                 v.extend_from_slice(n.format(o).as_bytes());
             }
         }
-        Some(PeerAddr::Inet(a)) => v.extend_from_slice(a.ip().to_string().as_bytes()),
-        // A Unix socket has no address to give: keep what came (without the trailing ", ").
-        _ => v.truncate(v.len().saturating_sub(2)),
+        Some(ip) => v.extend_from_slice(ip.to_string().as_bytes()),
+        // Keep what came (without the trailing ", ").
+        None => v.truncate(v.len().saturating_sub(2)),
     }
     header_value(Bytes::from(v))
 }
@@ -331,16 +446,21 @@ mod tests {
         assert!(!framed_as(&h(&[(TRANSFER_ENCODING, "chunked")]), 152));
     }
 
+    fn peer(ip: &str) -> Client {
+        Client {
+            ip: ip.parse().unwrap(),
+            forwarded_at: None,
+        }
+    }
+
     #[test]
     fn forwarded_for_appends_the_client_to_what_came() {
-        let v4 = PeerAddr::Inet("192.0.2.10:5000".parse().unwrap());
-        let v6 = PeerAddr::Inet("[2001:db8::1]:443".parse().unwrap());
         let mut h = HeaderMap::new();
-        let got = |h: &HeaderMap, c: Option<&PeerAddr>| {
+        let got = |h: &HeaderMap, c: Option<&Client>| {
             forwarded_for(h, c).unwrap().to_str().unwrap().to_string()
         };
-        assert_eq!(got(&h, Some(&v4)), "192.0.2.10");
-        assert_eq!(got(&h, Some(&v6)), "2001:db8::1");
+        assert_eq!(got(&h, Some(&peer("192.0.2.10"))), "192.0.2.10");
+        assert_eq!(got(&h, Some(&peer("2001:db8::1"))), "2001:db8::1");
         assert_eq!(got(&h, None), "");
         h.append(X_FORWARDED_FOR, HeaderValue::from_static("203.0.113.9"));
         h.append(
@@ -348,13 +468,108 @@ mod tests {
             HeaderValue::from_static("198.51.100.7, 10.0.0.1"),
         );
         assert_eq!(
-            got(&h, Some(&v4)),
+            got(&h, Some(&peer("192.0.2.10"))),
             "203.0.113.9, 198.51.100.7, 10.0.0.1, 192.0.2.10"
         );
         assert_eq!(got(&h, None), "203.0.113.9, 198.51.100.7, 10.0.0.1");
         for ip in ["0.0.0.0", "255.255.255.255", "10.200.3.40"] {
-            let a = PeerAddr::Inet(format!("{ip}:1").parse().unwrap());
-            assert_eq!(got(&HeaderMap::new(), Some(&a)), ip);
+            assert_eq!(got(&HeaderMap::new(), Some(&peer(ip))), ip);
         }
+        // From a trusted proxy: the client was entry 1; what the proxies added after it goes.
+        let via_proxy = Client {
+            ip: "198.51.100.7".parse().unwrap(),
+            forwarded_at: Some(1),
+        };
+        assert_eq!(got(&h, Some(&via_proxy)), "203.0.113.9, 198.51.100.7");
+    }
+
+    #[test]
+    fn only_plain_chunked_is_a_transfer_coding() {
+        let ok = request(
+            "POST",
+            "/v2/x",
+            &[("Host", "a"), ("Transfer-Encoding", " Chunked ")],
+        );
+        assert!(check_framing(&ok).is_ok());
+        for bad in [
+            vec![("Transfer-Encoding", "gzip, chunked")],
+            vec![("Transfer-Encoding", "chunked, chunked")],
+            vec![("Transfer-Encoding", "identity")],
+            vec![
+                ("Transfer-Encoding", "chunked"),
+                ("Transfer-Encoding", "chunked"),
+            ],
+        ] {
+            let mut h = vec![("Host", "a")];
+            h.extend(bad.iter().copied());
+            let r = request("POST", "/v2/x", &h);
+            assert_eq!(
+                check_framing(&r).unwrap_err().code,
+                Code::BadRequest,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn heads_over_the_caps_are_431() {
+        let limits = tollgate_core::testing::TestConfig::new()
+            .server(|s| {
+                s.max_header_bytes = 1024;
+                s.max_headers = 4;
+            })
+            .parse()
+            .server;
+        let fields = |n: usize| {
+            let names: Vec<String> = (0..n).map(|i| format!("x-f{i}")).collect();
+            let pairs: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
+            request("GET", "/v2/x", &pairs)
+        };
+        assert!(check_size(&fields(4), &limits).is_ok());
+        assert_eq!(
+            check_size(&fields(5), &limits).unwrap_err().code,
+            Code::HeadersTooLarge
+        );
+        // "GET /v2/x HTTP/1.1" is 22 bytes with its CRLF and the final CRLF; a field of 1000
+        // bytes of value makes 1011 with its name: 1033 in all.
+        let long = "v".repeat(1000);
+        assert!(check_size(&request("GET", "/v2/x", &[("x-a", &long[..990])]), &limits).is_ok());
+        let r = request("GET", "/v2/x", &[("x-a", &long)]);
+        assert_eq!(
+            check_size(&r, &limits).unwrap_err().code,
+            Code::HeadersTooLarge
+        );
+    }
+
+    #[test]
+    fn upgrades_and_re_routing_fields_never_reach_the_upstream() {
+        let mut r = request(
+            "GET",
+            "/v2/x",
+            &[
+                ("Upgrade", "websocket"),
+                ("X-Original-URL", "/v2/settings/webhook/set"),
+                ("X-HTTP-Method-Override", "DELETE"),
+                ("Forwarded", "for=1.2.3.4"),
+                ("X-Real-IP", "1.2.3.4"),
+                ("X-Request-Id", "keep-me"),
+            ],
+        );
+        strip_upgrade(&mut r);
+        assert!(!r.headers.contains_key(UPGRADE));
+        let mut gone: Vec<String> = dropped(&r.headers)
+            .iter()
+            .map(|n| n.as_str().to_string())
+            .collect();
+        gone.sort();
+        assert_eq!(
+            gone,
+            [
+                "forwarded",
+                "x-http-method-override",
+                "x-original-url",
+                "x-real-ip"
+            ]
+        );
     }
 }

@@ -34,6 +34,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
 use crate::clock::Clock;
+use crate::edge::stream::EdgeStream;
 use crate::policy::{Forward, Refusal, RequestHead};
 use crate::runtime::lifecycle::Health;
 use crate::runtime::live::LivePolicy;
@@ -83,11 +84,17 @@ impl Gateway {
     }
 
     /// The request path, in order. Each step narrows the request or stops it; what a step
-    /// learns goes into `ctx` for the answer, the access line and the metrics.
+    /// learns goes into `ctx` for the answer, the access line and the metrics. (Admitting the
+    /// connection and its deadlines came before: [`crate::edge`].)
     pub async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<(), Stop> {
         let snap = Arc::clone(ctx.snap.insert(self.live.load()));
+        let edge = &snap.policy.config.server;
         ctx.request_id = self.ids.of(&session.req_header().headers);
+        self.begin(session, ctx);
         head::check_framing(session.req_header())?;
+        head::check_size(session.req_header(), edge)?;
+        ctx.client = head::client(session.client_addr(), &session.req_header().headers, edge);
+        head::strip_upgrade(session.req_header_mut());
         let forward = self.decide(session, ctx, &snap.policy)?;
         ctx.upstream_path =
             head::upstream_target(session.req_header(), &snap.target.base_path, &forward.path);
@@ -96,8 +103,25 @@ impl Gateway {
         Ok(())
     }
 
-    /// Steps 1–4 ([`Policy::decide`](crate::policy::Policy::decide)): authenticate → classify
-    /// → authorize → limit.
+    /// A request head is in: tell its HTTP/1.1 connection (the body deadline starts now), and
+    /// answer the connection's last request with `Connection: close`.
+    fn begin(&self, session: &mut Session, ctx: &mut Ctx) {
+        let Some(conn) = session.stream().and_then(EdgeStream::of).cloned() else {
+            return;
+        };
+        let body_follows = !session.is_body_done();
+        let n = conn.head_done(body_follows);
+        let max = ctx.snap.as_ref().map_or(u32::MAX, |s| {
+            s.policy.config.server.max_requests_per_connection.get()
+        });
+        if n >= max {
+            session.set_keepalive(None);
+        }
+        ctx.conn = Some(conn);
+    }
+
+    /// Steps 0–4 ([`Policy::decide_for`](crate::policy::Policy::decide_for)): auth-failure
+    /// block → authenticate → classify → authorize → limit.
     fn decide<'s>(
         &self,
         session: &'s Session,
@@ -110,7 +134,19 @@ impl Gateway {
             path: req.uri.path(),
             authorization: head::auth_header(&req.headers),
         };
-        let decision = policy.decide(&head, self.clock.now());
+        let client = ctx.client.map(|c| c.ip);
+        let decision = policy.decide_for(&head, client, self.clock.now());
+        if let Some(b) = decision.block_started {
+            self.live
+                .metrics()
+                .set_auth_blocked_ips(policy.failures.blocked_count());
+            tracing::warn!(
+                target: "tollgate::edge",
+                client = %b.key.display(),
+                seconds = b.duration.as_secs(),
+                "address blocked after repeated failed authentications"
+            );
+        }
         ctx.key = decision.key;
         ctx.route = decision.route;
         ctx.quota = decision.quota;
@@ -148,9 +184,14 @@ impl ProxyHttp for Gateway {
         &self,
         _session: &mut Session,
         chunk: &mut Option<Bytes>,
-        _end_of_stream: bool,
+        end_of_stream: bool,
         ctx: &mut Ctx,
     ) -> Result<()> {
+        if end_of_stream {
+            if let Some(conn) = &ctx.conn {
+                conn.body_done();
+            }
+        }
         body::count_streamed(ctx, chunk.as_ref())
     }
 
@@ -167,7 +208,7 @@ impl ProxyHttp for Gateway {
 
     async fn upstream_request_filter(
         &self,
-        session: &mut Session,
+        _session: &mut Session,
         up: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
@@ -181,11 +222,21 @@ impl ProxyHttp for Gateway {
             up.insert_header(HOST, s.target.host.as_str())?;
         }
         up.insert_header("X-Request-Id", ctx.request_id.as_str())?;
-        let xff = head::forwarded_for(&up.headers, session.client_addr())?;
+        let xff = head::forwarded_for(&up.headers, ctx.client.as_ref())?;
         up.insert_header("X-Forwarded-For", xff)?;
-        if let (Some(n), true) = (ctx.checked_body, ctx.reframe_body) {
-            up.remove_header(&TRANSFER_ENCODING);
-            up.insert_header(CONTENT_LENGTH, itoa::Buffer::new().format(n))?;
+        for name in head::dropped(&up.headers) {
+            up.remove_header(&name);
+        }
+        match (ctx.checked_body, ctx.declared) {
+            (Some(n), _) if ctx.reframe_body => {
+                up.remove_header(&TRANSFER_ENCODING);
+                up.insert_header(CONTENT_LENGTH, itoa::Buffer::new().format(n))?;
+            }
+            // A streamed body goes under its length as a plain number (`00012` is `12`).
+            (None, Some(n)) if !head::framed_as(&up.headers, n as usize) => {
+                up.insert_header(CONTENT_LENGTH, itoa::Buffer::new().format(n))?;
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -199,6 +250,12 @@ impl ProxyHttp for Gateway {
         if let Some(t) = ctx.upstream_started {
             ctx.upstream_elapsed = Some(t.elapsed());
         }
+        if resp.status == http::StatusCode::SWITCHING_PROTOCOLS {
+            // Never a tunnel: upgrades are not forwarded, so a 101 is an upstream gone wrong.
+            let mut e = Error::new_up(ErrorType::InvalidHTTPHeader);
+            e.set_context("the upstream answered 101 Switching Protocols");
+            return Err(e);
+        }
         ctx.status = resp.status.as_u16();
         if self.health.closing() {
             session.set_keepalive(None);
@@ -211,6 +268,9 @@ impl ProxyHttp for Gateway {
         ctx.close_upstream_leg();
         let Some(refusal) = answer::for_error(e, ctx) else {
             ctx.status = 0;
+            if ctx.conn.as_ref().is_some_and(|c| c.timed_out()) {
+                ctx.outcome = crate::policy::Outcome::Timeout;
+            }
             return FailToProxy {
                 error_code: 0,
                 can_reuse_downstream: false,
@@ -237,6 +297,9 @@ impl ProxyHttp for Gateway {
     /// Step 7 — record: one access line and the metrics, for every request that got this far.
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
         let total = ctx.started.elapsed();
+        if let Some(conn) = &ctx.conn {
+            conn.exchange_done();
+        }
         if ctx.status != 0 {
             self.live.metrics().response(ctx.status);
         }
@@ -256,6 +319,7 @@ impl ProxyHttp for Gateway {
         tracing::info!(
             target: "tollgate::access",
             request_id = %ctx.request_id,
+            client = ctx.client.map(|c| c.ip).map(tracing::field::display),
             method = session.req_header().method.as_str(),
             route = ctx.route_id(),
             key = ctx.key_name(),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use pingora::upstreams::peer::HttpPeer;
+use pingora::upstreams::peer::{HttpPeer, HttpUpstreamRequestPolicy};
 
 use crate::runtime::upstream::Target;
 
@@ -19,6 +19,8 @@ pub fn peer(t: &Target) -> HttpPeer {
     peer.options.read_timeout = Some(t.read_timeout);
     peer.options.write_timeout = Some(t.read_timeout);
     peer.options.idle_timeout = Some(POOL_IDLE);
+    // Hop-by-hop fields stripped, and no upgrade handshake ever forwarded: no tunnels.
+    peer.options.http_upstream_request_policy = HttpUpstreamRequestPolicy::deny_upgrades();
     if t.tls {
         peer.options.verify_cert = true;
         peer.options.verify_hostname = true;

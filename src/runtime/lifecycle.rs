@@ -21,6 +21,7 @@ use pingora::services::background::BackgroundService;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::live::LivePolicy;
+use crate::clock::Clock;
 
 const STARTING: u8 = 0;
 const READY: u8 = 1;
@@ -139,6 +140,39 @@ impl BackgroundService for ReloadOnHangup {
                     // Outcome logged and counted by `replace`.
                     let _ = self.0.reload();
                 }
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+/// Every second: ends the auth-failure blocks whose time is over (one log line each), drops
+/// the addresses with nothing left to remember, and keeps `tollgate_auth_blocked_ips` current.
+pub struct BlockSweeper {
+    pub live: Arc<LivePolicy>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl BlockSweeper {
+    /// One sweep.
+    pub fn sweep(&self) {
+        let snap = self.live.load();
+        let failures = &snap.policy.failures;
+        for key in failures.sweep(self.clock.now()) {
+            tracing::info!(target: "tollgate::edge", client = %key.display(), "auth-failure block ended");
+        }
+        self.live
+            .metrics()
+            .set_auth_blocked_ips(failures.blocked_count());
+    }
+}
+
+#[async_trait]
+impl BackgroundService for BlockSweeper {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => self.sweep(),
                 _ = shutdown.changed() => return,
             }
         }

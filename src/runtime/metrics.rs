@@ -9,6 +9,9 @@
 //! | `tollgate_upstream_duration_seconds` | histogram | `route` |
 //! | `tollgate_config_reloads_total` | counter | `result` (`success`, `error`) |
 //! | `tollgate_keys` | gauge | — |
+//! | `tollgate_connections` | gauge | `listener` (`http`, `tls`) |
+//! | `tollgate_connections_refused_total` | counter | `reason` (`max_connections`, `max_connections_per_ip`) |
+//! | `tollgate_auth_blocked_ips` | gauge | — |
 //! | `tollgate_build_info` | gauge (1) | `version` |
 //!
 //! Labels are route ids and plan names from the config, `partner` for partner keys, and `none`
@@ -51,6 +54,9 @@ pub struct Metrics {
     reload_success: IntCounter,
     reload_error: IntCounter,
     keys: IntGauge,
+    connections: IntGaugeVec,
+    connections_refused: IntCounterVec,
+    auth_blocked_ips: IntGauge,
 }
 
 impl Metrics {
@@ -108,6 +114,27 @@ impl Metrics {
         )
         .expect("valid metric");
         build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let connections = IntGaugeVec::new(
+            Opts::new(
+                "tollgate_connections",
+                "Open downstream connections by listener.",
+            ),
+            &["listener"],
+        )
+        .expect("valid metric");
+        let connections_refused = IntCounterVec::new(
+            Opts::new(
+                "tollgate_connections_refused_total",
+                "Connections closed at accept time by a cap, by reason.",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
+        let auth_blocked_ips = IntGauge::new(
+            "tollgate_auth_blocked_ips",
+            "Client addresses blocked after repeated failed authentications.",
+        )
+        .expect("valid metric");
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(responses_vec),
@@ -116,6 +143,9 @@ impl Metrics {
             Box::new(reloads.clone()),
             Box::new(keys.clone()),
             Box::new(build),
+            Box::new(connections.clone()),
+            Box::new(connections_refused.clone()),
+            Box::new(auth_blocked_ips.clone()),
         ] {
             registry.register(c).expect("metric names are distinct");
         }
@@ -128,7 +158,25 @@ impl Metrics {
             reload_success: reloads.with_label_values(&["success"]),
             reload_error: reloads.with_label_values(&["error"]),
             keys,
+            connections,
+            connections_refused,
+            auth_blocked_ips,
         }
+    }
+
+    /// `tollgate_connections{listener}`.
+    pub fn connections(&self, listener: &str) -> IntGauge {
+        self.connections.with_label_values(&[listener])
+    }
+
+    /// `tollgate_connections_refused_total{reason}`.
+    pub fn connections_refused(&self, reason: &str) -> IntCounter {
+        self.connections_refused.with_label_values(&[reason])
+    }
+
+    /// `tollgate_auth_blocked_ips`.
+    pub fn set_auth_blocked_ips(&self, n: usize) {
+        self.auth_blocked_ips.set(n as i64);
     }
 
     /// Everything, in the Prometheus text exposition format.

@@ -7,22 +7,56 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pingora::apps::http_app::HttpServer;
-use pingora::listeners::tls::TlsSettings;
+use pingora::apps::HttpServerOptions;
+use pingora::listeners::tls::{Acceptor, TlsSettings};
+use pingora::listeners::{L4BufferSettings, ListenerConfig, DEFAULT_L4_WRITE_BUFFER_SIZE};
 use pingora::prelude::Opt;
-use pingora::proxy::http_proxy_service_with_name;
+use pingora::protocols::http::v2::server::default_h2_options;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use super::error::SetupError;
-use super::lifecycle::{Health, ReadinessProbe, ReloadOnHangup, Signals};
+use super::lifecycle::{BlockSweeper, Health, ReadinessProbe, ReloadOnHangup, Signals};
 use super::live::LivePolicy;
 use super::metrics::Metrics;
 use crate::admin::Admin;
 use crate::clock::Clock;
-use crate::config::Config;
+use crate::config::{Config, Tls};
+use crate::edge::{EdgeApp, TlsListener};
 use crate::proxy::Gateway;
+
+/// Each connection's socket read buffer. Pingora's default is 64 KiB, most of an idle
+/// connection's memory; the request path reads heads and bodies in smaller pieces anyway
+/// (docs/security.md, "Memory per connection").
+pub const L4_READ_BUFFER: usize = 16 * 1024;
+
+/// The TLS listener's acceptor: the certificate chain and key, HTTP/1.1 and HTTP/2 by ALPN.
+fn tls_acceptor(t: &Tls) -> Result<Acceptor, SetupError> {
+    let (cert, key) = (
+        t.cert_file.to_string_lossy().into_owned(),
+        t.key_file.to_string_lossy().into_owned(),
+    );
+    match pingora::tls::load_certs_and_key_files(&cert, &key) {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return Err(SetupError::Tls(format!(
+                "no certificate in {cert} or no private key in {key}"
+            )))
+        }
+        Err(e) => {
+            return Err(SetupError::Tls(format!(
+                "cannot load {cert} / {key}: {:?}",
+                e.etype()
+            )))
+        }
+    }
+    let mut settings = TlsSettings::intermediate(&cert, &key)
+        .map_err(|e| SetupError::Tls(format!("{:?}", e.etype())))?;
+    settings.enable_h2();
+    Ok(settings.build())
+}
 
 /// Pingora's server settings when no `--conf` file is given: one worker thread per CPU.
 pub fn default_server_conf() -> ServerConf {
@@ -89,35 +123,34 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     let admin_listen = config.admin_listen.to_string();
     let drain = Duration::from_secs(config.shutdown.drain_seconds);
     let tls = config.tls.clone();
+    let config_tls = config.tls.clone();
     let metrics = Arc::new(Metrics::new());
     let live = Arc::new(LivePolicy::new(config, metrics)?);
     let health = Arc::new(Health::default());
-    let gateway = Gateway::new(Arc::clone(&live), Arc::clone(&health), clock);
-    let mut svc = http_proxy_service_with_name(&server.configuration, gateway, "tollgate");
-    svc.add_tcp(&listen.to_string());
-    if let Some(t) = tls {
-        let (cert, key) = (
-            t.cert_file.to_string_lossy().into_owned(),
-            t.key_file.to_string_lossy().into_owned(),
-        );
-        match pingora::tls::load_certs_and_key_files(&cert, &key) {
-            Ok(Some(_)) => {}
-            Ok(None) => {
-                return Err(SetupError::Tls(format!(
-                    "no certificate in {cert} or no private key in {key}"
-                )))
-            }
-            Err(e) => {
-                return Err(SetupError::Tls(format!(
-                    "cannot load {cert} / {key}: {:?}",
-                    e.etype()
-                )))
-            }
-        }
-        let mut settings = TlsSettings::intermediate(&cert, &key)
-            .map_err(|e| SetupError::Tls(format!("{:?}", e.etype())))?;
-        settings.enable_h2();
-        svc.add_tls_with_settings(&t.listen.to_string(), None, settings);
+    let edge_limits = live.load().policy.config.server.clone();
+    let gateway = Gateway::new(Arc::clone(&live), Arc::clone(&health), Arc::clone(&clock));
+    let mut proxy = pingora::proxy::http_proxy(&server.configuration, gateway);
+    let mut options = HttpServerOptions::default();
+    // An HTTP/2 connection with no open stream closes after the idle timeout (HTTP/1.1 idle
+    // connections are closed by the edge stream).
+    options.h2_idle_timeout = Some(edge_limits.idle_timeout);
+    proxy.server_options = Some(options);
+    let mut h2 = default_h2_options();
+    h2.max_header_list_size(u32::try_from(edge_limits.max_header_bytes).unwrap_or(u32::MAX));
+    proxy.h2_options = Some(h2);
+    let tls_listener = match tls {
+        None => None,
+        Some(t) => Some(TlsListener {
+            port: t.listen.port(),
+            acceptor: tls_acceptor(&t)?,
+        }),
+    };
+    let edge = EdgeApp::new(Arc::new(proxy), Arc::clone(&live), tls_listener);
+    let mut svc = Service::new("tollgate".into(), edge);
+    let buffers = L4BufferSettings::new(L4_READ_BUFFER, DEFAULT_L4_WRITE_BUFFER_SIZE);
+    svc.add_listener(ListenerConfig::tcp(listen.to_string()).l4_buffer(buffers));
+    if let Some(t) = &config_tls {
+        svc.add_listener(ListenerConfig::tcp(t.listen.to_string()).l4_buffer(buffers));
     }
     server.add_service(svc);
 
@@ -132,6 +165,13 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     server.add_service(background_service(
         "tollgate reload on SIGHUP",
         ReloadOnHangup(Arc::clone(&live)),
+    ));
+    server.add_service(background_service(
+        "tollgate auth-failure sweeper",
+        BlockSweeper {
+            live: Arc::clone(&live),
+            clock,
+        },
     ));
     server.add_service(background_service(
         "tollgate readiness",

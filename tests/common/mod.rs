@@ -27,6 +27,10 @@ pub enum Mode {
     Reset,
     /// Hold the answer to the first request until [`Upstream::release`]; answer the rest as `Ok`.
     HoldFirst,
+    /// `200` with a 64 MiB body.
+    Big,
+    /// `101 Switching Protocols`, then raw bytes: an upstream that tries to open a tunnel.
+    Switch,
 }
 
 /// One request as the upstream received it.
@@ -232,6 +236,23 @@ fn serve_conn(
                     return;
                 }
             }
+            Mode::Big => {
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 67108864\r\n\r\n";
+                if w.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                let chunk = vec![b'x'; 1 << 20];
+                for _ in 0..64 {
+                    if w.write_all(&chunk).is_err() {
+                        return;
+                    }
+                }
+            }
+            Mode::Switch => {
+                let resp = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\ntunnel bytes";
+                let _ = w.write_all(resp.as_bytes());
+                return;
+            }
             Mode::Hang => {
                 let end = Instant::now() + Duration::from_secs(20);
                 while !stop.load(Ordering::SeqCst) && Instant::now() < end {
@@ -248,6 +269,44 @@ fn serve_conn(
             }
         }
     }
+}
+
+/// A private CA and one leaf it signed (PEM).
+pub struct Pki {
+    pub ca_pem: String,
+    pub leaf_pem: String,
+    pub leaf_key_pem: String,
+}
+
+/// A fresh CA named `ca_name` and a leaf for `names` (IP literals become IP SANs).
+pub fn pki(ca_name: &str, names: &[&str]) -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, ca_name);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let mut leaf_params =
+        CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    leaf_params
+        .distinguished_name
+        .push(DnType::CommonName, names[0]);
+    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
+    Pki {
+        ca_pem: ca.pem(),
+        leaf_pem: leaf.pem(),
+        leaf_key_pem: leaf_key.serialize_pem(),
+    }
+}
+
+/// Write `text` to `dir/name`; the path as a string.
+pub fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().expect("UTF-8 temp path").to_string()
 }
 
 /// A port nothing listens on (bound, then released).
@@ -601,4 +660,61 @@ impl Drop for Process {
             }
         }
     }
+}
+
+/// The value of the series `series` (full label set, as printed) in a metrics page.
+pub fn metric(page: &str, series: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// `GET /metrics` on the admin listener at `addr`.
+pub fn metrics_page(addr: SocketAddr) -> String {
+    let r = admin(addr, "GET", "/metrics");
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("content-type")
+        .is_some_and(|v| v.starts_with("text/plain; version=0.0.4")));
+    String::from_utf8(r.body).unwrap()
+}
+
+/// Poll (bounded) until `f` holds.
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A TCP connection to `addr` from the local address `from` (127.0.0.2 is a second client).
+pub fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
+    let local: SocketAddr = format!("{from}:0").parse().unwrap();
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&local.into()).unwrap();
+    s.connect_timeout(&addr.into(), Duration::from_secs(5))
+        .unwrap();
+    s.into()
+}
+
+/// Read from `s` until the peer closes it or `limit` passes: what was read, and how long
+/// after the call the connection closed (`None`: still open at the limit).
+pub fn read_until_closed(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, Option<Duration>) {
+    let start = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    while start.elapsed() < limit {
+        match s.read(&mut buf) {
+            Ok(0) => return (got, Some(start.elapsed())),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return (got, Some(start.elapsed())),
+        }
+    }
+    (got, None)
 }

@@ -1,0 +1,222 @@
+//! Connection caps: open downstream connections in total and per client address, counted
+//! exactly while each connection lives.
+//!
+//! A connection is admitted at accept time, before any TLS handshake or byte of HTTP, and
+//! holds a [`ConnGuard`] for as long as it lives; dropping the guard (when the connection's
+//! stream is dropped, whatever ended it) gives its place back. Per-address counts are keyed by
+//! [`ClientKey`] (an IPv6 client by its /64) in a [`DashMap`]; an address's entry is removed
+//! when its last connection closes, so the map holds only addresses with open connections.
+//! Trusted proxies (`server.trusted_proxies`) carry many clients and have no per-address cap.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use prometheus::IntGauge;
+
+use crate::config::Server;
+use crate::policy::client::ClientKey;
+
+/// Why a connection was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// `server.max_connections` are open.
+    MaxConnections,
+    /// `server.max_connections_per_ip` are open from this address.
+    MaxConnectionsPerIp,
+}
+
+impl Refused {
+    /// The `reason` label of `tollgate_connections_refused_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refused::MaxConnections => "max_connections",
+            Refused::MaxConnectionsPerIp => "max_connections_per_ip",
+        }
+    }
+}
+
+/// The open connections of all gateway listeners.
+#[derive(Debug, Default)]
+pub struct ConnLimiter {
+    total: AtomicU32,
+    per_ip: DashMap<ClientKey, u32, foldhash::fast::RandomState>,
+}
+
+/// One admitted connection's place; given back when dropped.
+#[derive(Debug)]
+pub struct ConnGuard {
+    limiter: Arc<ConnLimiter>,
+    /// The address counted, when one was.
+    key: Option<ClientKey>,
+    /// `tollgate_connections{listener}`.
+    gauge: IntGauge,
+}
+
+impl ConnLimiter {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// Connections open now, all listeners.
+    pub fn open(&self) -> u32 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Connections open now from `ip`'s address.
+    pub fn open_from(&self, ip: IpAddr) -> u32 {
+        self.per_ip.get(&ClientKey::of(ip)).map_or(0, |n| *n)
+    }
+
+    /// Admit a connection from `peer` (`None`: no IP address, as on a Unix socket) under
+    /// `limits`, counting it in `gauge` while it lives.
+    pub fn admit(
+        self: &Arc<Self>,
+        peer: Option<IpAddr>,
+        limits: &Server,
+        gauge: &IntGauge,
+    ) -> Result<ConnGuard, Refused> {
+        let max = limits.max_connections.get();
+        self.total
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map_err(|_| Refused::MaxConnections)?;
+        let capped = peer
+            .zip(limits.max_connections_per_ip)
+            .filter(|(ip, _)| !limits.is_trusted(*ip));
+        let key = match capped {
+            None => None,
+            Some((ip, cap)) => {
+                let key = ClientKey::of(ip);
+                let mut n = self.per_ip.entry(key).or_insert(0);
+                // A fresh entry (0) is always under a cap of at least 1: a refusal never leaves
+                // an empty entry behind.
+                if *n >= cap.get() {
+                    drop(n);
+                    self.total.fetch_sub(1, Ordering::AcqRel);
+                    return Err(Refused::MaxConnectionsPerIp);
+                }
+                *n += 1;
+                Some(key)
+            }
+        };
+        gauge.inc();
+        Ok(ConnGuard {
+            limiter: Arc::clone(self),
+            key,
+            gauge: gauge.clone(),
+        })
+    }
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        if let Some(key) = self.key {
+            self.limiter.per_ip.remove_if_mut(&key, |_, n| {
+                *n = n.saturating_sub(1);
+                *n == 0
+            });
+        }
+        self.gauge.dec();
+        self.limiter.total.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(total: u32, per_ip: u32, trusted: &[&str]) -> Server {
+        tollgate_core::testing::TestConfig::new()
+            .server(|s| {
+                s.max_connections = total;
+                s.max_connections_per_ip = per_ip;
+                s.trusted_proxies = trusted.iter().map(|t| t.to_string()).collect();
+            })
+            .parse()
+            .server
+    }
+
+    fn ip(s: &str) -> Option<IpAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn caps_hold_and_places_come_back_when_connections_close() {
+        let l = ConnLimiter::new();
+        let g = IntGauge::new("g", "g").unwrap();
+        let lim = limits(4, 2, &[]);
+        let a1 = l.admit(ip("192.0.2.1"), &lim, &g).unwrap();
+        let a2 = l.admit(ip("192.0.2.1"), &lim, &g).unwrap();
+        assert_eq!(
+            l.admit(ip("192.0.2.1"), &lim, &g).unwrap_err(),
+            Refused::MaxConnectionsPerIp
+        );
+        let b1 = l.admit(ip("192.0.2.2"), &lim, &g).unwrap();
+        let b2 = l.admit(ip("192.0.2.2"), &lim, &g).unwrap();
+        assert_eq!(
+            l.admit(ip("192.0.2.3"), &lim, &g).unwrap_err(),
+            Refused::MaxConnections
+        );
+        assert_eq!((l.open(), g.get()), (4, 4));
+        drop(a1);
+        assert_eq!(
+            (l.open(), l.open_from("192.0.2.1".parse().unwrap())),
+            (3, 1)
+        );
+        let a3 = l.admit(ip("192.0.2.1"), &lim, &g).unwrap();
+        drop((a2, a3, b1, b2));
+        assert_eq!((l.open(), g.get()), (0, 0));
+        assert!(l.per_ip.is_empty(), "no entry outlives its connections");
+    }
+
+    #[test]
+    fn ipv6_counts_by_its_64_and_trusted_proxies_have_no_per_address_cap() {
+        let l = ConnLimiter::new();
+        let g = IntGauge::new("g", "g").unwrap();
+        let lim = limits(100, 1, &["10.0.0.0/8"]);
+        let _a = l.admit(ip("2001:db8:1:2::1"), &lim, &g).unwrap();
+        assert!(l.admit(ip("2001:db8:1:2::ffff"), &lim, &g).is_err());
+        let _b = l.admit(ip("2001:db8:1:3::1"), &lim, &g).unwrap();
+        let lb: Vec<_> = (0..10)
+            .map(|_| l.admit(ip("10.0.0.5"), &lim, &g).unwrap())
+            .collect();
+        assert_eq!(lb.len(), 10);
+        // No address (a Unix socket): only the total applies.
+        let _u = l.admit(None, &lim, &g).unwrap();
+        let no_cap = limits(100, 0, &[]);
+        let many: Vec<_> = (0..5)
+            .map(|_| l.admit(ip("192.0.2.9"), &no_cap, &g).unwrap())
+            .collect();
+        assert_eq!(many.len(), 5);
+    }
+
+    #[test]
+    fn many_threads_never_pass_the_caps() {
+        let l = ConnLimiter::new();
+        let g = IntGauge::new("g", "g").unwrap();
+        let lim = limits(50, 10, &[]);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (l, g, lim) = (&l, &g, &lim);
+                s.spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..500u32 {
+                        let peer = ip(&format!("192.0.2.{}", (i + t) % 7));
+                        if let Ok(c) = l.admit(peer, lim, g) {
+                            held.push(c);
+                        }
+                        assert!(l.open() <= 50);
+                        if i % 3 == 0 {
+                            held.pop();
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!((l.open(), g.get()), (0, 0));
+        assert!(l.per_ip.is_empty());
+    }
+}

@@ -1,0 +1,470 @@
+//! The accepted stream, wrapped: total deadlines on reads and writes, and the connection's
+//! place under the caps.
+//!
+//! Pingora's own read timeouts restart at every read, and none applies between requests on a
+//! kept-alive HTTP/1.1 connection or to an HTTP/2 request; a client can hold a connection by
+//! sending one byte every minute. [`EdgeStream`] sits between the socket (or the TLS session)
+//! and Pingora's HTTP code and enforces *totals*:
+//!
+//! | phase (HTTP/1.1) | a read fails after | begins |
+//! |---|---|---|
+//! | head | `header_timeout` | the connection opens; or the first byte after an idle spell |
+//! | body | `body_timeout` | the head is complete and a body follows ([`Conn::head_done`]) |
+//! | open | — | the body is complete ([`Conn::body_done`]): the answer is being made |
+//! | idle | `idle_timeout` | the exchange is over ([`Conn::exchange_done`]) |
+//!
+//! The request path tells the stream where an HTTP/1.1 exchange is, through the [`Conn`] it
+//! shares with it. An HTTP/2 connection carries many exchanges at once, so its deadlines come
+//! from the client's frames instead ([`super::h2scan`]). On both, a write that makes no
+//! progress for `send_timeout` fails: a client that stops reading its answer is dropped.
+//! While a head is being read, bytes past twice `max_header_bytes` (plus a buffer's worth)
+//! end the connection, so Pingora never buffers its own 1 MiB head limit; the exact check
+//! (431) is the request path's.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::protocols::raw_connect::ProxyDigest;
+use pingora::protocols::tls::SslDigest;
+use pingora::protocols::tls::TlsRef;
+use pingora::protocols::{
+    GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl, Stream,
+    TimingDigest, UniqueID, UniqueIDType, ALPN,
+};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
+
+use super::conns::ConnGuard;
+use super::h2scan::{H2Limits, H2Scan};
+use crate::clock::Nanos;
+use crate::config::Server;
+
+const HEAD: u8 = 0;
+const BODY: u8 = 1;
+const OPEN: u8 = 2;
+const IDLE: u8 = 3;
+/// No deadline.
+const NONE: u64 = u64::MAX;
+/// Pingora may read this much past a head in one go (its socket buffer): allowed before the
+/// head cap ends the connection.
+const HEAD_SLACK: usize = 64 * 1024;
+
+/// The edge limits a connection keeps from the config it was accepted under.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadlines {
+    pub header: Duration,
+    pub idle: Duration,
+    pub body: Duration,
+    pub send: Duration,
+    pub max_header_bytes: usize,
+}
+
+impl Deadlines {
+    pub fn of(s: &Server) -> Self {
+        Self {
+            header: s.header_timeout,
+            idle: s.idle_timeout,
+            body: s.body_timeout,
+            send: s.send_timeout,
+            max_header_bytes: s.max_header_bytes,
+        }
+    }
+}
+
+/// One connection's state, shared by its stream and (HTTP/1.1) the requests on it.
+#[derive(Debug)]
+pub struct Conn {
+    accepted: Instant,
+    limits: Deadlines,
+    phase: AtomicU8,
+    /// ns since `accepted`; [`NONE`] for none.
+    deadline: AtomicU64,
+    /// Bytes read in the current head phase.
+    head_bytes: AtomicUsize,
+    /// Requests begun on this connection.
+    requests: AtomicU32,
+    /// Set when a deadline ended the connection.
+    timed_out: AtomicBool,
+}
+
+impl Conn {
+    fn new(accepted: Instant, limits: Deadlines) -> Self {
+        Self {
+            accepted,
+            limits,
+            phase: AtomicU8::new(HEAD),
+            deadline: AtomicU64::new(limits.header.as_nanos() as u64),
+            head_bytes: AtomicUsize::new(0),
+            requests: AtomicU32::new(0),
+            timed_out: AtomicBool::new(false),
+        }
+    }
+
+    fn now(&self) -> Nanos {
+        self.accepted.elapsed().as_nanos() as Nanos
+    }
+
+    fn enter(&self, phase: u8, deadline: u64) {
+        self.phase.store(phase, Ordering::Relaxed);
+        self.deadline.store(deadline, Ordering::Relaxed);
+    }
+
+    /// The head of a request is complete: its body, if one follows, is due within
+    /// `body_timeout` from now. Returns the number of this request on the connection.
+    pub fn head_done(&self, body_follows: bool) -> u32 {
+        self.head_bytes.store(0, Ordering::Relaxed);
+        if body_follows {
+            self.enter(BODY, self.now() + self.limits.body.as_nanos() as u64);
+        } else {
+            self.enter(OPEN, NONE);
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// When the body of the current request is due, as an instant.
+    pub fn body_deadline(&self) -> Option<Instant> {
+        match self.deadline.load(Ordering::Relaxed) {
+            NONE => None,
+            ns => Some(self.accepted + Duration::from_nanos(ns)),
+        }
+    }
+
+    /// The request body is complete.
+    pub fn body_done(&self) {
+        if self.phase.load(Ordering::Relaxed) == BODY {
+            self.enter(OPEN, NONE);
+        }
+    }
+
+    /// The exchange is over: the connection is idle until the next request's first byte.
+    pub fn exchange_done(&self) {
+        self.enter(IDLE, self.now() + self.limits.idle.as_nanos() as u64);
+    }
+
+    /// Whether a deadline ended this connection.
+    pub fn timed_out(&self) -> bool {
+        self.timed_out.load(Ordering::Relaxed)
+    }
+}
+
+/// A lazily created timer that fires at a deadline given in ns since a base instant.
+struct Timer {
+    sleep: Option<Pin<Box<Sleep>>>,
+    armed: u64,
+}
+
+impl Timer {
+    fn new() -> Self {
+        Self {
+            sleep: None,
+            armed: NONE,
+        }
+    }
+
+    /// Whether `deadline` (ns since `base`; [`NONE`]: none) has passed; if not, the task is
+    /// woken when it does.
+    fn poll(&mut self, cx: &mut Context<'_>, base: Instant, deadline: u64) -> bool {
+        if deadline == NONE {
+            return false;
+        }
+        let at = tokio::time::Instant::from_std(base + Duration::from_nanos(deadline));
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if self.armed != deadline {
+            sleep.as_mut().reset(at);
+            self.armed = deadline;
+        }
+        sleep.as_mut().poll(cx).is_ready()
+    }
+}
+
+/// How an HTTP/2 connection's deadlines are known.
+struct H2 {
+    scan: H2Scan,
+    limits: H2Limits,
+}
+
+/// The stream Pingora's HTTP code reads and writes; see the module comment.
+pub struct EdgeStream {
+    inner: Stream,
+    conn: Arc<Conn>,
+    read_timer: Timer,
+    write_timer: Timer,
+    /// When the current stall of writes began to count, ns since `accepted`.
+    write_deadline: u64,
+    h2: Option<Box<H2>>,
+    _guard: ConnGuard,
+}
+
+impl fmt::Debug for EdgeStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EdgeStream")
+            .field("inner", &self.inner)
+            .field("conn", &self.conn)
+            .finish()
+    }
+}
+
+fn timed_out(what: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, what)
+}
+
+impl EdgeStream {
+    /// Wrap `inner`, a connection accepted at `accepted` and admitted with `guard`.
+    pub fn new(inner: Stream, guard: ConnGuard, accepted: Instant, limits: Deadlines) -> Self {
+        let h2 = matches!(inner.selected_alpn_proto(), Some(ALPN::H2)).then(|| {
+            Box::new(H2 {
+                scan: H2Scan::new(),
+                limits: H2Limits {
+                    header_timeout: limits.header.as_nanos() as u64,
+                    body_timeout: limits.body.as_nanos() as u64,
+                    max_block_bytes: limits.max_header_bytes,
+                },
+            })
+        });
+        Self {
+            inner,
+            conn: Arc::new(Conn::new(accepted, limits)),
+            read_timer: Timer::new(),
+            write_timer: Timer::new(),
+            write_deadline: NONE,
+            h2,
+            _guard: guard,
+        }
+    }
+
+    /// The connection's shared state.
+    pub fn conn(&self) -> &Arc<Conn> {
+        &self.conn
+    }
+
+    /// The connection of an HTTP/1.1 session's stream, if it is an edge stream.
+    pub fn of(stream: &Stream) -> Option<&Arc<Conn>> {
+        stream
+            .as_any()
+            .downcast_ref::<EdgeStream>()
+            .map(EdgeStream::conn)
+    }
+
+    /// Follow `read` bytes: phase changes and the head cap (HTTP/1.1), or the frames (HTTP/2).
+    fn on_read(&mut self, read: &[u8]) -> io::Result<()> {
+        let conn = &*self.conn;
+        if let Some(h2) = self.h2.as_mut() {
+            h2.scan
+                .feed(read, conn.now(), &h2.limits)
+                .map_err(|what| io::Error::new(io::ErrorKind::InvalidData, what))?;
+            return Ok(());
+        }
+        match conn.phase.load(Ordering::Relaxed) {
+            IDLE => {
+                conn.enter(HEAD, conn.now() + conn.limits.header.as_nanos() as u64);
+                conn.head_bytes.store(read.len(), Ordering::Relaxed);
+            }
+            HEAD => {
+                let n = conn.head_bytes.fetch_add(read.len(), Ordering::Relaxed) + read.len();
+                if n > 2 * conn.limits.max_header_bytes + HEAD_SLACK {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "request head over server.max_header_bytes",
+                    ));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The read deadline in force.
+    fn read_deadline(&self) -> u64 {
+        match &self.h2 {
+            Some(h2) => h2.scan.deadline(&h2.limits).unwrap_or(NONE),
+            None => self.conn.deadline.load(Ordering::Relaxed),
+        }
+    }
+
+    fn read_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let deadline = self.read_deadline();
+        let expired = self.read_timer.poll(cx, self.conn.accepted, deadline);
+        if expired {
+            self.conn.timed_out.store(true, Ordering::Relaxed);
+        }
+        expired
+    }
+
+    /// After a write poll: progress clears the send deadline; a stall starts it, and fails
+    /// once it passes.
+    fn after_write<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match r {
+            Poll::Pending => {
+                if self.write_deadline == NONE {
+                    self.write_deadline = self.conn.now() + self.conn.limits.send.as_nanos() as u64;
+                }
+                if self
+                    .write_timer
+                    .poll(cx, self.conn.accepted, self.write_deadline)
+                {
+                    self.conn.timed_out.store(true, Ordering::Relaxed);
+                    return Poll::Ready(Err(timed_out(
+                        "the client took no byte within server.send_timeout_seconds",
+                    )));
+                }
+                Poll::Pending
+            }
+            ready => {
+                self.write_deadline = NONE;
+                ready
+            }
+        }
+    }
+}
+
+impl AsyncRead for EdgeStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        match Pin::new(&mut *this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let read = &buf.filled()[before..];
+                if !read.is_empty() {
+                    this.on_read(read)?;
+                    if this.read_expired(cx) {
+                        return Poll::Ready(Err(timed_out("a deadline of the edge passed")));
+                    }
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                if this.read_expired(cx) {
+                    Poll::Ready(Err(timed_out("a deadline of the edge passed")))
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl AsyncWrite for EdgeStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut *this.inner).poll_write(cx, data);
+        this.after_write(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut *this.inner).poll_write_vectored(cx, bufs);
+        this.after_write(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut *this.inner).poll_flush(cx);
+        this.after_write(cx, r)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let r = Pin::new(&mut *this.inner).poll_shutdown(cx);
+        this.after_write(cx, r)
+    }
+}
+
+#[async_trait]
+impl Shutdown for EdgeStream {
+    async fn shutdown(&mut self) {
+        // Bounded like any write: a client that takes nothing cannot hold the shutdown.
+        let send = self.conn.limits.send;
+        let _ = tokio::time::timeout(send, self.inner.shutdown()).await;
+    }
+}
+
+impl UniqueID for EdgeStream {
+    fn id(&self) -> UniqueIDType {
+        self.inner.id()
+    }
+}
+
+impl Ssl for EdgeStream {
+    fn get_ssl(&self) -> Option<&TlsRef> {
+        self.inner.get_ssl()
+    }
+
+    fn get_ssl_digest(&self) -> Option<Arc<SslDigest>> {
+        self.inner.get_ssl_digest()
+    }
+
+    fn selected_alpn_proto(&self) -> Option<ALPN> {
+        self.inner.selected_alpn_proto()
+    }
+}
+
+impl GetTimingDigest for EdgeStream {
+    fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
+        self.inner.get_timing_digest()
+    }
+
+    fn get_read_pending_time(&self) -> Duration {
+        self.inner.get_read_pending_time()
+    }
+
+    fn get_write_pending_time(&self) -> Duration {
+        self.inner.get_write_pending_time()
+    }
+}
+
+impl GetProxyDigest for EdgeStream {
+    fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
+        self.inner.get_proxy_digest()
+    }
+
+    fn set_proxy_digest(&mut self, digest: ProxyDigest) {
+        self.inner.set_proxy_digest(digest)
+    }
+}
+
+impl GetSocketDigest for EdgeStream {
+    fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
+        self.inner.get_socket_digest()
+    }
+
+    fn set_socket_digest(&mut self, digest: SocketDigest) {
+        self.inner.set_socket_digest(digest)
+    }
+}
+
+#[async_trait]
+impl Peek for EdgeStream {
+    async fn try_peek(&mut self, buf: &mut [u8]) -> io::Result<bool> {
+        self.inner.try_peek(buf).await
+    }
+}

@@ -1,0 +1,535 @@
+//! The edge on real sockets, HTTP/1.1: each deadline and cap with small configured values, a
+//! flood from one address while another is served, auth-failure blocking, the client address
+//! behind trusted proxies, and what never reaches the upstream (upgrades, re-routing fields).
+//! HTTP/2 over TLS is in `tests/edge_h2.rs`.
+//!
+//! Deadlines are real time (they are what is under test), set to one or two seconds; every
+//! wait is bounded, and a test asserts both that a connection is not closed too early and that
+//! it is closed in time.
+
+mod common;
+
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{
+    config_for, connect_from, eventually, metric, metrics_page, read_response, read_until_closed,
+    Gateway, Mode, Upstream,
+};
+use tollgate::config::file::FileServer;
+
+/// A gateway in front of `up` with the edge's deadlines at `secs` seconds (idle `idle`).
+fn gateway(up: &Upstream, secs: u64, idle: u64, edit: impl FnOnce(&mut FileServer)) -> Gateway {
+    Gateway::start(&config_for(up).server(|s| {
+        s.header_timeout_seconds = secs;
+        s.body_timeout_seconds = secs;
+        s.send_timeout_seconds = secs;
+        s.tls_handshake_timeout_seconds = secs;
+        s.idle_timeout_seconds = idle;
+        edit(s);
+    }))
+}
+
+fn get(key: &str, path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: gateway.test\r\nAuthorization: Bearer {key}\r\n\r\n")
+}
+
+fn connect(gw: &Gateway) -> TcpStream {
+    let s = TcpStream::connect(gw.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Closed after at least `min` and at most `max` from `since`.
+fn closed_between(closed: Option<Duration>, since: Duration, min: Duration, max: Duration) {
+    let at = closed.map(|c| c + since);
+    assert!(
+        at.is_some_and(|t| t >= min && t <= max),
+        "closed at {at:?}, expected between {min:?} and {max:?}"
+    );
+}
+
+fn gauge(gw: &Gateway, series: &str) -> f64 {
+    metric(&metrics_page(gw.config.admin_listen), series).unwrap_or(0.0)
+}
+
+// ---------------------------------------------------------------- deadlines
+
+#[test]
+fn a_dripped_first_head_is_cut_at_the_header_timeout_of_the_connection_opening() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = gateway(&up, 1, 30, |_| {});
+    let mut s = connect(&gw);
+    let opened = Instant::now();
+    s.write_all(b"GET /v2/client/getState HTTP/1.1\r\nHost: a\r\n")
+        .unwrap();
+    // A byte every 200 ms: each read is quick, the head never completes.
+    let dripper = {
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..25 {
+                std::thread::sleep(Duration::from_millis(200));
+                if w.write_all(b"X").is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let (_, closed) = read_until_closed(&mut s, Duration::from_secs(5));
+    let since = opened.elapsed() - closed.unwrap_or_default();
+    closed_between(
+        closed,
+        since,
+        Duration::from_millis(900),
+        Duration::from_secs(3),
+    );
+    dripper.join().unwrap();
+    assert_eq!(up.count(), 0);
+}
+
+#[test]
+fn a_later_head_is_due_from_its_first_byte_not_from_the_last_answer() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = gateway(&up, 1, 5, |_| {});
+    let mut s = connect(&gw);
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    s.write_all(get("pro-key-1", "/v2/client/getState").as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut r).status, 200);
+    // Idle for longer than the header timeout (but not the idle one), then a whole request.
+    std::thread::sleep(Duration::from_millis(1500));
+    s.write_all(get("pro-key-1", "/v2/client/getState").as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut r).status, 200);
+    // A third head begins and stops: cut one header timeout after its first byte.
+    s.write_all(b"GET /v2/client/getState HTTP/1.1\r\n")
+        .unwrap();
+    let started = Instant::now();
+    let (_, closed) = read_until_closed(&mut s, Duration::from_secs(5));
+    let since = started.elapsed() - closed.unwrap_or_default();
+    closed_between(
+        closed,
+        since,
+        Duration::from_millis(900),
+        Duration::from_secs(3),
+    );
+    assert_eq!(up.count(), 2);
+}
+
+#[test]
+fn an_idle_keep_alive_connection_is_closed_at_the_idle_timeout() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = gateway(&up, 5, 1, |_| {});
+    let mut s = connect(&gw);
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    s.write_all(get("pro-key-1", "/v2/client/getState").as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut r).status, 200);
+    let answered = Instant::now();
+    let (_, closed) = read_until_closed(&mut s, Duration::from_secs(6));
+    let since = answered.elapsed() - closed.unwrap_or_default();
+    closed_between(
+        closed,
+        since,
+        Duration::from_millis(900),
+        Duration::from_secs(4),
+    );
+    eventually("the connection is no longer counted", || {
+        gauge(&gw, r#"tollgate_connections{listener="http"}"#) == 0.0
+    });
+}
+
+#[test]
+fn a_checked_body_that_stops_is_408_and_never_forwarded() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = gateway(&up, 1, 30, |_| {});
+    let mut s = connect(&gw);
+    let head = "POST /v2/sendGroup HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer pro-key-1\r\n\
+                Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"name\":";
+    s.write_all(head.as_bytes()).unwrap();
+    let sent = Instant::now();
+    let r = read_response(&mut BufReader::new(s.try_clone().unwrap()));
+    let took = sent.elapsed();
+    assert_eq!((r.status, r.code().as_str()), (408, "request_timeout"));
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert_eq!(r.header("connection"), Some("close"));
+    assert_eq!(up.connections.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let page = metrics_page(gw.config.admin_listen);
+    assert_eq!(
+        metric(
+            &page,
+            r#"tollgate_requests_total{outcome="timeout",plan="pro",route="send_group_event"}"#
+        ),
+        Some(1.0),
+        "{page}"
+    );
+}
+
+#[test]
+fn a_streamed_body_that_stops_ends_the_exchange() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = gateway(&up, 1, 30, |_| {});
+    let mut s = connect(&gw);
+    let head = "POST /v2/sendMessage/ HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer pro-key-1\r\n\
+                Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"chatId\"";
+    s.write_all(head.as_bytes()).unwrap();
+    let sent = Instant::now();
+    let (_, closed) = read_until_closed(&mut s, Duration::from_secs(6));
+    let since = sent.elapsed() - closed.unwrap_or_default();
+    closed_between(
+        closed,
+        since,
+        Duration::from_millis(900),
+        Duration::from_secs(4),
+    );
+    // The upstream never got a whole request.
+    assert_eq!(up.count(), 0);
+}
+
+#[test]
+fn a_client_that_never_reads_its_answer_is_dropped() {
+    let up = Upstream::start(Mode::Big);
+    let gw = gateway(&up, 1, 30, |_| {});
+    let s = connect(&gw);
+    (&s).write_all(get("pro-key-1", "/v2/client/download").as_bytes())
+        .unwrap();
+    // The answer is 64 MiB; the client reads none of it. Once the socket buffers are full the
+    // gateway's writes stall, and one send timeout later the connection is gone.
+    eventually("the stalled connection is dropped", || {
+        gauge(&gw, r#"tollgate_connections{listener="http"}"#) == 0.0
+    });
+    drop(s);
+}
+
+// ---------------------------------------------------------------- caps
+
+#[test]
+fn heads_over_the_caps_are_431_and_never_forwarded() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = gateway(&up, 5, 30, |s| {
+        s.max_header_bytes = 2048;
+        s.max_headers = 10;
+    });
+    let many: Vec<(String, String)> = (0..12).map(|i| (format!("X-F{i}"), "v".into())).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+    let r = gw.request("GET", "/v2/client/getState", &many, b"");
+    assert_eq!((r.status, r.code().as_str()), (431, "headers_too_large"));
+    let long = "v".repeat(3000);
+    let r = gw.request(
+        "GET",
+        "/v2/client/getState",
+        &[("Authorization", "Bearer pro-key-1"), ("X-Long", &long)],
+        b"",
+    );
+    assert_eq!((r.status, r.code().as_str()), (431, "headers_too_large"));
+    // Far over: the connection is closed before Pingora buffers it all.
+    let mut s = connect(&gw);
+    let huge = format!(
+        "GET /v2/client/getState HTTP/1.1\r\nHost: a\r\nX-Huge: {}\r\n\r\n",
+        "v".repeat(200_000)
+    );
+    let _ = s.write_all(huge.as_bytes());
+    let (got, closed) = read_until_closed(&mut s, Duration::from_secs(5));
+    assert!(closed.is_some());
+    assert!(!String::from_utf8_lossy(&got).contains(" 200 "), "{got:?}");
+    // Within the caps: served.
+    let r = gw.call("pro-key-1", "GET", "/v2/client/getState", "");
+    assert_eq!(r.status, 200);
+    assert_eq!(up.count(), 1);
+}
+
+#[test]
+fn the_last_request_on_a_connection_is_answered_with_connection_close() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = gateway(&up, 5, 30, |s| s.max_requests_per_connection = 3);
+    let mut s = connect(&gw);
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for i in 1..=3 {
+        s.write_all(get("pro-key-1", "/v2/client/getState").as_bytes())
+            .unwrap();
+        let resp = read_response(&mut r);
+        assert_eq!(resp.status, 200);
+        let close = resp.header("connection") == Some("close");
+        assert_eq!(close, i == 3, "request {i}");
+    }
+    let (_, closed) = read_until_closed(&mut s, Duration::from_secs(5));
+    assert!(closed.is_some());
+}
+
+#[test]
+fn one_address_over_its_cap_is_refused_while_another_is_served() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = gateway(&up, 5, 30, |s| s.max_connections_per_ip = 20);
+    // 60 connections from one address, all held open.
+    let mut held: Vec<TcpStream> = (0..60).map(|_| connect(&gw)).collect();
+    let mut closed = 0;
+    for s in held.iter_mut() {
+        if read_until_closed(s, Duration::from_millis(150)).1.is_some() {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 40, "20 are admitted, the rest closed at once");
+    let page = metrics_page(gw.config.admin_listen);
+    assert_eq!(
+        metric(
+            &page,
+            r#"tollgate_connections_refused_total{reason="max_connections_per_ip"}"#
+        ),
+        Some(40.0)
+    );
+    assert_eq!(
+        metric(&page, r#"tollgate_connections{listener="http"}"#),
+        Some(20.0)
+    );
+    // Another address is served.
+    let mut other = connect_from("127.0.0.2", gw.addr);
+    other
+        .write_all(get("pro-key-1", "/v2/client/getState").as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut BufReader::new(other)).status, 200);
+    // Places come back as connections close.
+    drop(held);
+    eventually("every connection is given back", || {
+        gauge(&gw, r#"tollgate_connections{listener="http"}"#) == 0.0
+    });
+    assert_eq!(gw.call("pro-key-1", "GET", "/v2/client/x", "").status, 200);
+}
+
+#[test]
+fn max_connections_caps_every_address_together() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = gateway(&up, 5, 30, |s| {
+        s.max_connections = 5;
+        s.max_connections_per_ip = 0;
+    });
+    let mut held: Vec<TcpStream> = (0..5).map(|_| connect(&gw)).collect();
+    for s in held.iter_mut() {
+        assert_eq!(read_until_closed(s, Duration::from_millis(100)).1, None);
+    }
+    // (The gateway's own readiness probe may have been refused too: count from here.)
+    let refused = || {
+        gauge(
+            &gw,
+            r#"tollgate_connections_refused_total{reason="max_connections"}"#,
+        )
+    };
+    let before = refused();
+    let mut sixth = connect_from("127.0.0.2", gw.addr);
+    assert!(read_until_closed(&mut sixth, Duration::from_secs(2))
+        .1
+        .is_some());
+    assert_eq!(refused() - before, 1.0);
+    held.pop();
+    eventually("a place is free", || {
+        gauge(&gw, r#"tollgate_connections{listener="http"}"#) == 4.0
+    });
+    let mut s = connect_from("127.0.0.2", gw.addr);
+    s.write_all(get("pro-key-1", "/v2/client/getState").as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut BufReader::new(s)).status, 200);
+}
+
+// ---------------------------------------------------------------- blocking
+
+/// One request from `from` with `key`, on its own connection.
+fn call_from(gw: &Gateway, from: &str, key: &str, extra: &str) -> common::Response {
+    let mut s = connect_from(from, gw.addr);
+    let raw = format!(
+        "GET /v2/client/getState HTTP/1.1\r\nHost: a\r\nConnection: close\r\nAuthorization: Bearer {key}\r\n{extra}\r\n"
+    );
+    s.write_all(raw.as_bytes()).unwrap();
+    read_response(&mut BufReader::new(s))
+}
+
+#[test]
+fn a_blocked_address_gets_429_and_no_key_it_sends_is_evaluated() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&common::config_for(&up).auth_failures(3, 60, 30));
+    for i in 0..3 {
+        let r = call_from(&gw, "127.0.0.1", "wrong-key", "");
+        assert_eq!(r.status, 401, "failure {i}");
+    }
+    // Blocked: the right key gets the same 429, with no rate-limit headers (no key was read).
+    let r = call_from(&gw, "127.0.0.1", "pro-key-1", "");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (429, "too_many_auth_failures")
+    );
+    assert_eq!(r.header("retry-after"), Some("30"));
+    assert!(r.header("ratelimit").is_none());
+    // Another address is served.
+    assert_eq!(call_from(&gw, "127.0.0.2", "pro-key-1", "").status, 200);
+    let page = metrics_page(gw.config.admin_listen);
+    assert_eq!(metric(&page, "tollgate_auth_blocked_ips"), Some(1.0));
+    assert_eq!(
+        metric(
+            &page,
+            r#"tollgate_requests_total{outcome="blocked",plan="none",route="none"}"#
+        ),
+        Some(1.0),
+        "{page}"
+    );
+    // The block ends with time (the injected clock), and the sweep lowers the gauge.
+    gw.clock.advance(Duration::from_secs(30));
+    assert_eq!(call_from(&gw, "127.0.0.1", "pro-key-1", "").status, 200);
+    eventually("the gauge falls to 0", || {
+        gauge(&gw, "tollgate_auth_blocked_ips") == 0.0
+    });
+    assert_eq!(up.count(), 2);
+}
+
+#[test]
+fn behind_a_trusted_proxy_the_forwarded_client_is_blocked_and_forwarded() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(
+        &common::config_for(&up)
+            .auth_failures(2, 60, 60)
+            .server(|s| s.trusted_proxies = vec!["127.0.0.1/32".into()]),
+    );
+    let xff = |client: &str| format!("X-Forwarded-For: 6.6.6.6, {client}\r\n");
+    // From the trusted proxy, the client named last is blocked, not the proxy.
+    for _ in 0..2 {
+        assert_eq!(
+            call_from(&gw, "127.0.0.1", "wrong", &xff("198.51.100.2")).status,
+            401
+        );
+    }
+    let r = call_from(&gw, "127.0.0.1", "pro-key-1", &xff("198.51.100.2"));
+    assert_eq!(r.code(), "too_many_auth_failures");
+    assert_eq!(
+        call_from(&gw, "127.0.0.1", "pro-key-1", &xff("198.51.100.3")).status,
+        200
+    );
+    // The upstream sees the entries up to the client, and the client last.
+    let seen = up.seen();
+    assert_eq!(
+        seen.last().unwrap().header("x-forwarded-for"),
+        Some("6.6.6.6, 198.51.100.3")
+    );
+    // From an untrusted peer, its own address is the client, whatever it claims.
+    assert_eq!(
+        call_from(&gw, "127.0.0.2", "pro-key-1", &xff("198.51.100.2")).status,
+        200
+    );
+    assert_eq!(
+        up.seen().last().unwrap().header("x-forwarded-for"),
+        Some("6.6.6.6, 198.51.100.2, 127.0.0.2")
+    );
+}
+
+// ---------------------------------------------------------------- no tunnels
+
+#[test]
+fn upgrades_are_never_forwarded_and_nothing_pipelined_behind_one_reaches_the_upstream() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let mut s = connect(&gw);
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    // A Basic key: an upgrade, and a webhook change pipelined behind it in the same write (the
+    // attack: once tunnelled, the second request would reach the upstream undecided).
+    let hook = r#"{"url":"https://hooks.example.com/x"}"#;
+    let webhook = format!(
+        "POST /v2/settings/webhook/set HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer basic-key-1\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{hook}",
+        hook.len()
+    );
+    let raw = format!(
+        "GET /v2/client/socket HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer basic-key-1\r\n\
+         Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Version: 13\r\n\r\n{webhook}"
+    );
+    s.write_all(raw.as_bytes()).unwrap();
+    // The upgrade is answered as a plain request; Pingora serves no pipelined request (it
+    // closes the connection after the first answer), so the second is never forwarded.
+    let first = read_response(&mut r);
+    assert_eq!(first.status, 200);
+    assert_eq!(read_until_closed(&mut s, Duration::from_secs(5)).0, b"");
+    let seen = up.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path(), "/v2/client/socket");
+    assert_eq!(seen[0].header("upgrade"), None);
+    assert!(!seen[0]
+        .header("connection")
+        .is_some_and(|c| c.to_ascii_lowercase().contains("upgrade")));
+    // Sent on its own, the webhook change is decided as always.
+    let alone = gw.send(
+        webhook
+            .replace("Host: a\r\n", "Host: a\r\nConnection: close\r\n")
+            .as_bytes(),
+    );
+    assert_eq!(
+        (alone.status, alone.code().as_str()),
+        (403, "plan_restricted")
+    );
+    assert_eq!(up.count(), 1);
+}
+
+#[test]
+fn an_upstream_that_answers_101_is_an_upstream_error_not_a_tunnel() {
+    let up = Upstream::start(Mode::Switch);
+    let gw = Gateway::with(&up);
+    let r = gw.request(
+        "GET",
+        "/v2/client/socket",
+        &[
+            ("Authorization", "Bearer pro-key-1"),
+            ("Connection", "Upgrade"),
+            ("Upgrade", "websocket"),
+        ],
+        b"",
+    );
+    assert_eq!((r.status, r.code().as_str()), (502, "upstream_unavailable"));
+}
+
+#[test]
+fn fields_that_re_route_a_request_or_claim_an_address_are_dropped() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let dropped = [
+        ("X-Original-URL", "/v2/settings/webhook/set"),
+        ("X-Rewrite-URL", "/v2/settings/webhook/set"),
+        ("X-Forwarded-Prefix", "/admin"),
+        ("X-HTTP-Method-Override", "DELETE"),
+        ("X-HTTP-Method", "DELETE"),
+        ("X-Method-Override", "DELETE"),
+        ("X-Real-IP", "10.0.0.1"),
+        ("Forwarded", "for=10.0.0.1"),
+    ];
+    let mut headers = vec![("Authorization", "Bearer basic-key-1")];
+    headers.extend(dropped);
+    assert_eq!(
+        gw.request("GET", "/v2/client/getState", &headers, b"")
+            .status,
+        200
+    );
+    let seen = &up.seen()[0];
+    for (name, _) in dropped {
+        assert_eq!(seen.header(&name.to_ascii_lowercase()), None, "{name}");
+    }
+    assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+}
+
+#[test]
+fn a_content_length_goes_as_the_number_and_other_codings_are_refused() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let body = r#"{"chatId":1}"#;
+    let raw = format!(
+        "POST /v2/sendMessage/ HTTP/1.1\r\nHost: a\r\nConnection: close\r\nAuthorization: Bearer pro-key-1\r\n\
+         Content-Type: application/json\r\nContent-Length: 00{}\r\n\r\n{body}",
+        body.len()
+    );
+    assert_eq!(gw.send(raw.as_bytes()).status, 200);
+    assert_eq!(
+        up.seen()[0].headers_named("content-length"),
+        [body.len().to_string().as_str()]
+    );
+    let raw = "POST /v2/sendMessage/ HTTP/1.1\r\nHost: a\r\nConnection: close\r\nAuthorization: Bearer pro-key-1\r\n\
+               Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n";
+    assert_eq!(gw.send(raw.as_bytes()).status, 400);
+    assert_eq!(up.count(), 1);
+}
