@@ -54,6 +54,15 @@ fn gauge(gw: &Gateway, series: &str) -> f64 {
     metric(&metrics_page(gw.config.admin_listen), series).unwrap_or(0.0)
 }
 
+/// Wait until the readiness probe has connected and no connection is open (the start-up
+/// probes' are gone), before counting places.
+fn quiet(gw: &Gateway) {
+    common::wait_ready(gw.config.admin_listen, 200);
+    eventually("no connection is open", || {
+        gauge(gw, r#"tollgate_connections{listener="http"}"#) == 0.0
+    });
+}
+
 // ---------------------------------------------------------------- deadlines
 
 #[test]
@@ -158,15 +167,13 @@ fn a_checked_body_that_stops_is_408_and_never_forwarded() {
     );
     assert_eq!(r.header("connection"), Some("close"));
     assert_eq!(up.connections.load(std::sync::atomic::Ordering::SeqCst), 0);
-    let page = metrics_page(gw.config.admin_listen);
-    assert_eq!(
-        metric(
-            &page,
-            r#"tollgate_requests_total{outcome="timeout",plan="pro",route="send_group_event"}"#
-        ),
-        Some(1.0),
-        "{page}"
-    );
+    // Recorded just after the answer is sent.
+    eventually("the timeout is counted", || {
+        gauge(
+            &gw,
+            r#"tollgate_requests_total{outcome="timeout",plan="pro",route="send_group_event"}"#,
+        ) == 1.0
+    });
 }
 
 #[test]
@@ -264,6 +271,7 @@ fn the_last_request_on_a_connection_is_answered_with_connection_close() {
 fn one_address_over_its_cap_is_refused_while_another_is_served() {
     let up = Upstream::start(Mode::Ok);
     let gw = gateway(&up, 5, 30, |s| s.max_connections_per_ip = 20);
+    quiet(&gw);
     // 60 connections from one address, all held open.
     let mut held: Vec<TcpStream> = (0..60).map(|_| connect(&gw)).collect();
     let mut closed = 0;
@@ -306,6 +314,7 @@ fn max_connections_caps_every_address_together() {
         s.max_connections = 5;
         s.max_connections_per_ip = 0;
     });
+    quiet(&gw);
     let mut held: Vec<TcpStream> = (0..5).map(|_| connect(&gw)).collect();
     for s in held.iter_mut() {
         assert_eq!(read_until_closed(s, Duration::from_millis(100)).1, None);
@@ -363,16 +372,13 @@ fn a_blocked_address_gets_429_and_no_key_it_sends_is_evaluated() {
     assert!(r.header("ratelimit").is_none());
     // Another address is served.
     assert_eq!(call_from(&gw, "127.0.0.2", "pro-key-1", "").status, 200);
-    let page = metrics_page(gw.config.admin_listen);
-    assert_eq!(metric(&page, "tollgate_auth_blocked_ips"), Some(1.0));
-    assert_eq!(
-        metric(
-            &page,
-            r#"tollgate_requests_total{outcome="blocked",plan="none",route="none"}"#
-        ),
-        Some(1.0),
-        "{page}"
-    );
+    assert_eq!(gauge(&gw, "tollgate_auth_blocked_ips"), 1.0);
+    eventually("the blocked request is counted", || {
+        gauge(
+            &gw,
+            r#"tollgate_requests_total{outcome="blocked",plan="none",route="none"}"#,
+        ) == 1.0
+    });
     // The block ends with time (the injected clock), and the sweep lowers the gauge.
     gw.clock.advance(Duration::from_secs(30));
     assert_eq!(call_from(&gw, "127.0.0.1", "pro-key-1", "").status, 200);

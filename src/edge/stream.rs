@@ -52,6 +52,9 @@ const OPEN: u8 = 2;
 const IDLE: u8 = 3;
 /// No deadline.
 const NONE: u64 = u64::MAX;
+/// On HTTP/2, how much after the body deadline the connection itself is ended: time for the
+/// request path's own deadline on a checked body to answer 408 first.
+const H2_BODY_GRACE: Duration = Duration::from_millis(250);
 /// Pingora may read this much past a head in one go (its socket buffer): allowed before the
 /// head cap ends the connection.
 const HEAD_SLACK: usize = 64 * 1024;
@@ -225,7 +228,9 @@ impl EdgeStream {
                 scan: H2Scan::new(),
                 limits: H2Limits {
                     header_timeout: limits.header.as_nanos() as u64,
-                    body_timeout: limits.body.as_nanos() as u64,
+                    // A checked body's own deadline (408, answered by the request path)
+                    // comes first; the connection is ended only if that did not settle it.
+                    body_timeout: (limits.body + H2_BODY_GRACE).as_nanos() as u64,
                     max_block_bytes: limits.max_header_bytes,
                 },
             })

@@ -104,9 +104,15 @@ impl Gateway {
     }
 
     /// A request head is in: tell its HTTP/1.1 connection (the body deadline starts now), and
-    /// answer the connection's last request with `Connection: close`.
+    /// answer the connection's last request with `Connection: close`. (An HTTP/2 connection's
+    /// deadlines come from its frames: [`crate::edge::h2scan`].)
     fn begin(&self, session: &mut Session, ctx: &mut Ctx) {
         let Some(conn) = session.stream().and_then(EdgeStream::of).cloned() else {
+            // HTTP/2: a stream's answer waits on the client's flow-control window, not on the
+            // socket; a client that grants none for `send_timeout` loses the stream.
+            if let Some(s) = &ctx.snap {
+                session.set_write_timeout(Some(s.policy.config.server.send_timeout));
+            }
             return;
         };
         let body_follows = !session.is_body_done();

@@ -1,0 +1,421 @@
+//! The edge on the TLS listener, HTTP/2 by ALPN (and the handshake itself): the TLS handshake
+//! deadline, caps that refuse before any handshake, an idle HTTP/2 connection, a connection
+//! that never sends a request, a head dripped frame by frame, a body that stops after 7
+//! bytes (streamed and checked), heads over the caps, and a client that never takes its answer.
+//!
+//! Deadlines are real time (what is under test), one or two seconds; every wait is bounded.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{metric, metrics_page, pki, write, Gateway, Mode, Pki, Upstream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::rustls;
+use tollgate::config::file::FileServer;
+
+/// A gateway with a TLS listener (HTTP/1.1 and HTTP/2) in front of `up`.
+struct Edge {
+    gw: Gateway,
+    tls: SocketAddr,
+    certs: Pki,
+    _dir: tempfile::TempDir,
+}
+
+fn edge(up: &Upstream, edit: impl FnOnce(&mut FileServer)) -> Edge {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = pki("Tollgate Edge H2 Test CA", &["gateway.test", "127.0.0.1"]);
+    let cert = write(dir.path(), "edge.pem", &certs.leaf_pem);
+    let key = write(dir.path(), "edge-key.pem", &certs.leaf_key_pem);
+    let port = common::closed_port();
+    let gw = Gateway::start(
+        &common::config_for(up)
+            .tls(format!("127.0.0.1:{port}"), &cert, &key)
+            .server(|s| {
+                s.header_timeout_seconds = 1;
+                s.body_timeout_seconds = 1;
+                s.send_timeout_seconds = 1;
+                s.tls_handshake_timeout_seconds = 1;
+                s.idle_timeout_seconds = 2;
+                edit(s);
+            }),
+    );
+    let tls = ([127, 0, 0, 1], port).into();
+    common::wait_listening(tls);
+    Edge {
+        gw,
+        tls,
+        certs,
+        _dir: dir,
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A TLS connection to the edge offering `alpn`.
+async fn tls(e: &Edge, alpn: &[&[u8]]) -> TlsStream<TcpStream> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    for c in rustls::pki_types::CertificateDer::pem_slice_iter(e.certs.ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let mut cfg = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(cfg));
+    let tcp = TcpStream::connect(e.tls).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("gateway.test").unwrap();
+    connector.connect(name, tcp).await.expect("TLS handshake")
+}
+
+type H2 = h2::client::SendRequest<Bytes>;
+
+/// An HTTP/2 client connection, and a handle that finishes when the connection closes.
+async fn h2(e: &Edge) -> (H2, tokio::task::JoinHandle<Instant>) {
+    let io = tls(e, &[b"h2"]).await;
+    let (send, conn) = h2::client::handshake(io).await.expect("h2 handshake");
+    let done = tokio::spawn(async move {
+        let _ = conn.await;
+        Instant::now()
+    });
+    (send, done)
+}
+
+fn request(method: &str, path: &str, headers: &[(&str, &str)]) -> http::Request<()> {
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(format!("https://gateway.test{path}"))
+        .header("authorization", "Bearer pro-key-1");
+    for (n, v) in headers {
+        b = b.header(*n, *v);
+    }
+    b.body(()).unwrap()
+}
+
+/// Send a bodiless request; its status.
+async fn status(send: &mut H2, req: http::Request<()>) -> u16 {
+    let (resp, _) = send.send_request(req, true).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), resp)
+        .await
+        .expect("an answer in time")
+        .expect("an answer")
+        .status()
+        .as_u16()
+}
+
+/// Closed between `min` and `max` after `since`.
+async fn closed_between(
+    done: tokio::task::JoinHandle<Instant>,
+    since: Instant,
+    min: Duration,
+    max: Duration,
+) {
+    let at = tokio::time::timeout(max + Duration::from_secs(2), done)
+        .await
+        .expect("the connection closes")
+        .unwrap()
+        - since;
+    assert!(
+        at >= min && at <= max,
+        "closed after {at:?}, expected {min:?}..={max:?}"
+    );
+}
+
+#[test]
+fn a_tls_handshake_that_never_comes_is_cut_at_the_handshake_timeout() {
+    let up = Upstream::start(Mode::Ok);
+    let e = edge(&up, |_| {});
+    // Connected, and not one byte of a ClientHello.
+    let mut s = std::net::TcpStream::connect(e.tls).unwrap();
+    let (got, closed) = common::read_until_closed(&mut s, Duration::from_secs(5));
+    assert!(got.is_empty());
+    let closed = closed.expect("closed in time");
+    assert!(
+        closed >= Duration::from_millis(900) && closed <= Duration::from_secs(3),
+        "{closed:?}"
+    );
+}
+
+#[test]
+fn a_refused_connection_is_closed_before_any_tls_handshake() {
+    let up = Upstream::start(Mode::Ok);
+    let e = edge(&up, |s| s.max_connections_per_ip = 1);
+    // The start-up probes' connections must be gone before the one place is taken.
+    common::wait_ready(e.gw.config.admin_listen, 200);
+    common::eventually("no connection is open", || {
+        let page = metrics_page(e.gw.config.admin_listen);
+        metric(&page, r#"tollgate_connections{listener="tls"}"#) == Some(0.0)
+            && metric(&page, r#"tollgate_connections{listener="http"}"#) == Some(0.0)
+    });
+    runtime().block_on(async {
+        // The one place this address has: a TLS connection, held open.
+        let (mut send, _done) = h2(&e).await;
+        assert_eq!(
+            status(&mut send, request("GET", "/v2/client/x", &[])).await,
+            200
+        );
+        // The next one is closed at once: no TLS byte comes back, and no handshake deadline
+        // is waited for.
+        let mut s = TcpStream::connect(e.tls).await.unwrap();
+        let t = Instant::now();
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("closed in time")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+        assert!(
+            t.elapsed() < Duration::from_millis(800),
+            "{:?}",
+            t.elapsed()
+        );
+    });
+    let page = metrics_page(e.gw.config.admin_listen);
+    assert!(
+        metric(
+            &page,
+            r#"tollgate_connections_refused_total{reason="max_connections_per_ip"}"#
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{page}"
+    );
+}
+
+#[test]
+fn an_idle_http2_connection_is_closed_at_the_idle_timeout() {
+    let up = Upstream::start(Mode::Ok);
+    let e = edge(&up, |_| {});
+    runtime().block_on(async {
+        let (mut send, done) = h2(&e).await;
+        assert_eq!(
+            status(&mut send, request("GET", "/v2/client/x", &[])).await,
+            200
+        );
+        let answered = Instant::now();
+        closed_between(
+            done,
+            answered,
+            Duration::from_millis(1800),
+            Duration::from_secs(4),
+        )
+        .await;
+    });
+}
+
+#[test]
+fn an_http2_connection_that_sends_no_request_is_cut_at_the_header_timeout() {
+    let up = Upstream::start(Mode::Ok);
+    // Idle timeout 5 s: what closes the connection at 1 s is the first head's deadline.
+    let e = edge(&up, |s| s.idle_timeout_seconds = 5);
+    runtime().block_on(async {
+        let opened = Instant::now();
+        let (_send, done) = h2(&e).await;
+        closed_between(
+            done,
+            opened,
+            Duration::from_millis(900),
+            Duration::from_secs(3),
+        )
+        .await;
+    });
+}
+
+/// An HPACK header block of literal fields (no indexing, no Huffman).
+fn hpack(fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (n, v) in fields {
+        b.push(0x00);
+        b.push(n.len() as u8);
+        b.extend_from_slice(n.as_bytes());
+        b.push(v.len() as u8);
+        b.extend_from_slice(v.as_bytes());
+    }
+    b
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+#[test]
+fn a_dripped_http2_head_is_cut_at_the_header_timeout_of_its_first_byte() {
+    let up = Upstream::start(Mode::Ok);
+    let e = edge(&up, |s| s.idle_timeout_seconds = 5);
+    runtime().block_on(async {
+        let mut s = tls(&e, &[b"h2"]).await;
+        let get = hpack(&[
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":path", "/v2/client/getState"),
+            (":authority", "gateway.test"),
+            ("authorization", "Bearer pro-key-1"),
+        ]);
+        let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        hello.extend(frame(0x4, 0, 0, &[]));
+        hello.extend(frame(0x1, 0x4 | 0x1, 1, &get));
+        s.write_all(&hello).await.unwrap();
+        // Drain what the server sends (settings, the answer) in the background.
+        let (mut rd, mut wr) = tokio::io::split(s);
+        let closed = tokio::spawn(async move {
+            let mut buf = vec![0u8; 65536];
+            while matches!(rd.read(&mut buf).await, Ok(n) if n > 0) {}
+            Instant::now()
+        });
+        // Longer than the header timeout, shorter than the idle one: still open.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            !closed.is_finished(),
+            "closed while idle, before any head began"
+        );
+        // A second head: its frame header and three bytes of a 40-byte block, then nothing.
+        let mut next = frame(0x1, 0x4 | 0x1, 3, &[0; 40]);
+        next.truncate(12);
+        wr.write_all(&next).await.unwrap();
+        let began = Instant::now();
+        closed_between(
+            closed,
+            began,
+            Duration::from_millis(900),
+            Duration::from_secs(3),
+        )
+        .await;
+    });
+    assert_eq!(up.count(), 1);
+}
+
+/// Send `method path` with a declared body of 100 bytes, then only 7 of them.
+async fn seven_bytes(send: &mut H2, path: &str) -> h2::client::ResponseFuture {
+    let req = request(
+        "POST",
+        path,
+        &[
+            ("content-type", "application/json"),
+            ("content-length", "100"),
+        ],
+    );
+    let (resp, mut body) = send.send_request(req, false).unwrap();
+    body.send_data(Bytes::from_static(b"{\"name\""), false)
+        .unwrap();
+    std::mem::forget(body);
+    resp
+}
+
+#[test]
+fn an_http2_stream_that_stops_after_7_body_bytes_is_ended() {
+    let up = Upstream::start(Mode::Ok);
+    let e = edge(&up, |_| {});
+    runtime().block_on(async {
+        // Streamed (unchecked) route: the connection is ended at the body deadline.
+        let (mut send, done) = h2(&e).await;
+        let sent = Instant::now();
+        let resp = seven_bytes(&mut send, "/v2/sendMessage/").await;
+        closed_between(
+            done,
+            sent,
+            Duration::from_millis(900),
+            Duration::from_secs(4),
+        )
+        .await;
+        assert!(resp.await.is_err());
+        // Checked route: the request is answered 408 at the deadline, nothing forwarded.
+        let (mut send, _done) = h2(&e).await;
+        let sent = Instant::now();
+        let resp = seven_bytes(&mut send, "/v2/sendGroup").await;
+        let resp = tokio::time::timeout(Duration::from_secs(5), resp)
+            .await
+            .expect("an answer in time")
+            .expect("an answer");
+        assert_eq!(resp.status(), 408);
+        assert!(sent.elapsed() >= Duration::from_millis(900));
+    });
+    assert_eq!(up.count(), 0);
+}
+
+#[test]
+fn http2_heads_over_the_caps_are_refused_and_never_forwarded() {
+    let up = Upstream::start(Mode::Ok);
+    let e = edge(&up, |s| {
+        s.max_headers = 10;
+        s.max_header_bytes = 2048;
+    });
+    runtime().block_on(async {
+        let (mut send, _done) = h2(&e).await;
+        let names: Vec<String> = (0..12).map(|i| format!("x-f{i}")).collect();
+        let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
+        assert_eq!(
+            status(&mut send, request("GET", "/v2/client/x", &many)).await,
+            431
+        );
+        let long = "v".repeat(1800);
+        assert_eq!(
+            status(
+                &mut send,
+                request("GET", "/v2/client/x", &[("x-long", &long)])
+            )
+            .await,
+            431
+        );
+        // Over what the HTTP/2 layer itself accepts: refused there, by a 431 or a reset.
+        let (mut send, _done) = h2(&e).await;
+        let huge = "v".repeat(4000);
+        let req = request("GET", "/v2/client/x", &[("x-huge", &huge)]);
+        let (resp, _) = send.send_request(req, true).unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), resp)
+            .await
+            .expect("an answer in time");
+        assert!(got.map_or(true, |r| r.status() == 431), "not refused");
+    });
+    assert_eq!(up.count(), 0);
+}
+
+#[test]
+fn an_http2_client_that_never_takes_its_answer_loses_the_stream() {
+    let up = Upstream::start(Mode::Big);
+    let e = edge(&up, |_| {});
+    runtime().block_on(async {
+        let (mut send, _done) = h2(&e).await;
+        let (resp, _) = send
+            .send_request(request("GET", "/v2/client/download", &[]), true)
+            .unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(10), resp)
+            .await
+            .expect("a head in time")
+            .expect("a head");
+        assert_eq!(resp.status(), 200);
+        // Take nothing (grant no flow-control window) for longer than the send timeout...
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // ...then read: what was sent within the first window, and the stream's reset.
+        let mut body = resp.into_body();
+        let mut got = 0usize;
+        let end = loop {
+            match tokio::time::timeout(Duration::from_secs(10), body.data()).await {
+                Ok(Some(Ok(chunk))) => {
+                    got += chunk.len();
+                    let _ = body.flow_control().release_capacity(chunk.len());
+                }
+                Ok(Some(Err(e))) => break Some(e),
+                Ok(None) => break None,
+                Err(_) => panic!("the stream neither ends nor is reset"),
+            }
+        };
+        assert!(end.is_some(), "the whole 64 MiB came: {got} bytes");
+        assert!(got < 64 << 20, "{got}");
+    });
+}
