@@ -310,6 +310,62 @@ fn post(addr: SocketAddr, key: &str, path: &str, body: &str) -> common::Response
 }
 
 #[test]
+fn a_block_starts_and_ends_with_one_log_line_each_and_the_access_line_names_the_client() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    // The real binary and its real clock: a one-second block.
+    let config = config_for(&up).auth_failures(2, 60, 1);
+    let (path, listen, admin_addr) = write_config(dir.path(), &config);
+    let mut p = Process::spawn(
+        dir.path(),
+        "gw",
+        &["run", "--config", path.to_str().unwrap()],
+        &[("TOLLGATE_LOG", "info")],
+    );
+    wait_ready(admin_addr, 200);
+    for _ in 0..2 {
+        assert_eq!(
+            post(listen, "wrong-key", "/v2/sendMessage/", MESSAGE).status,
+            401
+        );
+    }
+    assert_eq!(
+        post(listen, "pro-key-1", "/v2/sendMessage/", MESSAGE).status,
+        429
+    );
+    eventually("the block ends and is swept", || {
+        p.output().contains("auth-failure block ended")
+    });
+    assert_eq!(
+        post(listen, "pro-key-1", "/v2/sendMessage/", MESSAGE).status,
+        200
+    );
+    p.stop();
+    let out = p.output();
+    let started: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("address blocked after repeated failed authentications"))
+        .collect();
+    let ended: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("auth-failure block ended"))
+        .collect();
+    assert_eq!((started.len(), ended.len()), (1, 1), "{out}");
+    assert!(started[0].contains("client=127.0.0.1") && started[0].contains("seconds=1"));
+    assert!(ended[0].contains("client=127.0.0.1"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("tollgate::access") && l.contains("client=127.0.0.1")),
+        "{out}"
+    );
+    // Never the keys.
+    assert!(
+        !out.contains("wrong-key") && !out.contains("pro-key-1"),
+        "{out}"
+    );
+}
+
+#[test]
 fn sighup_reloads_the_file_and_a_refused_one_keeps_the_old_config() {
     let up = Upstream::start(Mode::Ok);
     let dir = tempfile::tempdir().unwrap();

@@ -3,8 +3,9 @@
 //! guess during a block cannot show.
 //!
 //! Failures are counted per [`ClientKey`] with the same GCRA arithmetic as the rate limits
-//! ([`Rate`]): `max_failures` per `window`, so from idle exactly `max_failures` failures in a
-//! burst start a block, and a client failing more slowly than that never is blocked. The block
+//! ([`Rate`]), as a limit of `max_failures - 1` failures per `window`: from idle, the
+//! `max_failures`-th failure of a burst starts a block; failing steadily faster than
+//! `max_failures - 1` per window blocks sooner or later; more slowly, never. The block
 //! lasts `block`; while it lasts every request from the address is `429 too_many_auth_failures`
 //! with `Retry-After`.
 //!
@@ -106,10 +107,10 @@ impl FailureTable {
             if e.blocked_until > now {
                 return None;
             }
-            let next = e.tat.max(now) + rate.interval();
-            e.tat = next;
-            // The `max_failures`-th failure within the window reaches the tolerance.
-            if next - now < rate.interval() * u64::from(p.max_failures.get()) {
+            // Up to `max_failures - 1` conform; the `max_failures`-th within the window does
+            // not, and blocks.
+            if let Some(Ok(next)) = rate.map(|r| r.admit(e.tat, now)) {
+                e.tat = next;
                 return None;
             }
             let was_blocked = e.blocked_until != 0;
@@ -229,13 +230,14 @@ impl FailureTable {
     }
 }
 
-/// `max_failures` per `window`, as a rate.
-fn failure_rate(p: &AuthFailures) -> Rate {
+/// The failures that do not block: `max_failures - 1` per `window`, as a rate (`None` when
+/// a single failure blocks).
+fn failure_rate(p: &AuthFailures) -> Option<Rate> {
     let window = u32::try_from(p.window.as_secs())
         .ok()
         .and_then(NonZeroU32::new)
         .unwrap_or(NonZeroU32::MIN);
-    Rate::new(p.max_failures, window)
+    NonZeroU32::new(p.max_failures.get() - 1).map(|allowed| Rate::new(allowed, window))
 }
 
 #[cfg(test)]
@@ -290,9 +292,9 @@ mod tests {
         let t = FailureTable::new();
         let p = params(5, 60, 300, 100);
         let a = key("2001:db8::1");
-        // One failure every 12 s is exactly 5 per 60 s: the GCRA stays below the tolerance.
+        // Four may fail per 60 s: one failure every 15 s never blocks.
         for i in 0..100u64 {
-            assert_eq!(t.failed(a, i * 12 * SEC, &p), None, "failure {i}");
+            assert_eq!(t.failed(a, i * 15 * SEC, &p), None, "failure {i}");
         }
         // One every 11 s catches up.
         let mut blocked = false;
@@ -300,6 +302,19 @@ mod tests {
             blocked |= t.failed(a, 2000 * SEC + i * 11 * SEC, &p).is_some();
         }
         assert!(blocked);
+    }
+
+    #[test]
+    fn failures_spread_over_real_time_still_block_at_the_max_th() {
+        let t = FailureTable::new();
+        let p = params(3, 60, 300, 100);
+        let a = key("192.0.2.9");
+        assert_eq!(t.failed(a, SEC, &p), None);
+        assert_eq!(t.failed(a, SEC + 3_000_000, &p), None);
+        assert!(t.failed(a, SEC + 7_000_000, &p).is_some());
+        // A single failure blocks when `max_failures` is 1.
+        let one = params(1, 60, 300, 100);
+        assert!(t.failed(key("192.0.2.10"), SEC, &one).is_some());
     }
 
     #[test]
@@ -365,10 +380,10 @@ mod tests {
         let t = FailureTable::new();
         let p = params(5, 60, 300, 100);
         t.failed(key("192.0.2.1"), 0, &p);
-        // One failure: remembered for one interval (12 s).
-        assert_eq!(t.sweep(11 * SEC), vec![]);
+        // One failure: remembered for one interval (60 s / 4 = 15 s).
+        assert_eq!(t.sweep(14 * SEC), vec![]);
         assert_eq!(t.len(), 1);
-        assert_eq!(t.sweep(12 * SEC), vec![]);
+        assert_eq!(t.sweep(15 * SEC), vec![]);
         assert_eq!(t.len(), 0);
     }
 }
