@@ -79,28 +79,38 @@ body = open(body_file, "rb").read()
 def req(i):
     return (b"POST %s HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer bench-key-%05d\r\n"
             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (path.encode(), i % 1000, len(body))) + body
-for _ in range(300):
-    try:
-        s = socket.create_connection(("127.0.0.1", int(port)), timeout=60); break
-    except OSError:
-        time.sleep(0.1)
-else:
+def connect():
+    for _ in range(300):
+        try:
+            s = socket.create_connection(("127.0.0.1", int(port)), timeout=60)
+            return s, s.makefile("rb")
+        except OSError:
+            time.sleep(0.1)
     sys.exit("proxy not listening")
-f = s.makefile("rb")
+s, f = connect()
 def one(i):
+    # A keep-alive client, as wrk is: a `Connection: close` answer (the gateway's last request
+    # on a connection, server.max_requests_per_connection) is followed by a new connection.
+    global s, f
     s.sendall(req(i))
     status = f.readline()
     if b" 200 " not in status:
         sys.exit("request %d: %r" % (i, status))
-    length = 0
+    length, close = 0, False
     while True:
         line = f.readline()
         if line in (b"\r\n", b""):
             break
         k, _, v = line.partition(b":")
-        if k.strip().lower() == b"content-length":
+        k = k.strip().lower()
+        if k == b"content-length":
             length = int(v)
+        elif k == b"connection" and v.strip().lower() == b"close":
+            close = True
     f.read(length)
+    if close:
+        s.close()
+        s, f = connect()
 for i in range(warm):
     one(i)
 subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)

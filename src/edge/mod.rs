@@ -6,7 +6,7 @@
 //!    over `max_connections` or `max_connections_per_ip` is closed at once;
 //! 2. on the TLS listener, runs the TLS handshake itself (Pingora's own listener would give it
 //!    a fixed 60 s) within `tls_handshake_timeout`;
-//! 3. wraps the stream in an [`EdgeStream`](stream::EdgeStream): total deadlines on heads,
+//! 3. wraps the stream in an [`EdgeStream`]: total deadlines on heads,
 //!    bodies, idle keep-alive and stalled writes, and the head cap ([`stream`], [`h2scan`]);
 //! 4. hands it to Pingora's HTTP proxy, whose HTTP/1.1 and HTTP/2 handling is unchanged.
 //!

@@ -11,8 +11,10 @@
 //! logged and returned, and `tollgate_config_reloads_total{result="error"}` counts it.
 //!
 //! Settings bound to sockets or to the process (`listen`, `admin_listen`, `tls`, `log`,
-//! `shutdown`) cannot change in a running process: a reload that changes them still applies
-//! everything else, and reports those fields as needing a restart or an upgrade.
+//! `shutdown`, and the two `server` settings Pingora's HTTP/2 layer takes at start) cannot
+//! change in a running process: a reload that changes them still applies everything else, and
+//! reports those fields as needing a restart or an upgrade. The rest of `server` applies to
+//! connections accepted after the reload.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -160,6 +162,14 @@ fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if old.shutdown != new.shutdown {
         fields.push("shutdown");
+    }
+    // The rest of `server` applies to connections accepted after the reload; these two are
+    // Pingora's HTTP/2 settings, fixed when the server starts.
+    if old.server.idle_timeout != new.server.idle_timeout {
+        fields.push("server.idle_timeout_seconds (HTTP/2)");
+    }
+    if old.server.max_header_bytes != new.server.max_header_bytes {
+        fields.push("server.max_header_bytes (HTTP/2)");
     }
     fields
 }
