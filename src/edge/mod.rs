@@ -116,8 +116,13 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
             Some(t) => {
                 // The listener is plain TCP: the stream is Pingora's own L4 stream.
                 let l4 = stream.into_any().downcast::<L4Stream>().ok()?;
-                let handshake = t.acceptor.tls_handshake(*l4);
-                match tokio::time::timeout(limits.tls_handshake_timeout, handshake).await {
+                // Boxed: held inline, the handshake's state would stay in this future (and in
+                // every plain connection's memory) for the connection's life.
+                let handshake = Box::pin(tokio::time::timeout(
+                    limits.tls_handshake_timeout,
+                    t.acceptor.tls_handshake(*l4),
+                ));
+                match handshake.await {
                     Ok(Ok(tls)) => Box::new(tls),
                     Ok(Err(e)) => {
                         tracing::debug!(target: "tollgate::edge", peer = ?peer, error = ?e.etype(), "TLS handshake failed");

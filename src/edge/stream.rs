@@ -26,7 +26,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -38,8 +38,8 @@ use pingora::protocols::{
     GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl, Stream,
     TimingDigest, UniqueID, UniqueIDType, ALPN,
 };
+use pingora::time::fast_timeout::fast_sleep;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::Sleep;
 
 use super::conns::ConnGuard;
 use super::h2scan::{H2Limits, H2Scan};
@@ -157,35 +157,57 @@ impl Conn {
     }
 }
 
-/// A lazily created timer that fires at a deadline given in ns since a base instant.
+/// A timer for a deadline that moves with every exchange.
+///
+/// Setting a timer costs more than a request's own work, so this one is set lazily: only when
+/// a read or write is about to wait, and moved only when the deadline comes *earlier* than it
+/// is set for. Set for an earlier instant than the deadline in force, it fires, finds the
+/// deadline not passed, and is set again: once per idle spell, not once per request. It is
+/// Pingora's own timer (a shared clock thread, 10 ms ticks), not one in the runtime's wheel.
 struct Timer {
-    sleep: Option<Pin<Box<Sleep>>>,
+    /// The sleep in progress; a `Mutex` only to make the stream `Sync` (it is reached through
+    /// `&mut`, so never locked).
+    sleep: Mutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>,
+    /// What the sleep is set for, in ns since the connection opened.
     armed: u64,
 }
 
 impl Timer {
     fn new() -> Self {
         Self {
-            sleep: None,
+            sleep: Mutex::new(None),
             armed: NONE,
         }
     }
 
-    /// Whether `deadline` (ns since `base`; [`NONE`]: none) has passed; if not, the task is
-    /// woken when it does.
-    fn poll(&mut self, cx: &mut Context<'_>, base: Instant, deadline: u64) -> bool {
+    /// Whether `deadline` (ns since the connection opened, or [`NONE`]) has passed; if not,
+    /// the task is woken when it does.
+    fn expired(&mut self, cx: &mut Context<'_>, conn: &Conn, deadline: u64) -> bool {
         if deadline == NONE {
             return false;
         }
-        let at = tokio::time::Instant::from_std(base + Duration::from_nanos(deadline));
-        let sleep = self
-            .sleep
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-        if self.armed != deadline {
-            sleep.as_mut().reset(at);
-            self.armed = deadline;
+        let slot = self.sleep.get_mut().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if slot.is_none() || self.armed > deadline {
+                let now = conn.now();
+                if now >= deadline {
+                    return true;
+                }
+                *slot = Some(Box::pin(fast_sleep(Duration::from_nanos(deadline - now))));
+                self.armed = deadline;
+            }
+            let fired = slot
+                .as_mut()
+                .is_some_and(|s| s.as_mut().poll(cx).is_ready());
+            if !fired {
+                return false;
+            }
+            *slot = None;
+            if self.armed >= deadline {
+                return true;
+            }
+            // It was set for an earlier deadline than the one in force: set it again.
         }
-        sleep.as_mut().poll(cx).is_ready()
     }
 }
 
@@ -297,7 +319,7 @@ impl EdgeStream {
 
     fn read_expired(&mut self, cx: &mut Context<'_>) -> bool {
         let deadline = self.read_deadline();
-        let expired = self.read_timer.poll(cx, self.conn.accepted, deadline);
+        let expired = self.read_timer.expired(cx, &self.conn, deadline);
         if expired {
             self.conn.timed_out.store(true, Ordering::Relaxed);
         }
@@ -318,7 +340,7 @@ impl EdgeStream {
                 }
                 if self
                     .write_timer
-                    .poll(cx, self.conn.accepted, self.write_deadline)
+                    .expired(cx, &self.conn, self.write_deadline)
                 {
                     self.conn.timed_out.store(true, Ordering::Relaxed);
                     return Poll::Ready(Err(timed_out(
@@ -345,12 +367,11 @@ impl AsyncRead for EdgeStream {
         let before = buf.filled().len();
         match Pin::new(&mut *this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
+                // Deadlines are checked when a read waits: a client that keeps the reads busy
+                // is sending, and the head cap bounds what a head may send.
                 let read = &buf.filled()[before..];
                 if !read.is_empty() {
                     this.on_read(read)?;
-                    if this.read_expired(cx) {
-                        return Poll::Ready(Err(timed_out("a deadline of the edge passed")));
-                    }
                 }
                 Poll::Ready(Ok(()))
             }

@@ -62,15 +62,24 @@ pub fn check_framing(req: &RequestHeader) -> std::result::Result<(), Refusal> {
 }
 
 /// The request line and header fields within `server.max_header_bytes` and
-/// `server.max_headers`, counted as they are written on the wire (`name: value` and CRLF per
-/// field); over either, `431 headers_too_large`.
-pub fn check_size(req: &RequestHeader, limits: &Server) -> std::result::Result<(), Refusal> {
+/// `server.max_headers`; over either, `431 headers_too_large`. The size is `raw` when the
+/// head's bytes on the wire are known (HTTP/1.1), else counted as HTTP/1.1 would write it
+/// (`name: value` and CRLF per field).
+pub fn check_size(
+    req: &RequestHeader,
+    raw: Option<usize>,
+    limits: &Server,
+) -> std::result::Result<(), Refusal> {
     let fields = req.headers.len();
-    // "METHOD target HTTP/1.1\r\n", the fields, and the final CRLF.
-    let mut bytes = req.method.as_str().len() + req.raw_path().len() + 12;
-    for (name, value) in req.headers.iter() {
-        bytes += name.as_str().len() + value.len() + 4;
-    }
+    let bytes = raw.unwrap_or_else(|| {
+        // "METHOD target HTTP/1.1\r\n", the fields, and the final CRLF.
+        let line = req.method.as_str().len() + req.raw_path().len() + 12;
+        req.headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum::<usize>()
+            + line
+    });
     if fields > limits.max_headers {
         return Err(Refusal::new(
             Code::HeadersTooLarge,
@@ -94,6 +103,12 @@ pub fn client(peer: Option<&PeerAddr>, headers: &HeaderMap, limits: &Server) -> 
     let PeerAddr::Inet(peer) = peer? else {
         return None;
     };
+    if limits.trusted_proxies.is_empty() {
+        return Some(Client {
+            ip: peer.ip(),
+            forwarded_at: None,
+        });
+    }
     let xff = headers
         .get_all(X_FORWARDED_FOR)
         .iter()
@@ -525,18 +540,26 @@ mod tests {
             let pairs: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
             request("GET", "/v2/x", &pairs)
         };
-        assert!(check_size(&fields(4), &limits).is_ok());
+        assert!(check_size(&fields(4), None, &limits).is_ok());
         assert_eq!(
-            check_size(&fields(5), &limits).unwrap_err().code,
+            check_size(&fields(5), None, &limits).unwrap_err().code,
             Code::HeadersTooLarge
         );
+        // The head's own size on the wire, when known, is what counts.
+        assert!(check_size(&fields(1), Some(1024), &limits).is_ok());
+        assert!(check_size(&fields(1), Some(1025), &limits).is_err());
         // "GET /v2/x HTTP/1.1" is 22 bytes with its CRLF and the final CRLF; a field of 1000
         // bytes of value makes 1011 with its name: 1033 in all.
         let long = "v".repeat(1000);
-        assert!(check_size(&request("GET", "/v2/x", &[("x-a", &long[..990])]), &limits).is_ok());
+        assert!(check_size(
+            &request("GET", "/v2/x", &[("x-a", &long[..990])]),
+            None,
+            &limits
+        )
+        .is_ok());
         let r = request("GET", "/v2/x", &[("x-a", &long)]);
         assert_eq!(
-            check_size(&r, &limits).unwrap_err().code,
+            check_size(&r, None, &limits).unwrap_err().code,
             Code::HeadersTooLarge
         );
     }

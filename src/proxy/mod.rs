@@ -92,7 +92,11 @@ impl Gateway {
         ctx.request_id = self.ids.of(&session.req_header().headers);
         self.begin(session, ctx);
         head::check_framing(session.req_header())?;
-        head::check_size(session.req_header(), edge)?;
+        let raw = session
+            .as_downstream()
+            .as_http1()
+            .map(|h1| h1.get_headers_raw_bytes().len());
+        head::check_size(session.req_header(), raw, edge)?;
         ctx.client = head::client(session.client_addr(), &session.req_header().headers, edge);
         head::strip_upgrade(session.req_header_mut());
         let forward = self.decide(session, ctx, &snap.policy)?;
