@@ -112,7 +112,7 @@ cleanup() {
   trap - EXIT INT TERM
   for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
   rm -rf "$TMP"
-  exit $rc
+  exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
