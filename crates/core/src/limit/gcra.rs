@@ -38,6 +38,51 @@ pub struct Rate {
     interval: u64,
     /// `L·T`, in ns.
     tolerance: u64,
+    /// The same arithmetic in µs, for budgets shared across replicas.
+    micros: Micros,
+}
+
+/// GCRA in whole microseconds, with a cost per request: the shared store's arithmetic
+/// ([`super::shared`]), where a TAT must fit 48 bits and Redis keeps time in µs.
+///
+/// `T` is rounded up to whole µs (at least 1), so the long-run rate stays at most `L / W`; a
+/// limit of more than a million requests per second per key is held at a million.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Micros {
+    /// `T`, in µs.
+    pub interval: u64,
+    /// `L·T`, in µs.
+    pub tolerance: u64,
+}
+
+impl Micros {
+    /// The TAT after admitting a request of `cost` intervals at `now` against `tat` (all in
+    /// µs), or by how many µs it would pass the tolerance.
+    #[inline]
+    pub fn admit(&self, tat: u64, now: u64, cost: u64) -> Result<u64, u64> {
+        let next = tat.max(now) + cost * self.interval;
+        let ahead = next - now;
+        if ahead <= self.tolerance {
+            Ok(next)
+        } else {
+            Err(ahead - self.tolerance)
+        }
+    }
+
+    /// Requests of one interval each that would be admitted at `now`, and µs until one more is.
+    pub fn room(&self, tat: u64, now: u64) -> (u32, u64) {
+        let ahead = tat.saturating_sub(now);
+        if ahead == 0 {
+            return ((self.tolerance / self.interval) as u32, 0);
+        }
+        match self.tolerance.checked_sub(ahead) {
+            None => (0, ahead - self.tolerance + self.interval),
+            Some(room) => (
+                (room / self.interval) as u32,
+                self.interval - room % self.interval,
+            ),
+        }
+    }
 }
 
 /// What the client may know about its budget (the `RateLimit` header fields).
@@ -67,11 +112,48 @@ impl Rate {
     pub fn new(limit: NonZeroU32, window_secs: NonZeroU32) -> Self {
         let window = u64::from(window_secs.get()) * NANOS_PER_SEC;
         let interval = window.div_ceil(u64::from(limit.get()));
+        let micros = interval.div_ceil(1000);
         Self {
             limit,
             window_secs,
             interval,
             tolerance: interval * u64::from(limit.get()),
+            micros: Micros {
+                interval: micros,
+                tolerance: micros * u64::from(limit.get()),
+            },
+        }
+    }
+
+    /// The same limit in µs, for budgets shared across replicas.
+    #[inline]
+    pub fn micros(&self) -> &Micros {
+        &self.micros
+    }
+
+    /// A refusal `excess_us` past the tolerance: no request left, and the wait in whole
+    /// seconds (at least 1).
+    pub fn denied_after_us(&self, excess_us: u64) -> Denied {
+        let secs = excess_us.div_ceil(1_000_000).max(1);
+        Denied {
+            quota: Quota {
+                limit: self.limit(),
+                window_secs: self.window_secs(),
+                remaining: 0,
+                reset_secs: secs,
+            },
+            retry_after_secs: secs,
+        }
+    }
+
+    /// The budget at `now` (µs) of a shared view whose TAT is `tat` (µs).
+    pub fn quota_us(&self, tat: u64, now: u64) -> Quota {
+        let (remaining, until_more) = self.micros.room(tat, now);
+        Quota {
+            limit: self.limit(),
+            window_secs: self.window_secs(),
+            remaining,
+            reset_secs: until_more.div_ceil(1_000_000),
         }
     }
 

@@ -14,16 +14,24 @@ use super::gcra::{Denied, Quota, Rate};
 use crate::clock::Nanos;
 use crate::digest::Digest;
 
-/// A key's limiter state: the theoretical arrival time, in ns of the limiter's clock.
+/// A key's limiter state: the theoretical arrival time, in ns of the limiter's clock
+/// ([`LocalStore`]), or a shared store's packed view of the fleet's ([`super::SharedStore`]),
+/// with that store's note of when the view was last anchored.
 #[derive(Debug, Default)]
 pub struct RateState {
     tat: AtomicU64,
+    aux: AtomicU64,
 }
 
 impl RateState {
     /// The theoretical arrival time, for a store to read and update atomically.
     pub fn tat(&self) -> &AtomicU64 {
         &self.tat
+    }
+
+    /// A second word for a store's own use (the local store leaves it at 0).
+    pub fn aux(&self) -> &AtomicU64 {
+        &self.aux
     }
 }
 

@@ -1,0 +1,566 @@
+//! The contract's accuracy figures, checked on a discrete-event simulation of this module's
+//! code: `N` replicas, each a real [`SharedStore`] and [`Syncer`] with its own clock (offsets
+//! of up to an hour), exchanging with [`Model`] (the store's scripts, on a clock of its own)
+//! over round trips of 0.2–2 ms, every `sync_interval` with a phase of its own. The same
+//! traffic is decided by one GCRA ([`Rate::admit`], one process), and every window starting at
+//! any admission is compared.
+//!
+//! Loads: 90 % of the limit evenly; 2× evenly; 2× and 10× at random (Poisson); bursts of 1× and
+//! 2× the limit from idle (within 5 ms, 1.5–3 windows apart). Splits over the replicas: even
+//! (each request to a random replica), 80 % on one, 100 % on one, and all on one replica that
+//! changes every three windows (a rebalance). Limits 40, 150 (the spec's Basic and Pro) and
+//! 1000.
+//!
+//! `TOLLGATE_SIM_SEEDS` sets the seeds per case (default 3).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::model::Model;
+use super::{Batch, Reply, SharedStore, Syncer, Timing};
+use crate::digest::Digest;
+use crate::limit::{Rate, RateState, Store};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000 * MS;
+const WINDOW: u64 = 10 * SEC;
+
+/// splitmix64: deterministic per seed, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Load {
+    /// Evenly, at this multiple of the limit.
+    Paced(f64),
+    /// At random (exponential gaps), at this multiple of the limit.
+    Poisson(f64),
+    /// Bursts of this multiple of the limit from idle.
+    ColdBursts(f64),
+    /// Bursts of this multiple of the limit 1–4 s apart (the budget never idle for long).
+    HotBursts(f64),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Split {
+    Even,
+    Skew80,
+    All,
+    Moving,
+    /// Each burst whole on one replica, a random one per burst (a client that opens a new
+    /// connection for each burst).
+    PerBurst,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    replicas: usize,
+    limit: u32,
+    load: Load,
+    split: Split,
+    seed: u64,
+    windows: u64,
+    /// The store unreachable between these instants (ns).
+    outage: Option<(u64, u64)>,
+}
+
+#[derive(Debug, Default)]
+struct Outcome {
+    fleet: Vec<u64>,
+    single: Vec<u64>,
+    fleet_refused: usize,
+    single_refused: usize,
+    /// Calls to the store (one per key per exchange) and heartbeats.
+    calls: u64,
+    /// What the fleet admitted per replica, inside the outage.
+    in_outage: Vec<u64>,
+}
+
+fn timing() -> Timing {
+    Timing {
+        sync_interval: Duration::from_millis(100),
+        timeout: Duration::from_millis(100),
+        window: Duration::from_nanos(WINDOW),
+    }
+}
+
+fn traffic(case: &Case, rng: &mut Rng) -> Vec<(u64, usize)> {
+    let end = case.windows * WINDOW;
+    let per = WINDOW as f64 / f64::from(case.limit);
+    let mut times = Vec::new();
+    match case.load {
+        Load::Paced(f) => {
+            let gap = (per / f) as u64;
+            let mut t = rng.below(gap) + SEC;
+            while t < end {
+                times.push(t);
+                t += gap;
+            }
+        }
+        Load::Poisson(f) => {
+            let mean = per / f;
+            let mut t = SEC as f64;
+            while (t as u64) < end {
+                times.push(t as u64);
+                t += -mean * (1.0 - rng.unit()).ln();
+            }
+        }
+        Load::ColdBursts(k) | Load::HotBursts(k) => {
+            let (lo, hi) = match case.load {
+                Load::ColdBursts(_) => (3 * WINDOW / 2, 3 * WINDOW),
+                _ => (SEC, 4 * SEC),
+            };
+            let mut t = SEC;
+            let n = (k * f64::from(case.limit)).round().max(1.0) as u64;
+            while t < end {
+                let mut burst: Vec<u64> = (0..n).map(|_| t + rng.below(5 * MS)).collect();
+                burst.sort_unstable();
+                times.extend(burst);
+                t += rng.between(lo, hi);
+            }
+        }
+    }
+    let n = case.replicas as u64;
+    let (mut burst_at, mut burst_on) = (0u64, 0u64);
+    times
+        .into_iter()
+        .map(|t| {
+            let r = match case.split {
+                Split::PerBurst => {
+                    if t > burst_at + 10 * MS {
+                        burst_on = rng.below(n);
+                    }
+                    burst_at = t;
+                    burst_on
+                }
+                Split::Even => rng.below(n),
+                Split::Skew80 if n > 1 && rng.unit() >= 0.8 => 1 + rng.below(n - 1),
+                Split::Skew80 | Split::All => 0,
+                Split::Moving => (t / (3 * WINDOW)) % n,
+            };
+            (t, r as usize)
+        })
+        .collect()
+}
+
+struct Replica {
+    store: Arc<SharedStore>,
+    syncer: Syncer,
+    state: Arc<RateState>,
+    /// This replica's clock is the simulation's plus this.
+    clock: u64,
+    id: u64,
+    batch: Option<Batch>,
+    /// The answers of the exchange in flight: `None` when the store was unreachable.
+    replies: Option<Option<(Vec<Reply>, u32)>>,
+}
+
+impl Replica {
+    fn now(&self, t: u64) -> u64 {
+        t + self.clock
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Request(usize),
+    Tick(usize),
+    Apply(usize),
+    Answer(usize),
+}
+
+fn run(case: &Case) -> Outcome {
+    let mut rng = Rng(case.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ case.replicas as u64);
+    let timing = timing();
+    let rate = Rate::new(
+        NonZeroU32::new(case.limit).unwrap(),
+        NonZeroU32::new((WINDOW / SEC) as u32).unwrap(),
+    );
+    let id = Digest([0x5a; 32]);
+    let sync = timing.sync_interval.as_nanos() as u64;
+    let key_horizon = timing.key_horizon().as_millis() as u64;
+    let fleet_horizon = timing.fleet_horizon().as_millis() as u64;
+    let redis_clock = 1_700_000_000 * SEC + rng.below(SEC);
+    let mut replicas: Vec<Replica> = (0..case.replicas)
+        .map(|i| {
+            let (store, syncer) = SharedStore::new(timing);
+            Replica {
+                store,
+                syncer,
+                state: Arc::default(),
+                clock: rng.below(3600 * SEC),
+                id: 1000 + i as u64,
+                batch: None,
+                replies: None,
+            }
+        })
+        .collect();
+    let trace = traffic(case, &mut rng);
+    let mut events = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut push = |events: &mut BinaryHeap<_>, t: u64, e: Event| {
+        seq += 1;
+        events.push(Reverse((t, seq, e)));
+    };
+    for (i, &(t, _)) in trace.iter().enumerate() {
+        push(&mut events, t, Event::Request(i));
+    }
+    for r in 0..case.replicas {
+        push(&mut events, rng.below(sync), Event::Tick(r));
+    }
+    let end = case.windows * WINDOW;
+    let mut model = Model::new();
+    let single = RateState::default();
+    let mut out = Outcome {
+        in_outage: vec![0; case.replicas],
+        ..Outcome::default()
+    };
+    let down = |t: u64| case.outage.is_some_and(|(a, b)| (a..b).contains(&t));
+    while let Some(Reverse((t, _, e))) = events.pop() {
+        match e {
+            Event::Request(i) => {
+                let r = trace[i].1;
+                let rep = &replicas[r];
+                let ok = rep
+                    .store
+                    .acquire(&id, &rep.state, &rate, rep.now(t))
+                    .is_ok();
+                if ok {
+                    out.fleet.push(t);
+                    if down(t) {
+                        out.in_outage[r] += 1;
+                    }
+                } else {
+                    out.fleet_refused += 1;
+                }
+                // One process on the same traffic.
+                let tat = single.tat().load(std::sync::atomic::Ordering::Relaxed);
+                match rate.admit(tat, t) {
+                    Ok(next) => {
+                        single
+                            .tat()
+                            .store(next, std::sync::atomic::Ordering::Relaxed);
+                        out.single.push(t);
+                    }
+                    Err(_) => out.single_refused += 1,
+                }
+            }
+            Event::Tick(r) => {
+                if t < end {
+                    push(&mut events, t + sync, Event::Tick(r));
+                }
+                let rep = &mut replicas[r];
+                if rep.batch.is_none() {
+                    let now = rep.now(t);
+                    rep.batch = Some(rep.syncer.begin(now));
+                    push(&mut events, t + rng.between(100_000, MS), Event::Apply(r));
+                }
+            }
+            Event::Apply(r) => {
+                let rep = &mut replicas[r];
+                let calls = &rep.batch.as_ref().unwrap().calls;
+                rep.replies = Some(if down(t) {
+                    None
+                } else {
+                    let now = (redis_clock + t) / 1000;
+                    out.calls += 1 + calls.len() as u64;
+                    let fleet = model.heartbeat(now, rep.id, fleet_horizon);
+                    let replies = calls
+                        .iter()
+                        .map(|c| model.budget(now, c, rep.id, key_horizon))
+                        .collect();
+                    Some((replies, fleet))
+                });
+                push(&mut events, t + rng.between(100_000, MS), Event::Answer(r));
+            }
+            Event::Answer(r) => {
+                let rep = &mut replicas[r];
+                let now = rep.now(t);
+                let batch = rep.batch.take().unwrap();
+                match rep.replies.take().unwrap() {
+                    Some((replies, fleet)) => {
+                        rep.syncer.finish(batch, &replies, now);
+                        rep.store.set_fleet(fleet);
+                        rep.syncer.set_up(true);
+                    }
+                    None => {
+                        rep.syncer.finish(batch, &[], now);
+                        rep.syncer.set_up(false);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The most any window `[s, s + w)` holds of `a` (the fleet's admissions) beyond what
+/// `[s - lead, s + w)` holds of `b` (one process's), less the budget the fleet left unspent in
+/// the window before (what `b` admitted beyond `a` in `[s - w, s)`).
+///
+/// - `lead` is the reconciliation's lag: within one interval the fleet and one process may
+///   admit different requests of the same burst (one process the first `L`, the fleet, its
+///   views anchored a few ms later, the last), and a window that starts between them would
+///   count a shift in time as an excess.
+/// - The credit: a fleet that refused requests one process admitted (a cold replica's cap)
+///   keeps that budget, as one process would, and spends it on later requests that one
+///   process, its budget spent, refuses. A GCRA budget carries over one window at most, so
+///   only the window before counts. Without it, admitting less first and the same in all
+///   would read as admitting more.
+///
+/// Every start at which the difference can change is tried.
+fn worst_excess(a: &[u64], b: &[u64], w: u64, lead: u64) -> i64 {
+    let count = |v: &[u64], from: u64, to: u64| {
+        (v.partition_point(|&t| t < to) - v.partition_point(|&t| t < from)) as i64
+    };
+    let starts = a
+        .iter()
+        .flat_map(|&t| [t, t + 1, (t + 1).saturating_sub(w), t + w])
+        .chain(
+            b.iter()
+                .flat_map(|&t| [t + lead, t + 1, (t + 1).saturating_sub(w), t + w]),
+        );
+    starts
+        .map(|s| {
+            let before = s.saturating_sub(w);
+            let credit = (count(b, before, s) - count(a, before, s)).max(0);
+            count(a, s, s + w) - count(b, s.saturating_sub(lead), s + w) - credit
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The reconciliation's lag in the simulation: an interval and the longest round trip.
+const LEAD: u64 = 100 * MS + 2 * MS;
+
+fn seeds() -> u64 {
+    std::env::var("TOLLGATE_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+}
+
+const LOADS: [Load; 8] = [
+    Load::Paced(0.9),
+    Load::Paced(2.0),
+    Load::Poisson(2.0),
+    Load::Poisson(10.0),
+    Load::ColdBursts(1.0),
+    Load::ColdBursts(2.0),
+    Load::HotBursts(0.25),
+    Load::HotBursts(1.0),
+];
+const SPLITS: [Split; 5] = [
+    Split::Even,
+    Split::Skew80,
+    Split::All,
+    Split::Moving,
+    Split::PerBurst,
+];
+const LIMITS: [u32; 3] = [40, 150, 1000];
+
+fn cases(replicas: usize) -> impl Iterator<Item = Case> {
+    let seeds = seeds();
+    LIMITS.into_iter().flat_map(move |limit| {
+        LOADS.into_iter().flat_map(move |load| {
+            SPLITS.into_iter().flat_map(move |split| {
+                (0..seeds).map(move |seed| Case {
+                    replicas,
+                    limit,
+                    load,
+                    split,
+                    seed,
+                    windows: 30,
+                    outage: None,
+                })
+            })
+        })
+    })
+}
+
+/// The contract's bound for up to three replicas: 10 % of the limit. For more, the envelope
+/// `2 × N × cap + L × (S + rtt) / W + 1`: each cold episode gives away at most `N × cap`
+/// (module docs), and a window can hold a second before the store's TAT, charged with the
+/// first, reaches every view (a replica that admitted nothing since has nothing to anchor).
+fn allowed_excess(replicas: usize, limit: u32) -> i64 {
+    if replicas <= 3 {
+        return i64::from(limit) / 10;
+    }
+    let n = replicas as u64;
+    let l = u64::from(limit);
+    let interval_us = (WINDOW / 1000).div_ceil(l);
+    let cap = (l / (20 * n)).max(100_000u64.div_ceil(interval_us)).max(1);
+    let lag = (l * 102).div_ceil(10_000);
+    (2 * n * cap + lag + 1) as i64
+}
+
+fn check(replicas: usize) {
+    let mut worst_share = 0f64;
+    let mut worst_long = 0f64;
+    for case in cases(replicas) {
+        let out = run(&case);
+        let excess = worst_excess(&out.fleet, &out.single, WINDOW, LEAD);
+        assert!(
+            excess <= allowed_excess(replicas, case.limit),
+            "{case:?}: a window held {excess} more than one process (allowed {})",
+            allowed_excess(replicas, case.limit)
+        );
+        worst_share = worst_share.max(excess as f64 / f64::from(case.limit));
+        if std::env::var_os("TOLLGATE_SIM_VERBOSE").is_some()
+            && excess * 20 >= i64::from(case.limit)
+        {
+            eprintln!("{case:?}: excess {excess}");
+        }
+        let (fleet, single) = (out.fleet.len() as f64, out.single.len() as f64);
+        match case.load {
+            Load::Paced(f) if f < 1.0 => {
+                assert_eq!(out.single_refused, 0, "{case:?}");
+                assert_eq!(out.fleet_refused, 0, "{case:?}: refused at 90 % evenly");
+            }
+            Load::Paced(_) | Load::Poisson(_) => {
+                let off = (fleet - single).abs() / single;
+                worst_long = worst_long.max(off);
+                assert!(
+                    off <= 0.02,
+                    "{case:?}: over the run the fleet admitted {fleet}, one process {single}"
+                );
+            }
+            // Bursts from idle on cold replicas are admitted a cap at a time (module docs):
+            // the fleet may admit less than one process, never more than the bound.
+            Load::ColdBursts(_) | Load::HotBursts(_) => {
+                assert!(fleet <= single * 1.02, "{case:?}")
+            }
+        }
+    }
+    eprintln!(
+        "{replicas} replicas: worst window {:.1} % of the limit over one process; worst long run {:.2} % off",
+        worst_share * 100.0,
+        worst_long * 100.0
+    );
+}
+
+#[test]
+fn one_replica_is_one_process() {
+    check(1);
+}
+
+#[test]
+fn two_replicas_stay_within_the_bounds() {
+    check(2);
+}
+
+#[test]
+fn three_replicas_stay_within_the_bounds() {
+    check(3);
+}
+
+#[test]
+fn five_replicas_stay_within_the_derived_bound() {
+    check(5);
+}
+
+#[test]
+fn ten_replicas_stay_within_the_derived_bound() {
+    check(10);
+}
+
+#[test]
+fn the_window_comparison_finds_the_worst_window() {
+    // b admits one every second; a the same plus three at 20.5 s.
+    let b: Vec<u64> = (0..60).map(|i| i * SEC).collect();
+    let mut a = b.clone();
+    a.extend([20 * SEC + SEC / 2; 3]);
+    a.sort_unstable();
+    assert_eq!(worst_excess(&a, &b, WINDOW, 0), 3);
+    assert_eq!(worst_excess(&a, &b, WINDOW, LEAD), 3);
+    assert_eq!(worst_excess(&b, &b, WINDOW, 0), 0);
+    // The same 40 admissions, 3 ms later: a shift in time, not an excess.
+    let early: Vec<u64> = (0..40).map(|i| SEC + i * 50_000).collect();
+    let late: Vec<u64> = early.iter().map(|t| t + 3 * MS).collect();
+    assert_eq!(worst_excess(&late, &early, WINDOW, 0), 0);
+    assert_eq!(worst_excess(&late, &early, WINDOW, LEAD), 0);
+    // 40 more than one process, spread over a window: all excess.
+    let more: Vec<u64> = (0..40)
+        .map(|i| 2 * SEC + i * 100 * MS)
+        .chain(early.iter().copied())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    assert_eq!(worst_excess(&more, &early, WINDOW, LEAD), 40);
+    // Five admitted at 1 s by one process and refused by the fleet, which admits five more
+    // than one process at 5 s: budget carried over, no excess; at 12 s it would be.
+    let b: Vec<u64> = (0..5).map(|i| SEC + i).collect();
+    let a: Vec<u64> = (0..5).map(|i| 5 * SEC + i).collect();
+    assert_eq!(worst_excess(&a, &b, WINDOW, LEAD), 0);
+    let a: Vec<u64> = (0..5).map(|i| 12 * SEC + i).collect();
+    assert_eq!(worst_excess(&a, &b, WINDOW, LEAD), 5);
+}
+
+#[test]
+fn with_the_store_down_each_replica_enforces_its_share() {
+    for replicas in [2usize, 3] {
+        for seed in 0..seeds() {
+            let case = Case {
+                replicas,
+                limit: 150,
+                load: Load::Paced(10.0),
+                split: Split::Even,
+                seed,
+                windows: 12,
+                outage: Some((3 * WINDOW, 9 * WINDOW)),
+            };
+            let out = run(&case);
+            // Six windows down: each replica admits L / N per window (plus its first burst).
+            let share = 150 / replicas as u64;
+            for (r, n) in out.in_outage.iter().enumerate() {
+                assert!(
+                    *n <= 6 * share + share,
+                    "replica {r} of {replicas} admitted {n} in six windows down"
+                );
+                assert!(*n >= 5 * share, "replica {r}: {n} is far under its share");
+            }
+            // And after: one process's pace again, no window beyond the bound.
+            let after: Vec<u64> = out
+                .fleet
+                .iter()
+                .copied()
+                .filter(|t| *t >= 9 * WINDOW + WINDOW)
+                .collect();
+            let single: Vec<u64> = out
+                .single
+                .iter()
+                .copied()
+                .filter(|t| *t >= 9 * WINDOW + WINDOW)
+                .collect();
+            assert!(
+                worst_excess(&after, &single, WINDOW, LEAD) <= 15,
+                "{case:?}"
+            );
+        }
+    }
+}
