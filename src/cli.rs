@@ -230,6 +230,17 @@ pub fn summary(cfg: &Config) -> String {
         ),
         None => writeln!(s, "  auth failures off (no auth_failures block)"),
     };
+    let _ = match &cfg.cluster {
+        Some(c) => writeln!(
+            s,
+            "  cluster       budgets shared through {} (prefix `{}`), reconciled every {} ms, timeout {} ms",
+            c.redacted_url(),
+            c.key_prefix,
+            c.sync_interval.as_millis(),
+            c.timeout.as_millis()
+        ),
+        None => writeln!(s, "  cluster       off: budgets in this process (no cluster block)"),
+    };
     let g = &cfg.webhook_guard;
     let _ = writeln!(
         s,

@@ -41,6 +41,7 @@ pub use tollgate_core::{clock, config, digest, limit, policy};
 
 pub mod admin;
 pub mod cli;
+pub mod cluster;
 pub mod demo;
 pub mod edge;
 pub mod proxy;

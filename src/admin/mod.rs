@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `GET /metrics` | 200, Prometheus text format (see [`crate::runtime::metrics`]) |
 //! | `GET /healthz` | 200 `ok` while the process runs (liveness) |
-//! | `GET /readyz` | 200 `ready` once the gateway listener accepts connections; 503 while starting or draining (and 200 `upgrading` while handing over to a new process, which serves the same sockets) |
+//! | `GET /readyz` | 200 `ready` once the gateway listener accepts connections; 503 while starting or draining (and 200 `upgrading` while handing over to a new process, which serves the same sockets; 200 `degraded` while the `cluster` store is unreachable and each replica enforces `limit / N` alone) |
 //! | `POST /reload` | 200 and a JSON summary when the new config is in force; 422 problem+json with file, line, field and reason when it was refused (the old config keeps serving) |
 //!
 //! Other paths are 404, other methods 405 with `Allow`. `HEAD` works wherever `GET` does.
@@ -18,6 +18,7 @@ use http::header::{ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Response, StatusCode};
 use pingora::protocols::http::ServerSession;
 
+use crate::limit::SharedStore;
 use crate::runtime::lifecycle::{Health, Readiness};
 use crate::runtime::live::LivePolicy;
 
@@ -27,6 +28,9 @@ const MAX_ADMIN_BODY: usize = 64 * 1024;
 pub struct Admin {
     pub live: Arc<LivePolicy>,
     pub health: Arc<Health>,
+    /// The shared store, when `cluster` is configured: `/readyz` says `degraded` while it is
+    /// down.
+    pub cluster: Option<Arc<SharedStore>>,
 }
 
 impl Admin {
@@ -42,6 +46,10 @@ impl Admin {
             ),
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => match self.health.readiness() {
+                Readiness::Ready if self.cluster.as_ref().is_some_and(|c| !c.is_up()) => {
+                    // Serving, each replica on limit / N: still in rotation.
+                    text(StatusCode::OK, "degraded\n")
+                }
                 Readiness::Ready => text(StatusCode::OK, "ready\n"),
                 Readiness::Upgrading => text(StatusCode::OK, "upgrading\n"),
                 Readiness::Starting => text(StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
@@ -156,6 +164,7 @@ mod tests {
             Admin {
                 live: Arc::new(live),
                 health: Arc::default(),
+                cluster: None,
             },
             path,
         )

@@ -11,7 +11,7 @@
 //! logged and returned, and `tollgate_config_reloads_total{result="error"}` counts it.
 //!
 //! Settings bound to sockets or to the process (`listen`, `admin_listen`, `tls`, `log`,
-//! `shutdown`, and the two `server` settings Pingora's HTTP/2 layer takes at start) cannot
+//! `shutdown`, `cluster`, and the two `server` settings Pingora's HTTP/2 layer takes at start) cannot
 //! change in a running process: a reload that changes them still applies everything else, and
 //! reports those fields as needing a restart or an upgrade. The rest of `server` applies to
 //! connections accepted after the reload.
@@ -24,6 +24,7 @@ use arc_swap::ArcSwap;
 use super::metrics::{Meters, Metrics};
 use super::upstream::Target;
 use crate::config::{Config, ConfigError};
+use crate::limit::{LocalStore, Store};
 use crate::policy::Policy;
 
 /// Everything a request reads from the config, fixed for that request.
@@ -53,8 +54,18 @@ impl LivePolicy {
     /// Compile `config` into the first snapshot. Fails when the upstream cannot be resolved
     /// or its CA file cannot be read.
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
+        Self::with_store(config, metrics, Arc::new(LocalStore))
+    }
+
+    /// [`LivePolicy::new`], deciding on budgets with `store` (a shared store when `cluster`
+    /// is configured); reloads keep it.
+    pub fn with_store(
+        config: Config,
+        metrics: Arc<Metrics>,
+        store: Arc<dyn Store>,
+    ) -> Result<Self, ConfigError> {
         let path = config.source.clone();
-        let snapshot = compile(config, None, &metrics)?;
+        let snapshot = compile(config, Err(store), &metrics)?;
         Ok(Self {
             current: ArcSwap::from_pointee(snapshot),
             reload_lock: Mutex::new(()),
@@ -88,7 +99,7 @@ impl LivePolicy {
         let old = self.current.load_full();
         let result = config.and_then(|c| {
             let restart_required = restart_required(&old.policy.config, &c);
-            let snapshot = Arc::new(compile(c, Some(&old.policy), &self.metrics)?);
+            let snapshot = Arc::new(compile(c, Ok(&old.policy), &self.metrics)?);
             self.current.store(Arc::clone(&snapshot));
             Ok(Reloaded {
                 snapshot,
@@ -125,9 +136,11 @@ impl LivePolicy {
     }
 }
 
+/// Compile `config` into a snapshot, carrying rate state and the store over from the policy
+/// in force (`Ok`), or starting with `store` (`Err`: the first snapshot).
 fn compile(
     config: Config,
-    previous: Option<&Policy>,
+    previous: Result<&Policy, Arc<dyn Store>>,
     metrics: &Metrics,
 ) -> Result<Snapshot, ConfigError> {
     let target = Target::new(&config.upstream).map_err(|e| ConfigError {
@@ -136,7 +149,10 @@ fn compile(
         field: "upstream".into(),
         message: e.to_string(),
     })?;
-    let policy = Policy::new(config, previous);
+    let policy = match previous {
+        Ok(p) => Policy::new(config, Some(p)),
+        Err(store) => Policy::with_store(config, None, store),
+    };
     let meters = metrics.meters(&policy);
     Ok(Snapshot {
         policy,
@@ -162,6 +178,10 @@ fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
     }
     if old.shutdown != new.shutdown {
         fields.push("shutdown");
+    }
+    // The store and its background exchange are set up with the process.
+    if old.cluster != new.cluster {
+        fields.push("cluster");
     }
     // The rest of `server` applies to connections accepted after the reload; these two are
     // Pingora's HTTP/2 settings, fixed when the server starts.

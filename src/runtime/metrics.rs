@@ -179,6 +179,13 @@ impl Metrics {
         self.auth_blocked_ips.set(n as i64);
     }
 
+    /// Register another family (the cluster's, when `cluster` is configured).
+    pub fn register(&self, c: Box<dyn prometheus::core::Collector>) {
+        self.registry
+            .register(c)
+            .expect("metric names are distinct");
+    }
+
     /// Everything, in the Prometheus text exposition format.
     pub fn render(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(16 * 1024);

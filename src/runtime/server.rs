@@ -23,8 +23,10 @@ use super::live::LivePolicy;
 use super::metrics::Metrics;
 use crate::admin::Admin;
 use crate::clock::Clock;
+use crate::cluster::ClusterService;
 use crate::config::{Config, Tls};
 use crate::edge::{EdgeApp, TlsListener};
+use crate::limit::{LocalStore, Store};
 use crate::proxy::Gateway;
 
 /// Each connection's socket read buffer. Pingora's default is 64 KiB, most of an idle
@@ -125,7 +127,16 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     let tls = config.tls.clone();
     let config_tls = config.tls.clone();
     let metrics = Arc::new(Metrics::new());
-    let live = Arc::new(LivePolicy::new(config, metrics)?);
+    let cluster = config.cluster.clone().map(|c| {
+        let window = Duration::from_secs(u64::from(config.limits.window.get()));
+        ClusterService::new(c, window, Arc::clone(&clock), &metrics)
+    });
+    let store: Arc<dyn Store> = match &cluster {
+        Some((shared, _)) => Arc::clone(shared) as Arc<dyn Store>,
+        None => Arc::new(LocalStore),
+    };
+    let shared = cluster.as_ref().map(|(s, _)| Arc::clone(s));
+    let live = Arc::new(LivePolicy::with_store(config, metrics, store)?);
     let health = Arc::new(Health::default());
     let edge_limits = live.load().policy.config.server.clone();
     let gateway = Gateway::new(Arc::clone(&live), Arc::clone(&health), Arc::clone(&clock));
@@ -157,6 +168,7 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     let admin = Admin {
         live: Arc::clone(&live),
         health: Arc::clone(&health),
+        cluster: shared,
     };
     let mut admin_svc = Service::new("tollgate admin".into(), HttpServer::new_app(admin));
     admin_svc.add_tcp(&admin_listen);
@@ -173,6 +185,9 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
             clock,
         },
     ));
+    if let Some((_, svc)) = cluster {
+        server.add_service(background_service("tollgate cluster sync", svc));
+    }
     server.add_service(background_service(
         "tollgate readiness",
         ReadinessProbe {

@@ -718,3 +718,96 @@ pub fn read_until_closed(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, Option
     }
     (got, None)
 }
+
+/// A `redis-server` of the test's own, on a free loopback port, with no persistence; killed
+/// (and its directory removed) when dropped. `.ci/run` installs `redis-server` when missing.
+pub struct RedisServer {
+    pub port: u16,
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let port = closed_port();
+        Self::start_on(port)
+    }
+
+    /// A server on `port` (to bring one back where a killed one was).
+    pub fn start_on(port: u16) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                dir.path().to_str().unwrap(),
+            ])
+            .stdout(std::fs::File::create(dir.path().join("redis.log")).unwrap())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect(
+                "redis-server is installed (.ci/run installs it: apt-get install redis-server)",
+            );
+        let server = Self { port, child, dir };
+        eventually("redis-server answers PING", || server.ping());
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    /// A synchronous client, for the test's own look at what the store holds.
+    pub fn client(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .unwrap()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send a signal by name (`STOP`, `CONT`, `KILL`).
+    pub fn signal(&self, name: &str) {
+        let ok = std::process::Command::new("kill")
+            .args(["-s", name, &self.pid().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill -s {name} redis-server failed");
+    }
+
+    /// Kill it and wait for it to be gone; the port is free again.
+    pub fn kill(mut self) -> u16 {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.port
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // A stopped server must be continued to die of a TERM; KILL works either way.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = &self.dir;
+    }
+}

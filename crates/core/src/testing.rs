@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use crate::config::file::{
-    FileAllow, FileAuthFailures, FileConfig, FileKey, FileServer, FileShutdown, FileTls,
-    FileWebhookGuard,
+    FileAllow, FileAuthFailures, FileCluster, FileConfig, FileKey, FileServer, FileShutdown,
+    FileTls, FileWebhookGuard,
 };
 use crate::config::{Config, ConfigError, Env};
 use crate::digest::Digest;
@@ -257,6 +257,27 @@ impl TestConfig {
             block_seconds,
             ..FileAuthFailures::default()
         });
+        self
+    }
+
+    /// Turn `cluster` on: budgets shared through the Redis at `redis_url`, names under
+    /// `key_prefix`, reconciled every `sync_interval_ms`.
+    pub fn cluster(mut self, redis_url: &str, key_prefix: &str, sync_interval_ms: u64) -> Self {
+        self.file.cluster = Some(FileCluster {
+            redis_url: Some(redis_url.into()),
+            redis_url_env: None,
+            key_prefix: key_prefix.into(),
+            sync_interval_ms,
+            timeout_ms: 100,
+        });
+        self
+    }
+
+    /// Edit the `cluster` block (after [`TestConfig::cluster`]).
+    pub fn cluster_with(mut self, edit: impl FnOnce(&mut FileCluster)) -> Self {
+        if let Some(c) = self.file.cluster.as_mut() {
+            edit(c);
+        }
         self
     }
 

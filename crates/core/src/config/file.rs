@@ -41,6 +41,36 @@ pub struct FileConfig {
     pub auth_failures: Option<FileAuthFailures>,
     #[serde(default)]
     pub webhook_guard: FileWebhookGuard,
+    /// Off when absent: budgets in this process only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<FileCluster>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileCluster {
+    /// `redis://` or `rediss://`; or `redis_url_env`, the name of a variable holding it (for a
+    /// URL with a password that should not sit in the file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis_url_env: Option<String>,
+    #[serde(default = "default_key_prefix")]
+    pub key_prefix: String,
+    #[serde(default = "default_sync_interval_ms")]
+    pub sync_interval_ms: u64,
+    #[serde(default = "default_cluster_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_key_prefix() -> String {
+    "tollgate".into()
+}
+fn default_sync_interval_ms() -> u64 {
+    100
+}
+fn default_cluster_timeout_ms() -> u64 {
+    100
 }
 
 fn default_listen() -> String {

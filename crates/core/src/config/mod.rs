@@ -8,6 +8,7 @@
 //! Relative paths in a config (`routes`, `tls.*_file`, `upstream.ca_file`) are resolved against
 //! the directory of the config file, not the working directory.
 
+mod cluster;
 mod edge;
 mod fast;
 pub mod file;
@@ -21,6 +22,7 @@ use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use cluster::{redact, scrub, Cluster};
 pub use edge::{AuthFailures, Server, WebhookGuard, MAX_HEADERS, MAX_HEADER_BYTES};
 use file::{FileAllow, FileCatalogue, FileConfig, KeyFields};
 use locate::LineIndex;
@@ -126,6 +128,8 @@ pub struct Config {
     /// Blocking of addresses that fail authentication; `None` when the block is absent.
     pub auth_failures: Option<AuthFailures>,
     pub webhook_guard: WebhookGuard,
+    /// Budgets shared across replicas; `None` when the block is absent.
+    pub cluster: Option<Cluster>,
     pub warnings: Vec<Warning>,
 }
 
@@ -641,6 +645,11 @@ fn build(
         .map(edge::auth_failures)
         .transpose()?;
     let webhook_guard = edge::webhook_guard(&raw.webhook_guard)?;
+    let cluster = raw
+        .cluster
+        .as_ref()
+        .map(|c| cluster::cluster(c, env))
+        .transpose()?;
 
     Ok(Config {
         source: PathBuf::new(),
@@ -660,6 +669,7 @@ fn build(
         server,
         auth_failures,
         webhook_guard,
+        cluster,
         warnings,
     })
 }

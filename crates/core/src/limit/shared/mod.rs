@@ -465,20 +465,25 @@ impl Syncer {
         batch
     }
 
-    /// Settle `batch`: the first `replies.len()` calls reached the store (their keys are
-    /// re-anchored at `now`); the others did not (their hits are given back and the keys kept).
-    pub fn finish(&mut self, batch: Batch, replies: &[Reply], now: Nanos) -> Settled {
+    /// Settle `batch` with an answer per call (`None`, or none at all past the end of
+    /// `replies`: it did not reach the store, or its answer did not come back): answered keys
+    /// are re-anchored at `now`; the others get their hits back and are kept for the next
+    /// exchange. A call that reached the store but whose answer was lost is counted again
+    /// next time: the error is toward refusing, never toward admitting.
+    pub fn finish(&mut self, batch: Batch, replies: &[Option<Reply>], now: Nanos) -> Settled {
         let now_us = now / 1000;
-        let done = replies.len().min(batch.calls.len());
         let mut settled = Settled::default();
         for (i, (t, hits)) in batch.entries.into_iter().zip(batch.taken).enumerate() {
-            if i < done {
-                self.store.anchor(&t.state, &t.rate, now_us, replies[i]);
-                settled.keys += 1;
-            } else {
-                self.store.restore(&t.state, hits);
-                self.pending.push(t);
-                settled.failed += 1;
+            match replies.get(i).copied().flatten() {
+                Some(reply) => {
+                    self.store.anchor(&t.state, &t.rate, now_us, reply);
+                    settled.keys += 1;
+                }
+                None => {
+                    self.store.restore(&t.state, hits);
+                    self.pending.push(t);
+                    settled.failed += 1;
+                }
             }
         }
         if settled.failed == 0 && batch.recovering {
@@ -588,10 +593,10 @@ mod tests {
         assert_eq!(batch.calls[0].interval_us, 10_000);
         let settled = syncer.finish(
             batch,
-            &[Reply {
+            &[Some(Reply {
                 ahead_us: 160_000,
                 replicas: 1,
-            }],
+            })],
             5 * SEC,
         );
         assert_eq!(settled.keys, 1);
@@ -611,10 +616,10 @@ mod tests {
         let batch = syncer.begin(SEC);
         syncer.finish(
             batch,
-            &[Reply {
+            &[Some(Reply {
                 ahead_us: 111_112,
                 replicas: 3,
-            }],
+            })],
             SEC,
         );
         // 89 left in the fleet; this replica, one of three, gets a third of them until the
@@ -642,10 +647,10 @@ mod tests {
         }
         syncer.finish(
             batch,
-            &[Reply {
+            &[Some(Reply {
                 ahead_us: 300_000,
                 replicas: 2,
-            }],
+            })],
             SEC + MS,
         );
         let (view, hits) = unpack(s.tat().load(Ordering::Relaxed));
@@ -682,10 +687,10 @@ mod tests {
         assert_eq!(batch.calls[0].floor_us, 10 * 1_000_000);
         syncer.finish(
             batch,
-            &[Reply {
+            &[Some(Reply {
                 ahead_us: 10_000_000,
                 replicas: 1,
-            }],
+            })],
             SEC,
         );
         assert_eq!(syncer.set_up(true), Some(true));

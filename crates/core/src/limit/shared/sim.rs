@@ -177,7 +177,7 @@ struct Replica {
     id: u64,
     batch: Option<Batch>,
     /// The answers of the exchange in flight: `None` when the store was unreachable.
-    replies: Option<Option<(Vec<Reply>, u32)>>,
+    replies: Option<Option<(Vec<Option<Reply>>, u32)>>,
 }
 
 impl Replica {
@@ -292,7 +292,7 @@ fn run(case: &Case) -> Outcome {
                     let fleet = model.heartbeat(now, rep.id, fleet_horizon);
                     let replies = calls
                         .iter()
-                        .map(|c| model.budget(now, c, rep.id, key_horizon))
+                        .map(|c| Some(model.budget(now, c, rep.id, key_horizon)))
                         .collect();
                     Some((replies, fleet))
                 });

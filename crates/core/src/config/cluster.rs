@@ -1,0 +1,233 @@
+//! The `cluster` block: budgets shared across replicas through Redis (or Valkey).
+
+use std::fmt;
+use std::time::Duration;
+
+use super::file::FileCluster;
+use super::{Env, Invalid};
+
+/// Shortest and longest `sync_interval_ms`: below 10 ms the exchanges cost more than they
+/// save; above a minute a window would pass between two.
+const SYNC_MS: (u64, u64) = (10, 60_000);
+/// Bounds of `timeout_ms`.
+const TIMEOUT_MS: (u64, u64) = (1, 60_000);
+const MAX_PREFIX: usize = 64;
+
+/// Where and how often the replicas reconcile their budgets.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Cluster {
+    /// `redis://` or `rediss://`, as written: it may hold a password, so it is never printed
+    /// (see [`Cluster::redacted_url`]); `Debug` redacts it too.
+    pub redis_url: String,
+    /// What every name this fleet writes in Redis starts with.
+    pub key_prefix: String,
+    pub sync_interval: Duration,
+    /// The longest one exchange with Redis may take (connect, or answer).
+    pub timeout: Duration,
+}
+
+impl Cluster {
+    /// The URL with any password replaced by `***`, for logs, `check` and pages.
+    pub fn redacted_url(&self) -> String {
+        redact(&self.redis_url)
+    }
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cluster")
+            .field("redis_url", &self.redacted_url())
+            .field("key_prefix", &self.key_prefix)
+            .field("sync_interval", &self.sync_interval)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// `url` with its password (and a user name given alone, which Redis takes as a password)
+/// replaced by `***`.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            if u.password().is_some() {
+                let _ = u.set_password(Some("***"));
+            } else if !u.username().is_empty() {
+                let _ = u.set_username("***");
+            }
+            u.to_string()
+        }
+        Err(_) => "(not a URL)".into(),
+    }
+}
+
+/// `text` with the password (or lone user name) of `url` replaced by `***`: for a driver's
+/// error message that might repeat it.
+pub fn scrub(text: &str, url: &str) -> String {
+    let Ok(u) = url::Url::parse(url) else {
+        return text.to_string();
+    };
+    let secret = u
+        .password()
+        .filter(|p| !p.is_empty())
+        .or_else(|| Some(u.username()).filter(|n| !n.is_empty()));
+    match secret {
+        Some(s) => text.replace(s, "***"),
+        None => text.to_string(),
+    }
+}
+
+pub(super) fn cluster(f: &FileCluster, env: &dyn Env) -> Result<Cluster, Invalid> {
+    let redis_url = match (&f.redis_url, &f.redis_url_env) {
+        (Some(u), None) => u.clone(),
+        (None, Some(var)) => env.var(var).ok_or_else(|| {
+            Invalid::new(
+                "cluster.redis_url_env",
+                format!("the variable `{var}` is not set"),
+            )
+        })?,
+        _ => {
+            return Err(Invalid::new(
+                "cluster.redis_url",
+                "write exactly one of `redis_url` and `redis_url_env`",
+            ))
+        }
+    };
+    let url = url::Url::parse(&redis_url).map_err(|e| {
+        Invalid::new(
+            "cluster.redis_url",
+            format!("not a URL ({e}); write redis://host:6379/0 or rediss://host:6380/0"),
+        )
+    })?;
+    if !matches!(url.scheme(), "redis" | "rediss") {
+        return Err(Invalid::new(
+            "cluster.redis_url",
+            format!("the scheme `{}` is not `redis` or `rediss`", url.scheme()),
+        ));
+    }
+    if url.host_str().map_or(true, str::is_empty) {
+        return Err(Invalid::new("cluster.redis_url", "has no host"));
+    }
+    let db = url.path().trim_start_matches('/');
+    if !db.is_empty() && db.parse::<u16>().is_err() {
+        return Err(Invalid::new(
+            "cluster.redis_url",
+            format!("the path `/{db}` is not a database number"),
+        ));
+    }
+    let p = &f.key_prefix;
+    if p.is_empty()
+        || p.len() > MAX_PREFIX
+        || !p
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b))
+    {
+        return Err(Invalid::new(
+            "cluster.key_prefix",
+            format!("must be 1 to {MAX_PREFIX} characters of A-Z a-z 0-9 _ - . :"),
+        ));
+    }
+    let ms = |v: u64, field: &str, (lo, hi): (u64, u64)| {
+        if (lo..=hi).contains(&v) {
+            Ok(Duration::from_millis(v))
+        } else {
+            Err(Invalid::new(
+                field,
+                format!("{v} is outside {lo}..={hi} (milliseconds)"),
+            ))
+        }
+    };
+    Ok(Cluster {
+        redis_url,
+        key_prefix: p.clone(),
+        sync_interval: ms(f.sync_interval_ms, "cluster.sync_interval_ms", SYNC_MS)?,
+        timeout: ms(f.timeout_ms, "cluster.timeout_ms", TIMEOUT_MS)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Vars;
+    impl Env for Vars {
+        fn var(&self, name: &str) -> Option<String> {
+            (name == "REDIS_URL").then(|| "redis://:from-env@h:6379".to_string())
+        }
+    }
+
+    fn cluster(f: &FileCluster) -> Result<Cluster, Invalid> {
+        super::cluster(f, &Vars)
+    }
+
+    fn file(url: &str) -> FileCluster {
+        FileCluster {
+            redis_url: Some(url.into()),
+            redis_url_env: None,
+            key_prefix: "tollgate".into(),
+            sync_interval_ms: 100,
+            timeout_ms: 100,
+        }
+    }
+
+    #[test]
+    fn a_redis_or_rediss_url_with_a_host_is_accepted() {
+        for url in [
+            "redis://127.0.0.1:6379/0",
+            "rediss://cache.internal:6380",
+            "redis://:pw@h/3",
+        ] {
+            let c = cluster(&file(url)).unwrap();
+            assert_eq!(c.sync_interval, Duration::from_millis(100));
+        }
+    }
+
+    #[test]
+    fn other_urls_are_refused_with_the_field() {
+        for (url, says) in [
+            ("http://127.0.0.1:6379", "scheme `http`"),
+            ("127.0.0.1:6379", "not a URL"),
+            ("redis:///0", "no host"),
+            ("redis://h/zero", "not a database number"),
+        ] {
+            let e = cluster(&file(url)).unwrap_err();
+            assert_eq!(e.field, "cluster.redis_url");
+            assert!(e.message.contains(says), "{url}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn prefix_and_intervals_are_bounded() {
+        let mut f = file("redis://h");
+        f.key_prefix = "a b".into();
+        assert_eq!(cluster(&f).unwrap_err().field, "cluster.key_prefix");
+        let mut f = file("redis://h");
+        f.sync_interval_ms = 5;
+        assert_eq!(cluster(&f).unwrap_err().field, "cluster.sync_interval_ms");
+        let mut f = file("redis://h");
+        f.timeout_ms = 0;
+        assert_eq!(cluster(&f).unwrap_err().field, "cluster.timeout_ms");
+    }
+
+    #[test]
+    fn the_url_may_come_from_the_environment() {
+        let mut f = file("redis://h");
+        f.redis_url = None;
+        f.redis_url_env = Some("REDIS_URL".into());
+        assert_eq!(cluster(&f).unwrap().redis_url, "redis://:from-env@h:6379");
+        f.redis_url_env = Some("UNSET".into());
+        assert_eq!(cluster(&f).unwrap_err().field, "cluster.redis_url_env");
+        f.redis_url = Some("redis://h".into());
+        f.redis_url_env = Some("REDIS_URL".into());
+        assert_eq!(cluster(&f).unwrap_err().field, "cluster.redis_url");
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        let c = cluster(&file("redis://user:s3cret@h:6379/0")).unwrap();
+        assert!(!c.redacted_url().contains("s3cret"));
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert_eq!(redact("redis://:s3cret@h"), "redis://:***@h");
+        assert_eq!(redact("redis://s3cret@h"), "redis://***@h");
+        assert_eq!(redact("rediss://h:6380/1"), "rediss://h:6380/1");
+    }
+}

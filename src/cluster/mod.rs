@@ -1,0 +1,488 @@
+//! Budgets shared across replicas: the background half of [`SharedStore`], talking to Redis.
+//!
+//! The request path decides on local views (`tollgate_core::limit::shared`) and never waits
+//! for Redis. This module is one Pingora background service that, every `sync_interval`:
+//!
+//! 1. sends this replica's heartbeat (one script on `<prefix>:fleet`, a sorted set of replica
+//!    ids by their last heartbeat), which answers how many replicas are alive: `N`;
+//! 2. sends each key admitted on since the last exchange (one script per key on
+//!    `<prefix>:b:{<hash>}`, all in flight together on one multiplexed connection), which
+//!    applies the hits to the fleet's TAT with Redis's clock and answers the distance ahead and
+//!    the replicas on the key;
+//! 3. settles the answers: views re-anchored, hits of unanswered calls given back.
+//!
+//! Every script touches one key (Redis Cluster: one slot; the budget names carry a hash tag),
+//! reads the time with `TIME` (replicas' clocks never matter), and sets an expiry on what it
+//! writes. Redis holds no key and no digest: names are a hash of the digest under a fixed
+//! label ([`store_key`]), values are times and counts.
+//!
+//! **Failures.** An exchange that fails or passes `timeout` marks the store down: requests go
+//! on, each replica enforcing `limit / N` on its own (`tollgate_cluster_store_up 0`, `/readyz`
+//! says `degraded`, one log line). A circuit breaker then waits 2, 4, 8 … intervals (at most
+//! [`MAX_BACKOFF`]) between attempts, so a dead Redis costs one timeout per backoff, not one per
+//! interval. The first exchange that succeeds brings sharing back (one log line), sending each
+//! pending key's view as a floor so that what was admitted while down is neither lost nor
+//! counted twice.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, RedisError, Script};
+
+use crate::clock::Clock;
+use crate::config::{scrub, Cluster as ClusterConfig};
+use crate::limit::shared::{fleet_key, store_key, Batch, Call, Reply, Settled};
+use crate::limit::{SharedStore, Syncer, Timing};
+use crate::runtime::metrics::Metrics;
+
+/// The longest the breaker waits between two attempts on a store that is down.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Calls in flight at once in one exchange.
+const CHUNK: usize = 1024;
+
+/// The budget script: `KEYS[1]` the budget; `ARGV`: hits, interval (µs), floor (µs), replica
+/// id, key horizon (ms). Mirrors `tollgate_core::limit::shared::model::Model::budget`.
+pub const BUDGET_LUA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now / 1000)
+local horizon = tonumber(ARGV[5])
+local tat = tonumber(redis.call('HGET', KEYS[1], 't') or 0)
+if tat < now then tat = now end
+local floor = now + tonumber(ARGV[3])
+if tat < floor then tat = floor end
+tat = tat + tonumber(ARGV[1]) * tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 't', string.format('%.0f', tat), 'r' .. ARGV[4], string.format('%.0f', now_ms))
+local n = 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  if string.sub(all[i], 1, 1) == 'r' then
+    if tonumber(all[i + 1]) + horizon >= now_ms then
+      n = n + 1
+    else
+      redis.call('HDEL', KEYS[1], all[i])
+    end
+  end
+end
+local ahead = tat - now
+redis.call('PEXPIRE', KEYS[1], math.floor((ahead + 999) / 1000) + horizon)
+return {ahead, n}
+";
+
+/// The heartbeat script: `KEYS[1]` the fleet; `ARGV`: replica id, fleet horizon (ms).
+/// Mirrors `Model::heartbeat`.
+pub const HEARTBEAT_LUA: &str = r"
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local horizon = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now_ms, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', now_ms - horizon))
+redis.call('PEXPIRE', KEYS[1], 2 * horizon)
+return redis.call('ZCARD', KEYS[1])
+";
+
+/// The cluster metrics (registered only when `cluster` is configured).
+struct ClusterMetrics {
+    up: IntGauge,
+    replicas: IntGauge,
+    sync_seconds: Histogram,
+    sync_keys: Histogram,
+    calls: IntCounter,
+    errors: IntCounter,
+}
+
+impl ClusterMetrics {
+    fn new(metrics: &Metrics) -> Self {
+        let up = IntGauge::new(
+            "tollgate_cluster_store_up",
+            "1 when the last exchange with the shared store (Redis) succeeded; 0 while each replica enforces limit / N alone.",
+        )
+        .expect("valid metric");
+        let replicas = IntGauge::new(
+            "tollgate_cluster_replicas",
+            "Replicas whose heartbeat the shared store saw lately (N).",
+        )
+        .expect("valid metric");
+        let sync_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "tollgate_cluster_sync_seconds",
+                "Time of each exchange with the shared store (heartbeat and keys), successful or not.",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ]),
+        )
+        .expect("valid metric");
+        let sync_keys = Histogram::with_opts(
+            HistogramOpts::new(
+                "tollgate_cluster_sync_keys",
+                "Keys reported to the shared store per exchange.",
+            )
+            .buckets(vec![0.0, 1.0, 10.0, 100.0, 1000.0, 10_000.0, 100_000.0]),
+        )
+        .expect("valid metric");
+        let calls = IntCounter::new(
+            "tollgate_cluster_redis_calls_total",
+            "Script calls sent to the shared store (one heartbeat per exchange and one per key).",
+        )
+        .expect("valid metric");
+        let errors = IntCounter::new(
+            "tollgate_cluster_sync_errors_total",
+            "Exchanges with the shared store that failed or timed out.",
+        )
+        .expect("valid metric");
+        for c in [
+            Box::new(up.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(replicas.clone()),
+            Box::new(sync_seconds.clone()),
+            Box::new(sync_keys.clone()),
+            Box::new(calls.clone()),
+            Box::new(errors.clone()),
+        ] {
+            metrics.register(c);
+        }
+        up.set(1);
+        Self {
+            up,
+            replicas,
+            sync_seconds,
+            sync_keys,
+            calls,
+            errors,
+        }
+    }
+}
+
+/// A connection to a single Redis (reconnecting by itself) or to a Redis Cluster.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+/// Why an exchange failed, without the URL (which may hold a password).
+#[derive(Debug)]
+struct Failure(String);
+
+impl Failure {
+    fn of(e: &RedisError, url: &str) -> Self {
+        Failure(scrub(&e.to_string(), url))
+    }
+}
+
+/// The shared store's background service (see the module docs).
+pub struct ClusterService {
+    cfg: ClusterConfig,
+    timing: Timing,
+    store: Arc<SharedStore>,
+    syncer: Mutex<Syncer>,
+    clock: Arc<dyn Clock>,
+    /// This process's name in the store: random, so two replicas never share one.
+    replica: String,
+    fleet_key: String,
+    budget: Script,
+    heartbeat: Script,
+    metrics: ClusterMetrics,
+}
+
+impl ClusterService {
+    /// The store for the policy, and the service that keeps it in step with the fleet.
+    pub fn new(
+        cfg: ClusterConfig,
+        window: Duration,
+        clock: Arc<dyn Clock>,
+        metrics: &Metrics,
+    ) -> (Arc<SharedStore>, Self) {
+        let timing = Timing {
+            sync_interval: cfg.sync_interval,
+            timeout: cfg.timeout,
+            window,
+        };
+        let (store, syncer) = SharedStore::new(timing);
+        let svc = Self {
+            fleet_key: fleet_key(&cfg.key_prefix),
+            cfg,
+            timing,
+            store: Arc::clone(&store),
+            syncer: Mutex::new(syncer),
+            clock,
+            replica: replica_id(),
+            budget: Script::new(BUDGET_LUA),
+            heartbeat: Script::new(HEARTBEAT_LUA),
+            metrics: ClusterMetrics::new(metrics),
+        };
+        (store, svc)
+    }
+
+    fn syncer(&self) -> std::sync::MutexGuard<'_, Syncer> {
+        // Only this service's one task locks it.
+        self.syncer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn connect(&self) -> Result<Conn, Failure> {
+        let url = self.cfg.redis_url.as_str();
+        let fail = |e: RedisError| Failure::of(&e, url);
+        let t = self.cfg.timeout;
+        let client = Client::open(url).map_err(fail)?;
+        let mut probe = client
+            .get_multiplexed_async_connection_with_config(
+                &redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(t))
+                    .set_response_timeout(Some(t)),
+            )
+            .await
+            .map_err(fail)?;
+        let info: String = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut probe)
+            .await
+            .map_err(fail)?;
+        if info.contains("cluster_enabled:1") {
+            let cluster = redis::cluster::ClusterClient::builder(vec![url])
+                .connection_timeout(t)
+                .response_timeout(t)
+                .retries(0)
+                .build()
+                .map_err(fail)?;
+            let conn = cluster.get_async_connection().await.map_err(fail)?;
+            return Ok(Conn::Cluster(conn));
+        }
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(t))
+            .set_response_timeout(Some(t))
+            .set_number_of_retries(1)
+            .set_max_delay(self.cfg.sync_interval);
+        let manager = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(fail)?;
+        Ok(Conn::Single(manager))
+    }
+
+    /// One heartbeat and every pending key, within `timeout`.
+    async fn exchange(
+        &self,
+        conn: &Conn,
+        calls: &[Call],
+    ) -> (Result<u32, Failure>, Vec<Option<Reply>>) {
+        let horizon = self.timing.key_horizon().as_millis() as u64;
+        let deadline = tokio::time::Instant::now() + self.cfg.timeout;
+        let fleet = tokio::time::timeout_at(deadline, async {
+            let mut inv = self.heartbeat.key(&self.fleet_key);
+            inv.arg(&self.replica)
+                .arg(self.timing.fleet_horizon().as_millis() as u64);
+            self.metrics.calls.inc();
+            match conn.clone() {
+                Conn::Single(mut c) => inv.invoke_async::<u32>(&mut c).await,
+                Conn::Cluster(mut c) => inv.invoke_async::<u32>(&mut c).await,
+            }
+        })
+        .await;
+        let fleet = match fleet {
+            Ok(Ok(n)) => Ok(n),
+            Ok(Err(e)) => Err(Failure::of(&e, &self.cfg.redis_url)),
+            Err(_) => Err(Failure("no answer within timeout_ms".into())),
+        };
+        if fleet.is_err() {
+            return (fleet, Vec::new());
+        }
+        let mut replies = Vec::with_capacity(calls.len());
+        let mut failure = None;
+        for chunk in calls.chunks(CHUNK) {
+            self.metrics.calls.inc_by(chunk.len() as u64);
+            let answers = join_all(chunk.iter().map(|c| {
+                let conn = conn.clone();
+                async move {
+                    let name = store_key(&self.cfg.key_prefix, &c.id);
+                    let mut inv = self.budget.key(name);
+                    inv.arg(c.hits)
+                        .arg(c.interval_us)
+                        .arg(c.floor_us)
+                        .arg(&self.replica)
+                        .arg(horizon);
+                    let call = async {
+                        match conn {
+                            Conn::Single(mut c) => inv.invoke_async::<(u64, u32)>(&mut c).await,
+                            Conn::Cluster(mut c) => inv.invoke_async::<(u64, u32)>(&mut c).await,
+                        }
+                    };
+                    tokio::time::timeout_at(deadline, call).await
+                }
+            }))
+            .await;
+            for a in answers {
+                match a {
+                    Ok(Ok((ahead_us, replicas))) => {
+                        replies.push(Some(Reply { ahead_us, replicas }))
+                    }
+                    Ok(Err(e)) => {
+                        failure.get_or_insert_with(|| Failure::of(&e, &self.cfg.redis_url));
+                        replies.push(None);
+                    }
+                    Err(_) => {
+                        failure
+                            .get_or_insert_with(|| Failure("no answer within timeout_ms".into()));
+                        replies.push(None);
+                    }
+                }
+            }
+            if failure.is_some() {
+                break;
+            }
+        }
+        (failure.map_or(fleet, Err), replies)
+    }
+
+    /// Settle an exchange: views, `N`, up or down, metrics, and a log line on a change.
+    fn settle(
+        &self,
+        batch: Batch,
+        outcome: Result<u32, Failure>,
+        replies: &[Option<Reply>],
+        started: Instant,
+    ) -> bool {
+        let keys = batch.calls.len();
+        let mut syncer = self.syncer();
+        let settled: Settled = syncer.finish(batch, replies, self.clock.now());
+        self.metrics
+            .sync_seconds
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics.sync_keys.observe(keys as f64);
+        let ok = outcome.is_ok() && settled.failed == 0;
+        if let Ok(n) = outcome {
+            self.store.set_fleet(n);
+            self.metrics.replicas.set(i64::from(n));
+        }
+        match (syncer.set_up(ok), outcome) {
+            (Some(true), _) => tracing::info!(
+                target: "tollgate::cluster",
+                store = %self.cfg.redacted_url(),
+                replicas = self.store.fleet(),
+                "cluster store reachable: budgets are shared again"
+            ),
+            (Some(false), Err(Failure(why))) => tracing::warn!(
+                target: "tollgate::cluster",
+                store = %self.cfg.redacted_url(),
+                error = %why,
+                replicas = self.store.fleet(),
+                "cluster store unreachable: each replica enforces limit / N on its own"
+            ),
+            (Some(false), Ok(_)) => tracing::warn!(
+                target: "tollgate::cluster",
+                store = %self.cfg.redacted_url(),
+                failed = settled.failed,
+                "cluster store did not answer for every key: each replica enforces limit / N on its own"
+            ),
+            (None, _) => {}
+        }
+        self.metrics.up.set(i64::from(ok));
+        if !ok {
+            self.metrics.errors.inc();
+        }
+        ok
+    }
+
+    /// One round: connect if needed, exchange, settle. Whether it succeeded.
+    async fn round(&self, conn: &mut Option<Conn>) -> bool {
+        let started = Instant::now();
+        let batch = self.syncer().begin(self.clock.now());
+        if conn.is_none() {
+            match tokio::time::timeout(self.cfg.timeout, self.connect()).await {
+                Ok(Ok(c)) => *conn = Some(c),
+                Ok(Err(f)) => return self.settle(batch, Err(f), &[], started),
+                Err(_) => {
+                    let f = Failure("no connection within timeout_ms".into());
+                    return self.settle(batch, Err(f), &[], started);
+                }
+            }
+        }
+        let Some(c) = conn.as_ref() else {
+            return false;
+        };
+        let (outcome, replies) = self.exchange(c, &batch.calls).await;
+        let ok = self.settle(batch, outcome, &replies, started);
+        if !ok {
+            // A cluster connection is rebuilt from scratch after a failure; the single
+            // connection's manager reconnects by itself.
+            if matches!(conn, Some(Conn::Cluster(_))) {
+                *conn = None;
+            }
+        }
+        ok
+    }
+}
+
+#[async_trait]
+impl BackgroundService for ClusterService {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut conn = None;
+        let mut tick = tokio::time::interval(self.cfg.sync_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failures = 0u32;
+        let mut next_try = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => break,
+            }
+            if tokio::time::Instant::now() < next_try {
+                // The breaker is open: no call; keep only keys with something to say.
+                self.syncer().hold(self.clock.now());
+                continue;
+            }
+            if self.round(&mut conn).await {
+                failures = 0;
+            } else {
+                failures = failures.saturating_add(1);
+                let backoff = self
+                    .cfg
+                    .sync_interval
+                    .saturating_mul(1 << failures.min(16))
+                    .min(MAX_BACKOFF);
+                next_try = tokio::time::Instant::now() + backoff;
+            }
+        }
+        // Leaving: report what was admitted since the last exchange, if the store answers.
+        if failures == 0 && conn.is_some() {
+            self.round(&mut conn).await;
+        }
+    }
+}
+
+/// A random id for this process: 16 hex digits from the standard library's random hasher
+/// seeds, the process id and the time.
+fn replica_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{:016x}", h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_ids_differ() {
+        let ids: std::collections::HashSet<String> = (0..100).map(|_| replica_id()).collect();
+        assert_eq!(ids.len(), 100);
+        assert!(ids.iter().all(|i| i.len() == 16));
+    }
+
+    #[test]
+    fn failures_never_carry_the_password() {
+        let e = RedisError::from(std::io::Error::other("auth failed for redis://:s3cret@h"));
+        let f = Failure::of(&e, "redis://:s3cret@h:6379");
+        assert!(!f.0.contains("s3cret"), "{}", f.0);
+    }
+}

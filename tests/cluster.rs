@@ -1,0 +1,556 @@
+//! Budgets shared across replicas, on the wire: real gateway processes, one real
+//! `redis-server` each test starts on its own port, real HTTP.
+//!
+//! Windows are 2 s and the replicas reconcile every 20 ms (1 % of the window, as 100 ms is of
+//! the default 10 s), so that the tests stay under a minute.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{
+    admin, config_for, eventually, metric, metrics_page, wait_ready, Mode, Process, RedisServer,
+    TestConfig, Upstream,
+};
+use tollgate::cluster::{BUDGET_LUA, HEARTBEAT_LUA};
+use tollgate::limit::Rate;
+use tollgate_core::digest::Digest;
+
+const WINDOW_SECS: u32 = 2;
+const WINDOW: Duration = Duration::from_secs(WINDOW_SECS as u64);
+const SYNC_MS: u64 = 20;
+
+struct Replica {
+    process: Process,
+    listen: SocketAddr,
+    admin: SocketAddr,
+}
+
+/// `n` gateway processes in front of `up`, sharing budgets through `redis`; `edit` changes
+/// their common config (plan limits, keys, cluster fields).
+fn fleet(
+    dir: &Path,
+    n: usize,
+    up: &Upstream,
+    redis: &RedisServer,
+    edit: impl Fn(TestConfig) -> TestConfig,
+) -> Vec<Replica> {
+    (0..n)
+        .map(|i| {
+            let mut config = edit(config_for(up).cluster(&redis.url(), "tgtest", SYNC_MS));
+            config.file.limits.window_seconds = WINDOW_SECS;
+            let path = dir.join(format!("gw{i}.yaml"));
+            config.write(&path);
+            let process = Process::spawn(
+                dir,
+                &format!("gw{i}"),
+                &["run", "--config", path.to_str().unwrap()],
+                &[("TOLLGATE_LOG", "info")],
+            );
+            let replica = Replica {
+                process,
+                listen: config.file.listen.parse().unwrap(),
+                admin: config.file.admin_listen.parse().unwrap(),
+            };
+            wait_ready(replica.admin, 200);
+            replica
+        })
+        .collect()
+}
+
+/// One keyed request on a connection of its own: the status, and how long the answer took.
+fn call(addr: SocketAddr, key: &str) -> (u16, Duration) {
+    let started = Instant::now();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    let status = std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap();
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    (status, started.elapsed())
+}
+
+/// What one client sent and got: (when, which replica, status, latency).
+type Trace = Vec<(Duration, usize, u16, Duration)>;
+
+/// Send `key` at `rate` requests per second for `length`, each to the replica `pick` chooses
+/// (given the request's number), paced from `start`.
+fn drive(
+    replicas: &[SocketAddr],
+    key: &str,
+    rate: f64,
+    length: Duration,
+    start: Instant,
+    pick: impl Fn(u64) -> usize,
+) -> Trace {
+    let gap = Duration::from_secs_f64(1.0 / rate);
+    let mut trace = Vec::new();
+    let mut i = 0u64;
+    loop {
+        let due = gap * i as u32;
+        if due >= length {
+            return trace;
+        }
+        if let Some(wait) = (start + due).checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait); // pacing the load, not crossing a window
+        }
+        let r = pick(i);
+        let sent = start.elapsed();
+        let (status, took) = call(replicas[r], key);
+        trace.push((sent, r, status, took));
+        i += 1;
+    }
+}
+
+/// A cheap deterministic spread of request numbers over replicas.
+fn mix(i: u64) -> u64 {
+    i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 33
+}
+
+/// The admissions one process would make on the same requests (one GCRA on the send times).
+fn one_process(trace: &Trace, limit: u32) -> Vec<u64> {
+    let rate = Rate::new(
+        NonZeroU32::new(limit).unwrap(),
+        NonZeroU32::new(WINDOW_SECS).unwrap(),
+    );
+    let mut tat = 0u64;
+    trace
+        .iter()
+        .filter_map(|(t, ..)| {
+            let now = t.as_nanos() as u64 + 1_000_000_000;
+            rate.admit(tat, now).ok().map(|next| {
+                tat = next;
+                now
+            })
+        })
+        .collect()
+}
+
+fn admitted(trace: &Trace) -> Vec<u64> {
+    trace
+        .iter()
+        .filter(|e| e.2 == 200)
+        .map(|(t, ..)| t.as_nanos() as u64 + 1_000_000_000)
+        .collect()
+}
+
+/// The most any window `[s, s + w)` holds of the fleet's admissions beyond one process's in
+/// `[s - lead, s + w)`, less what the fleet left unspent in the window before (the same
+/// measure as the core's simulation, `limit/shared/sim.rs`, where it is explained).
+fn worst_excess(fleet: &[u64], single: &[u64], w: u64, lead: u64) -> i64 {
+    let count = |v: &[u64], from: u64, to: u64| {
+        (v.partition_point(|&t| t < to) - v.partition_point(|&t| t < from)) as i64
+    };
+    let starts = fleet
+        .iter()
+        .flat_map(|&t| [t, t + 1, t.saturating_sub(w) + 1, t + w])
+        .chain(
+            single
+                .iter()
+                .flat_map(|&t| [t + lead, t + 1, t.saturating_sub(w) + 1, t + w]),
+        );
+    starts
+        .map(|s| {
+            let before = s.saturating_sub(w);
+            let credit = (count(single, before, s) - count(fleet, before, s)).max(0);
+            count(fleet, s, s + w) - count(single, s.saturating_sub(lead), s + w) - credit
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn three_replicas_share_each_budget_within_the_contract_and_redis_holds_no_key() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let keys = [
+        ("even", "cluster-even-key"),
+        ("skewed", "cluster-skewed-key"),
+        ("steady", "cluster-steady-key"),
+    ];
+    let replicas = fleet(dir.path(), 3, &up, &redis, |c| {
+        keys.iter()
+            .fold(c.plan_limit("basic", 100), |c, (name, key)| {
+                c.add_key(name, key, "basic")
+            })
+    });
+    let addrs: Arc<Vec<SocketAddr>> = Arc::new(replicas.iter().map(|r| r.listen).collect());
+    let length = 8 * WINDOW;
+    let start = Instant::now() + Duration::from_millis(200);
+    let spawn = |key: &'static str, rate: f64, pick: fn(u64) -> usize| {
+        let addrs = Arc::clone(&addrs);
+        std::thread::spawn(move || drive(&addrs, key, rate, length, start, pick))
+    };
+    // 2× the limit (100 per 2 s) spread evenly; 2× with 80 % on one replica; 90 % evenly.
+    let even = spawn(keys[0].1, 100.0, |i| (mix(i) % 3) as usize);
+    let skewed = spawn(keys[1].1, 100.0, |i| {
+        if mix(i) % 10 < 8 {
+            0
+        } else {
+            1 + (mix(i) % 2) as usize
+        }
+    });
+    let steady = spawn(keys[2].1, 45.0, |i| (i % 3) as usize);
+    let (even, skewed, steady) = (
+        even.join().unwrap(),
+        skewed.join().unwrap(),
+        steady.join().unwrap(),
+    );
+
+    for (name, trace) in [("even", &even), ("skewed", &skewed)] {
+        assert!(trace.iter().all(|e| e.2 == 200 || e.2 == 429), "{name}");
+        let (fleet, single) = (admitted(trace), one_process(trace, 100));
+        let excess = worst_excess(&fleet, &single, WINDOW.as_nanos() as u64, 50_000_000);
+        eprintln!(
+            "{name}: {} requests, the fleet admitted {}, one process {}; worst window +{excess}",
+            trace.len(),
+            fleet.len(),
+            single.len()
+        );
+        assert!(
+            excess <= 10,
+            "{name}: a window held {excess} more than one process (10 % of 100 allowed)"
+        );
+        let off = (fleet.len() as f64 - single.len() as f64).abs() / single.len() as f64;
+        assert!(
+            off <= 0.02,
+            "{name}: over the run {} vs {}",
+            fleet.len(),
+            single.len()
+        );
+    }
+    let refused = steady.iter().filter(|e| e.2 != 200).count();
+    assert_eq!(
+        refused, 0,
+        "a client at 90 % of its limit, spread over replicas, was refused"
+    );
+
+    // Each replica reported, and counted the fleet.
+    for r in &replicas {
+        let page = metrics_page(r.admin);
+        assert_eq!(metric(&page, "tollgate_cluster_store_up"), Some(1.0));
+        assert_eq!(metric(&page, "tollgate_cluster_replicas"), Some(3.0));
+        let calls = metric(&page, "tollgate_cluster_redis_calls_total").unwrap();
+        assert!(calls > 0.0);
+    }
+
+    // What Redis holds: names from digests under the prefix, numbers, expiries; no key.
+    let mut con = redis.client();
+    let names: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert!(names.contains(&"tgtest:fleet".to_string()), "{names:?}");
+    let budgets: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with("tgtest:b:{"))
+        .collect();
+    assert_eq!(budgets.len(), 3, "one budget per key: {names:?}");
+    let secrets: Vec<String> = keys
+        .iter()
+        .flat_map(|(_, k)| {
+            let d = Digest::of(k.as_bytes());
+            [k.to_string(), hex_of(&d.0), hex_of(&d.0)[..16].to_string()]
+        })
+        .collect();
+    for name in &names {
+        assert!(
+            name == "tgtest:fleet" || is_budget_name(name),
+            "an unexpected name in Redis: {name}"
+        );
+        let ttl: i64 = redis::cmd("PTTL").arg(name).query(&mut con).unwrap();
+        assert!(ttl > 0, "{name} does not expire (PTTL {ttl})");
+        let dump: Vec<String> = if name.ends_with(":fleet") {
+            redis::cmd("ZRANGE")
+                .arg(name)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query(&mut con)
+                .unwrap()
+        } else {
+            redis::cmd("HGETALL").arg(name).query(&mut con).unwrap()
+        };
+        for s in secrets.iter() {
+            assert!(!name.contains(s.as_str()), "{name} holds a key or digest");
+            assert!(
+                dump.iter().all(|v| !v.contains(s.as_str())),
+                "{name} holds a key or digest"
+            );
+        }
+        if !name.ends_with(":fleet") {
+            // Field names: `t` and `r<replica>`; values: numbers.
+            for pair in dump.chunks(2) {
+                assert!(
+                    pair[0] == "t" || pair[0].starts_with('r'),
+                    "{name}: {pair:?}"
+                );
+                assert!(pair[1].parse::<u64>().is_ok(), "{name}: {pair:?}");
+            }
+        }
+    }
+    for mut r in replicas {
+        r.process.stop();
+        assert!(!r.process.output().contains("cluster store unreachable"));
+    }
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn is_budget_name(name: &str) -> bool {
+    name.strip_prefix("tgtest:b:{")
+        .and_then(|r| r.strip_suffix('}'))
+        .is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+#[test]
+fn redis_stopped_or_killed_under_load_costs_no_request_and_sharing_resumes_by_itself() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // A one-second Redis timeout: a request that waited for Redis would take that long.
+    let replicas = fleet(dir.path(), 3, &up, &redis, |c| {
+        c.plan_limit("basic", 60)
+            .cluster_with(|k| k.timeout_ms = 1000)
+    });
+    let addrs: Vec<SocketAddr> = replicas.iter().map(|r| r.listen).collect();
+    let drive_for = |length: Duration| {
+        drive(&addrs, "basic-key-1", 90.0, length, Instant::now(), |i| {
+            (i % 3) as usize
+        })
+    };
+    let check = |trace: &Trace, phase: &str| {
+        assert!(
+            trace.iter().all(|e| e.2 == 200 || e.2 == 429),
+            "{phase}: an answer other than 200 or 429"
+        );
+        let slowest = trace.iter().map(|e| e.3).max().unwrap();
+        assert!(
+            slowest < Duration::from_millis(500),
+            "{phase}: a request took {slowest:?} (Redis's timeout is 1 s)"
+        );
+    };
+    check(&drive_for(WINDOW), "Redis up");
+
+    // Stopped: requests go on; each replica enforces limit / N = 20 per window.
+    redis.signal("STOP");
+    let stopped = drive_for(3 * WINDOW);
+    check(&stopped, "Redis stopped");
+    for r in &replicas {
+        eventually("store_up says 0", || {
+            metric(&metrics_page(r.admin), "tollgate_cluster_store_up") == Some(0.0)
+        });
+        let ready = admin(r.admin, "GET", "/readyz");
+        assert_eq!(ready.status, 200);
+        assert_eq!(String::from_utf8_lossy(&ready.body), "degraded\n");
+    }
+    // The last two windows of the stop: every replica on its own share (the first window
+    // still spends what the views held when Redis stopped).
+    let late: Trace = stopped.iter().filter(|e| e.0 >= WINDOW).cloned().collect();
+    for r in 0..3 {
+        let mine = late.iter().filter(|e| e.1 == r && e.2 == 200).count();
+        assert!(
+            mine <= 2 * 20 + 20,
+            "replica {r} admitted {mine} in two windows alone (limit / N = 20 per window)"
+        );
+        assert!(
+            mine >= 2 * 20 - 10,
+            "replica {r} admitted only {mine}: not its share"
+        );
+    }
+
+    // Continued: sharing resumes without a restart.
+    redis.signal("CONT");
+    for r in &replicas {
+        eventually("store_up says 1 again", || {
+            metric(&metrics_page(r.admin), "tollgate_cluster_store_up") == Some(1.0)
+        });
+        assert_eq!(
+            String::from_utf8_lossy(&admin(r.admin, "GET", "/readyz").body),
+            "ready\n"
+        );
+    }
+    check(&drive_for(WINDOW), "Redis back");
+
+    // Killed, then a new one on the same port: the same, through reconnection.
+    let port = redis.kill();
+    check(&drive_for(WINDOW), "Redis killed");
+    for r in &replicas {
+        eventually("store_up says 0", || {
+            metric(&metrics_page(r.admin), "tollgate_cluster_store_up") == Some(0.0)
+        });
+    }
+    let redis = RedisServer::start_on(port);
+    for r in &replicas {
+        eventually("store_up says 1 with the new Redis", || {
+            metric(&metrics_page(r.admin), "tollgate_cluster_store_up") == Some(1.0)
+        });
+    }
+    let mut con = redis.client();
+    let fleet: u32 = redis::cmd("ZCARD")
+        .arg("tgtest:fleet")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(fleet, 3, "every replica heartbeats to the new Redis");
+
+    // One line per transition, per replica: down, up, down, up.
+    for mut r in replicas {
+        r.process.stop();
+        let out = r.process.output();
+        let down = out.matches("cluster store unreachable").count();
+        let back = out.matches("cluster store reachable").count();
+        assert_eq!((down, back), (2, 2), "{out}");
+    }
+}
+
+#[test]
+fn the_scripts_do_what_the_model_says() {
+    let redis = RedisServer::start();
+    let mut con = redis.client();
+    let budget = redis::Script::new(BUDGET_LUA);
+    let call = |con: &mut redis::Connection, replica: &str, hits: u64, floor: u64| {
+        budget
+            .key("t:b:{x}")
+            .arg(hits)
+            .arg(1000)
+            .arg(floor)
+            .arg(replica)
+            .arg(10_000)
+            .invoke::<(u64, u32)>(con)
+            .unwrap()
+    };
+    // A new key: exactly hits × T ahead, one replica.
+    assert_eq!(call(&mut con, "a", 3, 0), (3000, 1));
+    // A floor beyond the TAT is where it goes from; a second replica is counted.
+    assert_eq!(call(&mut con, "b", 0, 50_000), (50_000, 2));
+    // Hits add to the TAT, which Redis's clock drains.
+    let (ahead, n) = call(&mut con, "a", 2, 0);
+    assert!((40_000..=52_000).contains(&ahead), "{ahead}");
+    assert_eq!(n, 2);
+    let ttl: i64 = redis::cmd("PTTL").arg("t:b:{x}").query(&mut con).unwrap();
+    assert!(
+        (10_000..=10_053).contains(&ttl),
+        "the entry expires a horizon after its TAT: {ttl}"
+    );
+    // A replica not heard from within the horizon is forgotten.
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let long_ago = (secs * 1000 + micros / 1000) - 60_000;
+    let _: () = redis::cmd("HSET")
+        .arg("t:b:{x}")
+        .arg("rold")
+        .arg(long_ago)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(call(&mut con, "a", 0, 0).1, 2);
+    let old: Option<String> = redis::cmd("HGET")
+        .arg("t:b:{x}")
+        .arg("rold")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(old, None);
+
+    let heartbeat = redis::Script::new(HEARTBEAT_LUA);
+    let beat = |con: &mut redis::Connection, replica: &str| {
+        heartbeat
+            .key("t:fleet")
+            .arg(replica)
+            .arg(1000)
+            .invoke::<u32>(con)
+            .unwrap()
+    };
+    assert_eq!(beat(&mut con, "a"), 1);
+    assert_eq!(beat(&mut con, "b"), 2);
+    assert_eq!(beat(&mut con, "a"), 2);
+    let _: () = redis::cmd("ZADD")
+        .arg("t:fleet")
+        .arg(long_ago)
+        .arg("gone")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        beat(&mut con, "b"),
+        2,
+        "a replica silent past the horizon is not counted"
+    );
+}
+
+#[test]
+fn a_gateway_starts_and_serves_with_redis_down_from_the_start() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let port = common::closed_port();
+    let config = config_for(&up).cluster(&format!("redis://:s3cret@127.0.0.1:{port}/0"), "tg", 20);
+    let path = dir.path().join("gw.yaml");
+    config.write(&path);
+    let listen: SocketAddr = config.file.listen.parse().unwrap();
+    let admin_addr: SocketAddr = config.file.admin_listen.parse().unwrap();
+    let mut p = Process::spawn(
+        dir.path(),
+        "gw",
+        &["run", "--config", path.to_str().unwrap()],
+        &[("TOLLGATE_LOG", "info")],
+    );
+    wait_ready(admin_addr, 200);
+    assert_eq!(call(listen, "basic-key-1").0, 200);
+    eventually("store_up says 0", || {
+        metric(&metrics_page(admin_addr), "tollgate_cluster_store_up") == Some(0.0)
+    });
+    assert_eq!(
+        String::from_utf8_lossy(&admin(admin_addr, "GET", "/readyz").body),
+        "degraded\n"
+    );
+    // Alone and down: the limit over N = 1, all of it.
+    let codes: BTreeSet<u16> = (0..5).map(|_| call(listen, "basic-key-1").0).collect();
+    assert_eq!(codes, BTreeSet::from([200]));
+    p.stop();
+    let out = p.output();
+    assert_eq!(out.matches("cluster store unreachable").count(), 1, "{out}");
+    assert!(!out.contains("s3cret"), "the password reached the log");
+    assert!(out.contains("redis://:***@127.0.0.1"), "{out}");
+}
+
+#[test]
+fn check_shows_the_cluster_without_its_password_and_refuses_a_bad_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::test_config("http://127.0.0.1:9").cluster(
+        "rediss://:s3cret@cache:6380/2",
+        "tg",
+        100,
+    );
+    let path = dir.path().join("gw.yaml");
+    config.write(&path);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("cluster       budgets shared through rediss://:***@cache:6380/2"),
+        "{text}"
+    );
+    assert!(!text.contains("s3cret"));
+
+    let bad = config.cluster_with(|c| c.sync_interval_ms = 1);
+    bad.write(&path);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("cluster.sync_interval_ms"), "{err}");
+    assert!(err.contains("gw.yaml:"), "the line is named: {err}");
+}
