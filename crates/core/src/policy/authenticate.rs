@@ -27,13 +27,18 @@ pub enum AuthHeader<'a> {
 }
 
 /// Extract the bearer token from one `Authorization` value: scheme case-insensitive, one or
-/// more spaces, a token68. Surrounding whitespace is tolerated (RFC 9110 OWS).
+/// more spaces (RFC 9110 `1*SP`: spaces only, no tab), a token68. Surrounding spaces and tabs
+/// are tolerated (RFC 9110 OWS).
 pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
-    let v = value.trim_ascii();
+    let ows = |c: &u8| *c == b' ' || *c == b'\t';
+    let start = value.iter().position(|c| !ows(c)).unwrap_or(value.len());
+    let end = value.iter().rposition(|c| !ows(c)).map_or(start, |i| i + 1);
+    let v = &value[start..end];
     if v.len() < 7 || !v[..6].eq_ignore_ascii_case(b"bearer") || v[6] != b' ' {
         return None;
     }
-    let token = v[7..].trim_ascii_start();
+    let at = v[7..].iter().position(|&c| c != b' ')? + 7;
+    let token = &v[at..];
     is_token68(token).then_some(token)
 }
 
@@ -76,6 +81,10 @@ mod tests {
         assert_eq!(bearer_token(b"Basic abc"), None);
         assert_eq!(bearer_token(b"Bearer a b"), None);
         assert_eq!(bearer_token(b"Bearer\tabc"), None);
+        // Between the scheme and the token, spaces only (found by fuzzing).
+        assert_eq!(bearer_token(b"Bearer \tabc"), None);
+        assert_eq!(bearer_token(b"Bearer  \x0cabc"), None);
+        assert_eq!(bearer_token(b"\t Bearer   abc \t"), Some(&b"abc"[..]));
     }
 
     #[test]

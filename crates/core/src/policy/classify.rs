@@ -142,6 +142,15 @@ pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
         i += 1;
     }
     let norm: &[u8] = out.as_deref().unwrap_or(b);
+    // Decoding may have built a double encoding out of escapes (`%25%32e` → `%252e`): the
+    // path forwarded must not hold one either.
+    if out.is_some()
+        && norm
+            .windows(5)
+            .any(|w| w[..3] == *b"%25" && hex_val(w[3]).is_some() && hex_val(w[4]).is_some())
+    {
+        return Err(PathError::DoubleEncoded);
+    }
     // Segments: skip the leading `/`; a final empty segment (trailing `/`) is allowed.
     let segments = &norm[1..];
     let mut parts = segments.split(|&c| c == b'/').peekable();
@@ -333,6 +342,13 @@ mod tests {
             ("/v2/é", PathError::NonAscii),
             ("/v2/client/%252e%252e/chats/", PathError::DoubleEncoded),
             ("/v2/a%252Fb", PathError::DoubleEncoded),
+            // Built from escapes (found by fuzzing): `%25` then an escaped digit.
+            ("/%25%625", PathError::DoubleEncoded),
+            (
+                "/v2/client/%25%32e%25%32e/settings/webhook/set",
+                PathError::DoubleEncoded,
+            ),
+            ("/v2/%25%32%46x", PathError::DoubleEncoded),
             ("/v2/a%zz", PathError::BadEscape),
             ("/v2/a%2", PathError::BadEscape),
             ("/v2/a%", PathError::BadEscape),
