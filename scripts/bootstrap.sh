@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Install what a fresh Debian/Ubuntu machine lacks to build, test and check Tollgate:
 #   cmake and a C compiler   Pingora's zlib-ng build
+#   redis-server             tests/cluster.rs starts its own on a free port (shared budgets)
 #   rustfmt, clippy          rustup components (.ci/run checks formatting and lints always)
 #   cargo-deny               cargo install (advisories, licences, bans, sources)
 # Safe to run repeatedly; does nothing when everything is present. BOOTSTRAP_LINT=0 skips the
-# lint tools (scripts/demo.sh and scripts/test.sh need only the build tools).
+# lint tools (scripts/demo.sh and scripts/test.sh need only the build tools); BOOTSTRAP_TESTS=0
+# skips what only the tests need (redis-server; scripts/demo.sh).
 set -euo pipefail
 
 say() { echo "bootstrap: $*" >&2; }
@@ -22,6 +24,9 @@ need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v git >/dev/null 2>&1 || need+=(git)
+if [ "${BOOTSTRAP_TESTS:-1}" = 1 ]; then
+  command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+fi
 if ((${#need[@]})); then
   apt_install "${need[@]}"
 fi

@@ -4,6 +4,8 @@
 #   benches/load/instructions.sh            # P0, G, P0v, Gv: 5,000 measured requests each
 #   (P0v is P0 on G's validated route, POST /v2/sendGroup with the group-event body)
 #   N=20000 SETUPS="G" benches/load/instructions.sh
+#   SETUPS="G Gc" benches/load/instructions.sh   # Gc: G with `cluster:` on, against a redis-server
+#                                                # the script starts (shared budgets, docs/cluster.md)
 #
 # Why: on this VM the wall-clock CPU µs per request of run.sh moves ±10 % between repetitions,
 # more than the 1 µs the P0/G goal is about. Callgrind counts the instructions the proxy runs
@@ -45,6 +47,14 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+case " $SETUPS " in
+  *" Gc "*)
+    if ! command -v redis-server >/dev/null; then
+      sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+      log "installing redis-server"
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+    fi ;;
+esac
 
 (cd "$ROOT" && cargo build --release --locked --quiet --bin tollgate --example p0)
 REL=$(cd "$ROOT" && realpath -m "${CARGO_TARGET_DIR:-target}")/release
@@ -70,6 +80,16 @@ python3 "$HERE/gen.py" --dir "$TMP" --keys 1000 --d-port "$D_PORT" --n1-port "$N
 "$NGINX" -p "$TMP/nginx-d" -c "$TMP/nginx-d/nginx.conf" -e "$TMP/nginx-d/error.log" \
   -g 'daemon off;' >"$OUT/nginx.out" 2>&1 &
 PIDS+=($!)
+case " $SETUPS " in
+  *" Gc "*)
+    R_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    redis-server --port "$R_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" \
+      >"$OUT/redis.out" 2>&1 &
+    PIDS+=($!)
+    cp "$TMP/tollgate.yaml" "$TMP/tollgate-cluster.yaml"
+    printf 'cluster:\n  redis_url: "redis://127.0.0.1:%s/0"\n  key_prefix: "tgbench"\n' "$R_PORT" \
+      >>"$TMP/tollgate-cluster.yaml" ;;
+esac
 
 # client.py PORT PATH BODY_FILE W N CTL: W warm-up requests, then `CTL on`, N requests, `CTL off`.
 cat > "$TMP/client.py" <<'EOF'
@@ -131,7 +151,10 @@ for s in $SETUPS; do
       [ "$s" = Gv ] && route=send_group_event
       cmd=("$REL/tollgate" run --config "$TMP/tollgate.yaml" --conf "$HERE/pingora.yaml")
       port=$G_PORT ;;
-    *) die "unknown setup $s (P0, P0v, G, Gv)" ;;
+    Gc)
+      cmd=("$REL/tollgate" run --config "$TMP/tollgate-cluster.yaml" --conf "$HERE/pingora.yaml")
+      port=$G_PORT ;;
+    *) die "unknown setup $s (P0, P0v, G, Gv, Gc)" ;;
   esac
   TOLLGATE_LOG=warn valgrind --tool=callgrind --instr-atstart=no \
     --callgrind-out-file="$OUT/callgrind.$s.%p" "${cmd[@]}" >"$OUT/$s.out" 2>&1 &
@@ -144,5 +167,14 @@ for s in $SETUPS; do
   total=$(awk '/^totals:/ { print $2; exit }' "$file")
   callgrind_annotate --inclusive=no "$file" > "$OUT/$s.top.txt" 2>/dev/null || true
   printf '| %s | %s | %s |\n' "$s" "$route" "$((total / N))"
+  if [ "$s" = Gc ]; then
+    # The background exchange with Redis runs in the same process: its share, inclusive of
+    # everything it calls, is reported apart from the request path's.
+    sync=$(callgrind_annotate --inclusive=yes "$file" 2>/dev/null |
+      awk '/ClusterService as pingora_core::services::background::BackgroundService>::start::\{\{closure\}\}/ { gsub(",", "", $1); print $1; exit }')
+    sync=${sync:-0}
+    printf '| Gc, of which the background sync | | %s |\n' "$((sync / N))"
+    printf '| Gc, the request path (total − sync) | | %s |\n' "$(((total - sync) / N))"
+  fi
 done
 log "callgrind files and top functions in $OUT"
