@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    admin, config_for, eventually, metric, metrics_page, wait_ready, Mode, Process, RedisServer,
-    TestConfig, Upstream,
+    admin, config_for, eventually, metric, metrics_page, wait_ready, Mode, Process, RedisCluster,
+    RedisServer, TestConfig, Upstream,
 };
 use tollgate::cluster::{BUDGET_LUA, HEARTBEAT_LUA};
 use tollgate::limit::Rate;
@@ -41,9 +41,19 @@ fn fleet(
     redis: &RedisServer,
     edit: impl Fn(TestConfig) -> TestConfig,
 ) -> Vec<Replica> {
+    fleet_on(dir, n, up, &redis.url(), edit)
+}
+
+fn fleet_on(
+    dir: &Path,
+    n: usize,
+    up: &Upstream,
+    redis_url: &str,
+    edit: impl Fn(TestConfig) -> TestConfig,
+) -> Vec<Replica> {
     (0..n)
         .map(|i| {
-            let mut config = edit(config_for(up).cluster(&redis.url(), "tgtest", SYNC_MS));
+            let mut config = edit(config_for(up).cluster(redis_url, "tgtest", SYNC_MS));
             config.file.limits.window_seconds = WINDOW_SECS;
             let path = dir.join(format!("gw{i}.yaml"));
             config.write(&path);
@@ -553,4 +563,35 @@ fn check_shows_the_cluster_without_its_password_and_refuses_a_bad_block() {
     assert!(!out.status.success());
     assert!(err.contains("cluster.sync_interval_ms"), "{err}");
     assert!(err.contains("gw.yaml:"), "the line is named: {err}");
+}
+
+#[test]
+fn a_redis_cluster_works_too() {
+    let up = Upstream::start(Mode::Ok);
+    let cluster = RedisCluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("redis://127.0.0.1:{}/0", cluster.nodes[0].port);
+    let replicas = fleet_on(dir.path(), 2, &up, &url, |c| c.plan_limit("basic", 40));
+    // 60 requests over the two at once: the fleet admits the limit, give or take the cold cap.
+    let admitted = (0..60)
+        .filter(|i| call(replicas[i % 2].listen, "basic-key-1").0 == 200)
+        .count();
+    assert!(
+        (36..=44).contains(&admitted),
+        "admitted {admitted} of a limit of 40"
+    );
+    for r in &replicas {
+        eventually("both replicas seen, store up", || {
+            let page = metrics_page(r.admin);
+            metric(&page, "tollgate_cluster_store_up") == Some(1.0)
+                && metric(&page, "tollgate_cluster_replicas") == Some(2.0)
+        });
+    }
+    let names = cluster.names();
+    assert!(names.contains(&"tgtest:fleet".to_string()), "{names:?}");
+    assert_eq!(
+        names.iter().filter(|n| is_budget_name(n)).count(),
+        1,
+        "{names:?}"
+    );
 }

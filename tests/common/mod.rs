@@ -735,6 +735,23 @@ impl RedisServer {
 
     /// A server on `port` (to bring one back where a killed one was).
     pub fn start_on(port: u16) -> Self {
+        Self::spawn(port, &[])
+    }
+
+    /// A node of a Redis Cluster, not yet joined ([`RedisCluster`]).
+    pub fn start_cluster_node() -> Self {
+        Self::spawn(
+            closed_port(),
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ],
+        )
+    }
+
+    fn spawn(port: u16, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let child = std::process::Command::new("redis-server")
             .args([
@@ -749,6 +766,7 @@ impl RedisServer {
                 "--dir",
                 dir.path().to_str().unwrap(),
             ])
+            .args(extra)
             .stdout(std::fs::File::create(dir.path().join("redis.log")).unwrap())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -809,5 +827,52 @@ impl Drop for RedisServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = &self.dir;
+    }
+}
+
+/// A Redis Cluster of `n` masters (no replicas), every slot covered; stopped when dropped.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(n: usize) -> Self {
+        let nodes: Vec<RedisServer> = (0..n).map(|_| RedisServer::start_cluster_node()).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        let out = std::process::Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli is installed with redis-server");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Self { nodes };
+        eventually("the cluster covers every slot", || {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut cluster.nodes[0].client())
+                .unwrap_or_default();
+            info.contains("cluster_state:ok")
+        });
+        cluster
+    }
+
+    /// Every name held by any node.
+    pub fn names(&self) -> Vec<String> {
+        let mut all = Vec::new();
+        for n in &self.nodes {
+            let names: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut n.client()).unwrap();
+            all.extend(names);
+        }
+        all.sort();
+        all
     }
 }
