@@ -15,7 +15,8 @@ use serde::Deserialize;
 use serde_yaml::Value;
 use tollgate::config::{Config, Env};
 
-/// The metrics the gateway exports (see `src/runtime/metrics.rs`).
+/// The metrics the gateway exports (see `src/runtime/metrics.rs`, and `src/cluster/mod.rs` for
+/// the `tollgate_cluster_…` ones, registered when the config has a `cluster:` block).
 const METRICS: &[&str] = &[
     "tollgate_requests_total",
     "tollgate_responses_total",
@@ -24,6 +25,12 @@ const METRICS: &[&str] = &[
     "tollgate_config_reloads_total",
     "tollgate_keys",
     "tollgate_build_info",
+    "tollgate_cluster_store_up",
+    "tollgate_cluster_replicas",
+    "tollgate_cluster_sync_seconds",
+    "tollgate_cluster_sync_keys",
+    "tollgate_cluster_redis_calls_total",
+    "tollgate_cluster_sync_errors_total",
 ];
 
 /// The values each fixed label can take; route and plan values come from the config.
@@ -59,6 +66,7 @@ const EXPECTED_FILES: &[&str] = &[
     "k8s/service.yaml",
     "k8s/networkpolicy.yaml",
     "k8s/podmonitor.yaml",
+    "k8s/redis.yaml",
     "k8s/kustomization.yaml",
     "prometheus/prometheus.yml",
     "prometheus/prometheus-kubernetes.yml",
@@ -392,7 +400,7 @@ fn every_yaml_and_json_file_parses() {
         }
     }
     assert!(
-        yaml_files >= 13 && json_files >= 1,
+        yaml_files >= 14 && json_files >= 1,
         "{yaml_files} YAML, {json_files} JSON"
     );
 }
@@ -672,6 +680,275 @@ fn the_admin_port_stays_off_the_public_service() {
     }
 }
 
+/// Bytes of a Kubernetes memory quantity: `256Mi`, `1Gi`, `300M`, `1000`.
+fn k8s_bytes(q: &str) -> u64 {
+    let split = q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len());
+    let (n, unit) = q.split_at(split);
+    let n: u64 = n
+        .parse()
+        .unwrap_or_else(|_| panic!("`{q}` is not a quantity"));
+    n * match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        other => panic!("`{q}`: unit {other} not handled here"),
+    }
+}
+
+/// Bytes of a Redis/Valkey size (case-insensitive): `128mb`, `1gb`, `1m`, `100000`.
+fn redis_bytes(q: &str) -> u64 {
+    let q = q.to_ascii_lowercase();
+    let split = q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len());
+    let (n, unit) = q.split_at(split);
+    let n: u64 = n.parse().unwrap_or_else(|_| panic!("`{q}` is not a size"));
+    n * match unit {
+        "" | "b" => 1,
+        "k" => 1_000,
+        "kb" => 1 << 10,
+        "m" => 1_000_000,
+        "mb" => 1 << 20,
+        "g" => 1_000_000_000,
+        "gb" => 1 << 30,
+        other => panic!("`{q}`: unit {other} is not a Redis size unit"),
+    }
+}
+
+#[test]
+fn the_shared_budget_store_is_private_ephemeral_and_bounded() {
+    // The ConfigMap's `cluster:` block names the Service of redis.yaml, without a password.
+    let cfg = Config::parse(
+        &configmap_gateway_yaml(),
+        Path::new("deploy/k8s/gateway.yaml"),
+        &TestEnv,
+    )
+    .unwrap();
+    let cluster = cfg
+        .cluster
+        .as_ref()
+        .expect("the ConfigMap's gateway.yaml has a `cluster:` block");
+    let rest = cluster
+        .redis_url
+        .strip_prefix("redis://")
+        .expect("the in-cluster store is reached with redis://");
+    let authority = rest.split('/').next().unwrap();
+    assert!(
+        !authority.contains('@'),
+        "no password in the ConfigMap: use redis_url_env and a Secret"
+    );
+    let (host, port) = authority.split_once(':').unwrap_or((authority, "6379"));
+    let port: u64 = port.parse().unwrap();
+
+    let service = k8s("Service", host);
+    assert_eq!(str_at(&service, "spec.type"), "ClusterIP");
+    let service_port = seq_at(&service, "spec.ports")
+        .iter()
+        .find(|p| u64_at(p, "port") == port)
+        .unwrap_or_else(|| panic!("Service {host} has no port {port}"));
+
+    // One store, never two side by side (replicas on different stores share nothing).
+    let deployment = k8s("Deployment", host);
+    assert_eq!(u64_at(&deployment, "spec.replicas"), 1);
+    assert_eq!(str_at(&deployment, "spec.strategy.type"), "Recreate");
+    let pod_labels = at(&deployment, "spec.template.metadata.labels").clone();
+    let selects = |selector: &Value| {
+        selector
+            .as_mapping()
+            .unwrap()
+            .iter()
+            .all(|(k, v)| pod_labels.get(k.as_str().unwrap()) == Some(v))
+    };
+    assert!(selects(at(&service, "spec.selector")));
+    assert!(selects(at(&deployment, "spec.selector.matchLabels")));
+    // ... and nothing of the gateway's selects it.
+    for (kind, name, path) in [
+        ("Service", "tollgate", "spec.selector"),
+        ("Service", "tollgate-admin", "spec.selector"),
+        ("PodMonitor", "tollgate", "spec.selector.matchLabels"),
+        ("NetworkPolicy", "tollgate", "spec.podSelector.matchLabels"),
+        ("Deployment", "tollgate", "spec.selector.matchLabels"),
+    ] {
+        assert!(
+            !selects(at(&k8s(kind, name), path)),
+            "{kind} {name} selects the store's pods"
+        );
+    }
+
+    let spec = at(&deployment, "spec.template.spec");
+    let containers = seq_at(spec, "containers");
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
+
+    // A pinned image: a version tag (a digest may follow), never latest.
+    let image = str_at(c, "image");
+    let tag = image
+        .split('@')
+        .next()
+        .unwrap()
+        .rsplit_once(':')
+        .map_or("", |(_, t)| t);
+    assert!(
+        tag.starts_with(|ch: char| ch.is_ascii_digit()) && tag.matches('.').count() >= 2,
+        "pin a patch release: {image}"
+    );
+
+    // The Service reaches the server's port (args set none: the default, 6379).
+    let args: Vec<&str> = seq_at(c, "args")
+        .iter()
+        .map(|a| a.as_str().expect("args are strings"))
+        .collect();
+    let arg = |name: &str| {
+        args.iter().position(|a| *a == name).map(|i| {
+            *args
+                .get(i + 1)
+                .unwrap_or_else(|| panic!("{name} has no value"))
+        })
+    };
+    assert_eq!(arg("--port"), None);
+    let target = at(service_port, "targetPort");
+    let container_port = seq_at(c, "ports")
+        .iter()
+        .find(|p| {
+            target.as_str() == Some(str_at(p, "name"))
+                || target.as_u64() == Some(u64_at(p, "containerPort"))
+        })
+        .expect("the Service's targetPort is a port of the container");
+    assert_eq!(u64_at(container_port, "containerPort"), 6379);
+
+    // No persistence; a memory cap with eviction (every entry expires, so evicting loses at most
+    // a window's accuracy), inside the container's limit with room for fragmentation.
+    assert_eq!(arg("--save"), Some(""), "no RDB snapshots");
+    assert_eq!(arg("--appendonly"), Some("no"), "no append-only file");
+    let policy = arg("--maxmemory-policy").expect("--maxmemory-policy");
+    assert!(
+        matches!(
+            policy,
+            "allkeys-lru" | "allkeys-lfu" | "volatile-ttl" | "volatile-lru" | "volatile-lfu"
+        ),
+        "--maxmemory-policy {policy}: the store must evict, not refuse writes"
+    );
+    let maxmemory = redis_bytes(arg("--maxmemory").expect("--maxmemory"));
+    assert!(maxmemory > 0);
+    for r in [
+        "requests.cpu",
+        "requests.memory",
+        "limits.cpu",
+        "limits.memory",
+    ] {
+        at(c, &format!("resources.{r}"));
+    }
+    let limit = k8s_bytes(str_at(c, "resources.limits.memory"));
+    assert!(
+        limit >= maxmemory / 2 * 3,
+        "memory limit {limit} B leaves too little above maxmemory {maxmemory} B"
+    );
+
+    // Probes that ask the server itself.
+    for probe in ["readinessProbe", "livenessProbe"] {
+        let p = at(c, probe);
+        let asks = p.get("tcpSocket").is_some()
+            || p.get("exec").is_some_and(|e| {
+                let mut words = Vec::new();
+                yaml_strings(e, &mut words);
+                words.iter().any(|w| w.contains("ping"))
+            });
+        assert!(asks, "{probe}: tcpSocket, or exec with `ping`");
+    }
+
+    // Unprivileged, read-only root, writable /data on an emptyDir.
+    assert_eq!(
+        at(spec, "securityContext.runAsNonRoot").as_bool(),
+        Some(true)
+    );
+    let sc = at(c, "securityContext");
+    assert_eq!(at(sc, "runAsNonRoot").as_bool(), Some(true));
+    assert_eq!(at(sc, "readOnlyRootFilesystem").as_bool(), Some(true));
+    assert_eq!(at(sc, "allowPrivilegeEscalation").as_bool(), Some(false));
+    assert!(seq_at(sc, "capabilities.drop")
+        .iter()
+        .any(|d| d.as_str() == Some("ALL")));
+    let mount = seq_at(c, "volumeMounts")
+        .iter()
+        .find(|m| str_at(m, "mountPath") == "/data")
+        .expect("/data is mounted");
+    assert_ne!(mount.get("readOnly").and_then(Value::as_bool), Some(true));
+    let volume = seq_at(spec, "volumes")
+        .iter()
+        .find(|v| str_at(v, "name") == str_at(mount, "name"))
+        .unwrap();
+    assert!(volume.get("emptyDir").is_some(), "/data is an emptyDir");
+
+    // Only the gateway pods may connect, and only to the store's port.
+    let gateway_labels = at(
+        &k8s("Deployment", "tollgate"),
+        "spec.template.metadata.labels",
+    )
+    .clone();
+    let netpol = k8s("NetworkPolicy", host);
+    assert!(selects(at(&netpol, "spec.podSelector.matchLabels")));
+    assert!(seq_at(&netpol, "spec.policyTypes")
+        .iter()
+        .any(|t| t.as_str() == Some("Ingress")));
+    let rules = seq_at(&netpol, "spec.ingress");
+    assert!(!rules.is_empty());
+    for rule in rules {
+        let from = seq_at(rule, "from");
+        assert!(
+            !from.is_empty(),
+            "an ingress rule without `from` admits anyone"
+        );
+        for peer in from {
+            assert!(
+                peer.get("namespaceSelector").is_none() && peer.get("ipBlock").is_none(),
+                "only pods of the namespace: {peer:?}"
+            );
+            let wanted = at(peer, "podSelector.matchLabels").as_mapping().unwrap();
+            assert!(
+                !wanted.is_empty()
+                    && wanted
+                        .iter()
+                        .all(|(k, v)| gateway_labels.get(k.as_str().unwrap()) == Some(v)),
+                "{wanted:?} is not the gateway pods"
+            );
+        }
+        for p in seq_at(rule, "ports") {
+            let port = at(p, "port");
+            assert!(
+                port.as_str() == Some(str_at(container_port, "name"))
+                    || port.as_u64() == Some(6379),
+                "ingress port {port:?}"
+            );
+        }
+    }
+
+    // If the gateway's policy restricts egress, it lets the gateway reach the store.
+    let gateway_policy = k8s("NetworkPolicy", "tollgate");
+    if seq_at(&gateway_policy, "spec.policyTypes")
+        .iter()
+        .any(|t| t.as_str() == Some("Egress"))
+    {
+        let reaches = gateway_policy["spec"]
+            .get("egress")
+            .and_then(Value::as_sequence)
+            .is_some_and(|rules| {
+                rules.iter().any(|r| {
+                    r.get("ports")
+                        .and_then(Value::as_sequence)
+                        .map_or(true, |ps| {
+                            ps.iter().any(|p| p["port"].as_u64() == Some(port))
+                        })
+                })
+            });
+        assert!(
+            reaches,
+            "the gateway's egress rules do not allow port {port}"
+        );
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // systemd
 
@@ -933,6 +1210,9 @@ fn every_alert_has_for_severity_summary_description_and_a_test() {
         "TollgateConfigReloadFailed",
         "TollgateMetricsAbsent",
         "TollgateHighLatencyP99",
+        "TollgateClusterStoreDown",
+        "TollgateClusterReplicasDisagree",
+        "TollgateClusterSyncSlow",
     ] {
         assert!(names.contains(wanted), "alerts.yml lacks {wanted}");
     }
@@ -1022,7 +1302,10 @@ fn the_dashboard_uses_a_datasource_variable_and_quantiles_over_rates() {
             quantile_panels += 1;
         }
     }
-    assert_eq!(quantile_panels, 2, "request and upstream latency panels");
+    assert_eq!(
+        quantile_panels, 3,
+        "request latency, upstream latency and cluster sync duration panels"
+    );
 }
 
 #[test]
