@@ -272,7 +272,7 @@ impl Meters {
     /// The plan slot of the caller `key` under `policy` (`none` when unauthenticated).
     fn plan_slot(&self, policy: &Policy, key: Option<KeyIdx>) -> usize {
         let partner = self.plans.len() - 2;
-        match key.map(|k| policy.keys.get(k).credential) {
+        match key.map(|k| policy.keys.get(k).credential()) {
             Some(Credential::Customer { plan, .. }) if plan < partner => plan,
             Some(Credential::Partner { .. }) => partner,
             _ => partner + 1,

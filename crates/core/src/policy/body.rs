@@ -32,9 +32,10 @@ use crate::digest::Digest;
 pub enum Checked {
     GroupEvent,
     WebhookSet,
-    /// The customer key the partner wants to act on, hashed at once.
+    /// The customer key the partner wants to act on, hashed at once, and the plan it asks for.
     ServiceUpgrade {
         target: Digest,
+        plan_id: i128,
     },
 }
 
@@ -69,9 +70,10 @@ pub fn check_body(
             Checked::WebhookSet
         }
         BodyRule::ServiceUpgrade => {
-            let target = service_upgrade(&obj, &mut errors);
+            let (target, plan_id) = service_upgrade(&obj, &mut errors);
             Checked::ServiceUpgrade {
                 target: target.unwrap_or(Digest([0; 32])),
+                plan_id: plan_id.unwrap_or(0),
             }
         }
     };
@@ -113,7 +115,7 @@ enum Json<'a> {
     Null,
     Bool,
     /// A number without fraction or exponent that fits 64 bits (signed or not).
-    Integer,
+    Integer(i128),
     /// Any other number (finite).
     Float,
     String(Cow<'a, str>),
@@ -147,11 +149,11 @@ impl<'de> Visitor<'de> for JsonVisitor {
     fn visit_bool<E>(self, _: bool) -> Result<Json<'de>, E> {
         Ok(Json::Bool)
     }
-    fn visit_i64<E>(self, _: i64) -> Result<Json<'de>, E> {
-        Ok(Json::Integer)
+    fn visit_i64<E>(self, v: i64) -> Result<Json<'de>, E> {
+        Ok(Json::Integer(i128::from(v)))
     }
-    fn visit_u64<E>(self, _: u64) -> Result<Json<'de>, E> {
-        Ok(Json::Integer)
+    fn visit_u64<E>(self, v: u64) -> Result<Json<'de>, E> {
+        Ok(Json::Integer(i128::from(v)))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Json<'de>, E> {
         if v.is_finite() {
@@ -243,7 +245,7 @@ fn kind(v: &Json<'_>) -> &'static str {
     match v {
         Json::Null => "null",
         Json::Bool => "a boolean",
-        Json::Integer | Json::Float => "a number",
+        Json::Integer(_) | Json::Float => "a number",
         Json::String(_) => "a string",
         Json::Array => "an array",
         Json::Object(_) => "an object",
@@ -358,12 +360,16 @@ pub fn is_http_url(s: &str) -> bool {
         && uri.authority().is_some_and(|a| !a.host().is_empty())
 }
 
-fn service_upgrade(obj: &Object<'_>, errors: &mut Vec<FieldError>) -> Option<Digest> {
+fn service_upgrade(
+    obj: &Object<'_>,
+    errors: &mut Vec<FieldError>,
+) -> (Option<Digest>, Option<i128>) {
     let target =
         string_field(obj, "", "apiKey", true, true, errors).map(|k| Digest::of(k.as_bytes()));
+    let mut plan_id = None;
     match obj.get("planID") {
         None => errors.push(FieldError::new("/planID", "is required")),
-        Some(Json::Integer) => {}
+        Some(Json::Integer(n)) => plan_id = Some(*n),
         Some(Json::Float) => errors.push(FieldError::new(
             "/planID",
             "must be an integer (no fraction or exponent, within 64 bits)",
@@ -373,7 +379,7 @@ fn service_upgrade(obj: &Object<'_>, errors: &mut Vec<FieldError>) -> Option<Dig
             format!("must be an integer, not {}", kind(other)),
         )),
     }
-    target
+    (target, plan_id)
 }
 
 #[cfg(test)]
@@ -656,7 +662,8 @@ mod tests {
         assert_eq!(
             ok,
             Checked::ServiceUpgrade {
-                target: Digest::of(b"k-1")
+                target: Digest::of(b"k-1"),
+                plan_id: 2
             }
         );
         let bad = [

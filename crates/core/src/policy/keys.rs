@@ -12,7 +12,7 @@
 //! same budget as one on the new table). Which store decides on that state is the policy's
 //! ([`crate::limit::Store`]).
 //!
-//! The table is built for up to millions of keys: an entry is 88 bytes with its name inline
+//! The table is built for up to millions of keys: an entry is 96 bytes with its name inline
 //! ([`KeyName`]), plus the 24-byte rate-state allocation, and the index is a
 //! [`hashbrown::HashTable`] of `u32` positions (a control byte and a position per bucket, at
 //! most 7/8 full): about 130 bytes per key in all. `cargo bench --bench keys` measures it
@@ -21,6 +21,7 @@
 use std::fmt;
 use std::hash::BuildHasher;
 use std::ops::Deref;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -120,9 +121,57 @@ impl PartialEq<&str> for KeyName {
 pub struct KeyEntry {
     /// The operator's label for logs and metrics; never the key.
     pub name: KeyName,
-    pub credential: Credential,
+    /// Who the key belongs to as the YAML says; [`KeyEntry::credential`] is what applies.
+    pub configured: Credential,
     pub digest: Digest,
     pub rate: Arc<RateState>,
+    /// A partner's upgrade in force for this customer key: the plan's index, or
+    /// [`NO_OVERRIDE`]. Set when the table is built from the overrides, and when an upgrade
+    /// succeeds (one atomic store: the very next request sees it).
+    plan_override: AtomicU32,
+}
+
+/// [`KeyEntry`]'s `plan_override` when there is none.
+pub const NO_OVERRIDE: u32 = u32::MAX;
+
+impl KeyEntry {
+    /// Who the key belongs to now: the YAML's credential with any plan override applied.
+    #[inline]
+    pub fn credential(&self) -> Credential {
+        match self.configured {
+            Credential::Customer { plan, partner } => {
+                let o = self.plan_override.load(Ordering::Relaxed);
+                Credential::Customer {
+                    plan: if o == NO_OVERRIDE { plan } else { o as usize },
+                    partner,
+                }
+            }
+            partner => partner,
+        }
+    }
+
+    /// The plan index the YAML gives a customer key.
+    pub fn configured_plan(&self) -> Option<usize> {
+        match self.configured {
+            Credential::Customer { plan, .. } => Some(plan),
+            Credential::Partner { .. } => None,
+        }
+    }
+
+    /// The plan override in force, if any (a plan index).
+    pub fn plan_override(&self) -> Option<usize> {
+        let o = self.plan_override.load(Ordering::Relaxed);
+        (o != NO_OVERRIDE).then_some(o as usize)
+    }
+
+    /// Put a customer key on `plan` (an index into the config's plans), or back on its
+    /// YAML plan (`None`). Partner keys have no plan: nothing changes.
+    pub fn set_plan_override(&self, plan: Option<usize>) {
+        if matches!(self.configured, Credential::Customer { .. }) {
+            let v = plan.map_or(NO_OVERRIDE, |p| p as u32);
+            self.plan_override.store(v, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Index of an entry in its [`KeyTable`].
@@ -150,21 +199,23 @@ impl KeyTable {
         for (i, k) in config.keys.iter().enumerate() {
             entries.push(KeyEntry {
                 name: k.name.clone(),
-                credential: Credential::Customer {
+                configured: Credential::Customer {
                     plan: k.plan,
                     partner: k.partner,
                 },
                 digest: k.digest,
                 rate: carry.rate(i, &k.digest),
+                plan_override: AtomicU32::new(NO_OVERRIDE),
             });
         }
         for (i, p) in config.partners.iter().enumerate() {
             let at = entries.len();
             entries.push(KeyEntry {
                 name: KeyName::new(&p.name),
-                credential: Credential::Partner { partner: i },
+                configured: Credential::Partner { partner: i },
                 digest: p.digest,
                 rate: carry.rate(at, &p.digest),
+                plan_override: AtomicU32::new(NO_OVERRIDE),
             });
         }
         let entries = entries.into_boxed_slice();
@@ -292,7 +343,7 @@ mod tests {
         }
         let acme = table.lookup(&Digest::of(b"acme-partner-key")).unwrap();
         assert_eq!(
-            table.get(acme).credential,
+            table.get(acme).credential(),
             Credential::Partner { partner: 0 }
         );
     }

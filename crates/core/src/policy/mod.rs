@@ -26,6 +26,7 @@ pub mod classify;
 pub mod client;
 pub mod keys;
 pub mod outcome;
+pub mod overrides;
 pub mod refusal;
 pub mod routes;
 pub mod webhook;
@@ -205,7 +206,7 @@ impl Policy {
         // Refused before the limit step: the budget is reported, not spent.
         if let (Some(key), None) = (d.key, d.quota) {
             let entry = self.keys.get(key);
-            let rate = &self.limit(entry.credential).rate;
+            let rate = &self.limit(entry.credential()).rate;
             d.quota = Some(self.store.peek(&entry.rate, rate, now));
         }
         d
@@ -239,12 +240,12 @@ impl Policy {
         let classified = classify(&self.config.catalogue, req.method, req.path)?;
         let route = self.config.catalogue.get(*d.route.insert(classified.route));
         authorize(
-            entry.credential,
+            entry.credential(),
             &self.config.plans,
             route,
             classified.route,
         )?;
-        let rate = &self.limit(entry.credential).rate;
+        let rate = &self.limit(entry.credential()).rate;
         match self.store.acquire(&entry.digest, &entry.rate, rate, now) {
             Ok(quota) => d.quota = Some(quota),
             Err(denied) => {
@@ -261,34 +262,38 @@ impl Policy {
 
     /// Check a fully read body for a route with a body rule (after [`Policy::decide`] admitted
     /// the request). For a service upgrade, also refuse a partner acting on a customer key that
-    /// another partner manages.
+    /// another partner manages, and a plan no plan has; the upgrade to apply if the upstream
+    /// accepts it ([`overrides`]).
     pub fn check_request_body(
         &self,
         key: KeyIdx,
         rule: BodyRule,
         body: &[u8],
-    ) -> Result<(), Refusal> {
+    ) -> Result<Option<overrides::Upgrade>, Refusal> {
         match check_body(
             rule,
             body,
             self.config.limits.max_validated_body_bytes.get(),
             &self.config.webhook_guard,
         )? {
-            Checked::ServiceUpgrade { target } => self.may_act_on(key, &target),
-            Checked::GroupEvent | Checked::WebhookSet => Ok(()),
+            Checked::ServiceUpgrade { target, plan_id } => {
+                self.may_act_on(key, &target)?;
+                self.upgrade(target, plan_id).map(Some)
+            }
+            Checked::GroupEvent | Checked::WebhookSet => Ok(None),
         }
     }
 
     /// A partner may act on its own customers, on unmanaged keys, and on keys the gateway does
     /// not know (the provider decides those); not on another partner's customers.
     fn may_act_on(&self, key: KeyIdx, target: &Digest) -> Result<(), Refusal> {
-        let Credential::Partner { partner } = self.keys.get(key).credential else {
+        let Credential::Partner { partner } = self.keys.get(key).configured else {
             return Ok(());
         };
         let Some(t) = self.keys.lookup(target) else {
             return Ok(());
         };
-        match self.keys.get(t).credential {
+        match self.keys.get(t).configured {
             Credential::Customer {
                 partner: Some(owner),
                 ..
@@ -309,7 +314,7 @@ impl Policy {
 
     /// The name of the caller's rate-limit policy: its plan, or `partner`.
     pub fn policy_name(&self, key: KeyIdx) -> &str {
-        match self.keys.get(key).credential {
+        match self.keys.get(key).credential() {
             Credential::Customer { plan, .. } => &self.config.plans[plan].name,
             Credential::Partner { .. } => PARTNER,
         }
@@ -319,7 +324,7 @@ impl Policy {
     /// for `key` with `quota` (a quota [`Policy::decide`] gave for that key): the first is
     /// shared, built with the config; the second is the only per-request allocation.
     pub fn rate_limit_headers(&self, key: KeyIdx, quota: &Quota) -> (Bytes, Bytes) {
-        let Limit { rate, fields } = self.limit(self.keys.get(key).credential);
+        let Limit { rate, fields } = self.limit(self.keys.get(key).credential());
         debug_assert_eq!(
             (quota.limit, quota.window_secs),
             (rate.limit(), rate.window_secs()),
