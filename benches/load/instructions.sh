@@ -156,25 +156,33 @@ for s in $SETUPS; do
       port=$G_PORT ;;
     *) die "unknown setup $s (P0, P0v, G, Gv, Gc)" ;;
   esac
-  TOLLGATE_LOG=warn valgrind --tool=callgrind --instr-atstart=no \
+  threads=no
+  [ "$s" = Gc ] && threads=yes   # one dump per thread: the request path apart from the sync
+  TOLLGATE_LOG=warn valgrind --tool=callgrind --instr-atstart=no --separate-threads="$threads" \
     --callgrind-out-file="$OUT/callgrind.$s.%p" "${cmd[@]}" >"$OUT/$s.out" 2>&1 &
   pid=$!
   python3 "$TMP/client.py" "$port" "$(cat "$TMP/path-$route")" "$TMP/body-$route.json" "$W" "$N" "$pid"
   kill -INT "$pid"; wait "$pid" 2>/dev/null || true
-  dumps=("$OUT"/callgrind."$s".*.1)
-  file=${dumps[0]}
-  [ -f "$file" ] || die "no callgrind dump for $s (see $OUT/$s.out)"
-  total=$(awk '/^totals:/ { print $2; exit }' "$file")
-  callgrind_annotate --inclusive=no "$file" > "$OUT/$s.top.txt" 2>/dev/null || true
-  printf '| %s | %s | %s |\n' "$s" "$route" "$((total / N))"
-  if [ "$s" = Gc ]; then
-    # The background exchange with Redis runs in the same process: its share, inclusive of
-    # everything it calls, is reported apart from the request path's.
-    sync=$(callgrind_annotate --inclusive=yes "$file" 2>/dev/null |
-      awk '/ClusterService as pingora_core::services::background::BackgroundService>::start::\{\{closure\}\}/ { gsub(",", "", $1); print $1; exit }')
-    sync=${sync:-0}
-    printf '| Gc, of which the background sync | | %s |\n' "$((sync / N))"
-    printf '| Gc, the request path (total − sync) | | %s |\n' "$(((total - sync) / N))"
+  if [ "$threads" = no ]; then
+    dumps=("$OUT"/callgrind."$s".*.1)
+    file=${dumps[0]}
+    [ -f "$file" ] || die "no callgrind dump for $s (see $OUT/$s.out)"
+    total=$(awk '/^totals:/ { print $2; exit }' "$file")
+    callgrind_annotate --inclusive=no "$file" > "$OUT/$s.top.txt" 2>/dev/null || true
+    printf '| %s | %s | %s |\n' "$s" "$route" "$((total / N))"
+    continue
   fi
+  # Gc: the threads that served requests (Pingora's proxy ran on them) are the request path;
+  # the others (the background exchange with Redis, its connection, the timers) are the sync.
+  path=0 sync=0
+  for f in "$OUT"/callgrind."$s".*-*; do
+    t=$(awk '/^totals:/ { print $2; exit }' "$f")
+    [ -n "$t" ] || continue
+    if grep -q "proxy_1to1" "$f"; then path=$((path + t)); else sync=$((sync + t)); fi
+  done
+  ((path > 0)) || die "no request-path thread in the $s dumps (see $OUT/$s.out)"
+  printf '| %s | %s | %s |\n' "$s" "$route" "$(((path + sync) / N))"
+  printf '| %s, the request path (the proxy threads) | %s | %s |\n' "$s" "$route" "$((path / N))"
+  printf '| %s, the exchange with Redis (the other threads) | %s | %s |\n' "$s" "$route" "$((sync / N))"
 done
 log "callgrind files and top functions in $OUT"

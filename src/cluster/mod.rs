@@ -47,24 +47,35 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const CHUNK: usize = 1024;
 
 /// The budget script: `KEYS[1]` the budget; `ARGV`: hits, interval (µs), floor (µs), replica
-/// id, key horizon (ms). Mirrors `tollgate_core::limit::shared::model::Model::budget`.
+/// id, key horizon (ms), recent (ms). Fields: `t` the TAT; per replica `r<id>` "when:hits" of
+/// its last report. Answers `{tat − now, replicas within the horizon, hits the others reported
+/// within recent}`. Mirrors `tollgate_core::limit::shared::model::Model::budget`.
 pub const BUDGET_LUA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now / 1000)
 local horizon = tonumber(ARGV[5])
+local recent = tonumber(ARGV[6])
+local me = 'r' .. ARGV[4]
 local tat = tonumber(redis.call('HGET', KEYS[1], 't') or 0)
 if tat < now then tat = now end
 local floor = now + tonumber(ARGV[3])
 if tat < floor then tat = floor end
 tat = tat + tonumber(ARGV[1]) * tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 't', string.format('%.0f', tat), 'r' .. ARGV[4], string.format('%.0f', now_ms))
+redis.call('HSET', KEYS[1], 't', string.format('%.0f', tat), me, string.format('%.0f', now_ms) .. ':' .. ARGV[1])
 local n = 0
+local others = 0
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   if string.sub(all[i], 1, 1) == 'r' then
-    if tonumber(all[i + 1]) + horizon >= now_ms then
+    local v = all[i + 1]
+    local sep = string.find(v, ':', 1, true)
+    local at = tonumber(sep and string.sub(v, 1, sep - 1) or v)
+    if at + horizon >= now_ms then
       n = n + 1
+      if sep and all[i] ~= me and at + recent >= now_ms then
+        others = others + tonumber(string.sub(v, sep + 1))
+      end
     else
       redis.call('HDEL', KEYS[1], all[i])
     end
@@ -72,9 +83,8 @@ for i = 1, #all, 2 do
 end
 local ahead = tat - now
 redis.call('PEXPIRE', KEYS[1], math.floor((ahead + 999) / 1000) + horizon)
-return {ahead, n}
+return {ahead, n, others}
 ";
-
 /// The heartbeat script: `KEYS[1]` the fleet; `ARGV`: replica id, fleet horizon (ms).
 /// Mirrors `Model::heartbeat`.
 pub const HEARTBEAT_LUA: &str = r"
@@ -161,17 +171,71 @@ impl ClusterMetrics {
 
 /// A connection to a single Redis (reconnecting by itself) or to a Redis Cluster.
 #[derive(Clone)]
-enum Conn {
+pub enum Conn {
     Single(ConnectionManager),
     Cluster(redis::cluster_async::ClusterConnection),
 }
 
+impl Conn {
+    /// Run a script invocation on whichever connection this is.
+    pub async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> redis::RedisResult<T> {
+        match self.clone() {
+            Conn::Single(mut c) => inv.invoke_async(&mut c).await,
+            Conn::Cluster(mut c) => inv.invoke_async(&mut c).await,
+        }
+    }
+}
+
+/// Connect to the store `cfg` names, within its timeout: a Redis Cluster when the server says
+/// `cluster_enabled:1`, else one Redis through a reconnecting connection manager.
+pub async fn connect(cfg: &ClusterConfig) -> Result<Conn, Failure> {
+    let url = cfg.redis_url.as_str();
+    let fail = |e: RedisError| Failure::of(&e, url);
+    let t = cfg.timeout;
+    let client = Client::open(url).map_err(fail)?;
+    let mut probe = client
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(t))
+                .set_response_timeout(Some(t)),
+        )
+        .await
+        .map_err(fail)?;
+    let info: String = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut probe)
+        .await
+        .map_err(fail)?;
+    if info.contains("cluster_enabled:1") {
+        let cluster = redis::cluster::ClusterClient::builder(vec![url])
+            .connection_timeout(t)
+            .response_timeout(t)
+            .retries(0)
+            .build()
+            .map_err(fail)?;
+        let conn = cluster.get_async_connection().await.map_err(fail)?;
+        return Ok(Conn::Cluster(conn));
+    }
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(t))
+        .set_response_timeout(Some(t))
+        .set_number_of_retries(1)
+        .set_max_delay(cfg.sync_interval);
+    let manager = ConnectionManager::new_with_config(client, config)
+        .await
+        .map_err(fail)?;
+    Ok(Conn::Single(manager))
+}
+
 /// Why an exchange failed, without the URL (which may hold a password).
 #[derive(Debug)]
-struct Failure(String);
+pub struct Failure(pub String);
 
 impl Failure {
-    fn of(e: &RedisError, url: &str) -> Self {
+    pub fn of(e: &RedisError, url: &str) -> Self {
         Failure(scrub(&e.to_string(), url))
     }
 }
@@ -225,45 +289,6 @@ impl ClusterService {
         self.syncer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    async fn connect(&self) -> Result<Conn, Failure> {
-        let url = self.cfg.redis_url.as_str();
-        let fail = |e: RedisError| Failure::of(&e, url);
-        let t = self.cfg.timeout;
-        let client = Client::open(url).map_err(fail)?;
-        let mut probe = client
-            .get_multiplexed_async_connection_with_config(
-                &redis::AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(t))
-                    .set_response_timeout(Some(t)),
-            )
-            .await
-            .map_err(fail)?;
-        let info: String = redis::cmd("INFO")
-            .arg("cluster")
-            .query_async(&mut probe)
-            .await
-            .map_err(fail)?;
-        if info.contains("cluster_enabled:1") {
-            let cluster = redis::cluster::ClusterClient::builder(vec![url])
-                .connection_timeout(t)
-                .response_timeout(t)
-                .retries(0)
-                .build()
-                .map_err(fail)?;
-            let conn = cluster.get_async_connection().await.map_err(fail)?;
-            return Ok(Conn::Cluster(conn));
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(t))
-            .set_response_timeout(Some(t))
-            .set_number_of_retries(1)
-            .set_max_delay(self.cfg.sync_interval);
-        let manager = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(fail)?;
-        Ok(Conn::Single(manager))
-    }
-
     /// One heartbeat and every pending key, within `timeout`.
     async fn exchange(
         &self,
@@ -271,16 +296,14 @@ impl ClusterService {
         calls: &[Call],
     ) -> (Result<u32, Failure>, Vec<Option<Reply>>) {
         let horizon = self.timing.key_horizon().as_millis() as u64;
+        let recent = self.timing.recent().as_millis() as u64;
         let deadline = tokio::time::Instant::now() + self.cfg.timeout;
         let fleet = tokio::time::timeout_at(deadline, async {
             let mut inv = self.heartbeat.key(&self.fleet_key);
             inv.arg(&self.replica)
                 .arg(self.timing.fleet_horizon().as_millis() as u64);
             self.metrics.calls.inc();
-            match conn.clone() {
-                Conn::Single(mut c) => inv.invoke_async::<u32>(&mut c).await,
-                Conn::Cluster(mut c) => inv.invoke_async::<u32>(&mut c).await,
-            }
+            conn.invoke::<u32>(&inv).await
         })
         .await;
         let fleet = match fleet {
@@ -304,22 +327,19 @@ impl ClusterService {
                         .arg(c.interval_us)
                         .arg(c.floor_us)
                         .arg(&self.replica)
-                        .arg(horizon);
-                    let call = async {
-                        match conn {
-                            Conn::Single(mut c) => inv.invoke_async::<(u64, u32)>(&mut c).await,
-                            Conn::Cluster(mut c) => inv.invoke_async::<(u64, u32)>(&mut c).await,
-                        }
-                    };
-                    tokio::time::timeout_at(deadline, call).await
+                        .arg(horizon)
+                        .arg(recent);
+                    tokio::time::timeout_at(deadline, conn.invoke::<(u64, u32, u64)>(&inv)).await
                 }
             }))
             .await;
             for a in answers {
                 match a {
-                    Ok(Ok((ahead_us, replicas))) => {
-                        replies.push(Some(Reply { ahead_us, replicas }))
-                    }
+                    Ok(Ok((ahead_us, replicas, others_recent))) => replies.push(Some(Reply {
+                        ahead_us,
+                        replicas,
+                        others_recent,
+                    })),
                     Ok(Err(e)) => {
                         failure.get_or_insert_with(|| Failure::of(&e, &self.cfg.redis_url));
                         replies.push(None);
@@ -392,7 +412,7 @@ impl ClusterService {
         let started = Instant::now();
         let batch = self.syncer().begin(self.clock.now());
         if conn.is_none() {
-            match tokio::time::timeout(self.cfg.timeout, self.connect()).await {
+            match tokio::time::timeout(self.cfg.timeout, connect(&self.cfg)).await {
                 Ok(Ok(c)) => *conn = Some(c),
                 Ok(Err(f)) => return self.settle(batch, Err(f), &[], started),
                 Err(_) => {

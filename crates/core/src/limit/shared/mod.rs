@@ -12,7 +12,10 @@
 //! - **fresh** (the key was reconciled within `2 × sync_interval + timeout`): `cost` is the
 //!   number of replicas that admitted the key within the key horizon, as the store counted them
 //!   at the last reconciliation. With `n` replicas sharing a key evenly, each charging `n × T`
-//!   keeps the fleet's pace at `1/T` between reconciliations;
+//!   keeps the fleet's pace at `1/T` between reconciliations. Until the second answer after a
+//!   cold spell (*warming*), `cost` is at least `N` and the cold cap applies: the first answer
+//!   may not count replicas that started on the key in the same interval, whose reports were
+//!   still on their way;
 //! - **cold** (never reconciled here, or not lately): `cost` is the fleet's size `N` (replicas
 //!   whose heartbeat the store saw lately), and at most `cap = max(1, ⌊L / 20N⌋, ⌈S / T⌉)`
 //!   requests are admitted here until the key is reconciled (those of an exchange in flight
@@ -27,9 +30,10 @@
 //! channel send, once per key per interval). Every `sync_interval` the syncer takes each
 //! touched key's hits (an atomic `fetch_and`) and sends them to the store, which applies, in
 //! one single-key script and with the store's own clock, `tat = max(tat, now) + hits × T` and
-//! answers how far `tat` is ahead of its `now` and how many replicas admitted the key within the
-//! horizon. The replica re-anchors its view there: `view = now + ahead + p × n × T`, where `p`
-//! is what it admitted while the answer was on its way. Clocks never cross the wire (only
+//! answers how far `tat` is ahead of its `now`, how many replicas admitted the key within the
+//! horizon, and what the others last reported. The replica re-anchors its view there:
+//! `view = now + ahead + lag × T + p × n × T`, where `p` is what it admitted while the answer
+//! was on its way and `lag` the lag allowance ([`SharedStore`]'s `anchor`). Clocks never cross the wire (only
 //! distances from each side's own `now`), so the replicas' clocks need not agree with each
 //! other or with the store's.
 //!
@@ -63,10 +67,10 @@
 //! misses a burst admitted elsewhere since, and would give away its room a second time.
 //!
 //! `sim.rs` checks the contract's figures on a discrete-event model of this code against
-//! [`model::Model`] (the store's scripts), with 3 seeds per case by default. With 8 seeds the
-//! worst window over one process was 2.5 % of `L` (1 replica: one request of 40), 5.0 % (2),
-//! 7.5 % (3), 12.5 % (5) and 50 % (10, at `L` = 40, where the floor of one request per cold
-//! replica is 10 of 40); the long run within 0.24 % for up to 3 replicas and 0.73 % for 10;
+//! `model::Model` (the store's scripts), with 3 seeds per case by default. With 8 seeds the
+//! worst window over one process was 2.5 % of `L` (1 replica: one request of 40), 7.5 % (2),
+//! 10.0 % (3), 17.5 % (5) and 40 % (10, at `L` = 40, where the floor of one request per cold
+//! replica is 10 of 40); the long run within 0.41 % for up to 3 replicas and 1.46 % for 10;
 //! no refusal at 90 % evenly.
 //!
 //! What the fleet admits *less* than one process: a burst from idle that lands on cold
@@ -91,13 +95,17 @@ mod sim;
 /// Bits of the packed word that count admissions since the last exchange.
 const HIT_BITS: u32 = 16;
 const HIT_MAX: u64 = (1 << HIT_BITS) - 1;
-/// The anchor word (`RateState::aux`): `anchored_ms + 1` (0: never) above [`FLIGHT`], a flag
-/// for a cold key's exchange in flight, and 16 low bits holding the key's replica count once
-/// anchored, or while the flag is set the hits that exchange took.
+/// The anchor word (`RateState::aux`): `anchored_ms + 1` (0: never) above [`WARMING`] (the
+/// first answer after a cold spell) and [`FLIGHT`] (a cold key's exchange in flight), and 16 low
+/// bits holding the key's replica count once anchored, or while `FLIGHT` is set the hits that
+/// exchange took.
 const N_BITS: u32 = 16;
 const N_MAX: u64 = (1 << N_BITS) - 1;
 const FLIGHT: u64 = 1 << N_BITS;
-const ANCHOR_SHIFT: u32 = N_BITS + 1;
+/// Set by the first answer after a cold spell: `n` may not count replicas whose reports were
+/// on their way, so until the next answer the key costs `N`.
+const WARMING: u64 = 1 << (N_BITS + 1);
+const ANCHOR_SHIFT: u32 = N_BITS + 2;
 
 fn pack(view_us: u64, hits: u64) -> u64 {
     (view_us << HIT_BITS) | hits
@@ -132,6 +140,12 @@ impl Timing {
     /// ten intervals.
     pub fn key_horizon(&self) -> Duration {
         self.window.max(10 * self.sync_interval)
+    }
+
+    /// How far back the store sums the other replicas' last reports for the lag allowance: two
+    /// intervals.
+    pub fn recent(&self) -> Duration {
+        2 * self.sync_interval
     }
 
     /// How far back the store counts the fleet's heartbeats: ten intervals, and at least 1 s.
@@ -206,7 +220,8 @@ impl SharedStore {
         if !self.up.load(Ordering::Relaxed) {
             return (fleet, u64::MAX);
         }
-        if self.is_fresh(aux, now_us) {
+        let fresh = self.is_fresh(aux, now_us);
+        if fresh && aux & WARMING == 0 {
             return (aux & N_MAX, u64::MAX);
         }
         if seen == 1 {
@@ -216,6 +231,11 @@ impl SharedStore {
         let cap = (u64::from(limit) / (20 * fleet))
             .max(self.sync_us.div_ceil(interval_us))
             .max(1);
+        if fresh {
+            // Warming: the view holds the fleet's budget now, but the others' first reports
+            // may still be on their way; `N` a request and the cold cap until the next answer.
+            return ((aux & N_MAX).max(fleet), cap);
+        }
         // What an exchange in flight took counts against the cap until its answer comes.
         let in_flight = if aux & FLIGHT != 0 { aux & N_MAX } else { 0 };
         (fleet, cap.saturating_sub(in_flight))
@@ -269,18 +289,31 @@ impl SharedStore {
     }
 
     /// Re-anchor the view on the store's answer.
-    fn anchor(&self, state: &RateState, rate: &Rate, now_us: u64, reply: Reply) {
+    ///
+    /// The answer lacks what the other replicas admitted since their own last reports. The view
+    /// is charged that as a *lag allowance*: the larger of the others' last reports (the
+    /// store's `others_recent`, the hits they reported within the last two intervals: their
+    /// pace) and `n − 1` times this replica's own report (their pace if they are ramping up as
+    /// this one is, in a burst). It is what keeps replicas from each taking their share of the
+    /// same room; in a steady state it is at most one interval's worth of pessimism, which the
+    /// next answer replaces.
+    fn anchor(&self, state: &RateState, rate: &Rate, now_us: u64, reply: Reply, reported: u64) {
         let n = u64::from(reply.replicas).clamp(1, N_MAX);
         let interval = rate.micros().interval;
+        let lag = reply.others_recent.max((n - 1) * reported) * interval;
         let _ = state
             .tat()
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
                 let (_, p) = unpack(w);
-                Some(pack(now_us + reply.ahead_us + p * n * interval, p))
+                Some(pack(now_us + reply.ahead_us + lag + p * n * interval, p))
             });
-        state
-            .aux()
-            .store(((now_us / 1000 + 1) << ANCHOR_SHIFT) | n, Ordering::Release);
+        // An exchange that took a cold key's hits (FLIGHT) ends its cold spell: warming.
+        let cold = state.aux().load(Ordering::Acquire) & FLIGHT != 0;
+        let warming = if cold { WARMING } else { 0 };
+        state.aux().store(
+            ((now_us / 1000 + 1) << ANCHOR_SHIFT) | warming | n,
+            Ordering::Release,
+        );
     }
 }
 
@@ -337,12 +370,17 @@ impl Store for SharedStore {
 /// digest (which is the SHA-256 of the key, a fast hash to guess short keys against); the
 /// braces are a Redis Cluster hash tag (the whole name is one slot's either way).
 pub fn store_key(prefix: &str, id: &Digest) -> String {
+    format!("{prefix}:b:{{{}}}", hashed(b"tollgate-cluster-budget:", id))
+}
+
+/// 32 hex digits naming a key in a shared store: the first 16 bytes of SHA-256 over `label`
+/// and the key's digest. Each use has a label of its own, so no two names coincide.
+pub fn hashed(label: &[u8], id: &Digest) -> String {
     use sha2::{Digest as _, Sha256};
     let mut h = Sha256::new();
-    h.update(b"tollgate-cluster-budget:");
+    h.update(label);
     h.update(id.0);
-    let name = h.finalize();
-    format!("{prefix}:b:{{{}}}", hex::encode(&name[..16]))
+    hex::encode(&h.finalize()[..16])
 }
 
 /// The store's name for the fleet's heartbeats.
@@ -360,12 +398,14 @@ pub struct Call {
     pub floor_us: u64,
 }
 
-/// The store's answer to a [`Call`]: how far its TAT is ahead of its clock, and how many
-/// replicas admitted the key within the key horizon (this one included).
+/// The store's answer to a [`Call`]: how far its TAT is ahead of its clock, how many replicas
+/// admitted the key within the key horizon (this one included), and how many hits the other
+/// replicas reported within the last two intervals (their pace, for the lag allowance).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {
     pub ahead_us: u64,
     pub replicas: u32,
+    pub others_recent: u64,
 }
 
 /// One exchange's worth of keys.
@@ -476,7 +516,9 @@ impl Syncer {
         for (i, (t, hits)) in batch.entries.into_iter().zip(batch.taken).enumerate() {
             match replies.get(i).copied().flatten() {
                 Some(reply) => {
-                    self.store.anchor(&t.state, &t.rate, now_us, reply);
+                    let reported = if batch.recovering { 0 } else { hits };
+                    self.store
+                        .anchor(&t.state, &t.rate, now_us, reply, reported);
                     settled.keys += 1;
                 }
                 None => {
@@ -596,15 +638,38 @@ mod tests {
             &[Some(Reply {
                 ahead_us: 160_000,
                 replicas: 1,
+                others_recent: 0,
             })],
             5 * SEC,
         );
         assert_eq!(settled.keys, 1);
-        // Fresh, and alone on the key: cost 1, no cap; 1000 - 16 left.
+        // Warming (the first answer after a cold spell): the view holds the fleet's budget,
+        // but the others' first reports may have been on their way: N = 3 a request and the
+        // cap again, until the next answer.
+        let warming = (0..2000)
+            .filter(|_| store.acquire(&id(1), &s, &r, 5 * SEC).is_ok())
+            .count();
+        assert_eq!(warming, 16);
+        assert_eq!(
+            unpack(s.tat().load(Ordering::Relaxed)).0,
+            5_000_000 + 160_000 + 16 * 3 * 10_000
+        );
+        // The next answer: alone on the key, cost 1; the rest of the budget.
+        let batch = syncer.begin(5 * SEC);
+        assert_eq!(batch.calls[0].hits, 16);
+        syncer.finish(
+            batch,
+            &[Some(Reply {
+                ahead_us: 32 * 10_000,
+                replicas: 1,
+                others_recent: 0,
+            })],
+            5 * SEC,
+        );
         let more = (0..2000)
             .filter(|_| store.acquire(&id(1), &s, &r, 5 * SEC).is_ok())
             .count();
-        assert_eq!(more, 1000 - 16);
+        assert_eq!(more, 1000 - 32);
     }
 
     #[test]
@@ -612,16 +677,20 @@ mod tests {
         let (store, mut syncer) = SharedStore::new(timing());
         let r = rate(90); // T = 111,112 µs
         let s = Arc::<RateState>::default();
-        store.acquire(&id(1), &s, &r, SEC).unwrap();
-        let batch = syncer.begin(SEC);
-        syncer.finish(
-            batch,
-            &[Some(Reply {
-                ahead_us: 111_112,
-                replicas: 3,
-            })],
-            SEC,
-        );
+        // Two answers: the first after a cold spell only warms the key up.
+        for _ in 0..2 {
+            store.acquire(&id(1), &s, &r, SEC).unwrap();
+            let batch = syncer.begin(SEC);
+            syncer.finish(
+                batch,
+                &[Some(Reply {
+                    ahead_us: 111_112,
+                    replicas: 3,
+                    others_recent: 0,
+                })],
+                SEC,
+            );
+        }
         // 89 left in the fleet; this replica, one of three, gets a third of them until the
         // next exchange.
         let here = (0..100)
@@ -650,12 +719,15 @@ mod tests {
             &[Some(Reply {
                 ahead_us: 300_000,
                 replicas: 2,
+                others_recent: 0,
             })],
             SEC + MS,
         );
         let (view, hits) = unpack(s.tat().load(Ordering::Relaxed));
         assert_eq!(hits, 2);
-        assert_eq!(view, 1_001_000 + 300_000 + 2 * 2 * 100_000);
+        // The answer, the lag allowance (the other replica taken to admit as this one did:
+        // 3 intervals), and the two in flight at n = 2.
+        assert_eq!(view, 1_001_000 + 300_000 + 3 * 100_000 + 2 * 2 * 100_000);
         // And those two go with the next exchange.
         let next = syncer.begin(SEC + 2 * MS);
         assert_eq!(next.calls.len(), 1);
@@ -690,6 +762,7 @@ mod tests {
             &[Some(Reply {
                 ahead_us: 10_000_000,
                 replicas: 1,
+                others_recent: 0,
             })],
             SEC,
         );

@@ -12,7 +12,8 @@ use crate::digest::Digest;
 #[derive(Debug, Default, Clone)]
 struct Entry {
     tat: u64,
-    replicas: HashMap<u64, u64>,
+    /// Replica → (when it last reported, in ms; the hits of that report).
+    replicas: HashMap<u64, (u64, u64)>,
     expires_ms: u64,
 }
 
@@ -31,9 +32,17 @@ impl Model {
     }
 
     /// The budget script: `tat = max(tat, now, now + floor) + hits × interval`; note the
-    /// replica; count the replicas that reported within `horizon_ms` and forget the others;
-    /// the entry expires `horizon_ms` after its TAT.
-    pub fn budget(&mut self, now_us: u64, call: &Call, replica: u64, horizon_ms: u64) -> Reply {
+    /// replica and its hits; count the replicas that reported within `horizon_ms` and forget
+    /// the others; sum the hits the others reported within `recent_ms`; the entry expires
+    /// `horizon_ms` after its TAT.
+    pub fn budget(
+        &mut self,
+        now_us: u64,
+        call: &Call,
+        replica: u64,
+        horizon_ms: u64,
+        recent_ms: u64,
+    ) -> Reply {
         let now_ms = now_us / 1000;
         let e = self.budgets.entry(call.id).or_default();
         if e.expires_ms != 0 && now_ms >= e.expires_ms {
@@ -42,13 +51,20 @@ impl Model {
         let mut tat = e.tat.max(now_us).max(now_us + call.floor_us);
         tat += call.hits * call.interval_us;
         e.tat = tat;
-        e.replicas.insert(replica, now_ms);
-        e.replicas.retain(|_, at| *at + horizon_ms >= now_ms);
+        e.replicas.insert(replica, (now_ms, call.hits));
+        e.replicas.retain(|_, (at, _)| *at + horizon_ms >= now_ms);
+        let others_recent = e
+            .replicas
+            .iter()
+            .filter(|(r, (at, _))| **r != replica && *at + recent_ms >= now_ms)
+            .map(|(_, (_, h))| h)
+            .sum();
         let ahead = tat - now_us;
         e.expires_ms = now_ms + ahead.div_ceil(1000) + horizon_ms;
         Reply {
             ahead_us: ahead,
             replicas: e.replicas.len() as u32,
+            others_recent,
         }
     }
 
