@@ -131,6 +131,7 @@ fn check(path: &std::path::Path) -> ExitCode {
     match Config::load(path) {
         Ok(cfg) => {
             print!("{}", summary(&cfg));
+            print!("{}", overrides_summary(&cfg));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -164,6 +165,62 @@ fn hash_key() -> ExitCode {
     }
     let _ = writeln!(std::io::stdout(), "{}", Digest::of(key).to_hex());
     ExitCode::SUCCESS
+}
+
+/// What `check` says of partner upgrades: where they are kept, those in force when the store
+/// can be read, and a warning when they are kept nowhere.
+fn overrides_summary(cfg: &Config) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let read = match (&cfg.cluster, &cfg.state_path) {
+        (Some(c), _) => {
+            let _ = writeln!(
+                s,
+                "  overrides     kept in the cluster's Redis ({})",
+                c.redacted_url()
+            );
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+                .and_then(|rt| rt.block_on(crate::overrides::read_redis(c, &cfg.plans)))
+        }
+        (None, Some(p)) => {
+            let _ = writeln!(s, "  overrides     kept in {}", p.display());
+            crate::overrides::read_state(p, &cfg.plans)
+        }
+        (None, None) => {
+            if !cfg.partners.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "warning: partner upgrades last until the process stops: set `state.path` (one process) or `cluster` (several)"
+                );
+            }
+            return s;
+        }
+    };
+    match read {
+        Ok(list) if list.is_empty() => {
+            let _ = writeln!(s, "  overrides     none in force");
+        }
+        Ok(list) => {
+            for o in list {
+                let _ = writeln!(
+                    s,
+                    "  override      {} on {} (plan_id {}; the YAML says {}) by {}",
+                    o.key,
+                    o.plan,
+                    o.plan_id,
+                    o.replaced,
+                    o.partner.as_deref().unwrap_or("-")
+                );
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(s, "  overrides     not read: {e}");
+        }
+    }
+    s
 }
 
 /// The `check` summary: listeners, limits, plans with allow-lists, key counts, catalogue.

@@ -44,5 +44,6 @@ pub mod cli;
 pub mod cluster;
 pub mod demo;
 pub mod edge;
+pub mod overrides;
 pub mod proxy;
 pub mod runtime;

@@ -7,6 +7,12 @@
 //! | `GET /healthz` | 200 `ok` while the process runs (liveness) |
 //! | `GET /readyz` | 200 `ready` once the gateway listener accepts connections; 503 while starting or draining (and 200 `upgrading` while handing over to a new process, which serves the same sockets; 200 `degraded` while the `cluster` store is unreachable and each replica enforces `limit / N` alone) |
 //! | `POST /reload` | 200 and a JSON summary when the new config is in force; 422 problem+json with file, line, field and reason when it was refused (the old config keeps serving) |
+//! | `GET /api/overrides` | 200, `{"overrides": [...]}`: the partner upgrades in force (key name, plan, the plan it replaced, partner, when) |
+//! | `DELETE /api/overrides/{key name}` | 204: the key is back on its YAML plan, everywhere the overrides are kept; 404 problem+json when it had no override |
+//!
+//! With `admin_token_sha256` set, every path but `/healthz` and `/readyz` needs
+//! `Authorization: Bearer <token>` (its SHA-256 compared in constant time): else 401
+//! problem+json. The token is never logged.
 //!
 //! Other paths are 404, other methods 405 with `Allow`. `HEAD` works wherever `GET` does.
 //! Nothing here echoes a key: config errors name fields, never their values.
@@ -14,11 +20,15 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use http::header::{ALLOW, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::{
+    ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE,
+};
 use http::{Method, Response, StatusCode};
 use pingora::protocols::http::ServerSession;
 
+use crate::digest::Digest;
 use crate::limit::SharedStore;
+use crate::policy::authenticate::bearer_token;
 use crate::runtime::lifecycle::{Health, Readiness};
 use crate::runtime::live::LivePolicy;
 
@@ -57,6 +67,22 @@ impl Admin {
             },
             "/reload" if method != Method::POST => not_allowed("POST"),
             "/reload" => self.reload(),
+            "/api/overrides" if !get => not_allowed("GET, HEAD"),
+            "/api/overrides" => {
+                let snap = self.live.load();
+                let shown: Vec<serde_json::Value> = self
+                    .live
+                    .overrides()
+                    .shown(&snap.policy)
+                    .iter()
+                    .map(|o| o.to_json())
+                    .collect();
+                let body = serde_json::json!({ "overrides": shown });
+                reply(StatusCode::OK, "application/json", json_bytes(&body))
+            }
+            p if p.starts_with("/api/overrides/") && method != Method::DELETE => {
+                not_allowed("DELETE")
+            }
             _ => text(StatusCode::NOT_FOUND, "not found\n"),
         }
     }
@@ -94,6 +120,77 @@ impl Admin {
             }
         }
     }
+}
+
+impl Admin {
+    /// `DELETE /api/overrides/{key name}`: the key back on its YAML plan.
+    async fn delete_override(&self, name: &str) -> Response<Vec<u8>> {
+        let name = percent_decode(name);
+        match self.live.overrides().remove(&self.live, &name).await {
+            Ok(true) => {
+                let mut r = Response::new(Vec::new());
+                *r.status_mut() = StatusCode::NO_CONTENT;
+                r
+            }
+            Ok(false) => problem(
+                StatusCode::NOT_FOUND,
+                "no_override",
+                "No plan override for that key",
+                &format!("no key named `{name}` has a plan override"),
+            ),
+            Err(why) => problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "override_not_kept",
+                "The override was removed here but not from where overrides are kept",
+                &why,
+            ),
+        }
+    }
+}
+
+/// Whether `value` is `Bearer <token>` for a token whose SHA-256 is `want` (compared in
+/// constant time).
+fn bearer_matches(value: Option<&http::HeaderValue>, want: &Digest) -> bool {
+    value
+        .and_then(|v| bearer_token(v.as_bytes()))
+        .is_some_and(|t| Digest::of(t).ct_eq(want))
+}
+
+/// `%XX` escapes in a path segment, decoded (a key name may hold characters a URL escapes).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, ..) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An RFC 9457 problem+json answer of the admin listener.
+fn problem(status: StatusCode, code: &str, title: &str, detail: &str) -> Response<Vec<u8>> {
+    let body = serde_json::json!({
+        "type": format!("https://tollgate.dev/problems/{code}"),
+        "title": title,
+        "status": status.as_u16(),
+        "code": code,
+        "detail": detail,
+    });
+    reply(status, "application/problem+json", json_bytes(&body))
 }
 
 fn json_bytes(v: &serde_json::Value) -> Vec<u8> {
@@ -140,7 +237,28 @@ impl pingora::apps::http_app::ServeHttp for Admin {
         }
         let req = session.req_header();
         let method = req.method.clone();
-        let mut r = self.answer(&method, req.uri.path());
+        let path = req.uri.path().to_string();
+        let token = self.live.load().policy.config.admin_token;
+        let open = matches!(path.as_str(), "/healthz" | "/readyz");
+        let mut r = match token {
+            Some(want) if !open && !bearer_matches(req.headers.get(AUTHORIZATION), &want) => {
+                let mut r = problem(
+                    StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "The admin listener needs its bearer token",
+                    "send `Authorization: Bearer <token>` (admin_token_sha256 is set)",
+                );
+                r.headers_mut().insert(
+                    WWW_AUTHENTICATE,
+                    http::HeaderValue::from_static("Bearer realm=\"tollgate-admin\""),
+                );
+                r
+            }
+            _ => match path.strip_prefix("/api/overrides/") {
+                Some(name) if method == Method::DELETE => self.delete_override(name).await,
+                _ => self.answer(&method, &path),
+            },
+        };
         let len = r.body().len();
         r.headers_mut().insert(CONTENT_LENGTH, len.into());
         if method == Method::HEAD {

@@ -64,7 +64,7 @@ pub async fn check(
     if let Some(conn) = &ctx.conn {
         conn.body_done();
     }
-    policy.check_request_body(key, rule, &body)?;
+    ctx.upgrade = policy.check_request_body(key, rule, &body)?;
     ctx.checked_body = Some(body.len());
     ctx.reframe_body = !framed_as(&session.req_header().headers, body.len());
     Ok(())

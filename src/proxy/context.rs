@@ -8,6 +8,7 @@ use crate::edge::stream::Conn;
 use crate::limit::Quota;
 use crate::policy::client::Client;
 use crate::policy::keys::KeyIdx;
+use crate::policy::overrides::Upgrade;
 use crate::policy::routes::RouteIdx;
 use crate::policy::Outcome;
 use crate::runtime::live::Snapshot;
@@ -44,6 +45,10 @@ pub struct Ctx {
     pub streamed: u64,
     pub upstream_started: Option<Instant>,
     pub upstream_elapsed: Option<Duration>,
+    /// A service upgrade whose body was checked: applied if the upstream accepts it.
+    pub upgrade: Option<Upgrade>,
+    /// The plan change an accepted upgrade made (`from->to`), for the access line.
+    pub upgraded: Option<String>,
 }
 
 impl Ctx {
@@ -66,6 +71,8 @@ impl Ctx {
             streamed: 0,
             upstream_started: None,
             upstream_elapsed: None,
+            upgrade: None,
+            upgraded: None,
         }
     }
 

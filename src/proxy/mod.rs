@@ -270,6 +270,17 @@ impl ProxyHttp for Gateway {
         if self.health.closing() {
             session.set_keepalive(None);
         }
+        if resp.status.is_success() {
+            // A partner's upgrade the upstream accepted: in force from the next request, and
+            // kept before the partner hears of it (an acknowledged upgrade is a kept one).
+            if let (Some(upgrade), Some(snap), Some(key)) = (ctx.upgrade.take(), &ctx.snap, ctx.key)
+            {
+                let overrides = self.live.overrides();
+                ctx.upgraded = overrides
+                    .upgraded(&self.live, &snap.policy, &upgrade, key)
+                    .await;
+            }
+        }
         resp.insert_header("X-Request-Id", ctx.request_id.as_str())?;
         answer::rate_limit_headers(ctx, resp)
     }
@@ -338,6 +349,7 @@ impl ProxyHttp for Gateway {
             outcome = ctx.outcome.as_str(),
             duration_ms = total.as_secs_f64() * 1e3,
             upstream_ms = ctx.upstream_elapsed.map(|d| d.as_secs_f64() * 1e3),
+            upgrade = ctx.upgraded.as_deref(),
             "request"
         );
     }

@@ -26,4 +26,7 @@ pub enum SetupError {
     /// The TLS certificate or key does not load.
     #[error("tls: {0}")]
     Tls(String),
+    /// The `state.path` store cannot be opened (another process holds it, or it is not one).
+    #[error("{}: field `state.path`: {message}", file.display())]
+    State { file: PathBuf, message: String },
 }

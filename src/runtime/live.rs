@@ -11,7 +11,7 @@
 //! logged and returned, and `tollgate_config_reloads_total{result="error"}` counts it.
 //!
 //! Settings bound to sockets or to the process (`listen`, `admin_listen`, `tls`, `log`,
-//! `shutdown`, `cluster`, and the two `server` settings Pingora's HTTP/2 layer takes at start) cannot
+//! `shutdown`, `cluster`, `state`, and the two `server` settings Pingora's HTTP/2 layer takes at start) cannot
 //! change in a running process: a reload that changes them still applies everything else, and
 //! reports those fields as needing a restart or an upgrade. The rest of `server` applies to
 //! connections accepted after the reload.
@@ -25,6 +25,7 @@ use super::metrics::{Meters, Metrics};
 use super::upstream::Target;
 use crate::config::{Config, ConfigError};
 use crate::limit::{LocalStore, Store};
+use crate::overrides::PlanOverrides;
 use crate::policy::Policy;
 
 /// Everything a request reads from the config, fixed for that request.
@@ -44,6 +45,8 @@ pub struct Reloaded {
 
 pub struct LivePolicy {
     current: ArcSwap<Snapshot>,
+    /// Partner upgrades in force, put on every snapshot compiled.
+    overrides: Arc<PlanOverrides>,
     /// Serializes reloads so two cannot interleave their carry-over of rate state.
     reload_lock: Mutex<()>,
     path: PathBuf,
@@ -54,7 +57,8 @@ impl LivePolicy {
     /// Compile `config` into the first snapshot. Fails when the upstream cannot be resolved
     /// or its CA file cannot be read.
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
-        Self::with_store(config, metrics, Arc::new(LocalStore))
+        let overrides = Arc::new(PlanOverrides::memory(&metrics));
+        Self::with_store(config, metrics, Arc::new(LocalStore), overrides)
     }
 
     /// [`LivePolicy::new`], deciding on budgets with `store` (a shared store when `cluster`
@@ -63,11 +67,13 @@ impl LivePolicy {
         config: Config,
         metrics: Arc<Metrics>,
         store: Arc<dyn Store>,
+        overrides: Arc<PlanOverrides>,
     ) -> Result<Self, ConfigError> {
         let path = config.source.clone();
-        let snapshot = compile(config, Err(store), &metrics)?;
+        let snapshot = compile(config, Err(store), &metrics, &overrides)?;
         Ok(Self {
             current: ArcSwap::from_pointee(snapshot),
+            overrides,
             reload_lock: Mutex::new(()),
             path,
             metrics,
@@ -81,6 +87,11 @@ impl LivePolicy {
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// The partner upgrades in force, and where they are kept.
+    pub fn overrides(&self) -> &Arc<PlanOverrides> {
+        &self.overrides
     }
 
     /// The file the config is (re)loaded from.
@@ -99,7 +110,7 @@ impl LivePolicy {
         let old = self.current.load_full();
         let result = config.and_then(|c| {
             let restart_required = restart_required(&old.policy.config, &c);
-            let snapshot = Arc::new(compile(c, Ok(&old.policy), &self.metrics)?);
+            let snapshot = Arc::new(compile(c, Ok(&old.policy), &self.metrics, &self.overrides)?);
             self.current.store(Arc::clone(&snapshot));
             Ok(Reloaded {
                 snapshot,
@@ -142,6 +153,7 @@ fn compile(
     config: Config,
     previous: Result<&Policy, Arc<dyn Store>>,
     metrics: &Metrics,
+    overrides: &PlanOverrides,
 ) -> Result<Snapshot, ConfigError> {
     let target = Target::new(&config.upstream).map_err(|e| ConfigError {
         file: config.source.clone(),
@@ -153,6 +165,7 @@ fn compile(
         Ok(p) => Policy::new(config, Some(p)),
         Err(store) => Policy::with_store(config, None, store),
     };
+    overrides.apply_to(&policy);
     let meters = metrics.meters(&policy);
     Ok(Snapshot {
         policy,
@@ -182,6 +195,9 @@ fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
     // The store and its background exchange are set up with the process.
     if old.cluster != new.cluster {
         fields.push("cluster");
+    }
+    if old.state_path != new.state_path {
+        fields.push("state");
     }
     // The rest of `server` applies to connections accepted after the reload; these two are
     // Pingora's HTTP/2 settings, fixed when the server starts.

@@ -27,6 +27,7 @@ use crate::cluster::ClusterService;
 use crate::config::{Config, Tls};
 use crate::edge::{EdgeApp, TlsListener};
 use crate::limit::{LocalStore, Store};
+use crate::overrides::{OverrideSync, PlanOverrides};
 use crate::proxy::Gateway;
 
 /// Each connection's socket read buffer. Pingora's default is 64 KiB, most of an idle
@@ -136,7 +137,23 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
         None => Arc::new(LocalStore),
     };
     let shared = cluster.as_ref().map(|(s, _)| Arc::clone(s));
-    let live = Arc::new(LivePolicy::with_store(config, metrics, store)?);
+    let overrides = PlanOverrides::open(
+        config.cluster.as_ref(),
+        config.state_path.as_deref(),
+        &metrics,
+    )
+    .map_err(|message| SetupError::State {
+        file: config.source.clone(),
+        message,
+    })?;
+    let overrides = Arc::new(overrides);
+    let sync_every = config.cluster.as_ref().map(|c| c.sync_interval);
+    let live = Arc::new(LivePolicy::with_store(
+        config,
+        metrics,
+        store,
+        Arc::clone(&overrides),
+    )?);
     let health = Arc::new(Health::default());
     let edge_limits = live.load().policy.config.server.clone();
     let gateway = Gateway::new(Arc::clone(&live), Arc::clone(&health), Arc::clone(&clock));
@@ -187,6 +204,16 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     ));
     if let Some((_, svc)) = cluster {
         server.add_service(background_service("tollgate cluster sync", svc));
+    }
+    if let (Some(every), true) = (sync_every, overrides.shared()) {
+        server.add_service(background_service(
+            "tollgate plan overrides sync",
+            OverrideSync {
+                overrides: Arc::clone(&overrides),
+                live: Arc::clone(&live),
+                every,
+            },
+        ));
     }
     server.add_service(background_service(
         "tollgate readiness",

@@ -31,6 +31,8 @@ pub enum Mode {
     Big,
     /// `101 Switching Protocols`, then raw bytes: an upstream that tries to open a tunnel.
     Switch,
+    /// This status with `{}`: an upstream that refuses.
+    Status(u16),
 }
 
 /// One request as the upstream received it.
@@ -248,6 +250,14 @@ fn serve_conn(
                     }
                 }
             }
+            Mode::Status(code) => {
+                let resp = format!(
+                    "HTTP/1.1 {code} Refused\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
+                );
+                if w.write_all(resp.as_bytes()).is_err() {
+                    return;
+                }
+            }
             Mode::Switch => {
                 let resp = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\ntunnel bytes";
                 let _ = w.write_all(resp.as_bytes());
@@ -309,13 +319,23 @@ pub fn write(dir: &Path, name: &str, text: &str) -> String {
     p.to_str().expect("UTF-8 temp path").to_string()
 }
 
-/// A port nothing listens on (bound, then released).
+/// A port nothing listens on (bound, then released), never one handed out before in this
+/// test binary: tests run in parallel, and the kernel may offer a port another test was just
+/// given and has not bound yet.
 pub fn closed_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// The standard test config ([`TestConfig`]) on fresh loopback ports, in front of `upstream`
@@ -529,6 +549,15 @@ pub fn send_raw(addr: SocketAddr, raw: &[u8]) -> Response {
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(raw).unwrap();
     read_response(&mut BufReader::new(s))
+}
+
+/// [`send_raw`] that gives `None` instead of panicking when the server is gone (a test that
+/// kills it mid-stream).
+pub fn try_send_raw(addr: SocketAddr, raw: &[u8]) -> Option<Response> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    s.write_all(raw).ok()?;
+    try_read_response(&mut BufReader::new(s))
 }
 
 pub fn read_response(r: &mut BufReader<TcpStream>) -> Response {

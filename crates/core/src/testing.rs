@@ -281,6 +281,18 @@ impl TestConfig {
         self
     }
 
+    /// Keep partner upgrades in the embedded store at `path`.
+    pub fn state_path(mut self, path: &str) -> Self {
+        self.file.state = Some(crate::config::file::FileState { path: path.into() });
+        self
+    }
+
+    /// Require `Authorization: Bearer <token>` on the admin listener.
+    pub fn admin_token(mut self, token: &str) -> Self {
+        self.file.admin_token_sha256 = Some(Digest::of(token.as_bytes()).to_hex());
+        self
+    }
+
     /// Edit the `webhook_guard` block.
     pub fn webhook_guard(mut self, edit: impl FnOnce(&mut FileWebhookGuard)) -> Self {
         edit(&mut self.file.webhook_guard);

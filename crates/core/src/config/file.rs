@@ -44,6 +44,18 @@ pub struct FileConfig {
     /// Off when absent: budgets in this process only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<FileCluster>,
+    /// Where partner upgrades are kept on a single process; off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<FileState>,
+    /// SHA-256 (64 hex) of the admin listener's bearer token; absent: no token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_token_sha256: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileState {
+    pub path: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

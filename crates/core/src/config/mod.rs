@@ -130,6 +130,11 @@ pub struct Config {
     pub webhook_guard: WebhookGuard,
     /// Budgets shared across replicas; `None` when the block is absent.
     pub cluster: Option<Cluster>,
+    /// The embedded store partner upgrades are kept in (`state.path`, resolved against the
+    /// config's directory); `None` when the block is absent.
+    pub state_path: Option<PathBuf>,
+    /// The digest of the admin listener's bearer token, when one is required.
+    pub admin_token: Option<Digest>,
     pub warnings: Vec<Warning>,
 }
 
@@ -645,6 +650,23 @@ fn build(
         .map(edge::auth_failures)
         .transpose()?;
     let webhook_guard = edge::webhook_guard(&raw.webhook_guard)?;
+    let state_path = match &raw.state {
+        None => None,
+        Some(st) if st.path.trim().is_empty() => {
+            return Err(Invalid::new("state.path", "must name a file"))
+        }
+        // Opened (and created) when the gateway starts, which refuses a path it cannot use.
+        Some(st) => Some(base_dir.join(&st.path)),
+    };
+    let admin_token = match &raw.admin_token_sha256 {
+        None => None,
+        Some(h) => Some(Digest::from_hex(h).ok_or_else(|| {
+            Invalid::new(
+                "admin_token_sha256",
+                "must be 64 hex characters: the SHA-256 of the token (`tollgate hash-key`)",
+            )
+        })?),
+    };
     let cluster = raw
         .cluster
         .as_ref()
@@ -670,6 +692,8 @@ fn build(
         auth_failures,
         webhook_guard,
         cluster,
+        state_path,
+        admin_token,
         warnings,
     })
 }
