@@ -349,9 +349,14 @@ pub fn summary(cfg: &Config) -> String {
                 .collect::<Vec<_>>()
                 .join(", "),
         };
+        let shadow = if p.shadow {
+            "   SHADOW: refusals recorded, not enforced"
+        } else {
+            ""
+        };
         let _ = writeln!(
             s,
-            "    {:<10} plan_id {:<3} {:>5} requests / {} s   allow: {allow}",
+            "    {:<10} plan_id {:<3} {:>5} requests / {} s   allow: {allow}{shadow}",
             p.name, p.plan_id, p.limit, l.window
         );
     }

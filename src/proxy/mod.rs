@@ -160,6 +160,10 @@ impl Gateway {
         ctx.key = decision.key;
         ctx.route = decision.route;
         ctx.quota = decision.quota;
+        if let (Some(shadow), Ok(_)) = (decision.shadow, &decision.verdict) {
+            // Forwarded, and recorded as what the plan would have refused (shadow mode).
+            ctx.outcome = shadow;
+        }
         decision.verdict
     }
 }

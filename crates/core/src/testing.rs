@@ -158,6 +158,16 @@ impl TestConfig {
         self
     }
 
+    /// `plans.<plan>.shadow`.
+    pub fn plan_shadow(mut self, plan: &str, shadow: bool) -> Self {
+        self.file
+            .plans
+            .get_mut(plan)
+            .unwrap_or_else(|| panic!("no plan {plan} in the test config"))
+            .shadow = shadow;
+        self
+    }
+
     /// `plans.<plan>.allow: all`, or the list given.
     pub fn plan_allow(mut self, plan: &str, allow: Option<&[&str]>) -> Self {
         self.file

@@ -159,6 +159,9 @@ pub struct FilePlan {
     pub plan_id: u32,
     pub requests_per_window: u32,
     pub allow: FileAllow,
+    /// Forward what this plan's allow-list or limit would refuse, and record it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
 }
 
 /// `allow: all` or `allow: [route_id, …]`.

@@ -198,6 +198,9 @@ pub struct Plan {
     pub plan_id: u32,
     pub limit: NonZeroU32,
     pub allow: Allow,
+    /// Shadow mode: what the allow-list or the limit would refuse is forwarded and recorded
+    /// (`shadow_forbidden`, `shadow_rate_limited`).
+    pub shadow: bool,
 }
 
 /// A plan's endpoint allow-list.
@@ -544,6 +547,7 @@ fn build(
             plan_id: fp.plan_id,
             limit,
             allow,
+            shadow: fp.shadow,
         });
     }
     let partner_limit = nonzero_u32(

@@ -73,6 +73,8 @@ pub struct Decision<'a> {
     pub quota: Option<Quota>,
     /// The block this request's failed authentication started, if it did (for the log line).
     pub block_started: Option<BlockStarted>,
+    /// A refusal that the plan's shadow mode turned into a forward (`Forwarded` otherwise).
+    pub shadow: Option<Outcome>,
     pub verdict: Result<Forward<'a>, Refusal>,
 }
 
@@ -199,6 +201,7 @@ impl Policy {
             route: None,
             quota: None,
             block_started: None,
+            shadow: None,
             verdict: Err(Refusal::unauthorized()),
         };
         let client = client.map(ClientKey::of);
@@ -239,15 +242,25 @@ impl Policy {
         let entry = self.keys.get(key);
         let classified = classify(&self.config.catalogue, req.method, req.path)?;
         let route = self.config.catalogue.get(*d.route.insert(classified.route));
-        authorize(
-            entry.credential(),
-            &self.config.plans,
-            route,
-            classified.route,
-        )?;
-        let rate = &self.limit(entry.credential()).rate;
+        let credential = entry.credential();
+        // Shadow mode: the plan's own refusals (allow-list, limit) are recorded, not enforced.
+        let shadow = match credential {
+            Credential::Customer { plan, .. } => self.config.plans[plan].shadow,
+            Credential::Partner { .. } => false,
+        };
+        if let Err(r) = authorize(credential, &self.config.plans, route, classified.route) {
+            if !(shadow && r.code == Code::PlanRestricted) {
+                return Err(r);
+            }
+            d.shadow = Some(Outcome::ShadowForbidden);
+        }
+        let rate = &self.limit(credential).rate;
         match self.store.acquire(&entry.digest, &entry.rate, rate, now) {
             Ok(quota) => d.quota = Some(quota),
+            Err(denied) if shadow => {
+                d.quota = Some(denied.quota);
+                d.shadow.get_or_insert(Outcome::ShadowRateLimited);
+            }
             Err(denied) => {
                 d.quota = Some(denied.quota);
                 return Err(rate_limited(denied));
@@ -369,6 +382,56 @@ fn rate_limited(denied: crate::limit::Denied) -> Refusal {
     );
     r.retry_after = Some(denied.retry_after_secs);
     r
+}
+
+#[cfg(test)]
+mod shadow_tests {
+    use super::*;
+    use crate::testing::TestConfig;
+
+    fn head<'a>(key: &'a [u8], method: &'a str, path: &'a str) -> RequestHead<'a> {
+        RequestHead {
+            method,
+            path,
+            authorization: AuthHeader::One(key),
+        }
+    }
+
+    #[test]
+    fn a_shadow_plan_forwards_what_it_would_refuse_and_says_so() {
+        let p = Policy::new(TestConfig::new().plan_shadow("basic", true).parse(), None);
+        let hook = head(b"Bearer basic-key-1", "POST", "/v2/settings/webhook/set");
+        let d = p.decide(&hook, 0);
+        assert!(d.verdict.is_ok());
+        assert_eq!(d.shadow, Some(Outcome::ShadowForbidden));
+        let send = head(b"Bearer basic-key-1", "POST", "/v2/sendMessage/");
+        for _ in 0..39 {
+            let d = p.decide(&send, 0);
+            assert!(d.verdict.is_ok() && d.shadow.is_none());
+        }
+        let d = p.decide(&send, 0);
+        assert!(d.verdict.is_ok());
+        assert_eq!(d.shadow, Some(Outcome::ShadowRateLimited));
+        assert_eq!(d.quota.unwrap().remaining, 0);
+        // Always enforced: authentication, partner routes, other plans.
+        assert!(p
+            .decide(&head(b"Bearer nope", "GET", "/v2/client/x"), 0)
+            .verdict
+            .is_err());
+        let d = p.decide(
+            &head(b"Bearer basic-key-1", "POST", "/v2/service/upgrade"),
+            0,
+        );
+        assert_eq!(d.verdict.unwrap_err().code, Code::WrongCredential);
+        let pro = head(b"Bearer pro-key-1", "GET", "/v2/client/x");
+        for _ in 0..150 {
+            p.decide(&pro, 0).verdict.unwrap();
+        }
+        assert_eq!(
+            p.decide(&pro, 0).verdict.unwrap_err().code,
+            Code::RateLimited
+        );
+    }
 }
 
 #[cfg(test)]

@@ -17,11 +17,15 @@ pub enum Outcome {
     Blocked,
     /// A deadline of the edge ended the request (a checked body too slow to arrive).
     Timeout,
+    /// Forwarded, though the plan's limit would have refused it (the plan is in shadow mode).
+    ShadowRateLimited,
+    /// Forwarded, though the plan's allow-list would have refused it (shadow mode).
+    ShadowForbidden,
 }
 
 impl Outcome {
     /// Every outcome, in discriminant order.
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Forwarded,
         Outcome::Unauthorized,
         Outcome::Forbidden,
@@ -31,6 +35,8 @@ impl Outcome {
         Outcome::UpstreamError,
         Outcome::Blocked,
         Outcome::Timeout,
+        Outcome::ShadowRateLimited,
+        Outcome::ShadowForbidden,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -44,6 +50,8 @@ impl Outcome {
             Outcome::UpstreamError => "upstream_error",
             Outcome::Blocked => "blocked",
             Outcome::Timeout => "timeout",
+            Outcome::ShadowRateLimited => "shadow_rate_limited",
+            Outcome::ShadowForbidden => "shadow_forbidden",
         }
     }
 
