@@ -42,6 +42,9 @@ fi
 echo "ok: the release build has no test helpers ($release_core)"
 
 step "cargo deny"
+# cargo deny reads the metadata of every target platform's crates (windows-sys and the like,
+# which a Linux build never downloads); fetch them so that --offline below finds them.
+cargo fetch --locked --quiet
 db_dir=target/advisory-db
 db=$db_dir/advisory-db-3157b0e258782691
 snapshot=""
