@@ -2,6 +2,7 @@
 # Install what a fresh Debian/Ubuntu machine lacks to build, test and check Tollgate:
 #   cmake and a C compiler   Pingora's zlib-ng build
 #   redis-server             tests/cluster.rs starts its own on a free port (shared budgets)
+#   chromium                 tests/usage.rs renders the usage page in a headless browser
 #   rustfmt, clippy          rustup components (.ci/run checks formatting and lints always)
 #   cargo-deny               cargo install (advisories, licences, bans, sources)
 # Safe to run repeatedly; does nothing when everything is present. BOOTSTRAP_LINT=0 skips the
@@ -26,6 +27,8 @@ command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v git >/dev/null 2>&1 || need+=(git)
 if [ "${BOOTSTRAP_TESTS:-1}" = 1 ]; then
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
+    need+=(chromium)
 fi
 if ((${#need[@]})); then
   apt_install "${need[@]}"

@@ -57,6 +57,16 @@ pub enum Command {
     },
     /// Read a key on stdin (one trailing newline stripped), print its hex SHA-256 for the YAML.
     HashKey,
+    /// The usage view in the terminal: busiest keys, refusals, config, cluster (live; q quits).
+    /// The admin token, if the listener needs one, is read from TOLLGATE_ADMIN_TOKEN.
+    Top {
+        /// The admin listener, http://host:port.
+        #[arg(long, default_value = "http://127.0.0.1:9091")]
+        admin: String,
+        /// Print one frame as text and exit.
+        #[arg(long)]
+        once: bool,
+    },
 }
 
 /// Run a parsed command; the binary's `main` calls this.
@@ -83,6 +93,7 @@ pub fn dispatch(cli: Cli) -> ExitCode {
         }
         Command::Check { config } => check(&config),
         Command::HashKey => hash_key(),
+        Command::Top { admin, once } => top(&admin, once),
     }
 }
 
@@ -134,6 +145,31 @@ fn check(path: &std::path::Path) -> ExitCode {
             print!("{}", overrides_summary(&cfg));
             ExitCode::SUCCESS
         }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn top(admin: &str, once: bool) -> ExitCode {
+    let token = std::env::var("TOLLGATE_ADMIN_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
+    let admin = match crate::top::Admin::parse(admin, token) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = if once {
+        crate::top::once(&admin).map(|frame| print!("{frame}"))
+    } else {
+        crate::top::run(&admin)
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE

@@ -47,3 +47,4 @@ pub mod edge;
 pub mod overrides;
 pub mod proxy;
 pub mod runtime;
+pub mod top;

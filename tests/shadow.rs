@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{config_for, metric, metrics_page, Gateway, Mode, Upstream};
+use common::{config_for, metric, metrics_page, send_raw, Gateway, Mode, Upstream};
 
 #[test]
 fn a_shadow_plan_forwards_and_records_what_it_would_refuse() {
@@ -69,4 +69,19 @@ fn a_shadow_plan_forwards_and_records_what_it_would_refuse() {
     assert_eq!(series("webhook_set", "shadow_forbidden"), Some(1.0));
     assert_eq!(series("client", "shadow_rate_limited"), Some(1.0));
     assert_eq!(series("client", "forwarded"), Some(39.0));
+
+    // The usage view counts them apart (41 forwarded, 2 refused), and the plan says it is in shadow mode.
+    let raw = b"GET /api/usage?key=basic-1 HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
+    let u = send_raw(gw.config.admin_listen, raw).json();
+    let row = &u["keys"][0];
+    assert_eq!(row["key"], "basic-1");
+    assert_eq!(
+        (row["requests"].as_u64(), row["admitted"].as_u64()),
+        (Some(43), Some(39))
+    );
+    assert_eq!(row["shadowed"], 2);
+    assert_eq!(row["refusals"]["rate_limited"], 0);
+    assert_eq!(row["refusals"]["invalid"], 1); // the private webhook URL
+    assert_eq!(row["refusals"]["forbidden"], 1); // the partner route (wrong_credential)
+    assert_eq!(u["config"]["plans"][0]["shadow"], true);
 }

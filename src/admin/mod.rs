@@ -19,6 +19,8 @@
 
 use std::sync::Arc;
 
+mod usage;
+
 use async_trait::async_trait;
 use http::header::{
     ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE,
@@ -26,6 +28,7 @@ use http::header::{
 use http::{Method, Response, StatusCode};
 use pingora::protocols::http::ServerSession;
 
+use crate::clock::Clock;
 use crate::digest::Digest;
 use crate::limit::SharedStore;
 use crate::policy::authenticate::bearer_token;
@@ -41,13 +44,34 @@ pub struct Admin {
     /// The shared store, when `cluster` is configured: `/readyz` says `degraded` while it is
     /// down.
     pub cluster: Option<Arc<SharedStore>>,
+    /// The limiter's clock (budgets left, on the usage view).
+    pub clock: Arc<dyn Clock>,
 }
+
+/// The usage page: one file, no external asset (works on an air-gapped host).
+const PAGE: &str = include_str!("page.html");
 
 impl Admin {
     /// The answer to `method path`, without I/O (the HTTP layer is in `response`).
-    pub fn answer(&self, method: &Method, path: &str) -> Response<Vec<u8>> {
+    pub fn answer(&self, method: &Method, path: &str, query: Option<&str>) -> Response<Vec<u8>> {
         let get = method == Method::GET || method == Method::HEAD;
         match path {
+            "/" | "/api/usage" if !get => not_allowed("GET, HEAD"),
+            "/" => page(StatusCode::OK),
+            "/api/usage" => {
+                let search = query.and_then(|q| {
+                    q.split('&')
+                        .find_map(|kv| kv.strip_prefix("key="))
+                        .map(|v| percent_decode(&v.replace('+', " ")))
+                });
+                let body = usage::usage_json(
+                    &self.live,
+                    self.clock.as_ref(),
+                    self.cluster.as_deref(),
+                    search.as_deref(),
+                );
+                reply(StatusCode::OK, "application/json", json_bytes(&body))
+            }
             "/metrics" | "/healthz" | "/readyz" if !get => not_allowed("GET, HEAD"),
             "/metrics" => reply(
                 StatusCode::OK,
@@ -181,6 +205,25 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The usage page, with headers that keep it to itself: nothing framed, nothing fetched but
+/// this listener's own API.
+fn page(status: StatusCode) -> Response<Vec<u8>> {
+    let mut r = reply(status, "text/html; charset=utf-8", PAGE.as_bytes().to_vec());
+    let h = r.headers_mut();
+    h.insert(
+        "content-security-policy",
+        http::HeaderValue::from_static(
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'",
+        ),
+    );
+    h.insert("x-frame-options", http::HeaderValue::from_static("DENY"));
+    h.insert(
+        "referrer-policy",
+        http::HeaderValue::from_static("no-referrer"),
+    );
+    r
+}
+
 /// An RFC 9457 problem+json answer of the admin listener.
 fn problem(status: StatusCode, code: &str, title: &str, detail: &str) -> Response<Vec<u8>> {
     let body = serde_json::json!({
@@ -238,16 +281,28 @@ impl pingora::apps::http_app::ServeHttp for Admin {
         let req = session.req_header();
         let method = req.method.clone();
         let path = req.uri.path().to_string();
+        let query = req.uri.query().map(str::to_string);
         let token = self.live.load().policy.config.admin_token;
         let open = matches!(path.as_str(), "/healthz" | "/readyz");
         let mut r = match token {
             Some(want) if !open && !bearer_matches(req.headers.get(AUTHORIZATION), &want) => {
-                let mut r = problem(
-                    StatusCode::UNAUTHORIZED,
-                    "unauthorized",
-                    "The admin listener needs its bearer token",
-                    "send `Authorization: Bearer <token>` (admin_token_sha256 is set)",
-                );
+                // The page itself holds no data: a browser (one that asks for HTML) gets it,
+                // and it asks for the token; every other client gets problem+json.
+                let browser = req
+                    .headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.contains("text/html"));
+                let mut r = if path == "/" && browser {
+                    page(StatusCode::UNAUTHORIZED)
+                } else {
+                    problem(
+                        StatusCode::UNAUTHORIZED,
+                        "unauthorized",
+                        "The admin listener needs its bearer token",
+                        "send `Authorization: Bearer <token>` (admin_token_sha256 is set)",
+                    )
+                };
                 r.headers_mut().insert(
                     WWW_AUTHENTICATE,
                     http::HeaderValue::from_static("Bearer realm=\"tollgate-admin\""),
@@ -256,7 +311,7 @@ impl pingora::apps::http_app::ServeHttp for Admin {
             }
             _ => match path.strip_prefix("/api/overrides/") {
                 Some(name) if method == Method::DELETE => self.delete_override(name).await,
-                _ => self.answer(&method, &path),
+                _ => self.answer(&method, &path, query.as_deref()),
             },
         };
         let len = r.body().len();
@@ -283,6 +338,7 @@ mod tests {
                 live: Arc::new(live),
                 health: Arc::default(),
                 cluster: None,
+                clock: Arc::new(crate::clock::ManualClock::new()),
             },
             path,
         )
@@ -296,17 +352,18 @@ mod tests {
     fn endpoints_methods_and_paths() {
         let dir = tempfile::tempdir().unwrap();
         let (a, _) = admin(&dir);
-        assert_eq!(a.answer(&Method::GET, "/healthz").status(), 200);
-        let m = a.answer(&Method::GET, "/metrics");
+        assert_eq!(a.answer(&Method::GET, "/healthz", None).status(), 200);
+        let m = a.answer(&Method::GET, "/metrics", None);
         assert_eq!(m.status(), 200);
         assert!(body(&m).contains("tollgate_keys 7"));
-        assert_eq!(a.answer(&Method::GET, "/readyz").status(), 503);
-        let r = a.answer(&Method::POST, "/metrics");
+        assert_eq!(a.answer(&Method::GET, "/readyz", None).status(), 503);
+        let r = a.answer(&Method::POST, "/metrics", None);
         assert_eq!(r.status(), 405);
         assert_eq!(r.headers()[ALLOW], "GET, HEAD");
-        assert_eq!(a.answer(&Method::GET, "/reload").status(), 405);
-        assert_eq!(a.answer(&Method::GET, "/").status(), 404);
-        assert_eq!(a.answer(&Method::GET, "/metrics/").status(), 404);
+        assert_eq!(a.answer(&Method::GET, "/reload", None).status(), 405);
+        assert_eq!(a.answer(&Method::GET, "/", None).status(), 200);
+        assert_eq!(a.answer(&Method::GET, "/nothing", None).status(), 404);
+        assert_eq!(a.answer(&Method::GET, "/metrics/", None).status(), 404);
     }
 
     #[test]
@@ -314,9 +371,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (a, _) = admin(&dir);
         a.health.set_upgrading();
-        assert_eq!(a.answer(&Method::GET, "/readyz").status(), 200);
+        assert_eq!(a.answer(&Method::GET, "/readyz", None).status(), 200);
         a.health.set_draining();
-        let r = a.answer(&Method::GET, "/readyz");
+        let r = a.answer(&Method::GET, "/readyz", None);
         assert_eq!(
             (r.status().as_u16(), body(&r).as_str()),
             (503, "draining\n")
@@ -327,7 +384,7 @@ mod tests {
     fn reload_answers_200_or_422_with_the_place_of_the_error() {
         let dir = tempfile::tempdir().unwrap();
         let (a, path) = admin(&dir);
-        let ok = a.answer(&Method::POST, "/reload");
+        let ok = a.answer(&Method::POST, "/reload", None);
         assert_eq!(ok.status(), 200, "{}", body(&ok));
         let v: serde_json::Value = serde_json::from_slice(ok.body()).unwrap();
         assert_eq!(v["keys"], 7);
@@ -337,7 +394,7 @@ mod tests {
         TestConfig::new()
             .key_value("pro-1", "pro key secret")
             .write(&path);
-        let r = a.answer(&Method::POST, "/reload");
+        let r = a.answer(&Method::POST, "/reload", None);
         assert_eq!(r.status(), 422);
         assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
         let v: serde_json::Value = serde_json::from_slice(r.body()).unwrap();

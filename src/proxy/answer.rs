@@ -31,6 +31,7 @@ pub async fn send(
     closing: bool,
 ) -> Result<()> {
     ctx.outcome = Outcome::of(refusal.code);
+    ctx.code = Some(refusal.code);
     ctx.status = refusal.status();
     // The code only: a detail can quote the request (a body field, a header).
     tracing::debug!(

@@ -49,6 +49,8 @@ pub struct Ctx {
     pub upgrade: Option<Upgrade>,
     /// The plan change an accepted upgrade made (`from->to`), for the access line.
     pub upgraded: Option<String>,
+    /// The refusal's code, when the gateway answered one.
+    pub code: Option<crate::policy::Code>,
 }
 
 impl Ctx {
@@ -73,6 +75,7 @@ impl Ctx {
             upstream_elapsed: None,
             upgrade: None,
             upgraded: None,
+            code: None,
         }
     }
 

@@ -37,7 +37,7 @@ use crate::clock::Clock;
 use crate::edge::stream::EdgeStream;
 use crate::policy::{Forward, Refusal, RequestHead};
 use crate::runtime::lifecycle::Health;
-use crate::runtime::live::LivePolicy;
+use crate::runtime::live::{unix_ms, LivePolicy};
 use crate::runtime::metrics::Record;
 pub use context::Ctx;
 use head::RequestIds;
@@ -306,6 +306,7 @@ impl ProxyHttp for Gateway {
             let _ = answer::send(session, ctx, &refusal, true).await;
         } else {
             ctx.outcome = crate::policy::Outcome::of(refusal.code);
+            ctx.code = Some(refusal.code);
             ctx.status = refusal.status();
         }
         FailToProxy {
@@ -329,6 +330,14 @@ impl ProxyHttp for Gateway {
             self.live.metrics().response(ctx.status);
         }
         if let Some(s) = &ctx.snap {
+            self.live.usage().record(
+                s.generation,
+                unix_ms(),
+                ctx.key,
+                ctx.route,
+                ctx.outcome,
+                ctx.code.map(|c| c as u8),
+            );
             s.meters.record(
                 &s.policy,
                 &Record {

@@ -147,7 +147,8 @@ impl BackgroundService for ReloadOnHangup {
 }
 
 /// Every second: ends the auth-failure blocks whose time is over (one log line each), drops
-/// the addresses with nothing left to remember, and keeps `tollgate_auth_blocked_ips` current.
+/// the addresses with nothing left to remember, and keeps `tollgate_auth_blocked_ips` current;
+/// and readies the usage counts' next 10-second bucket (`runtime::usage`).
 pub struct BlockSweeper {
     pub live: Arc<LivePolicy>,
     pub clock: Arc<dyn Clock>,
@@ -164,6 +165,8 @@ impl BlockSweeper {
         self.live
             .metrics()
             .set_auth_blocked_ips(failures.blocked_count());
+        // The usage counts' next 10-second bucket, cleared before it is used.
+        self.live.usage().rotate(super::live::unix_ms() / 1000);
     }
 }
 

@@ -23,6 +23,7 @@ use arc_swap::ArcSwap;
 
 use super::metrics::{Meters, Metrics};
 use super::upstream::Target;
+use super::usage::Usage;
 use crate::config::{Config, ConfigError};
 use crate::limit::{LocalStore, Store};
 use crate::overrides::PlanOverrides;
@@ -33,6 +34,18 @@ pub struct Snapshot {
     pub policy: Policy,
     pub target: Target,
     pub meters: Meters,
+    /// Which config this is (1 for the first; one more per reload): the usage counts are for
+    /// one generation.
+    pub generation: u64,
+}
+
+/// The last reload, for the operator's view.
+#[derive(Clone, Debug)]
+pub struct LastReload {
+    /// ms since the Unix epoch.
+    pub at_ms: u64,
+    /// `None` when it took effect; the refusal otherwise.
+    pub error: Option<String>,
 }
 
 /// A reload that took effect.
@@ -45,6 +58,11 @@ pub struct Reloaded {
 
 pub struct LivePolicy {
     current: ArcSwap<Snapshot>,
+    /// Per-key counts for the operator's view, for the snapshot in force.
+    usage: Arc<Usage>,
+    last_reload: Mutex<Option<LastReload>>,
+    /// When the process loaded its first config (ms since the Unix epoch).
+    started_ms: u64,
     /// Partner upgrades in force, put on every snapshot compiled.
     overrides: Arc<PlanOverrides>,
     /// Serializes reloads so two cannot interleave their carry-over of rate state.
@@ -70,9 +88,16 @@ impl LivePolicy {
         overrides: Arc<PlanOverrides>,
     ) -> Result<Self, ConfigError> {
         let path = config.source.clone();
-        let snapshot = compile(config, Err(store), &metrics, &overrides)?;
+        let mut snapshot = compile(config, Err(store), &metrics, &overrides)?;
+        snapshot.generation = 1;
+        let usage = Arc::new(Usage::new());
+        usage.reset(1);
+        usage.rotate(unix_ms() / 1000);
         Ok(Self {
             current: ArcSwap::from_pointee(snapshot),
+            usage,
+            last_reload: Mutex::new(None),
+            started_ms: unix_ms(),
             overrides,
             reload_lock: Mutex::new(()),
             path,
@@ -87,6 +112,21 @@ impl LivePolicy {
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// The per-key counts of the operator's view.
+    pub fn usage(&self) -> &Arc<Usage> {
+        &self.usage
+    }
+
+    /// The last reload (none yet: `None`), and when the first config was loaded.
+    pub fn last_reload(&self) -> (Option<LastReload>, u64) {
+        let last = self
+            .last_reload
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        (last, self.started_ms)
     }
 
     /// The partner upgrades in force, and where they are kept.
@@ -110,12 +150,20 @@ impl LivePolicy {
         let old = self.current.load_full();
         let result = config.and_then(|c| {
             let restart_required = restart_required(&old.policy.config, &c);
-            let snapshot = Arc::new(compile(c, Ok(&old.policy), &self.metrics, &self.overrides)?);
+            let mut snapshot = compile(c, Ok(&old.policy), &self.metrics, &self.overrides)?;
+            snapshot.generation = old.generation + 1;
+            let snapshot = Arc::new(snapshot);
+            self.usage.reset(snapshot.generation);
+            self.usage.rotate(unix_ms() / 1000);
             self.current.store(Arc::clone(&snapshot));
             Ok(Reloaded {
                 snapshot,
                 restart_required,
             })
+        });
+        *self.last_reload.lock().unwrap_or_else(|e| e.into_inner()) = Some(LastReload {
+            at_ms: unix_ms(),
+            error: result.as_ref().err().map(|e| e.to_string()),
         });
         match &result {
             Ok(r) => {
@@ -171,7 +219,15 @@ fn compile(
         policy,
         target,
         meters,
+        generation: 0,
     })
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The process-bound fields that differ between `old` and `new`.

@@ -18,5 +18,6 @@ pub mod logging;
 pub mod metrics;
 pub mod server;
 pub mod upstream;
+pub mod usage;
 
 pub use error::SetupError;

@@ -186,6 +186,7 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
         live: Arc::clone(&live),
         health: Arc::clone(&health),
         cluster: shared,
+        clock: Arc::clone(&clock),
     };
     let mut admin_svc = Service::new("tollgate admin".into(), HttpServer::new_app(admin));
     admin_svc.add_tcp(&admin_listen);

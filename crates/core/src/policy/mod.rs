@@ -333,6 +333,13 @@ impl Policy {
         }
     }
 
+    /// The budget of `key` at `now`, without taking from it (for the operator's view).
+    pub fn budget(&self, key: KeyIdx, now: Nanos) -> Quota {
+        let entry = self.keys.get(key);
+        let rate = &self.limit(entry.credential()).rate;
+        self.store.peek(&entry.rate, rate, now)
+    }
+
     /// The `RateLimit-Policy` and `RateLimit` field values (draft-ietf-httpapi-ratelimit-headers)
     /// for `key` with `quota` (a quota [`Policy::decide`] gave for that key): the first is
     /// shared, built with the config; the second is the only per-request allocation.

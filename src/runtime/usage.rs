@@ -1,0 +1,460 @@
+//! Per-key counts for the operator's view (`GET /`, `GET /api/usage`, `tollgate top`): the
+//! busiest keys of the last minute and the latest refusals, counted without a lock and in a
+//! fixed amount of memory, whatever the number of keys.
+//!
+//! **Busiest keys.** The last minute is six buckets of 10 s. A bucket is a table of
+//! [`SLOTS`] slots; a request of key `k` goes to one of four slots next to a hash of `k`: the
+//! one that holds `k`, else an empty one (claimed with a compare-and-swap), else the least
+//! counted of the four loses one count and, at zero, is taken over (the *heavy keeper* rule:
+//! a key that keeps coming displaces keys that came once, while a busy key is never evicted by
+//! light ones). So with millions of keys the table holds the heavy ones, and a light key may
+//! be missing: the view is of the busiest, not a census. Counts are atomic adds on the slot;
+//! a background tick ([`Usage::rotate`], every second) clears the bucket the next 10 s will
+//! use before they start.
+//!
+//! **Latest refusals.** A ring of [`RECENT`] entries written with one `fetch_add` for the
+//! position and two atomic stores; a reader takes an entry only if its stamp is the same before
+//! and after it read it.
+//!
+//! Keys are counted by their index in the config in force: a reload starts the counts again
+//! (a request decided on the previous config is not counted in the new one).
+//!
+//! Memory: 6 × 4096 slots × 24 bytes and 64 × 16 bytes: about 600 KB, always.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::policy::keys::KeyIdx;
+use crate::policy::routes::RouteIdx;
+use crate::policy::Outcome;
+
+/// Slots per 10-second bucket.
+pub const SLOTS: usize = 4096;
+const BUCKETS: usize = 6;
+const BUCKET_SECS: u64 = 10;
+const PROBES: usize = 4;
+/// Latest refusals kept.
+pub const RECENT: usize = 64;
+
+/// What a request of a known key counted as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Admitted = 0,
+    RateLimited = 1,
+    Forbidden = 2,
+    Invalid = 3,
+    Shadowed = 4,
+}
+
+const KINDS: usize = 5;
+
+fn kind(o: Outcome) -> Kind {
+    match o {
+        Outcome::Forwarded | Outcome::UpstreamError => Kind::Admitted,
+        Outcome::RateLimited => Kind::RateLimited,
+        Outcome::Forbidden => Kind::Forbidden,
+        Outcome::ShadowRateLimited | Outcome::ShadowForbidden => Kind::Shadowed,
+        Outcome::Unauthorized
+        | Outcome::Invalid
+        | Outcome::NotFound
+        | Outcome::Blocked
+        | Outcome::Timeout => Kind::Invalid,
+    }
+}
+
+#[derive(Default)]
+struct Slot {
+    /// The key's index + 1; 0: free.
+    key: AtomicU32,
+    /// Requests counted here (the heavy keeper's weight).
+    weight: AtomicU32,
+    /// By [`Kind`].
+    kinds: [AtomicU32; KINDS],
+}
+
+struct Bucket {
+    /// The 10-second period this bucket counts (`now / 10`), or `u64::MAX` while cleared for
+    /// no period.
+    period: AtomicU64,
+    slots: Box<[Slot]>,
+}
+
+impl Bucket {
+    fn new() -> Self {
+        Self {
+            period: AtomicU64::new(u64::MAX),
+            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+        }
+    }
+
+    fn clear(&self) {
+        for s in self.slots.iter() {
+            s.key.store(0, Ordering::Relaxed);
+            s.weight.store(0, Ordering::Relaxed);
+            for k in &s.kinds {
+                k.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+struct Refused {
+    /// `seq << 32 | unix seconds low bits` is not needed: the stamp is the write's sequence.
+    stamp: AtomicU64,
+    /// ms since the Unix epoch.
+    at_ms: AtomicU64,
+    /// key + 1 (0: none) << 32 | route + 1 << 16 | code index.
+    what: AtomicU64,
+}
+
+/// The counts (see the module's docs).
+pub struct Usage {
+    buckets: [Bucket; BUCKETS],
+    recent: [Refused; RECENT],
+    next: AtomicU64,
+    /// The config the counts are for (its generation).
+    generation: AtomicU64,
+    /// Requests without a known key in the last minute, by bucket.
+    anonymous: [AtomicU64; BUCKETS],
+}
+
+/// One key's counts over the last minute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyCounts {
+    pub requests: u64,
+    pub admitted: u64,
+    pub rate_limited: u64,
+    pub forbidden: u64,
+    pub invalid: u64,
+    pub shadowed: u64,
+}
+
+/// One of the latest refusals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub at_ms: u64,
+    pub key: Option<KeyIdx>,
+    pub route: Option<RouteIdx>,
+    /// Index into [`crate::policy::Code::ALL`].
+    pub code: u8,
+}
+
+impl Default for Usage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Usage {
+    pub fn new() -> Self {
+        Self {
+            buckets: std::array::from_fn(|_| Bucket::new()),
+            recent: std::array::from_fn(|_| Refused::default()),
+            next: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
+            anonymous: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// A new config is in force: counts start again for it.
+    pub fn reset(&self, generation: u64) {
+        self.generation.store(generation, Ordering::Release);
+        for b in &self.buckets {
+            b.period.store(u64::MAX, Ordering::Release);
+            b.clear();
+        }
+        for a in &self.anonymous {
+            a.store(0, Ordering::Relaxed);
+        }
+        for r in &self.recent {
+            r.stamp.store(0, Ordering::Release);
+        }
+    }
+
+    /// Prepare the bucket of the coming 10 seconds (called every second): clear it and give
+    /// it its period, so the request path never clears anything.
+    pub fn rotate(&self, now_secs: u64) {
+        let period = now_secs / BUCKET_SECS;
+        for p in [period, period + 1] {
+            let b = &self.buckets[(p % BUCKETS as u64) as usize];
+            if b.period.load(Ordering::Acquire) != p {
+                b.period.store(u64::MAX, Ordering::Release);
+                b.clear();
+                self.anonymous[(p % BUCKETS as u64) as usize].store(0, Ordering::Relaxed);
+                b.period.store(p, Ordering::Release);
+            }
+        }
+    }
+
+    /// Count one finished request (the request path: atomics only).
+    pub fn record(
+        &self,
+        generation: u64,
+        now_ms: u64,
+        key: Option<KeyIdx>,
+        route: Option<RouteIdx>,
+        outcome: Outcome,
+        code: Option<u8>,
+    ) {
+        if generation != self.generation.load(Ordering::Relaxed) {
+            return;
+        }
+        let period = now_ms / 1000 / BUCKET_SECS;
+        let at = (period % BUCKETS as u64) as usize;
+        let b = &self.buckets[at];
+        if b.period.load(Ordering::Acquire) == period {
+            match key {
+                Some(k) => self.count(b, k, kind(outcome)),
+                None => {
+                    self.anonymous[at].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if let Some(code) = code {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let r = &self.recent[(i % RECENT as u64) as usize];
+            let what = (u64::from(key.map_or(0, |k| k + 1)) << 32)
+                | (u64::from(route.map_or(0, |r| r as u32 + 1) & 0xFFFF) << 16)
+                | u64::from(code);
+            r.stamp.store(0, Ordering::Release);
+            r.at_ms.store(now_ms, Ordering::Relaxed);
+            r.what.store(what, Ordering::Relaxed);
+            r.stamp.store(i + 1, Ordering::Release);
+        }
+    }
+
+    fn count(&self, b: &Bucket, k: KeyIdx, kind: Kind) {
+        let id = k + 1;
+        let h = (k.wrapping_mul(0x9E37_79B1) as usize) % SLOTS;
+        let mut lightest: Option<(&Slot, u32)> = None;
+        for p in 0..PROBES {
+            let s = &b.slots[(h + p) % SLOTS];
+            let mut held = s.key.load(Ordering::Acquire);
+            if held == 0 {
+                held = match s
+                    .key
+                    .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => id,
+                    Err(other) => other,
+                };
+            }
+            if held == id {
+                s.weight.fetch_add(1, Ordering::Relaxed);
+                s.kinds[kind as usize].fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            let w = s.weight.load(Ordering::Relaxed);
+            if lightest.map_or(true, |(_, lw)| w < lw) {
+                lightest = Some((s, w));
+            }
+        }
+        // All four hold other keys: the lightest loses one; at zero this key takes it over.
+        if let Some((s, _)) = lightest {
+            let before = s
+                .weight
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                    Some(w.saturating_sub(1))
+                })
+                .unwrap_or(0);
+            if before <= 1 {
+                let held = s.key.load(Ordering::Acquire);
+                if held != id
+                    && s.key
+                        .compare_exchange(held, id, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                {
+                    for c in &s.kinds {
+                        c.store(0, Ordering::Relaxed);
+                    }
+                    s.weight.store(1, Ordering::Relaxed);
+                    s.kinds[kind as usize].store(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Every key counted in the last minute (as of `now_secs`), with its counts.
+    pub fn keys(&self, now_secs: u64) -> Vec<(KeyIdx, KeyCounts)> {
+        let period = now_secs / BUCKET_SECS;
+        let mut by: std::collections::HashMap<KeyIdx, KeyCounts> = Default::default();
+        for b in &self.buckets {
+            let p = b.period.load(Ordering::Acquire);
+            if p == u64::MAX || p > period || period - p >= BUCKETS as u64 {
+                continue;
+            }
+            for s in b.slots.iter() {
+                let id = s.key.load(Ordering::Acquire);
+                if id == 0 {
+                    continue;
+                }
+                let c = by.entry(id - 1).or_default();
+                let n = |k: Kind| u64::from(s.kinds[k as usize].load(Ordering::Relaxed));
+                c.admitted += n(Kind::Admitted);
+                c.rate_limited += n(Kind::RateLimited);
+                c.forbidden += n(Kind::Forbidden);
+                c.invalid += n(Kind::Invalid);
+                c.shadowed += n(Kind::Shadowed);
+            }
+        }
+        let mut v: Vec<(KeyIdx, KeyCounts)> = by
+            .into_iter()
+            .map(|(k, mut c)| {
+                c.requests = c.admitted + c.rate_limited + c.forbidden + c.invalid + c.shadowed;
+                (k, c)
+            })
+            .collect();
+        v.sort_by(|a, b| b.1.requests.cmp(&a.1.requests).then(a.0.cmp(&b.0)));
+        v
+    }
+
+    /// Requests without a known key in the last minute.
+    pub fn anonymous(&self, now_secs: u64) -> u64 {
+        let period = now_secs / BUCKET_SECS;
+        self.buckets
+            .iter()
+            .zip(&self.anonymous)
+            .filter(|(b, _)| {
+                let p = b.period.load(Ordering::Acquire);
+                p != u64::MAX && p <= period && period - p < BUCKETS as u64
+            })
+            .map(|(_, a)| a.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The latest refusals, newest first.
+    pub fn refusals(&self) -> Vec<Refusal> {
+        let mut v: Vec<(u64, Refusal)> = self
+            .recent
+            .iter()
+            .filter_map(|r| {
+                let s1 = r.stamp.load(Ordering::Acquire);
+                if s1 == 0 {
+                    return None;
+                }
+                let at_ms = r.at_ms.load(Ordering::Relaxed);
+                let what = r.what.load(Ordering::Relaxed);
+                (r.stamp.load(Ordering::Acquire) == s1).then(|| {
+                    let key = (what >> 32) as u32;
+                    let route = ((what >> 16) & 0xFFFF) as u32;
+                    (
+                        s1,
+                        Refusal {
+                            at_ms,
+                            key: key.checked_sub(1),
+                            route: route.checked_sub(1).map(|r| r as RouteIdx),
+                            code: (what & 0xFF) as u8,
+                        },
+                    )
+                })
+            })
+            .collect();
+        v.sort_by_key(|e| std::cmp::Reverse(e.0));
+        v.into_iter().map(|(_, r)| r).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn usage() -> Usage {
+        let u = Usage::new();
+        u.reset(1);
+        u.rotate(T0 / 1000);
+        u
+    }
+
+    #[test]
+    fn counts_by_key_and_kind_over_the_last_minute() {
+        let u = usage();
+        for _ in 0..5 {
+            u.record(1, T0, Some(7), Some(2), Outcome::Forwarded, None);
+        }
+        u.record(1, T0, Some(7), Some(2), Outcome::RateLimited, Some(3));
+        u.record(1, T0, Some(9), Some(2), Outcome::Forbidden, Some(4));
+        u.record(1, T0, None, None, Outcome::Unauthorized, Some(0));
+        let keys = u.keys(T0 / 1000);
+        assert_eq!(keys[0].0, 7);
+        assert_eq!(
+            keys[0].1,
+            KeyCounts {
+                requests: 6,
+                admitted: 5,
+                rate_limited: 1,
+                ..KeyCounts::default()
+            }
+        );
+        assert_eq!(
+            keys[1],
+            (
+                9,
+                KeyCounts {
+                    requests: 1,
+                    forbidden: 1,
+                    ..KeyCounts::default()
+                }
+            )
+        );
+        assert_eq!(u.anonymous(T0 / 1000), 1);
+        let r = u.refusals();
+        assert_eq!(r.len(), 3);
+        assert_eq!((r[0].key, r[0].code), (None, 0));
+        assert_eq!((r[2].key, r[2].route, r[2].code), (Some(7), Some(2), 3));
+    }
+
+    #[test]
+    fn a_minute_later_the_counts_are_gone_and_a_new_config_starts_again() {
+        let u = usage();
+        u.record(1, T0, Some(7), None, Outcome::Forwarded, None);
+        let later = T0 / 1000 + 70;
+        for s in T0 / 1000..=later {
+            u.rotate(s);
+        }
+        assert!(u.keys(later).is_empty());
+        u.record(1, later * 1000, Some(7), None, Outcome::Forwarded, None);
+        assert_eq!(u.keys(later).len(), 1);
+        // A request decided on the previous config is not counted in the new one.
+        u.reset(2);
+        u.rotate(later);
+        u.record(1, later * 1000, Some(7), None, Outcome::Forwarded, None);
+        assert!(u.keys(later).is_empty());
+    }
+
+    #[test]
+    fn a_busy_key_takes_its_place_from_many_light_ones_and_memory_is_fixed() {
+        let u = usage();
+        // A million light keys, once each, then one busy key.
+        for k in 0..1_000_000u32 {
+            u.record(1, T0, Some(k), None, Outcome::Forwarded, None);
+        }
+        for _ in 0..200 {
+            u.record(1, T0, Some(4_000_000), None, Outcome::Forwarded, None);
+        }
+        let keys = u.keys(T0 / 1000);
+        assert!(keys.len() <= SLOTS);
+        assert_eq!(keys[0].0, 4_000_000);
+        assert!(keys[0].1.requests >= 150, "{:?}", keys[0]);
+    }
+
+    #[test]
+    fn many_threads_count_without_losing_a_known_keys_requests() {
+        let u = std::sync::Arc::new(usage());
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let u = std::sync::Arc::clone(&u);
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        u.record(1, T0, Some(42), None, Outcome::Forwarded, None);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(u.keys(T0 / 1000)[0].1.requests, 80_000);
+    }
+}

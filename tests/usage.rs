@@ -1,0 +1,200 @@
+//! The operator's view: `/api/usage` on the wire, the page rendered by a real headless browser
+//! (Debian's `chromium`, installed by `.ci/run`), and `tollgate top --once`.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Command;
+
+use common::{config_for, send_raw, wait_ready, Gateway, Mode, Upstream};
+use tollgate_core::digest::Digest;
+
+/// 50 requests of basic-1 (40 admitted, 10 rate limited), 5 of standard-1, 2 refused for the
+/// plan, 3 without a key.
+fn traffic(gw: &Gateway) {
+    for _ in 0..50 {
+        gw.call("basic-key-1", "GET", "/v2/client/getStatus", "");
+    }
+    for _ in 0..5 {
+        gw.call("standard-key-1", "GET", "/v2/client/getStatus", "");
+    }
+    for _ in 0..2 {
+        gw.call(
+            "basic-key-1",
+            "POST",
+            "/v2/settings/webhook/set",
+            r#"{"url":"https://x.example/h"}"#,
+        );
+    }
+    for _ in 0..3 {
+        gw.call("not-a-key", "GET", "/v2/client/getStatus", "");
+    }
+}
+
+fn get(addr: SocketAddr, target: &str, token: Option<&str>) -> common::Response {
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let raw = format!("GET {target} HTTP/1.1\r\nHost: admin\r\n{auth}Connection: close\r\n\r\n");
+    send_raw(addr, raw.as_bytes())
+}
+
+#[test]
+fn the_usage_api_shows_the_busiest_keys_and_the_latest_refusals_and_never_a_key() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    traffic(&gw);
+    let r = get(gw.config.admin_listen, "/api/usage", None);
+    assert_eq!(r.status, 200);
+    let body = String::from_utf8(r.body.clone()).unwrap();
+    for secret in ["basic-key-1", "standard-key-1", "not-a-key"] {
+        assert!(!body.contains(secret), "a key on the page: {secret}");
+        assert!(
+            !body.contains(&Digest::of(secret.as_bytes()).to_hex()),
+            "a digest on the page"
+        );
+    }
+    let u = r.json();
+    let top = &u["keys"][0];
+    assert_eq!(top["key"], "basic-1");
+    assert_eq!(top["plan"], "basic");
+    assert_eq!(top["requests"], 52);
+    assert_eq!(top["admitted"], 40);
+    assert_eq!(top["refusals"]["rate_limited"], 10);
+    assert_eq!(top["refusals"]["forbidden"], 2);
+    assert_eq!(top["budget_left"], 0);
+    assert_eq!(u["keys"][1]["key"], "standard-1");
+    assert_eq!(u["anonymous_requests"], 3);
+    let refusals = u["refusals"].as_array().unwrap();
+    assert_eq!(refusals[0]["code"], "unauthorized");
+    assert!(refusals.iter().any(|r| r["code"] == "rate_limited"
+        && r["key"] == "basic-1"
+        && r["route"] == "client"
+        && r["status"] == 429));
+    assert!(refusals
+        .iter()
+        .any(|r| r["code"] == "plan_restricted" && r["route"] == "webhook_set"));
+    assert_eq!(u["config"]["plans"][0]["name"], "basic");
+    assert_eq!(u["config"]["keys"], 5);
+
+    // Search by name: a key with no request this minute shows too, with its budget.
+    let r = get(gw.config.admin_listen, "/api/usage?key=PRO", None).json();
+    assert_eq!(r["keys"].as_array().unwrap().len(), 1);
+    assert_eq!(r["keys"][0]["key"], "pro-1");
+    assert_eq!(r["keys"][0]["requests"], 0);
+    assert_eq!(r["keys"][0]["budget_left"], 150);
+}
+
+fn chromium() -> String {
+    for c in ["chromium", "chromium-browser", "google-chrome"] {
+        if Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return c.to_string();
+        }
+    }
+    panic!("no headless browser: apt-get install chromium (.ci/run installs it)");
+}
+
+/// The page at `url` as a real browser renders it, scripts run, after `ms` of (virtual) time.
+fn render(url: &str, ms: u32) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new(chromium())
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+            &format!("--user-data-dir={}", profile.path().display()),
+            &format!("--virtual-time-budget={ms}"),
+            "--dump-dom",
+            url,
+        ])
+        .output()
+        .expect("the browser runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_headless_browser_shows_the_busiest_key_and_a_refusals_code() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    wait_ready(gw.config.admin_listen, 200);
+    traffic(&gw);
+    let dom = render(&format!("http://{}/", gw.config.admin_listen), 3000);
+    // The busiest key's row, filled in by the page's script from /api/usage.
+    let row = r#"<tr data-key="basic-1"><td>basic-1</td><td>basic</td><td>-</td><td class="n">52</td><td class="n">40</td><td class="n">10</td><td class="n">2</td>"#;
+    assert!(
+        dom.contains(row),
+        "the busiest key's row is not on the page:\n{dom}"
+    );
+    assert!(
+        dom.contains(r#"<span class="pill">429 rate_limited</span>"#),
+        "{dom}"
+    );
+    assert!(dom.contains("5 keys · 2 partners · 3 plans"), "{dom}");
+    assert!(!dom.contains("basic-key-1"));
+}
+
+#[test]
+fn behind_the_admin_token_the_page_asks_for_it_and_shows_nothing() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&config_for(&up).admin_token("admin-secret-2"));
+    wait_ready(gw.config.admin_listen, 200);
+    traffic(&gw);
+    let r = get(gw.config.admin_listen, "/", None);
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    let raw = "GET / HTTP/1.1\r\nHost: admin\r\nAccept: text/html,*/*\r\nConnection: close\r\n\r\n";
+    let r = send_raw(gw.config.admin_listen, raw.as_bytes());
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    assert!(!String::from_utf8_lossy(&r.body).contains("basic-1"));
+    assert_eq!(get(gw.config.admin_listen, "/api/usage", None).status, 401);
+    assert_eq!(
+        get(gw.config.admin_listen, "/api/usage", Some("admin-secret-2")).status,
+        200
+    );
+    let dom = render(&format!("http://{}/", gw.config.admin_listen), 2000);
+    assert!(
+        dom.contains(r#"id="locked" style="display: block;""#),
+        "{dom}"
+    );
+    assert!(!dom.contains("basic-1"), "data shown without the token");
+}
+
+#[test]
+fn top_once_prints_the_same_view_in_the_terminal() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&config_for(&up).admin_token("admin-secret-3"));
+    traffic(&gw);
+    let admin = format!("http://{}", gw.config.admin_listen);
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["top", "--admin", &admin, "--once"])
+        .env("TOLLGATE_ADMIN_TOKEN", "admin-secret-3")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .find(|l| l.contains("basic-1"))
+        .unwrap_or_else(|| panic!("{text}"));
+    for field in ["basic", "52", "40", "10"] {
+        assert!(line.contains(field), "{line}");
+    }
+    assert!(text.contains("429 rate_limited"), "{text}");
+    // Without the token: a clear error, exit 1.
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["top", "--admin", &admin, "--once"])
+        .env_remove("TOLLGATE_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+}
