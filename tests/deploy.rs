@@ -31,6 +31,10 @@ const METRICS: &[&str] = &[
     "tollgate_cluster_sync_keys",
     "tollgate_cluster_redis_calls_total",
     "tollgate_cluster_sync_errors_total",
+    "tollgate_connections",
+    "tollgate_connections_refused_total",
+    "tollgate_auth_blocked_ips",
+    "tollgate_plan_overrides",
 ];
 
 /// The values each fixed label can take; route and plan values come from the config.
@@ -45,8 +49,14 @@ const LABEL_VALUES: &[(&str, &[&str])] = &[
             "invalid",
             "not_found",
             "upstream_error",
+            "blocked",
+            "shadow_rate_limited",
+            "shadow_forbidden",
+            "timeout",
         ],
     ),
+    ("reason", &["max_connections", "max_connections_per_ip"]),
+    ("listener", &["http", "tls"]),
     ("class", &["1xx", "2xx", "3xx", "4xx", "5xx"]),
     ("result", &["success", "error"]),
 ];
@@ -1327,4 +1337,26 @@ fn the_scanners_find_what_they_should() {
     let unit = parse_unit("[A]\n# c\nK=1\nK=2\nL=x \\\n  y\n");
     assert_eq!(unit_values(&unit, "A", "K"), ["1", "2"]);
     assert_eq!(unit_value(&unit, "A", "L"), "x  y");
+}
+
+#[test]
+fn the_metric_list_here_is_every_metric_the_gateway_registers() {
+    // The names registered in the source (each is a string literal "tollgate_…" there), so that
+    // a new metric cannot be left out of the dashboard and the checks above.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut registered = BTreeSet::new();
+    for path in files_under(&src) {
+        let text = fs::read_to_string(&path).unwrap();
+        for (i, _) in text.match_indices("\"tollgate_") {
+            let name: String = text[i + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            if text[i + 1 + name.len()..].starts_with('"') {
+                registered.insert(name);
+            }
+        }
+    }
+    let listed: BTreeSet<String> = METRICS.iter().map(|m| m.to_string()).collect();
+    assert_eq!(registered, listed);
 }
