@@ -415,6 +415,13 @@ fn redis_stopped_or_killed_under_load_costs_no_request_and_sharing_resumes_by_it
         .query(&mut con)
         .unwrap();
     assert_eq!(fleet, 3, "every replica heartbeats to the new Redis");
+    // The new Redis has no script: the budget calls (one pipeline) are answered NOSCRIPT, the
+    // script is loaded, and those calls sent again: the key's budget is there.
+    check(&drive_for(Duration::from_secs(1)), "a new Redis");
+    eventually("the key's budget in the new Redis", || {
+        let names: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+        names.iter().any(|n| is_budget_name(n))
+    });
 
     // One line per transition, per replica: down, up, down, up.
     for mut r in replicas {

@@ -6,6 +6,9 @@
 #   N=20000 SETUPS="G" benches/load/instructions.sh
 #   SETUPS="G Gc" benches/load/instructions.sh   # Gc: G with `cluster:` on, against a redis-server
 #                                                # the script starts (shared budgets, docs/cluster.md)
+#   SETUPS="G Ga" benches/load/instructions.sh   # Ga: every part-two feature on (benches/load/all.yaml:
+#                                                # the edge, auth-failure blocking, webhook guard,
+#                                                # usage counting, cluster, state.path)
 #
 # Why: on this VM the wall-clock CPU µs per request of run.sh moves ±10 % between repetitions,
 # more than the 1 µs the P0/G goal is about. Callgrind counts the instructions the proxy runs
@@ -48,7 +51,7 @@ if ((${#need[@]})); then
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 case " $SETUPS " in
-  *" Gc "*)
+  *" Gc "* | *" Ga "* | *" Gav "*)
     if ! command -v redis-server >/dev/null; then
       sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
       log "installing redis-server"
@@ -81,14 +84,17 @@ python3 "$HERE/gen.py" --dir "$TMP" --keys 1000 --d-port "$D_PORT" --n1-port "$N
   -g 'daemon off;' >"$OUT/nginx.out" 2>&1 &
 PIDS+=($!)
 case " $SETUPS " in
-  *" Gc "*)
+  *" Gc "* | *" Ga "* | *" Gav "*)
     R_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     redis-server --port "$R_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" \
       >"$OUT/redis.out" 2>&1 &
     PIDS+=($!)
     cp "$TMP/tollgate.yaml" "$TMP/tollgate-cluster.yaml"
     printf 'cluster:\n  redis_url: "redis://127.0.0.1:%s/0"\n  key_prefix: "tgbench"\n' "$R_PORT" \
-      >>"$TMP/tollgate-cluster.yaml" ;;
+      >>"$TMP/tollgate-cluster.yaml"
+    # Ga: every part-two feature (benches/load/all.yaml), the cluster's Redis above.
+    { cat "$TMP/tollgate.yaml"; sed -e "s|@REDIS_PORT@|$R_PORT|" -e "s|@STATE@|$TMP/state.db|" \
+      "$HERE/all.yaml"; } >"$TMP/tollgate-all.yaml" ;;
 esac
 
 # client.py PORT PATH BODY_FILE W N CTL: W warm-up requests, then `CTL on`, N requests, `CTL off`.
@@ -154,10 +160,14 @@ for s in $SETUPS; do
     Gc)
       cmd=("$REL/tollgate" run --config "$TMP/tollgate-cluster.yaml" --conf "$HERE/pingora.yaml")
       port=$G_PORT ;;
-    *) die "unknown setup $s (P0, P0v, G, Gv, Gc)" ;;
+    Ga | Gav)
+      [ "$s" = Gav ] && route=send_group_event
+      cmd=("$REL/tollgate" run --config "$TMP/tollgate-all.yaml" --conf "$HERE/pingora.yaml")
+      port=$G_PORT ;;
+    *) die "unknown setup $s (P0, P0v, G, Gv, Gc, Ga, Gav)" ;;
   esac
   threads=no
-  [ "$s" = Gc ] && threads=yes   # one dump per thread: the request path apart from the sync
+  case $s in Gc | Ga | Gav) threads=yes ;; esac  # one dump per thread: the request path apart from the sync
   TOLLGATE_LOG=warn valgrind --tool=callgrind --instr-atstart=no --separate-threads="$threads" \
     --callgrind-out-file="$OUT/callgrind.$s.%p" "${cmd[@]}" >"$OUT/$s.out" 2>&1 &
   pid=$!
@@ -172,7 +182,7 @@ for s in $SETUPS; do
     printf '| %s | %s | %s |\n' "$s" "$route" "$((total / N))"
     continue
   fi
-  # Gc: the threads that served requests (Pingora's proxy ran on them) are the request path;
+  # Gc, Ga: the threads that served requests (Pingora's proxy ran on them) are the request path;
   # the others (the background exchange with Redis, its connection, the timers) are the sync.
   path=0 sync=0
   for f in "$OUT"/callgrind."$s".*-*; do

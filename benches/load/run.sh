@@ -11,6 +11,9 @@
 #   N1     nginx doing the policy nginx can do (nginx/policy.conf), one worker
 #   P0     bare Pingora pass-through (p0.rs, `cargo build --release --example p0`), 1 thread
 #   G      Tollgate, every policy on, 1 thread, TOLLGATE_LOG=warn (no access log lines)
+#   Ga     G with every part-two feature on (benches/load/all.yaml): the edge spelled out,
+#          auth-failure blocking, the webhook guard, usage counting, `cluster:` against a
+#          redis-server this script starts on the load CPU, `state.path`
 #   G-log  G with TOLLGATE_LOG=info: one access line per request, to a file (1 repetition)
 # Routes: send_message = POST /v2/sendMessage/ (forwarded as is: "G"), send_group_event =
 # POST /v2/sendGroup with a group-event body Tollgate parses and checks ("Gv").
@@ -46,7 +49,7 @@ else
 fi
 CONNS=${CONNS:-64}
 RATES=${RATES:-"5000 20000"}
-SETUPS=${SETUPS:-"D N1 P0 G"}
+SETUPS=${SETUPS:-"D N1 P0 G Ga"}
 ROUTES="send_message send_group_event"
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
@@ -69,6 +72,7 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || apt_missing+=(ngin
 command -v wrk >/dev/null 2>&1 || apt_missing+=(wrk)
 command -v curl >/dev/null 2>&1 || apt_missing+=(curl)
 command -v taskset >/dev/null 2>&1 || apt_missing+=(util-linux)
+case " $SETUPS " in *" Ga "*) command -v redis-server >/dev/null 2>&1 || apt_missing+=(redis-server) ;; esac
 if [ ${#apt_missing[@]} -gt 0 ]; then
   log "installing ${apt_missing[*]} (apt)"
   $sudo apt-get update -qq
@@ -172,6 +176,16 @@ python3 "$HERE/gen.py" --dir "$TMP" --keys "$KEYS" --d-port "$D_PORT" --n1-port 
   --g-port "$G_PORT" --g-admin-port "$G_ADMIN_PORT"
 "$TMP/tollgate" check --config "$TMP/tollgate.yaml" > "$OUT/logs/tollgate-check.txt" \
   || die "generated tollgate config refused: see $OUT/logs/tollgate-check.txt"
+R_PORT=""
+case " $SETUPS " in
+  *" Ga "*)
+    # The shared budgets' Redis, on the load CPU (in a fleet it is another machine).
+    R_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    { cat "$TMP/tollgate.yaml"; sed -e "s|@REDIS_PORT@|$R_PORT|" -e "s|@STATE@|$TMP/state.db|" \
+      "$HERE/all.yaml"; } >"$TMP/tollgate-all.yaml"
+    "$TMP/tollgate" check --config "$TMP/tollgate-all.yaml" > "$OUT/logs/tollgate-all-check.txt" \
+      || die "generated all-on config refused: see $OUT/logs/tollgate-all-check.txt" ;;
+esac
 for n in nginx-d nginx-n1; do
   "$NGINX" -t -q -p "$TMP/$n" -c "$TMP/$n/nginx.conf" -e "$TMP/$n/error.log" \
     || die "nginx refused $TMP/$n/nginx.conf"
@@ -203,6 +217,13 @@ log "upstream nginx on 127.0.0.1:$D_PORT (CPU $LOAD_CPU)"
 UP_PID=$(start_nginx nginx-d "$LOAD_CPU")
 PIDS+=("$UP_PID")
 wait_port "$D_PORT"
+if [ -n "$R_PORT" ]; then
+  log "redis-server on 127.0.0.1:$R_PORT (CPU $LOAD_CPU) for Ga"
+  taskset -c "$LOAD_CPU" redis-server --port "$R_PORT" --bind 127.0.0.1 --save "" \
+    --appendonly no --dir "$TMP" >"$OUT/logs/redis.out" 2>&1 &
+  PIDS+=($!)
+  wait_port "$R_PORT"
+fi
 
 CUR_PID=""     # the proxy under test
 CUR_PORT=""
@@ -217,17 +238,18 @@ start_setup() { # setup
       taskset -c "$PROXY_CPU" "$TMP/p0" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1 \
         >"$OUT/logs/p0.out" 2>&1 &
       CUR_PID=$!; CUR_PORT=$P0_PORT; CUR_SIG=INT ;;
-    G | G-log)
-      local level=warn dest="$OUT/logs/g.out"
+    G | G-log | Ga)
+      local level=warn dest="$OUT/logs/g.out" config="$TMP/tollgate.yaml"
       if [ "$s" = G-log ]; then level=info; dest="$TMP/g-access.log"; fi
+      if [ "$s" = Ga ]; then dest="$OUT/logs/ga.out"; config="$TMP/tollgate-all.yaml"; fi
       TOLLGATE_LOG=$level taskset -c "$PROXY_CPU" "$TMP/tollgate" run \
-        --config "$TMP/tollgate.yaml" --conf "$HERE/pingora.yaml" >>"$dest" 2>&1 &
+        --config "$config" --conf "$HERE/pingora.yaml" >>"$dest" 2>&1 &
       CUR_PID=$!; CUR_PORT=$G_PORT; CUR_SIG=INT ;;
     *) die "unknown setup $s" ;;
   esac
   PIDS+=("$CUR_PID")
   wait_port "$CUR_PORT"
-  case $s in G | G-log) wait_ready "$G_ADMIN_PORT" ;; esac
+  case $s in G | G-log | Ga) wait_ready "$G_ADMIN_PORT" ;; esac
 }
 stop_setup() {
   if [ "$CUR_PID" != "$UP_PID" ]; then
@@ -398,7 +420,7 @@ access_lines() { # setup route rep: G-log only: check one line per request, then
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 log "load average before the run: $LOAD_START (should be near 0: the numbers assume an idle machine)"
-log "ports: D $D_PORT, N1 $N1_PORT, P0 $P0_PORT, G $G_PORT (admin $G_ADMIN_PORT); $KEYS keys"
+log "ports: D $D_PORT, N1 $N1_PORT, P0 $P0_PORT, G and Ga $G_PORT (admin $G_ADMIN_PORT); $KEYS keys"
 log "$REPS repetition(s) of ${DURATION}s (warm-up ${WARMUP}s); setups $SETUPS + G-log; output $OUT"
 for rep in $(seq "$REPS"); do
   for s in $SETUPS; do

@@ -16,7 +16,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-SETUP_ORDER = ["D", "N1", "P0", "G", "G-log"]
+SETUP_ORDER = ["D", "N1", "P0", "G", "Ga", "G-log"]
 ROUTE_ORDER = ["send_message", "send_group_event"]
 ROUTE_TEXT = {
     "send_message": "POST /v2/sendMessage/",
@@ -26,6 +26,8 @@ ROUTE_TEXT = {
 ROW_NAME = {
     ("G", "send_message"): "G",
     ("G", "send_group_event"): "Gv",
+    ("Ga", "send_message"): "Ga",
+    ("Ga", "send_group_event"): "Gav",
     ("G-log", "send_message"): "G-log",
     ("G-log", "send_group_event"): "Gv-log",
 }
@@ -223,6 +225,11 @@ def summarize(a):
         ("G / P0 throughput, median of per-repetition ratios (sendMessage)", paired(data, "G", "P0", msg, "rps", lambda u, v: u / v), "×", 2),
         ("Gv / P0 throughput, median of per-repetition ratios (sendGroup event)", paired(data, "G", "P0", ev, "rps", lambda u, v: u / v), "×", 2),
         ("G CPU/req − P0 CPU/req, median of per-repetition differences (sendMessage)", paired(data, "G", "P0", msg, "cpu_us_per_req", lambda u, v: u - v), "µs", 1),
+        ("Ga / P0 throughput, median of per-repetition ratios (sendMessage, every part-two feature on)", paired(data, "Ga", "P0", msg, "rps", lambda u, v: u / v), "×", 2),
+        ("Gav / P0 throughput, median of per-repetition ratios (sendGroup event, every part-two feature on)", paired(data, "Ga", "P0", ev, "rps", lambda u, v: u / v), "×", 2),
+        ("Ga CPU/req − P0 CPU/req, median of per-repetition differences (sendMessage)", paired(data, "Ga", "P0", msg, "cpu_us_per_req", lambda u, v: u - v), "µs", 1),
+        ("Gav CPU/req − P0 CPU/req, median of per-repetition differences (sendGroup event)", paired(data, "Ga", "P0", ev, "cpu_us_per_req", lambda u, v: u - v), "µs", 1),
+        ("Ga / G throughput, median of per-repetition ratios (sendMessage: the price of part two)", paired(data, "Ga", "G", msg, "rps", lambda u, v: u / v), "×", 3),
         ("G CPU/req − N1 CPU/req (sendMessage)", diff(med(data, "G", msg, "cpu_us_per_req"), med(data, "N1", msg, "cpu_us_per_req")), "µs", 1),
         ("G-log CPU/req − G CPU/req (access line at info)", diff(med(data, "G-log", msg, "cpu_us_per_req"), med(data, "G", msg, "cpu_us_per_req")), "µs", 1),
         ("p99(G) − p99(D) @%d req/s (sendMessage)" % q0, diff(med(data, "G", msg, "p99_ms@%d" % q0), med(data, "D", msg, "p99_ms@%d" % q0)), "ms", 3),
@@ -252,6 +259,9 @@ def summarize(a):
     out.append("- D is the upstream nginx itself, measured directly; it runs on CPU 1 next to the load generator.")
     out.append("- N1 does not check JSON bodies (nginx cannot): on the sendGroup event route it checks only Content-Type and size. "
                "Gv parses and checks the body. N1's key map holds plain keys; Tollgate hashes every presented key (SHA-256).")
+    out.append("- Ga is G with every part-two feature on (benches/load/all.yaml): the edge spelled out, auth-failure blocking, "
+               "the webhook guard, usage counting, `cluster:` against a redis-server on the load CPU, `state.path`. "
+               "Its CPU µs/req include the background exchange with Redis.")
     out.append("- G runs with TOLLGATE_LOG=warn (no access lines). G-log runs with TOLLGATE_LOG=info: one access line per request, written to a file (1 repetition).")
     out.append("")
     out.append("Machine:")

@@ -6,7 +6,8 @@
 //! 1. sends this replica's heartbeat (one script on `<prefix>:fleet`, a sorted set of replica
 //!    ids by their last heartbeat), which answers how many replicas are alive: `N`;
 //! 2. sends each key admitted on since the last exchange (one script per key on
-//!    `<prefix>:b:{<hash>}`, all in flight together on one multiplexed connection), which
+//!    `<prefix>:b:{<hash>}`: to a single Redis all of them as one pipeline, to a Redis Cluster
+//!    each on its own, all in flight together), which
 //!    applies the hits to the fleet's TAT with Redis's clock and answers the distance ahead and
 //!    the replicas on the key;
 //! 3. settles the answers: views re-anchored, hits of unanswered calls given back.
@@ -24,6 +25,7 @@
 //! pending key's view as a floor so that what was admitted while down is neither lost nor
 //! counted twice.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,12 +39,16 @@ use redis::{Client, RedisError, Script};
 
 use crate::clock::Clock;
 use crate::config::{scrub, Cluster as ClusterConfig};
+use crate::digest::Digest;
 use crate::limit::shared::{fleet_key, store_key, Batch, Call, Reply, Settled};
 use crate::limit::{SharedStore, Syncer, Timing};
 use crate::runtime::metrics::Metrics;
 
 /// The longest the breaker waits between two attempts on a store that is down.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A budget call's answer: the script's `{ahead, n, others}`, or why there is none.
+type Answer = Result<(u64, u32, u64), Failure>;
+
 /// Calls in flight at once in one exchange.
 const CHUNK: usize = 1024;
 
@@ -231,7 +237,7 @@ pub async fn connect(cfg: &ClusterConfig) -> Result<Conn, Failure> {
 }
 
 /// Why an exchange failed, without the URL (which may hold a password).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Failure(pub String);
 
 impl Failure {
@@ -253,7 +259,14 @@ pub struct ClusterService {
     budget: Script,
     heartbeat: Script,
     metrics: ClusterMetrics,
+    /// Each key's budget name in the store, computed once (a SHA-256 and a hex string per
+    /// key per exchange were half of the exchange's CPU). At most [`NAMES`] entries: past
+    /// that it starts again, so memory stays bounded whatever the number of keys.
+    names: Mutex<HashMap<Digest, Arc<str>, foldhash::fast::RandomState>>,
 }
+
+/// Budget names kept by [`ClusterService`] (about 150 bytes each: 10 MB at most).
+const NAMES: usize = 1 << 16;
 
 impl ClusterService {
     /// The store for the policy, and the service that keeps it in step with the fleet.
@@ -280,6 +293,7 @@ impl ClusterService {
             budget: Script::new(BUDGET_LUA),
             heartbeat: Script::new(HEARTBEAT_LUA),
             metrics: ClusterMetrics::new(metrics),
+            names: Mutex::default(),
         };
         (store, svc)
     }
@@ -295,8 +309,6 @@ impl ClusterService {
         conn: &Conn,
         calls: &[Call],
     ) -> (Result<u32, Failure>, Vec<Option<Reply>>) {
-        let horizon = self.timing.key_horizon().as_millis() as u64;
-        let recent = self.timing.recent().as_millis() as u64;
         let deadline = tokio::time::Instant::now() + self.cfg.timeout;
         let fleet = tokio::time::timeout_at(deadline, async {
             let mut inv = self.heartbeat.key(&self.fleet_key);
@@ -318,35 +330,19 @@ impl ClusterService {
         let mut failure = None;
         for chunk in calls.chunks(CHUNK) {
             self.metrics.calls.inc_by(chunk.len() as u64);
-            let answers = join_all(chunk.iter().map(|c| {
-                let conn = conn.clone();
-                async move {
-                    let name = store_key(&self.cfg.key_prefix, &c.id);
-                    let mut inv = self.budget.key(name);
-                    inv.arg(c.hits)
-                        .arg(c.interval_us)
-                        .arg(c.floor_us)
-                        .arg(&self.replica)
-                        .arg(horizon)
-                        .arg(recent);
-                    tokio::time::timeout_at(deadline, conn.invoke::<(u64, u32, u64)>(&inv)).await
-                }
-            }))
-            .await;
+            let answers = match conn {
+                Conn::Single(c) => self.pipelined(c, chunk, deadline).await,
+                Conn::Cluster(_) => self.one_by_one(conn, chunk, deadline).await,
+            };
             for a in answers {
                 match a {
-                    Ok(Ok((ahead_us, replicas, others_recent))) => replies.push(Some(Reply {
+                    Ok((ahead_us, replicas, others_recent)) => replies.push(Some(Reply {
                         ahead_us,
                         replicas,
                         others_recent,
                     })),
-                    Ok(Err(e)) => {
-                        failure.get_or_insert_with(|| Failure::of(&e, &self.cfg.redis_url));
-                        replies.push(None);
-                    }
-                    Err(_) => {
-                        failure
-                            .get_or_insert_with(|| Failure("no answer within timeout_ms".into()));
+                    Err(e) => {
+                        failure.get_or_insert(e);
                         replies.push(None);
                     }
                 }
@@ -356,6 +352,152 @@ impl ClusterService {
             }
         }
         (failure.map_or(fleet, Err), replies)
+    }
+
+    /// The budget names of `chunk`'s keys, from the cache or computed.
+    fn names(&self, chunk: &[Call]) -> Vec<Arc<str>> {
+        // Only this service's one task locks it, and never across an await.
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if names.len() + chunk.len() > NAMES {
+            names.clear();
+        }
+        chunk
+            .iter()
+            .map(|c| {
+                Arc::clone(
+                    names
+                        .entry(c.id)
+                        .or_insert_with(|| store_key(&self.cfg.key_prefix, &c.id).into()),
+                )
+            })
+            .collect()
+    }
+
+    /// A chunk of budget calls to a single Redis as one pipeline: one write of every
+    /// `EVALSHA` and one read of their answers, instead of a future, a channel message and a
+    /// timer per call (docs/benchmarks.md, "Part two, everything on", has the measured effect).
+    /// A Redis that lost the script (a restart) answers `NOSCRIPT`: the script is loaded and
+    /// those calls, and only those (the others have applied their hits), are sent again.
+    async fn pipelined(
+        &self,
+        conn: &ConnectionManager,
+        chunk: &[Call],
+        deadline: tokio::time::Instant,
+    ) -> Vec<Answer> {
+        let horizon = self.timing.key_horizon().as_millis() as u64;
+        let recent = self.timing.recent().as_millis() as u64;
+        let mut out: Vec<Option<Answer>> = vec![None; chunk.len()];
+        let mut todo: Vec<usize> = (0..chunk.len()).collect();
+        let names = self.names(chunk);
+        for attempt in 0..2 {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for &i in &todo {
+                let c = &chunk[i];
+                pipe.cmd("EVALSHA")
+                    .arg(self.budget.get_hash())
+                    .arg(1)
+                    .arg(&*names[i])
+                    .arg(c.hits)
+                    .arg(c.interval_us)
+                    .arg(c.floor_us)
+                    .arg(&self.replica)
+                    .arg(horizon)
+                    .arg(recent);
+            }
+            let mut c = conn.clone();
+            let answers = tokio::time::timeout_at(
+                deadline,
+                pipe.query_async::<Vec<redis::RedisResult<(u64, u32, u64)>>>(&mut c),
+            )
+            .await;
+            let answers = match answers {
+                Ok(Ok(a)) if a.len() == todo.len() => a,
+                Ok(Ok(_)) => {
+                    let f = Failure("a pipeline answered a different number of replies".into());
+                    return vec![Err(f); chunk.len()];
+                }
+                Ok(Err(e)) => return vec![Err(Failure::of(&e, &self.cfg.redis_url)); chunk.len()],
+                Err(_) => {
+                    return vec![Err(Failure("no answer within timeout_ms".into())); chunk.len()]
+                }
+            };
+            let mut again = Vec::new();
+            for (&i, a) in todo.iter().zip(answers) {
+                match a {
+                    Err(e)
+                        if attempt == 0
+                            && e.kind()
+                                == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                    {
+                        again.push(i);
+                    }
+                    Err(e) => out[i] = Some(Err(Failure::of(&e, &self.cfg.redis_url))),
+                    Ok(v) => out[i] = Some(Ok(v)),
+                }
+            }
+            if again.is_empty() {
+                break;
+            }
+            let mut c = conn.clone();
+            let loaded =
+                tokio::time::timeout_at(deadline, self.budget.prepare_invoke().load_async(&mut c))
+                    .await;
+            match loaded {
+                Ok(Ok(_)) => todo = again,
+                Ok(Err(e)) => {
+                    let f = Failure::of(&e, &self.cfg.redis_url);
+                    for i in again {
+                        out[i] = Some(Err(f.clone()));
+                    }
+                    break;
+                }
+                Err(_) => {
+                    for i in again {
+                        out[i] = Some(Err(Failure("no answer within timeout_ms".into())));
+                    }
+                    break;
+                }
+            }
+        }
+        out.into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(Failure("no answer".into()))))
+            .collect()
+    }
+
+    /// A chunk of budget calls to a Redis Cluster, each on its own (the keys' slots differ,
+    /// so one pipeline cannot go to one node), all in flight together.
+    async fn one_by_one(
+        &self,
+        conn: &Conn,
+        chunk: &[Call],
+        deadline: tokio::time::Instant,
+    ) -> Vec<Answer> {
+        let horizon = self.timing.key_horizon().as_millis() as u64;
+        let recent = self.timing.recent().as_millis() as u64;
+        let names = self.names(chunk);
+        let answers = join_all(chunk.iter().zip(names).map(|(c, name)| {
+            let conn = conn.clone();
+            async move {
+                let mut inv = self.budget.key(&*name);
+                inv.arg(c.hits)
+                    .arg(c.interval_us)
+                    .arg(c.floor_us)
+                    .arg(&self.replica)
+                    .arg(horizon)
+                    .arg(recent);
+                tokio::time::timeout_at(deadline, conn.invoke::<(u64, u32, u64)>(&inv)).await
+            }
+        }))
+        .await;
+        answers
+            .into_iter()
+            .map(|a| match a {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => Err(Failure::of(&e, &self.cfg.redis_url)),
+                Err(_) => Err(Failure("no answer within timeout_ms".into())),
+            })
+            .collect()
     }
 
     /// Settle an exchange: views, `N`, up or down, metrics, and a log line on a change.
