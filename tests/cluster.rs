@@ -438,17 +438,20 @@ fn the_scripts_do_what_the_model_says() {
     let redis = RedisServer::start();
     let mut con = redis.client();
     let budget = redis::Script::new(BUDGET_LUA);
+    // ARGV: replica, key horizon, recent; then hits, interval, floor per key.
     let call = |con: &mut redis::Connection, replica: &str, hits: u64, floor: u64| {
-        budget
+        let v = budget
             .key("t:b:{x}")
-            .arg(hits)
-            .arg(1000)
-            .arg(floor)
             .arg(replica)
             .arg(10_000)
             .arg(5_000)
-            .invoke::<(u64, u32, u64)>(con)
-            .unwrap()
+            .arg(hits)
+            .arg(1000)
+            .arg(floor)
+            .invoke::<Vec<u64>>(con)
+            .unwrap();
+        assert_eq!(v.len(), 3, "three values per key");
+        (v[0], v[1] as u32, v[2])
     };
     // A new key: exactly hits × T ahead, one replica, no one else's recent hits.
     assert_eq!(call(&mut con, "a", 3, 0), (3000, 1, 0));
@@ -481,6 +484,31 @@ fn the_scripts_do_what_the_model_says() {
         .query(&mut con)
         .unwrap();
     assert_eq!(old, None);
+
+    // A batch: each key answered in order, as if called alone, at one instant.
+    let v = budget
+        .key("t:b:{y}1")
+        .key("t:b:{y}2")
+        .key("t:b:{x}")
+        .arg("c")
+        .arg(10_000)
+        .arg(5_000)
+        .arg(4)
+        .arg(1000)
+        .arg(0)
+        .arg(1)
+        .arg(2000)
+        .arg(7_000)
+        .arg(0)
+        .arg(1000)
+        .arg(0)
+        .invoke::<Vec<u64>>(&mut con)
+        .unwrap();
+    assert_eq!(v.len(), 9);
+    assert_eq!(&v[..3], &[4000, 1, 0], "a new key: hits × T");
+    assert_eq!(&v[3..6], &[9000, 1, 0], "a new key from its floor: floor + hits × T");
+    assert_eq!(v[7], 3, "the third key has replicas a, b and now c");
+    assert!(v[8] <= 2, "and a's recent hits at most: {v:?}");
 
     let heartbeat = redis::Script::new(HEARTBEAT_LUA);
     let beat = |con: &mut redis::Connection, replica: &str| {

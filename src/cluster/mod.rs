@@ -49,47 +49,63 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// A budget call's answer: the script's `{ahead, n, others}`, or why there is none.
 type Answer = Result<(u64, u32, u64), Failure>;
 
-/// Calls in flight at once in one exchange.
+/// Keys per budget script call to a single Redis (Redis runs a script alone: a batch of 128
+/// keeps each well under a millisecond).
+const BATCH: usize = 128;
+
+/// Keys per pipeline (or, on a Redis Cluster, calls in flight at once) in one exchange.
 const CHUNK: usize = 1024;
 
-/// The budget script: `KEYS[1]` the budget; `ARGV`: hits, interval (µs), floor (µs), replica
-/// id, key horizon (ms), recent (ms). Fields: `t` the TAT; per replica `r<id>` "when:hits" of
-/// its last report. Answers `{tat − now, replicas within the horizon, hits the others reported
-/// within recent}`. Mirrors `tollgate_core::limit::shared::model::Model::budget`.
+/// The budget script, for one key or a batch of keys (`KEYS[1..n]`, one slot each on a Redis
+/// Cluster, so a cluster gets one key per call): `ARGV[1]` the replica id, `ARGV[2]` the key
+/// horizon (ms), `ARGV[3]` recent (ms); then for each key `k`, `ARGV[3k+1..3k+3]`: hits,
+/// interval (µs), floor (µs). Fields: `t` the TAT; per replica `r<id>` "when:hits" of its last
+/// report. Answers, for each key in order, `tat − now`, the replicas within the horizon, and
+/// the hits the others reported within recent (a flat array of 3n). One `TIME` for the batch.
+/// Mirrors `tollgate_core::limit::shared::model::Model::budget`.
 pub const BUDGET_LUA: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now / 1000)
-local horizon = tonumber(ARGV[5])
-local recent = tonumber(ARGV[6])
-local me = 'r' .. ARGV[4]
-local tat = tonumber(redis.call('HGET', KEYS[1], 't') or 0)
-if tat < now then tat = now end
-local floor = now + tonumber(ARGV[3])
-if tat < floor then tat = floor end
-tat = tat + tonumber(ARGV[1]) * tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 't', string.format('%.0f', tat), me, string.format('%.0f', now_ms) .. ':' .. ARGV[1])
-local n = 0
-local others = 0
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  if string.sub(all[i], 1, 1) == 'r' then
-    local v = all[i + 1]
-    local sep = string.find(v, ':', 1, true)
-    local at = tonumber(sep and string.sub(v, 1, sep - 1) or v)
-    if at + horizon >= now_ms then
-      n = n + 1
-      if sep and all[i] ~= me and at + recent >= now_ms then
-        others = others + tonumber(string.sub(v, sep + 1))
+local me = 'r' .. ARGV[1]
+local horizon = tonumber(ARGV[2])
+local recent = tonumber(ARGV[3])
+local out = {}
+for k = 1, #KEYS do
+  local key = KEYS[k]
+  local a = 3 * k
+  local hits = ARGV[a + 1]
+  local tat = tonumber(redis.call('HGET', key, 't') or 0)
+  if tat < now then tat = now end
+  local floor = now + tonumber(ARGV[a + 3])
+  if tat < floor then tat = floor end
+  tat = tat + tonumber(hits) * tonumber(ARGV[a + 2])
+  redis.call('HSET', key, 't', string.format('%.0f', tat), me, string.format('%.0f', now_ms) .. ':' .. hits)
+  local n = 0
+  local others = 0
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 1) == 'r' then
+      local v = all[i + 1]
+      local sep = string.find(v, ':', 1, true)
+      local at = tonumber(sep and string.sub(v, 1, sep - 1) or v)
+      if at + horizon >= now_ms then
+        n = n + 1
+        if sep and all[i] ~= me and at + recent >= now_ms then
+          others = others + tonumber(string.sub(v, sep + 1))
+        end
+      else
+        redis.call('HDEL', key, all[i])
       end
-    else
-      redis.call('HDEL', KEYS[1], all[i])
     end
   end
+  local ahead = tat - now
+  redis.call('PEXPIRE', key, math.floor((ahead + 999) / 1000) + horizon)
+  out[#out + 1] = ahead
+  out[#out + 1] = n
+  out[#out + 1] = others
 end
-local ahead = tat - now
-redis.call('PEXPIRE', KEYS[1], math.floor((ahead + 999) / 1000) + horizon)
-return {ahead, n, others}
+return out
 ";
 /// The heartbeat script: `KEYS[1]` the fleet; `ARGV`: replica id, fleet horizon (ms).
 /// Mirrors `Model::heartbeat`.
@@ -329,7 +345,6 @@ impl ClusterService {
         let mut replies = Vec::with_capacity(calls.len());
         let mut failure = None;
         for chunk in calls.chunks(CHUNK) {
-            self.metrics.calls.inc_by(chunk.len() as u64);
             let answers = match conn {
                 Conn::Single(c) => self.pipelined(c, chunk, deadline).await,
                 Conn::Cluster(_) => self.one_by_one(conn, chunk, deadline).await,
@@ -373,11 +388,31 @@ impl ClusterService {
             .collect()
     }
 
-    /// A chunk of budget calls to a single Redis as one pipeline: one write of every
-    /// `EVALSHA` and one read of their answers, instead of a future, a channel message and a
-    /// timer per call (docs/benchmarks.md, "Part two, everything on", has the measured effect).
-    /// A Redis that lost the script (a restart) answers `NOSCRIPT`: the script is loaded and
-    /// those calls, and only those (the others have applied their hits), are sent again.
+    /// The budget script for `batch` (one key, or several in one slot or on a single Redis).
+    fn budget_call<'s>(
+        &'s self,
+        batch: &[Call],
+        names: &[Arc<str>],
+        horizon: u64,
+        recent: u64,
+    ) -> redis::ScriptInvocation<'s> {
+        let mut inv = self.budget.prepare_invoke();
+        inv.arg(&self.replica).arg(horizon).arg(recent);
+        for (c, name) in batch.iter().zip(names) {
+            inv.key(&**name)
+                .arg(c.hits)
+                .arg(c.interval_us)
+                .arg(c.floor_us);
+        }
+        inv
+    }
+
+    /// A chunk of budget calls to a single Redis: [`BATCH`] keys per script call, every call
+    /// of the chunk in one pipeline (one write, one read), instead of a script call, a future,
+    /// a channel message and a timer per key (docs/benchmarks.md, "Part two, everything on",
+    /// has the measured effect). A Redis that lost the script (a restart) answers `NOSCRIPT`:
+    /// the script is loaded and those batches, and only those (the others have applied their
+    /// hits), are sent again.
     async fn pipelined(
         &self,
         conn: &ConnectionManager,
@@ -386,54 +421,76 @@ impl ClusterService {
     ) -> Vec<Answer> {
         let horizon = self.timing.key_horizon().as_millis() as u64;
         let recent = self.timing.recent().as_millis() as u64;
-        let mut out: Vec<Option<Answer>> = vec![None; chunk.len()];
-        let mut todo: Vec<usize> = (0..chunk.len()).collect();
         let names = self.names(chunk);
+        let batches: Vec<(usize, usize)> = (0..chunk.len())
+            .step_by(BATCH)
+            .map(|at| (at, (at + BATCH).min(chunk.len())))
+            .collect();
+        let mut out: Vec<Option<Answer>> = vec![None; chunk.len()];
+        let mut todo: Vec<usize> = (0..batches.len()).collect();
+        let fail_all = |f: Failure| vec![Err(f); chunk.len()];
         for attempt in 0..2 {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
-            for &i in &todo {
-                let c = &chunk[i];
+            for &b in &todo {
+                // EVALSHA sha n KEYS… ARGV… (BUDGET_LUA's layout), as budget_call lays it out.
+                let (from, to) = batches[b];
                 pipe.cmd("EVALSHA")
                     .arg(self.budget.get_hash())
-                    .arg(1)
-                    .arg(&*names[i])
-                    .arg(c.hits)
-                    .arg(c.interval_us)
-                    .arg(c.floor_us)
-                    .arg(&self.replica)
-                    .arg(horizon)
-                    .arg(recent);
+                    .arg(to - from);
+                for name in &names[from..to] {
+                    pipe.arg(&**name);
+                }
+                pipe.arg(&self.replica).arg(horizon).arg(recent);
+                for c in &chunk[from..to] {
+                    pipe.arg(c.hits).arg(c.interval_us).arg(c.floor_us);
+                }
             }
+            self.metrics.calls.inc_by(todo.len() as u64);
             let mut c = conn.clone();
             let answers = tokio::time::timeout_at(
                 deadline,
-                pipe.query_async::<Vec<redis::RedisResult<(u64, u32, u64)>>>(&mut c),
+                pipe.query_async::<Vec<redis::RedisResult<Vec<u64>>>>(&mut c),
             )
             .await;
             let answers = match answers {
                 Ok(Ok(a)) if a.len() == todo.len() => a,
                 Ok(Ok(_)) => {
-                    let f = Failure("a pipeline answered a different number of replies".into());
-                    return vec![Err(f); chunk.len()];
+                    return fail_all(Failure(
+                        "a pipeline answered a different number of replies".into(),
+                    ))
                 }
-                Ok(Err(e)) => return vec![Err(Failure::of(&e, &self.cfg.redis_url)); chunk.len()],
-                Err(_) => {
-                    return vec![Err(Failure("no answer within timeout_ms".into())); chunk.len()]
-                }
+                Ok(Err(e)) => return fail_all(Failure::of(&e, &self.cfg.redis_url)),
+                Err(_) => return fail_all(Failure("no answer within timeout_ms".into())),
             };
             let mut again = Vec::new();
-            for (&i, a) in todo.iter().zip(answers) {
+            for (&b, a) in todo.iter().zip(answers) {
+                let (from, to) = batches[b];
                 match a {
                     Err(e)
                         if attempt == 0
                             && e.kind()
                                 == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                     {
-                        again.push(i);
+                        again.push(b);
                     }
-                    Err(e) => out[i] = Some(Err(Failure::of(&e, &self.cfg.redis_url))),
-                    Ok(v) => out[i] = Some(Ok(v)),
+                    Err(e) => {
+                        let f = Failure::of(&e, &self.cfg.redis_url);
+                        out[from..to]
+                            .iter_mut()
+                            .for_each(|o| *o = Some(Err(f.clone())));
+                    }
+                    Ok(v) if v.len() == 3 * (to - from) => {
+                        for (o, r) in out[from..to].iter_mut().zip(v.chunks_exact(3)) {
+                            *o = Some(Ok((r[0], r[1] as u32, r[2])));
+                        }
+                    }
+                    Ok(_) => {
+                        let f = Failure("a budget call answered the wrong number of values".into());
+                        out[from..to]
+                            .iter_mut()
+                            .for_each(|o| *o = Some(Err(f.clone())));
+                    }
                 }
             }
             if again.is_empty() {
@@ -443,30 +500,29 @@ impl ClusterService {
             let loaded =
                 tokio::time::timeout_at(deadline, self.budget.prepare_invoke().load_async(&mut c))
                     .await;
-            match loaded {
-                Ok(Ok(_)) => todo = again,
-                Ok(Err(e)) => {
-                    let f = Failure::of(&e, &self.cfg.redis_url);
-                    for i in again {
-                        out[i] = Some(Err(f.clone()));
-                    }
-                    break;
+            let f = match loaded {
+                Ok(Ok(_)) => {
+                    todo = again;
+                    continue;
                 }
-                Err(_) => {
-                    for i in again {
-                        out[i] = Some(Err(Failure("no answer within timeout_ms".into())));
-                    }
-                    break;
-                }
+                Ok(Err(e)) => Failure::of(&e, &self.cfg.redis_url),
+                Err(_) => Failure("no answer within timeout_ms".into()),
+            };
+            for b in again {
+                let (from, to) = batches[b];
+                out[from..to]
+                    .iter_mut()
+                    .for_each(|o| *o = Some(Err(f.clone())));
             }
+            break;
         }
         out.into_iter()
             .map(|a| a.unwrap_or_else(|| Err(Failure("no answer".into()))))
             .collect()
     }
 
-    /// A chunk of budget calls to a Redis Cluster, each on its own (the keys' slots differ,
-    /// so one pipeline cannot go to one node), all in flight together.
+    /// A chunk of budget calls to a Redis Cluster, one key per script call (the keys' slots
+    /// differ), all in flight together.
     async fn one_by_one(
         &self,
         conn: &Conn,
@@ -476,24 +532,20 @@ impl ClusterService {
         let horizon = self.timing.key_horizon().as_millis() as u64;
         let recent = self.timing.recent().as_millis() as u64;
         let names = self.names(chunk);
-        let answers = join_all(chunk.iter().zip(names).map(|(c, name)| {
+        self.metrics.calls.inc_by(chunk.len() as u64);
+        let answers = join_all((0..chunk.len()).map(|i| {
             let conn = conn.clone();
-            async move {
-                let mut inv = self.budget.key(&*name);
-                inv.arg(c.hits)
-                    .arg(c.interval_us)
-                    .arg(c.floor_us)
-                    .arg(&self.replica)
-                    .arg(horizon)
-                    .arg(recent);
-                tokio::time::timeout_at(deadline, conn.invoke::<(u64, u32, u64)>(&inv)).await
-            }
+            let inv = self.budget_call(&chunk[i..=i], &names[i..=i], horizon, recent);
+            async move { tokio::time::timeout_at(deadline, conn.invoke::<Vec<u64>>(&inv)).await }
         }))
         .await;
         answers
             .into_iter()
             .map(|a| match a {
-                Ok(Ok(v)) => Ok(v),
+                Ok(Ok(v)) if v.len() == 3 => Ok((v[0], v[1] as u32, v[2])),
+                Ok(Ok(_)) => Err(Failure(
+                    "a budget call answered the wrong number of values".into(),
+                )),
                 Ok(Err(e)) => Err(Failure::of(&e, &self.cfg.redis_url)),
                 Err(_) => Err(Failure("no answer within timeout_ms".into())),
             })
