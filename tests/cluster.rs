@@ -506,7 +506,11 @@ fn the_scripts_do_what_the_model_says() {
         .unwrap();
     assert_eq!(v.len(), 9);
     assert_eq!(&v[..3], &[4000, 1, 0], "a new key: hits × T");
-    assert_eq!(&v[3..6], &[9000, 1, 0], "a new key from its floor: floor + hits × T");
+    assert_eq!(
+        &v[3..6],
+        &[9000, 1, 0],
+        "a new key from its floor: floor + hits × T"
+    );
     assert_eq!(v[7], 3, "the third key has replicas a, b and now c");
     assert!(v[8] <= 2, "and a's recent hits at most: {v:?}");
 

@@ -5,14 +5,14 @@
 //!
 //! 1. sends this replica's heartbeat (one script on `<prefix>:fleet`, a sorted set of replica
 //!    ids by their last heartbeat), which answers how many replicas are alive: `N`;
-//! 2. sends each key admitted on since the last exchange (one script per key on
-//!    `<prefix>:b:{<hash>}`: to a single Redis all of them as one pipeline, to a Redis Cluster
-//!    each on its own, all in flight together), which
-//!    applies the hits to the fleet's TAT with Redis's clock and answers the distance ahead and
-//!    the replicas on the key;
+//! 2. sends each key admitted on since the last exchange to the budget script on
+//!    `<prefix>:b:{<hash>}` (to a single Redis 128 keys per call and every call of the exchange
+//!    in one pipeline; to a Redis Cluster one key per call, one slot each, all in flight
+//!    together), which applies the hits to the fleet's TAT with Redis's clock and answers the
+//!    distance ahead and the replicas on the key;
 //! 3. settles the answers: views re-anchored, hits of unanswered calls given back.
 //!
-//! Every script touches one key (Redis Cluster: one slot; the budget names carry a hash tag),
+//! Every script call touches one slot (on a Redis Cluster one key; the budget names carry a hash tag),
 //! reads the time with `TIME` (replicas' clocks never matter), and sets an expiry on what it
 //! writes. Redis holds no key and no digest: names are a hash of the digest under a fixed
 //! label ([`store_key`]), values are times and counts.
@@ -161,7 +161,7 @@ impl ClusterMetrics {
         .expect("valid metric");
         let calls = IntCounter::new(
             "tollgate_cluster_redis_calls_total",
-            "Script calls sent to the shared store (one heartbeat per exchange and one per key).",
+            "Script calls sent to the shared store (one heartbeat per exchange; one per key on a Redis Cluster, one per 128 keys on a single Redis).",
         )
         .expect("valid metric");
         let errors = IntCounter::new(

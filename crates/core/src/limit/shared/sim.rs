@@ -98,7 +98,7 @@ struct Outcome {
     single: Vec<u64>,
     fleet_refused: usize,
     single_refused: usize,
-    /// Calls to the store (one per key per exchange) and heartbeats.
+    /// Keys reported to the store (one per key per exchange) and heartbeats.
     calls: u64,
     /// What the fleet admitted per replica, inside the outage.
     in_outage: Vec<u64>,
