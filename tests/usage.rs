@@ -6,7 +6,7 @@ mod common;
 use std::net::SocketAddr;
 use std::process::Command;
 
-use common::{config_for, send_raw, wait_ready, Gateway, Mode, Upstream};
+use common::{config_for, eventually, send_raw, wait_ready, Gateway, Mode, Upstream};
 use tollgate_core::digest::Digest;
 
 /// 50 requests of basic-1 (40 admitted, 10 rate limited), 5 of standard-1, 2 refused for the
@@ -31,6 +31,20 @@ fn traffic(gw: &Gateway) {
     }
 }
 
+/// [`traffic`], then until the gateway has counted all of it: a request is counted when its
+/// exchange is logged, just after its answer went out, so the last answer can reach the test
+/// before its count.
+fn traffic_counted(gw: &Gateway, token: Option<&str>) {
+    traffic(gw);
+    eventually("the traffic counted", || {
+        let u = get(gw.config.admin_listen, "/api/usage", token).json();
+        let keyed: u64 = u["keys"]
+            .as_array()
+            .map_or(0, |k| k.iter().filter_map(|k| k["requests"].as_u64()).sum());
+        u["anonymous_requests"] == 3 && keyed == 57
+    });
+}
+
 fn get(addr: SocketAddr, target: &str, token: Option<&str>) -> common::Response {
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let raw = format!("GET {target} HTTP/1.1\r\nHost: admin\r\n{auth}Connection: close\r\n\r\n");
@@ -41,7 +55,7 @@ fn get(addr: SocketAddr, target: &str, token: Option<&str>) -> common::Response 
 fn the_usage_api_shows_the_busiest_keys_and_the_latest_refusals_and_never_a_key() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::with(&up);
-    traffic(&gw);
+    traffic_counted(&gw, None);
     let r = get(gw.config.admin_listen, "/api/usage", None);
     assert_eq!(r.status, 200);
     let body = String::from_utf8(r.body.clone()).unwrap();
@@ -121,7 +135,7 @@ fn a_headless_browser_shows_the_busiest_key_and_a_refusals_code() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::with(&up);
     wait_ready(gw.config.admin_listen, 200);
-    traffic(&gw);
+    traffic_counted(&gw, None);
     let dom = render(&format!("http://{}/", gw.config.admin_listen), 3000);
     // The busiest key's row, filled in by the page's script from /api/usage.
     let row = r#"<tr data-key="basic-1"><td>basic-1</td><td>basic</td><td>-</td><td class="n">52</td><td class="n">40</td><td class="n">10</td><td class="n">2</td>"#;
@@ -142,7 +156,7 @@ fn behind_the_admin_token_the_page_asks_for_it_and_shows_nothing() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::start(&config_for(&up).admin_token("admin-secret-2"));
     wait_ready(gw.config.admin_listen, 200);
-    traffic(&gw);
+    traffic_counted(&gw, Some("admin-secret-2"));
     let r = get(gw.config.admin_listen, "/", None);
     assert_eq!(r.status, 401);
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
@@ -168,7 +182,7 @@ fn behind_the_admin_token_the_page_asks_for_it_and_shows_nothing() {
 fn top_once_prints_the_same_view_in_the_terminal() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::start(&config_for(&up).admin_token("admin-secret-3"));
-    traffic(&gw);
+    traffic_counted(&gw, Some("admin-secret-3"));
     let admin = format!("http://{}", gw.config.admin_listen);
     let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .args(["top", "--admin", &admin, "--once"])
