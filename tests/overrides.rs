@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{
-    admin, config_for, eventually, metric, metrics_page, send_raw, wait_ready, Gateway, Mode,
-    Process, RedisServer, Response, TestConfig, Upstream,
+    admin, admin_with, config_for, eventually, metric, metrics_page, send_raw, wait_ready, Gateway,
+    Mode, Process, RedisServer, Response, TestConfig, Upstream,
 };
 
 const HOOK: &str = r#"{"url":"https://hooks.example.com/x"}"#;
@@ -37,13 +37,6 @@ fn post(addr: SocketAddr, key: &str, path: &str, body: &str) -> Response {
         "POST {path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    send_raw(addr, raw.as_bytes())
-}
-
-/// An admin request with a bearer token.
-fn admin_with(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Response {
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let raw = format!("{method} {path} HTTP/1.1\r\nHost: admin\r\n{auth}Connection: close\r\n\r\n");
     send_raw(addr, raw.as_bytes())
 }
 

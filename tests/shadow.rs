@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{config_for, metric, metrics_page, send_raw, Gateway, Mode, Upstream};
+use common::{admin, config_for, metric, metrics_page, Gateway, Mode, Upstream};
 
 #[test]
 fn a_shadow_plan_forwards_and_records_what_it_would_refuse() {
@@ -71,8 +71,7 @@ fn a_shadow_plan_forwards_and_records_what_it_would_refuse() {
     assert_eq!(series("client", "forwarded"), Some(39.0));
 
     // The usage view counts them apart (41 forwarded, 2 refused), and the plan says it is in shadow mode.
-    let raw = b"GET /api/usage?key=basic-1 HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
-    let u = send_raw(gw.config.admin_listen, raw).json();
+    let u = admin(gw.config.admin_listen, "GET", "/api/usage?key=basic-1").json();
     let row = &u["keys"][0];
     assert_eq!(row["key"], "basic-1");
     assert_eq!(

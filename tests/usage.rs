@@ -3,10 +3,11 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::process::Command;
 
-use common::{config_for, eventually, send_raw, wait_ready, Gateway, Mode, Upstream};
+use common::{
+    admin, admin_with, config_for, eventually, send_raw, wait_ready, Gateway, Mode, Upstream,
+};
 use tollgate_core::digest::Digest;
 
 /// 50 requests of basic-1 (40 admitted, 10 rate limited), 5 of standard-1, 2 refused for the
@@ -37,7 +38,7 @@ fn traffic(gw: &Gateway) {
 fn traffic_counted(gw: &Gateway, token: Option<&str>) {
     traffic(gw);
     eventually("the traffic counted", || {
-        let u = get(gw.config.admin_listen, "/api/usage", token).json();
+        let u = admin_with(gw.config.admin_listen, "GET", "/api/usage", token).json();
         let keyed: u64 = u["keys"]
             .as_array()
             .map_or(0, |k| k.iter().filter_map(|k| k["requests"].as_u64()).sum());
@@ -45,18 +46,12 @@ fn traffic_counted(gw: &Gateway, token: Option<&str>) {
     });
 }
 
-fn get(addr: SocketAddr, target: &str, token: Option<&str>) -> common::Response {
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let raw = format!("GET {target} HTTP/1.1\r\nHost: admin\r\n{auth}Connection: close\r\n\r\n");
-    send_raw(addr, raw.as_bytes())
-}
-
 #[test]
 fn the_usage_api_shows_the_busiest_keys_and_the_latest_refusals_and_never_a_key() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::with(&up);
     traffic_counted(&gw, None);
-    let r = get(gw.config.admin_listen, "/api/usage", None);
+    let r = admin(gw.config.admin_listen, "GET", "/api/usage");
     assert_eq!(r.status, 200);
     let body = String::from_utf8(r.body.clone()).unwrap();
     for secret in ["basic-key-1", "standard-key-1", "not-a-key"] {
@@ -88,9 +83,21 @@ fn the_usage_api_shows_the_busiest_keys_and_the_latest_refusals_and_never_a_key(
         .any(|r| r["code"] == "plan_restricted" && r["route"] == "webhook_set"));
     assert_eq!(u["config"]["plans"][0]["name"], "basic");
     assert_eq!(u["config"]["keys"], 5);
+    let per_plan: Vec<u64> = u["config"]["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["keys"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        per_plan.iter().sum::<u64>(),
+        5,
+        "every customer key on one plan: {per_plan:?}"
+    );
+    assert!(per_plan.iter().all(|&n| n > 0), "{per_plan:?}");
 
     // Search by name: a key with no request this minute shows too, with its budget.
-    let r = get(gw.config.admin_listen, "/api/usage?key=PRO", None).json();
+    let r = admin(gw.config.admin_listen, "GET", "/api/usage?key=PRO").json();
     assert_eq!(r["keys"].as_array().unwrap().len(), 1);
     assert_eq!(r["keys"][0]["key"], "pro-1");
     assert_eq!(r["keys"][0]["requests"], 0);
@@ -157,7 +164,7 @@ fn behind_the_admin_token_the_page_asks_for_it_and_shows_nothing() {
     let gw = Gateway::start(&config_for(&up).admin_token("admin-secret-2"));
     wait_ready(gw.config.admin_listen, 200);
     traffic_counted(&gw, Some("admin-secret-2"));
-    let r = get(gw.config.admin_listen, "/", None);
+    let r = admin(gw.config.admin_listen, "GET", "/");
     assert_eq!(r.status, 401);
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
     let raw = "GET / HTTP/1.1\r\nHost: admin\r\nAccept: text/html,*/*\r\nConnection: close\r\n\r\n";
@@ -165,9 +172,18 @@ fn behind_the_admin_token_the_page_asks_for_it_and_shows_nothing() {
     assert_eq!(r.status, 401);
     assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
     assert!(!String::from_utf8_lossy(&r.body).contains("basic-1"));
-    assert_eq!(get(gw.config.admin_listen, "/api/usage", None).status, 401);
     assert_eq!(
-        get(gw.config.admin_listen, "/api/usage", Some("admin-secret-2")).status,
+        admin(gw.config.admin_listen, "GET", "/api/usage").status,
+        401
+    );
+    assert_eq!(
+        admin_with(
+            gw.config.admin_listen,
+            "GET",
+            "/api/usage",
+            Some("admin-secret-2")
+        )
+        .status,
         200
     );
     let dom = render(&format!("http://{}/", gw.config.admin_listen), 2000);

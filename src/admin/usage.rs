@@ -74,6 +74,13 @@ pub fn usage_json(
         .collect();
     let (last, started_ms) = live.last_reload();
     let customers = policy.keys.len() - policy.config.partners.len();
+    // Keys on each plan (overrides included), in one pass over the keys.
+    let mut on_plan = vec![0usize; policy.config.plans.len()];
+    for k in 0..policy.keys.len() as KeyIdx {
+        if let Credential::Customer { plan, .. } = policy.keys.get(k).credential() {
+            on_plan[plan] += 1;
+        }
+    }
     let plans: Vec<Value> = policy
         .config
         .plans
@@ -87,16 +94,13 @@ pub fn usage_json(
                     .map(|&r| policy.config.catalogue.get(r).id.as_str())
                     .collect::<Vec<_>>()),
             };
-            let keys = (0..policy.keys.len() as KeyIdx)
-                .filter(|&k| matches!(policy.keys.get(k).credential(), Credential::Customer { plan, .. } if plan == i))
-                .count();
             json!({
                 "name": p.name,
                 "plan_id": p.plan_id,
                 "limit": p.limit.get(),
                 "allow": allow,
                 "shadow": p.shadow,
-                "keys": keys,
+                "keys": on_plan[i],
             })
         })
         .collect();
@@ -143,21 +147,15 @@ pub fn usage_json(
 
 fn key_row(policy: &Policy, k: KeyIdx, c: &KeyCounts, now: u64) -> Value {
     let entry = policy.keys.get(k);
-    let (plan, partner) = match entry.credential() {
-        Credential::Customer { plan, partner } => (
-            policy.config.plans[plan].name.clone(),
-            partner.map(|p| policy.config.partners[p].name.clone()),
-        ),
-        Credential::Partner { partner } => (
-            "partner".to_string(),
-            Some(policy.config.partners[partner].name.clone()),
-        ),
+    let partner = match entry.credential() {
+        Credential::Customer { partner, .. } => partner,
+        Credential::Partner { partner } => Some(partner),
     };
     let budget = policy.budget(k, now);
     json!({
         "key": entry.name.as_str(),
-        "plan": plan,
-        "partner": partner,
+        "plan": policy.policy_name(k),
+        "partner": partner.map(|p| policy.config.partners[p].name.as_str()),
         "override": entry.plan_override().is_some(),
         "requests": c.requests,
         "admitted": c.admitted,

@@ -476,9 +476,7 @@ impl ClusterService {
                     }
                     Err(e) => {
                         let f = Failure::of(&e, &self.cfg.redis_url);
-                        out[from..to]
-                            .iter_mut()
-                            .for_each(|o| *o = Some(Err(f.clone())));
+                        out[from..to].fill(Some(Err(f)));
                     }
                     Ok(v) if v.len() == 3 * (to - from) => {
                         for (o, r) in out[from..to].iter_mut().zip(v.chunks_exact(3)) {
@@ -487,9 +485,7 @@ impl ClusterService {
                     }
                     Ok(_) => {
                         let f = Failure("a budget call answered the wrong number of values".into());
-                        out[from..to]
-                            .iter_mut()
-                            .for_each(|o| *o = Some(Err(f.clone())));
+                        out[from..to].fill(Some(Err(f)));
                     }
                 }
             }
@@ -510,9 +506,7 @@ impl ClusterService {
             };
             for b in again {
                 let (from, to) = batches[b];
-                out[from..to]
-                    .iter_mut()
-                    .for_each(|o| *o = Some(Err(f.clone())));
+                out[from..to].fill(Some(Err(f.clone())));
             }
             break;
         }

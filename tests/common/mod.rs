@@ -580,8 +580,14 @@ pub const EVENT: &str = r#"{"name":"Standup","type":"event","groupId":"g-1","sta
 
 /// `METHOD path` on an admin listener at `addr`, on a new connection.
 pub fn admin(addr: SocketAddr, method: &str, path: &str) -> Response {
+    admin_with(addr, method, path, None)
+}
+
+/// [`admin`], with `Authorization: Bearer <token>` when a token is given.
+pub fn admin_with(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Response {
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: admin.test\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
     );
     send_raw(addr, raw.as_bytes())
 }
