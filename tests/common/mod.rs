@@ -632,6 +632,7 @@ impl Process {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("the tollgate binary starts");
+        remember_failures();
         Self {
             child,
             stdout,
@@ -693,8 +694,48 @@ impl Drop for Process {
             for l in tail.iter().rev() {
                 eprintln!("{l}");
             }
+            // The failure itself came before every process's lines: say it again after them, so
+            // that the end of a long log (all a CI summary may show) names what failed.
+            if let Some(why) = failure_of_this_thread() {
+                eprintln!("--- the failure above, again: {why}");
+            }
         }
     }
+}
+
+/// Each test thread's panic message, kept by the hook [`remember_failures`] installs.
+static FAILURES: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
+/// Install (once) a panic hook that keeps each thread's panic message for [`Process`]'s drop,
+/// then prints it as the default hook does.
+fn remember_failures() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let thread = std::thread::current().name().unwrap_or("?").to_string();
+            let at = info
+                .location()
+                .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            let what = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            if let Ok(mut f) = FAILURES.lock() {
+                f.push((thread, format!("{what}{at}")));
+            }
+            default(info);
+        }));
+    });
+}
+
+fn failure_of_this_thread() -> Option<String> {
+    let thread = std::thread::current().name().unwrap_or("?").to_string();
+    let f = FAILURES.lock().ok()?;
+    f.iter().rev().find(|(t, _)| *t == thread).map(|(_, m)| m.clone())
 }
 
 /// The value of the series `series` (full label set, as printed) in a metrics page.
