@@ -18,7 +18,8 @@ use common::{
     admin, config_for, eventually, metric, metrics_page, wait_ready, Mode, Process, RedisCluster,
     RedisServer, TestConfig, Upstream,
 };
-use tollgate::cluster::{BUDGET_LUA, HEARTBEAT_LUA};
+use tollgate::cluster::{pack_calls, unpack_answers, BUDGET_LUA, HEARTBEAT_LUA};
+use tollgate::limit::shared::Call;
 use tollgate::limit::Rate;
 use tollgate_core::digest::Digest;
 
@@ -455,20 +456,29 @@ fn the_scripts_do_what_the_model_says() {
     let redis = RedisServer::start();
     let mut con = redis.client();
     let budget = redis::Script::new(BUDGET_LUA);
-    // ARGV: replica, key horizon, recent; then hits, interval, floor per key.
+    // ARGV: replica, key horizon, recent, and each key's hits, interval and floor packed.
+    let packed = |calls: &[(u64, u64, u64)]| {
+        let calls: Vec<Call> = calls
+            .iter()
+            .map(|&(hits, interval_us, floor_us)| Call {
+                id: Digest([0; 32]),
+                hits,
+                interval_us,
+                floor_us,
+            })
+            .collect();
+        pack_calls(&calls)
+    };
     let call = |con: &mut redis::Connection, replica: &str, hits: u64, floor: u64| {
         let v = budget
             .key("t:b:{x}")
             .arg(replica)
             .arg(10_000)
             .arg(5_000)
-            .arg(hits)
-            .arg(1000)
-            .arg(floor)
-            .invoke::<Vec<u64>>(con)
+            .arg(packed(&[(hits, 1000, floor)]))
+            .invoke::<Vec<u8>>(con)
             .unwrap();
-        assert_eq!(v.len(), 3, "three values per key");
-        (v[0], v[1] as u32, v[2])
+        unpack_answers(&v, 1).expect("three values per key")[0]
     };
     // A new key: exactly hits × T ahead, one replica, no one else's recent hits.
     assert_eq!(call(&mut con, "a", 3, 0), (3000, 1, 0));
@@ -510,26 +520,33 @@ fn the_scripts_do_what_the_model_says() {
         .arg("c")
         .arg(10_000)
         .arg(5_000)
-        .arg(4)
-        .arg(1000)
-        .arg(0)
-        .arg(1)
-        .arg(2000)
-        .arg(7_000)
-        .arg(0)
-        .arg(1000)
-        .arg(0)
-        .invoke::<Vec<u64>>(&mut con)
+        .arg(packed(&[(4, 1000, 0), (1, 2000, 7_000), (0, 1000, 0)]))
+        .invoke::<Vec<u8>>(&mut con)
         .unwrap();
-    assert_eq!(v.len(), 9);
-    assert_eq!(&v[..3], &[4000, 1, 0], "a new key: hits × T");
     assert_eq!(
-        &v[3..6],
-        &[9000, 1, 0],
+        unpack_answers(&v, 2),
+        None,
+        "three keys answer 3 × 3 values"
+    );
+    let v = unpack_answers(&v, 3).unwrap();
+    assert_eq!(v[0], (4000, 1, 0), "a new key: hits × T");
+    assert_eq!(
+        v[1],
+        (9000, 1, 0),
         "a new key from its floor: floor + hits × T"
     );
-    assert_eq!(v[7], 3, "the third key has replicas a, b and now c");
-    assert!(v[8] <= 2, "and a's recent hits at most: {v:?}");
+    assert_eq!(v[2].1, 3, "the third key has replicas a, b and now c");
+    assert!(v[2].2 <= 2, "and a's recent hits at most: {v:?}");
+    // Large values survive the packing both ways (a TAT a window of µs ahead).
+    let far = budget
+        .key("t:b:{z}")
+        .arg("d")
+        .arg(10_000)
+        .arg(5_000)
+        .arg(packed(&[(0, 1000, 3_600_000_000)]))
+        .invoke::<Vec<u8>>(&mut con)
+        .unwrap();
+    assert_eq!(unpack_answers(&far, 1).unwrap()[0], (3_600_000_000, 1, 0));
 
     let heartbeat = redis::Script::new(HEARTBEAT_LUA);
     let beat = |con: &mut redis::Connection, replica: &str| {

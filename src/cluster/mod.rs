@@ -58,10 +58,16 @@ const CHUNK: usize = 1024;
 
 /// The budget script, for one key or a batch of keys (`KEYS[1..n]`, one slot each on a Redis
 /// Cluster, so a cluster gets one key per call): `ARGV[1]` the replica id, `ARGV[2]` the key
-/// horizon (ms), `ARGV[3]` recent (ms); then for each key `k`, `ARGV[3k+1..3k+3]`: hits,
-/// interval (µs), floor (µs). Fields: `t` the TAT; per replica `r<id>` "when:hits" of its last
-/// report. Answers, for each key in order, `tat − now`, the replicas within the horizon, and
-/// the hits the others reported within recent (a flat array of 3n). One `TIME` for the batch.
+/// horizon (ms), `ARGV[3]` recent (ms), `ARGV[4]` for each key in order its hits, interval (µs)
+/// and floor (µs), packed as little-endian 64-bit integers ([`pack_calls`]). Fields: `t` the
+/// TAT; per replica `r<id>` "when:hits" of its last report. Answers, for each key in order,
+/// `tat − now`, the replicas within the horizon and the hits the others reported within
+/// recent, packed the same way: one string of 3n integers ([`unpack_answers`]). One `TIME`
+/// for the batch; per key one `HGETALL` (read before writing: this replica's old report is
+/// replaced, so it counts as one), one `HSET`, one `PEXPIRE`, and an `HDEL` for each replica
+/// gone past the horizon. Packed arguments and answers are one string each way instead of
+/// three numbers per key: Redis makes no object per number, and the gateway parses one reply
+/// per batch (docs/benchmarks.md, tuning step 13).
 /// Mirrors `tollgate_core::limit::shared::model::Model::budget`.
 pub const BUDGET_LUA: &str = r"
 local t = redis.call('TIME')
@@ -70,43 +76,79 @@ local now_ms = math.floor(now / 1000)
 local me = 'r' .. ARGV[1]
 local horizon = tonumber(ARGV[2])
 local recent = tonumber(ARGV[3])
+local packed = ARGV[4]
+local at_arg = 1
 local out = {}
 for k = 1, #KEYS do
   local key = KEYS[k]
-  local a = 3 * k
-  local hits = ARGV[a + 1]
-  local tat = tonumber(redis.call('HGET', key, 't') or 0)
-  if tat < now then tat = now end
-  local floor = now + tonumber(ARGV[a + 3])
-  if tat < floor then tat = floor end
-  tat = tat + tonumber(hits) * tonumber(ARGV[a + 2])
-  redis.call('HSET', key, 't', string.format('%.0f', tat), me, string.format('%.0f', now_ms) .. ':' .. hits)
-  local n = 0
-  local others = 0
+  local hits, interval, floor
+  hits, interval, floor, at_arg = struct.unpack('<I8I8I8', packed, at_arg)
   local all = redis.call('HGETALL', key)
+  local tat = 0
+  local n = 1
+  local others = 0
   for i = 1, #all, 2 do
-    if string.sub(all[i], 1, 1) == 'r' then
+    local f = all[i]
+    if f == 't' then
+      tat = tonumber(all[i + 1])
+    elseif f ~= me and string.byte(f, 1) == 114 then
       local v = all[i + 1]
       local sep = string.find(v, ':', 1, true)
       local at = tonumber(sep and string.sub(v, 1, sep - 1) or v)
       if at + horizon >= now_ms then
         n = n + 1
-        if sep and all[i] ~= me and at + recent >= now_ms then
+        if sep and at + recent >= now_ms then
           others = others + tonumber(string.sub(v, sep + 1))
         end
       else
-        redis.call('HDEL', key, all[i])
+        redis.call('HDEL', key, f)
       end
     end
   end
+  if tat < now then tat = now end
+  if tat < now + floor then tat = now + floor end
+  tat = tat + hits * interval
+  redis.call('HSET', key, 't', string.format('%.0f', tat), me, string.format('%.0f', now_ms) .. ':' .. hits)
   local ahead = tat - now
   redis.call('PEXPIRE', key, math.floor((ahead + 999) / 1000) + horizon)
   out[#out + 1] = ahead
   out[#out + 1] = n
   out[#out + 1] = others
 end
-return out
+return struct.pack('<' .. string.rep('I8', #out), unpack(out))
 ";
+
+/// The budget script's `ARGV[4]` for `calls`: hits, interval (µs) and floor (µs) of each, as
+/// little-endian 64-bit integers.
+pub fn pack_calls<'c>(calls: impl IntoIterator<Item = &'c Call>) -> Vec<u8> {
+    let calls = calls.into_iter();
+    let mut v = Vec::with_capacity(24 * calls.size_hint().0);
+    for c in calls {
+        v.extend_from_slice(&c.hits.to_le_bytes());
+        v.extend_from_slice(&c.interval_us.to_le_bytes());
+        v.extend_from_slice(&c.floor_us.to_le_bytes());
+    }
+    v
+}
+
+/// The budget script's answer for `n` keys: per key `(ahead µs, replicas, others' recent
+/// hits)`, or `None` when it is not 3n packed integers.
+pub fn unpack_answers(packed: &[u8], n: usize) -> Option<Vec<(u64, u32, u64)>> {
+    if packed.len() != 24 * n {
+        return None;
+    }
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+    Some(
+        packed
+            .chunks_exact(24)
+            .map(|r| {
+                let replicas = u32::try_from(word(&r[8..16])).unwrap_or(u32::MAX);
+                (word(&r[..8]), replicas, word(&r[16..]))
+            })
+            .collect(),
+    )
+}
+
 /// The heartbeat script: `KEYS[1]` the fleet; `ARGV`: replica id, fleet horizon (ms).
 /// Mirrors `Model::heartbeat`.
 pub const HEARTBEAT_LUA: &str = r"
@@ -397,13 +439,13 @@ impl ClusterService {
         recent: u64,
     ) -> redis::ScriptInvocation<'s> {
         let mut inv = self.budget.prepare_invoke();
-        inv.arg(&self.replica).arg(horizon).arg(recent);
-        for (c, name) in batch.iter().zip(names) {
-            inv.key(&**name)
-                .arg(c.hits)
-                .arg(c.interval_us)
-                .arg(c.floor_us);
+        for name in names {
+            inv.key(&**name);
         }
+        inv.arg(&self.replica)
+            .arg(horizon)
+            .arg(recent)
+            .arg(pack_calls(batch));
         inv
     }
 
@@ -441,16 +483,16 @@ impl ClusterService {
                 for name in &names[from..to] {
                     pipe.arg(&**name);
                 }
-                pipe.arg(&self.replica).arg(horizon).arg(recent);
-                for c in &chunk[from..to] {
-                    pipe.arg(c.hits).arg(c.interval_us).arg(c.floor_us);
-                }
+                pipe.arg(&self.replica)
+                    .arg(horizon)
+                    .arg(recent)
+                    .arg(pack_calls(&chunk[from..to]));
             }
             self.metrics.calls.inc_by(todo.len() as u64);
             let mut c = conn.clone();
             let answers = tokio::time::timeout_at(
                 deadline,
-                pipe.query_async::<Vec<redis::RedisResult<Vec<u64>>>>(&mut c),
+                pipe.query_async::<Vec<redis::RedisResult<Vec<u8>>>>(&mut c),
             )
             .await;
             let answers = match answers {
@@ -478,15 +520,18 @@ impl ClusterService {
                         let f = Failure::of(&e, &self.cfg.redis_url);
                         out[from..to].fill(Some(Err(f)));
                     }
-                    Ok(v) if v.len() == 3 * (to - from) => {
-                        for (o, r) in out[from..to].iter_mut().zip(v.chunks_exact(3)) {
-                            *o = Some(Ok((r[0], r[1] as u32, r[2])));
+                    Ok(v) => match unpack_answers(&v, to - from) {
+                        Some(answers) => {
+                            for (o, a) in out[from..to].iter_mut().zip(answers) {
+                                *o = Some(Ok(a));
+                            }
                         }
-                    }
-                    Ok(_) => {
-                        let f = Failure("a budget call answered the wrong number of values".into());
-                        out[from..to].fill(Some(Err(f)));
-                    }
+                        None => {
+                            let f =
+                                Failure("a budget call answered the wrong number of values".into());
+                            out[from..to].fill(Some(Err(f)));
+                        }
+                    },
                 }
             }
             if again.is_empty() {
@@ -530,16 +575,18 @@ impl ClusterService {
         let answers = join_all((0..chunk.len()).map(|i| {
             let conn = conn.clone();
             let inv = self.budget_call(&chunk[i..=i], &names[i..=i], horizon, recent);
-            async move { tokio::time::timeout_at(deadline, conn.invoke::<Vec<u64>>(&inv)).await }
+            async move { tokio::time::timeout_at(deadline, conn.invoke::<Vec<u8>>(&inv)).await }
         }))
         .await;
         answers
             .into_iter()
             .map(|a| match a {
-                Ok(Ok(v)) if v.len() == 3 => Ok((v[0], v[1] as u32, v[2])),
-                Ok(Ok(_)) => Err(Failure(
-                    "a budget call answered the wrong number of values".into(),
-                )),
+                Ok(Ok(v)) => match unpack_answers(&v, 1).as_deref() {
+                    Some(&[one]) => Ok(one),
+                    _ => Err(Failure(
+                        "a budget call answered the wrong number of values".into(),
+                    )),
+                },
                 Ok(Err(e)) => Err(Failure::of(&e, &self.cfg.redis_url)),
                 Err(_) => Err(Failure("no answer within timeout_ms".into())),
             })
@@ -685,6 +732,49 @@ mod tests {
         let ids: std::collections::HashSet<String> = (0..100).map(|_| replica_id()).collect();
         assert_eq!(ids.len(), 100);
         assert!(ids.iter().all(|i| i.len() == 16));
+    }
+
+    #[test]
+    fn calls_and_answers_pack_as_little_endian_words() {
+        let calls = [
+            Call {
+                id: Digest([1; 32]),
+                hits: 3,
+                interval_us: 66_667,
+                floor_us: 0,
+            },
+            Call {
+                id: Digest([2; 32]),
+                hits: 0,
+                interval_us: 1,
+                floor_us: u64::MAX,
+            },
+        ];
+        let packed = pack_calls(&calls);
+        assert_eq!(packed.len(), 48);
+        assert_eq!(&packed[..8], &3u64.to_le_bytes());
+        assert_eq!(&packed[8..16], &66_667u64.to_le_bytes());
+        assert_eq!(&packed[40..], &u64::MAX.to_le_bytes());
+        // An answer is read the same way: (ahead, replicas, others) per key.
+        let answer: Vec<u8> = [7u64, 2, 5, 1 << 40, 1, 0]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        assert_eq!(
+            unpack_answers(&answer, 2),
+            Some(vec![(7, 2, 5), (1 << 40, 1, 0)])
+        );
+        // Anything but 24 bytes a key is no answer: a short, long or empty reply.
+        assert_eq!(unpack_answers(&answer, 1), None);
+        assert_eq!(unpack_answers(&answer[..47], 2), None);
+        assert_eq!(unpack_answers(&[], 1), None);
+        assert_eq!(unpack_answers(&[], 0), Some(vec![]));
+        // A replica count past u32 (no store sends one) is held at u32::MAX, not wrapped.
+        let huge: Vec<u8> = [0u64, u64::MAX, 0]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        assert_eq!(unpack_answers(&huge, 1), Some(vec![(0, u32::MAX, 0)]));
     }
 
     #[test]

@@ -474,12 +474,20 @@ impl Syncer {
     pub fn begin(&mut self, now: Nanos) -> Batch {
         self.drain();
         let now_us = now / 1000;
-        let mut seen = HashSet::with_capacity(self.pending.len());
+        // A key can be pending more than once (sent again after a failed exchange). Pointers
+        // hash with foldhash: they are not the client's to choose.
+        let mut seen: HashSet<*const RateState, foldhash::fast::RandomState> =
+            HashSet::with_capacity_and_hasher(self.pending.len(), Default::default());
+        let n = self.pending.len();
         let mut batch = Batch {
             recovering: self.recovering,
-            ..Batch::default()
+            entries: Vec::with_capacity(n),
+            taken: Vec::with_capacity(n),
+            calls: Vec::with_capacity(n),
         };
-        for t in std::mem::take(&mut self.pending) {
+        // Drained in place: `pending` keeps its capacity for the next interval's keys.
+        let mut pending = std::mem::take(&mut self.pending);
+        for t in pending.drain(..) {
             if !seen.insert(Arc::as_ptr(&t.state)) {
                 continue;
             }
@@ -502,6 +510,7 @@ impl Syncer {
             batch.taken.push(hits);
             batch.entries.push(t);
         }
+        self.pending = pending;
         batch
     }
 

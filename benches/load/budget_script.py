@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Redis's own CPU per key reported, for the shared budgets' script (standard library only).
+
+    benches/load/budget_script.py                   # the script of the working tree
+    benches/load/budget_script.py --rev e671187     # the script of another commit (A/B)
+    benches/load/budget_script.py --keys 10000 --rounds 30 --batch 128
+
+Starts a redis-server of its own on a free port of 127.0.0.1 (pinned to CPU 1 when there are two,
+the client to CPU 0), loads BUDGET_LUA as src/cluster/mod.rs has it, and sends what one replica's
+exchanges send: `--keys` budget names (as the gateway names them: a prefix and 32 hex digits),
+`--batch` keys per EVALSHA, every call of a round in one pipeline, one hit per key per round, for
+`--rounds` rounds. Prints Redis's CPU time (utime + stime from /proc, all its threads) per key
+reported. Both argument layouts are understood: a script that unpacks its numbers with
+`struct.unpack` gets them packed (three little-endian 64-bit words a key), an older one gets
+three arguments a key.
+"""
+
+import argparse
+import hashlib
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def script_of(rev):
+    path = "src/cluster/mod.rs"
+    if rev:
+        src = subprocess.run(["git", "-C", ROOT, "show", "%s:%s" % (rev, path)],
+                             check=True, capture_output=True, text=True).stdout
+    else:
+        with open(os.path.join(ROOT, path)) as f:
+            src = f.read()
+    m = re.search(r'pub const BUDGET_LUA: &str = r"\n(.*?)\n";', src, re.S)
+    if not m:
+        sys.exit("no BUDGET_LUA in %s" % path)
+    return m.group(1)
+
+
+def resp(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, int):
+            a = str(a).encode()
+        elif isinstance(a, str):
+            a = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+def read_reply(f):
+    line = f.readline()
+    kind = line[:1]
+    if kind == b"-":
+        raise RuntimeError(line.decode().strip())
+    if kind in (b"+", b":"):
+        return line
+    if kind == b"$":
+        n = int(line[1:])
+        return None if n < 0 else f.read(n + 2)[:-2]
+    if kind == b"*":
+        return [read_reply(f) for _ in range(int(line[1:]))]
+    raise RuntimeError("unexpected reply %r" % line)
+
+
+def cpu_ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rev", help="take BUDGET_LUA from this git revision")
+    ap.add_argument("--keys", type=int, default=10000)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=30)
+    a = ap.parse_args()
+    lua = script_of(a.rev)
+    packed = "struct.unpack" in lua
+    two = (os.cpu_count() or 1) >= 2
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as d:
+        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", d]
+        if two:
+            cmd = ["taskset", "-c", "1"] + cmd
+            os.sched_setaffinity(0, {0})
+        redis = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(100):
+                try:
+                    conn = socket.create_connection(("127.0.0.1", port))
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            else:
+                sys.exit("redis-server did not start")
+            f = conn.makefile("rb")
+            conn.sendall(resp("SCRIPT", "LOAD", lua))
+            sha = read_reply(f).decode()
+            names = ["bench:b:{%s}" % hashlib.sha256(b"%d" % i).hexdigest()[:32] for i in range(a.keys)]
+            calls = []
+            for at in range(0, a.keys, a.batch):
+                keys = names[at:at + a.batch]
+                args = ["EVALSHA", sha, len(keys)] + keys + ["0123456789abcdef", 10000, 200]
+                if packed:
+                    args.append(struct.pack("<%dQ" % (3 * len(keys)), *([1, 66667, 0] * len(keys))))
+                else:
+                    for _ in keys:
+                        args += [1, 66667, 0]
+                calls.append(resp(*args))
+            pipeline = b"".join(calls)
+            t0, c0 = time.time(), cpu_ticks(redis.pid)
+            for _ in range(a.rounds):
+                conn.sendall(pipeline)
+                for _ in calls:
+                    read_reply(f)
+            t1, c1 = time.time(), cpu_ticks(redis.pid)
+            conn.close()
+        finally:
+            redis.terminate()
+            redis.wait()
+    tck = os.sysconf("SC_CLK_TCK")
+    per_key = (c1 - c0) / tck * 1e6 / (a.rounds * a.keys)
+    print("script: %s (%s arguments); %d keys, %d per call, %d rounds in %.2f s"
+          % (a.rev or "working tree", "packed" if packed else "per-key", a.keys, a.batch, a.rounds, t1 - t0))
+    print("redis CPU per key reported: %.2f µs" % per_key)
+
+
+if __name__ == "__main__":
+    main()
