@@ -10,7 +10,7 @@ use crate::config::Allow;
 use crate::limit::SharedStore;
 use crate::policy::keys::{Credential, KeyIdx};
 use crate::policy::{Code, Policy};
-use crate::runtime::live::{unix_ms, LivePolicy};
+use crate::runtime::live::LivePolicy;
 use crate::runtime::usage::KeyCounts;
 
 /// Keys listed when no search narrows them.
@@ -27,7 +27,7 @@ pub fn usage_json(
 ) -> Value {
     let snap = live.load();
     let policy = &snap.policy;
-    let now_ms = unix_ms();
+    let now_ms = live.usage().now_ms();
     let counted = live.usage().keys(now_ms / 1000);
     let needle = search.map(str::to_lowercase).filter(|s| !s.is_empty());
     let mut rows: Vec<(KeyIdx, KeyCounts)> = match &needle {

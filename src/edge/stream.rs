@@ -119,12 +119,18 @@ impl Conn {
         self.deadline.store(deadline, Ordering::Relaxed);
     }
 
-    /// The head of a request is complete: its body, if one follows, is due within
-    /// `body_timeout` from now. Returns the number of this request on the connection.
-    pub fn head_done(&self, body_follows: bool) -> u32 {
+    /// ns since the connection opened, at `at`.
+    fn at(&self, at: Instant) -> Nanos {
+        at.saturating_duration_since(self.accepted).as_nanos() as Nanos
+    }
+
+    /// The head of a request was complete at `at` (the request path's own reading of the
+    /// clock): its body, if one follows, is due within `body_timeout` of then. Returns the
+    /// number of this request on the connection.
+    pub fn head_done(&self, at: Instant, body_follows: bool) -> u32 {
         self.head_bytes.store(0, Ordering::Relaxed);
         if body_follows {
-            self.enter(BODY, self.now() + self.limits.body.as_nanos() as u64);
+            self.enter(BODY, self.at(at) + self.limits.body.as_nanos() as u64);
         } else {
             self.enter(OPEN, NONE);
         }
@@ -146,9 +152,10 @@ impl Conn {
         }
     }
 
-    /// The exchange is over: the connection is idle until the next request's first byte.
-    pub fn exchange_done(&self) {
-        self.enter(IDLE, self.now() + self.limits.idle.as_nanos() as u64);
+    /// The exchange was over at `at`: the connection is idle until the next request's first
+    /// byte.
+    pub fn exchange_done(&self, at: Instant) {
+        self.enter(IDLE, self.at(at) + self.limits.idle.as_nanos() as u64);
     }
 
     /// Whether a deadline ended this connection.

@@ -36,7 +36,7 @@ pub async fn send(
     // The code only: a detail can quote the request (a body field, a header).
     tracing::debug!(
         target: "tollgate::policy",
-        request_id = %ctx.request_id,
+        request_id = super::head::id_str(&ctx.request_id),
         code = refusal.code.as_str(),
         "refused"
     );
@@ -56,7 +56,7 @@ fn problem_header(ctx: &Ctx, refusal: &Refusal, body_len: usize) -> Result<Respo
     resp.insert_header(CACHE_CONTROL, "no-store")?;
     // Names Pingora has no title-case spelling for are written as strings, so the client sees
     // them capitalized.
-    resp.insert_header("X-Request-Id", ctx.request_id.as_str())?;
+    resp.insert_header("X-Request-Id", ctx.request_id.clone())?;
     if refusal.code == Code::Unauthorized {
         resp.insert_header("WWW-Authenticate", "Bearer realm=\"tollgate\"")?;
     }

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use http::HeaderValue;
+
 use crate::edge::stream::Conn;
 use crate::limit::Quota;
 use crate::policy::client::Client;
@@ -15,8 +17,11 @@ use crate::runtime::live::Snapshot;
 
 /// Per-request state (Pingora's `CTX`).
 pub struct Ctx {
+    /// When the request head was in (Pingora makes the context just after reading it).
     pub started: Instant,
-    pub request_id: String,
+    /// The request's id: the client's own well-formed `X-Request-Id`, or one made here. A
+    /// header value, so the upstream and the answer get it without a copy.
+    pub request_id: HeaderValue,
     /// The config that decided this request: policy, upstream and metric handles together
     /// (a reload mid-request changes none of them for this request).
     pub snap: Option<Arc<Snapshot>>,
@@ -57,7 +62,7 @@ impl Ctx {
     pub fn new() -> Self {
         Self {
             started: Instant::now(),
-            request_id: String::new(),
+            request_id: HeaderValue::from_static(""),
             snap: None,
             key: None,
             route: None,

@@ -211,8 +211,9 @@ impl RequestIds {
         }
     }
 
-    /// The id of a request with these headers.
-    pub fn of(&self, headers: &HeaderMap) -> String {
+    /// The id of a request with these headers: its own field when well-formed (the same bytes,
+    /// not a copy), else a new one.
+    pub fn of(&self, headers: &HeaderMap) -> HeaderValue {
         if let Some(v) = headers.get(X_REQUEST_ID) {
             let b = v.as_bytes();
             let ok = !b.is_empty()
@@ -220,8 +221,7 @@ impl RequestIds {
                 && b.iter()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b':'));
             if ok {
-                // Checked to be ASCII above.
-                return String::from_utf8_lossy(b).into_owned();
+                return v.clone();
             }
         }
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
@@ -231,13 +231,18 @@ impl RequestIds {
 
 /// A generated request id: 32 lower-case hex digits, the process's random seed then a counter
 /// (`{seed:016x}{n:016x}`, without `fmt`: this runs for every request).
-fn hex_id(seed: u64, n: u64) -> String {
+fn hex_id(seed: u64, n: u64) -> HeaderValue {
     let mut raw = [0u8; 16];
     raw[..8].copy_from_slice(&seed.to_be_bytes());
     raw[8..].copy_from_slice(&n.to_be_bytes());
     let mut id = [0u8; 32];
     hex::encode_to_slice(raw, &mut id).expect("32 digits for 16 bytes");
-    String::from_utf8_lossy(&id).into_owned()
+    HeaderValue::from_bytes(&id).expect("hex digits are a header value")
+}
+
+/// A request id as text, for logs (ids are checked to be visible ASCII, so this is the id).
+pub fn id_str(id: &HeaderValue) -> &str {
+    id.to_str().unwrap_or("-")
 }
 
 /// `X-Forwarded-For` for the upstream: the entries that came before the client's, then the
@@ -418,6 +423,7 @@ mod tests {
         let ids = RequestIds::new();
         let h = |v: &str| request("GET", "/", &[("X-Request-Id", v)]).headers.clone();
         assert_eq!(ids.of(&h("abc-123_x.y:z")), "abc-123_x.y:z");
+        assert_eq!(id_str(&ids.of(&h("abc-123_x.y:z"))), "abc-123_x.y:z");
         let long = "a".repeat(129);
         for bad in ["a b", "é", long.as_str()] {
             let id = ids.of(&HeaderMap::new());
@@ -436,7 +442,10 @@ mod tests {
             (u64::MAX, 0x0123_4567_89ab_cdef),
             (0xdead_beef, 42),
         ] {
-            assert_eq!(hex_id(seed, n), format!("{seed:016x}{n:016x}"));
+            assert_eq!(
+                hex_id(seed, n).as_bytes(),
+                format!("{seed:016x}{n:016x}").as_bytes()
+            );
         }
     }
 

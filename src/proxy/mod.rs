@@ -37,7 +37,7 @@ use crate::clock::Clock;
 use crate::edge::stream::EdgeStream;
 use crate::policy::{Forward, Refusal, RequestHead};
 use crate::runtime::lifecycle::Health;
-use crate::runtime::live::{unix_ms, LivePolicy};
+use crate::runtime::live::LivePolicy;
 use crate::runtime::metrics::Record;
 pub use context::Ctx;
 use head::RequestIds;
@@ -120,7 +120,7 @@ impl Gateway {
             return;
         };
         let body_follows = !session.is_body_done();
-        let n = conn.head_done(body_follows);
+        let n = conn.head_done(ctx.started, body_follows);
         let max = ctx.snap.as_ref().map_or(u32::MAX, |s| {
             s.policy.config.server.max_requests_per_connection.get()
         });
@@ -235,7 +235,7 @@ impl ProxyHttp for Gateway {
         if let Some(s) = &ctx.snap {
             up.insert_header(HOST, s.target.host.as_str())?;
         }
-        up.insert_header("X-Request-Id", ctx.request_id.as_str())?;
+        up.insert_header("X-Request-Id", ctx.request_id.clone())?;
         let xff = head::forwarded_for(&up.headers, ctx.client.as_ref())?;
         up.insert_header("X-Forwarded-For", xff)?;
         for name in head::dropped(&up.headers) {
@@ -285,7 +285,7 @@ impl ProxyHttp for Gateway {
                     .await;
             }
         }
-        resp.insert_header("X-Request-Id", ctx.request_id.as_str())?;
+        resp.insert_header("X-Request-Id", ctx.request_id.clone())?;
         answer::rate_limit_headers(ctx, resp)
     }
 
@@ -322,17 +322,20 @@ impl ProxyHttp for Gateway {
 
     /// Step 7 — record: one access line and the metrics, for every request that got this far.
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
-        let total = ctx.started.elapsed();
+        // One reading of the clock for the duration, the idle deadline and the usage counts.
+        let now = Instant::now();
+        let total = now.saturating_duration_since(ctx.started);
         if let Some(conn) = &ctx.conn {
-            conn.exchange_done();
+            conn.exchange_done(now);
         }
         if ctx.status != 0 {
             self.live.metrics().response(ctx.status);
         }
         if let Some(s) = &ctx.snap {
-            self.live.usage().record(
+            let usage = self.live.usage();
+            usage.record(
                 s.generation,
-                unix_ms(),
+                usage.ms_at(now),
                 ctx.key,
                 ctx.route,
                 ctx.outcome,
@@ -352,7 +355,7 @@ impl ProxyHttp for Gateway {
         // Never the key, the Authorization header, the path, the query or a body.
         tracing::info!(
             target: "tollgate::access",
-            request_id = %ctx.request_id,
+            request_id = head::id_str(&ctx.request_id),
             client = ctx.client.map(|c| c.ip).map(tracing::field::display),
             method = session.req_header().method.as_str(),
             route = ctx.route_id(),

@@ -166,7 +166,8 @@ impl BlockSweeper {
             .metrics()
             .set_auth_blocked_ips(failures.blocked_count());
         // The usage counts' next 10-second bucket, cleared before it is used.
-        self.live.usage().rotate(super::live::unix_ms() / 1000);
+        let usage = self.live.usage();
+        usage.rotate(usage.now_ms() / 1000);
     }
 }
 

@@ -92,7 +92,7 @@ impl LivePolicy {
         snapshot.generation = 1;
         let usage = Arc::new(Usage::new());
         usage.reset(1);
-        usage.rotate(unix_ms() / 1000);
+        usage.rotate(usage.now_ms() / 1000);
         Ok(Self {
             current: ArcSwap::from_pointee(snapshot),
             usage,
@@ -154,7 +154,7 @@ impl LivePolicy {
             snapshot.generation = old.generation + 1;
             let snapshot = Arc::new(snapshot);
             self.usage.reset(snapshot.generation);
-            self.usage.rotate(unix_ms() / 1000);
+            self.usage.rotate(self.usage.now_ms() / 1000);
             self.current.store(Arc::clone(&snapshot));
             Ok(Reloaded {
                 snapshot,

@@ -20,8 +20,15 @@
 //! (a request decided on the previous config is not counted in the new one).
 //!
 //! Memory: 6 × 4096 slots × 24 bytes and 64 × 16 bytes: about 600 KB, always.
+//!
+//! **Time.** The counts' clock is the process's monotonic clock, read as ms since the Unix
+//! epoch from where the wall clock stood when the counts were made ([`Usage::now_ms`],
+//! [`Usage::ms_at`]): the request path counts a request at the instant it already read for its
+//! duration, with no reading of the wall clock of its own. A step of the wall clock after start
+//! does not move the buckets (the view's times stay as many ms apart as the requests were).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::policy::keys::KeyIdx;
 use crate::policy::routes::RouteIdx;
@@ -116,6 +123,9 @@ pub struct Usage {
     generation: AtomicU64,
     /// Requests without a known key in the last minute, by bucket.
     anonymous: [AtomicU64; BUCKETS],
+    /// The counts' clock: an instant, and the wall clock's ms since the epoch at it.
+    origin: Instant,
+    origin_ms: u64,
 }
 
 /// One key's counts over the last minute.
@@ -153,7 +163,21 @@ impl Usage {
             next: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             anonymous: std::array::from_fn(|_| AtomicU64::new(0)),
+            origin: Instant::now(),
+            origin_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
         }
+    }
+
+    /// The counts' time now, in ms since the Unix epoch (see the module's docs).
+    pub fn now_ms(&self) -> u64 {
+        self.ms_at(Instant::now())
+    }
+
+    /// The counts' time at `at`, in ms since the Unix epoch.
+    pub fn ms_at(&self, at: Instant) -> u64 {
+        self.origin_ms + at.saturating_duration_since(self.origin).as_millis() as u64
     }
 
     /// A new config is in force: counts start again for it.
