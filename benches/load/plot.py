@@ -16,9 +16,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-SETUP_ORDER = ["D", "N1", "P0", "G", "Ga", "G-log"]
+SETUP_ORDER = ["D", "N1", "P0", "G", "Gn", "Ga", "G-log"]
 ROUTES = [("send_message", "sendMessage"), ("send_group_event", "sendGroup event")]
-NAMES = {("G", "send_group_event"): "Gv", ("Ga", "send_group_event"): "Gav", ("G-log", "send_group_event"): "Gv-log"}
+NAMES = {
+    ("G", "send_group_event"): "Gv",
+    ("Gn", "send_group_event"): "Gnv",
+    ("Ga", "send_group_event"): "Gav",
+    ("G-log", "send_group_event"): "Gv-log",
+}
 
 
 def main():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Load benchmark: Tollgate side by side with nginx and a bare Pingora pass-through.
 #
-#   benches/load/run.sh            # full run: 3 repetitions of 10 s, 10,000 keys (≈ 17 min)
+#   benches/load/run.sh            # full run: 3 repetitions of 10 s, 10,000 keys (≈ 25 min)
 #   benches/load/run.sh --quick    # smoke: 1 repetition of 3 s, 3,000 keys (≈ 2 min + the build)
 #   OUT=/some/dir benches/load/run.sh
 #
@@ -14,6 +14,8 @@
 #   Ga     G with every part-two feature on (benches/load/all.yaml): the edge spelled out,
 #          auth-failure blocking, the webhook guard, usage counting, `cluster:` against a
 #          redis-server this script starts on the load CPU, `state.path`
+#   Gn     Ga without `cluster:` (every part-two feature but shared budgets): Ga - Gn is what
+#          sharing budgets through Redis costs, Gn - G the rest of part two
 #   G-log  G with TOLLGATE_LOG=info: one access line per request, to a file (1 repetition)
 # Routes: send_message = POST /v2/sendMessage/ (forwarded as is: "G"), send_group_event =
 # POST /v2/sendGroup with a group-event body Tollgate parses and checks ("Gv").
@@ -22,7 +24,8 @@
 # to CPU 1. Keep-alive on both legs. Before every measurement a warm-up run of the same kind.
 #   saturation  wrk -t1 -c64 (keys rotate per request, no key is limited) -> req/s and the
 #               proxy's CPU µs per request (utime+stime of all its threads, /proc/PID/stat),
-#               and user µs per request (utime alone)
+#               and user µs per request (utime alone); where `perf stat` can count tracepoints,
+#               the proxy's system calls and context switches per request
 #   latency     oha open loop at 5,000 and 20,000 req/s, -c64, --latency-correction -> p50,
 #               p99, p99.9; one fixed key on the `bench` plan (1,000,000 req / 10 s)
 # Output in $OUT (default target/bench-results/<timestamp>/): results.csv (setup, route,
@@ -49,7 +52,7 @@ else
 fi
 CONNS=${CONNS:-64}
 RATES=${RATES:-"5000 20000"}
-SETUPS=${SETUPS:-"D N1 P0 G Ga"}
+SETUPS=${SETUPS:-"D N1 P0 G Gn Ga"}
 ROUTES="send_message send_group_event"
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
@@ -87,6 +90,13 @@ fi
 if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
   log "installing matplotlib (pip)"
   python3 -m pip install --quiet matplotlib || log "matplotlib install failed: no plot"
+fi
+# System calls per request, where perf can count tracepoints (a VM may not expose them; then
+# the columns are left out).
+PERF_SYSCALLS=0
+if command -v perf >/dev/null 2>&1 &&
+  perf stat -x, -e raw_syscalls:sys_enter -- true 2>&1 | grep -q '^[0-9]'; then
+  PERF_SYSCALLS=1
 fi
 # oha's JSON switch changed names across versions.
 if oha --help 2>&1 | grep -q -- '--output-format'; then OHA_JSON=(--output-format json)
@@ -178,6 +188,15 @@ python3 "$HERE/gen.py" --dir "$TMP" --keys "$KEYS" --d-port "$D_PORT" --n1-port 
   || die "generated tollgate config refused: see $OUT/logs/tollgate-check.txt"
 R_PORT=""
 case " $SETUPS " in
+  *" Gn "*)
+    # Gn: all.yaml without its `cluster:` block (to the next top-level key or the end).
+    { cat "$TMP/tollgate.yaml"; sed -e "s|@STATE@|$TMP/state-gn.db|" "$HERE/all.yaml" |
+      awk '/^cluster:/ { skip = 1; next } skip && /^[^ #]/ { skip = 0 } !skip'; } >"$TMP/tollgate-gn.yaml"
+    "$TMP/tollgate" check --config "$TMP/tollgate-gn.yaml" > "$OUT/logs/tollgate-gn-check.txt" \
+      || die "generated Gn config refused: see $OUT/logs/tollgate-gn-check.txt"
+    grep -q '^cluster:' "$TMP/tollgate-gn.yaml" && die "Gn's config still has a cluster block" ;;
+esac
+case " $SETUPS " in
   *" Ga "*)
     # The shared budgets' Redis, on the load CPU (in a fleet it is another machine).
     R_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -238,10 +257,11 @@ start_setup() { # setup
       taskset -c "$PROXY_CPU" "$TMP/p0" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1 \
         >"$OUT/logs/p0.out" 2>&1 &
       CUR_PID=$!; CUR_PORT=$P0_PORT; CUR_SIG=INT ;;
-    G | G-log | Ga)
+    G | G-log | Ga | Gn)
       local level=warn dest="$OUT/logs/g.out" config="$TMP/tollgate.yaml"
       if [ "$s" = G-log ]; then level=info; dest="$TMP/g-access.log"; fi
       if [ "$s" = Ga ]; then dest="$OUT/logs/ga.out"; config="$TMP/tollgate-all.yaml"; fi
+      if [ "$s" = Gn ]; then dest="$OUT/logs/gn.out"; config="$TMP/tollgate-gn.yaml"; fi
       TOLLGATE_LOG=$level taskset -c "$PROXY_CPU" "$TMP/tollgate" run \
         --config "$config" --conf "$HERE/pingora.yaml" >>"$dest" 2>&1 &
       CUR_PID=$!; CUR_PORT=$G_PORT; CUR_SIG=INT ;;
@@ -249,7 +269,7 @@ start_setup() { # setup
   esac
   PIDS+=("$CUR_PID")
   wait_port "$CUR_PORT"
-  case $s in G | G-log | Ga) wait_ready "$G_ADMIN_PORT" ;; esac
+  case $s in G | G-log | Ga | Gn) wait_ready "$G_ADMIN_PORT" ;; esac
 }
 stop_setup() {
   if [ "$CUR_PID" != "$UP_PID" ]; then
@@ -360,11 +380,20 @@ sanity() { # setup
 
 # --- measurements ----------------------------------------------------------------------------
 saturation() { # setup route rep
-  local s=$1 r=$2 rep=$3 f="$OUT/raw/wrk-$1-$2-$3.txt"
+  local s=$1 r=$2 rep=$3 f="$OUT/raw/wrk-$1-$2-$3.txt" pf="$OUT/raw/perf-$1-$2-$3.txt" perf_pid=""
   local url="http://127.0.0.1:$CUR_PORT/"
   taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${WARMUP}s" -s "$TMP/wrk-$r.lua" "$url" >/dev/null
+  if [ "$PERF_SYSCALLS" = 1 ]; then
+    # The proxy's system calls and context switches over the run (every process of it: nginx's
+    # master and workers), on the CPU that perf itself does not load (it sleeps meanwhile).
+    local pids; pids=$(echo "$CUR_PID" $(pgrep -P "$CUR_PID" || true) | tr ' ' ',')
+    perf stat -x, -e raw_syscalls:sys_enter,context-switches -p "$pids" -o "$pf" \
+      -- sleep "$DURATION" >/dev/null 2>&1 &
+    perf_pid=$!
+  fi
   measured "$s" "$r" "$rep" "" -- \
     taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s "$TMP/wrk-$r.lua" "$url" > "$f"
+  if [ -n "$perf_pid" ]; then wait "$perf_pid" 2>/dev/null || true; fi
   local reqs rps non2xx errs
   reqs=$(awk '/requests in/ {print $1}' "$f")
   rps=$(awk '/^Requests\/sec/ {print $2}' "$f")
@@ -377,6 +406,12 @@ saturation() { # setup route rep
   row "$s" "$r" socket_errors "$rep" "$errs"
   row "$s" "$r" cpu_us_per_req "$rep" "$(awk -v d="$M_PROXY_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
   row "$s" "$r" user_us_per_req "$rep" "$(awk -v d="$M_PROXY_USER_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
+  if [ -s "$pf" ]; then
+    # perf's window is DURATION s from its start, wrk's DURATION s from its own: per request
+    # of wrk's count, to within the few ms between the two starts.
+    row "$s" "$r" syscalls_per_req "$rep" "$(awk -F, -v n="$reqs" '$3 == "raw_syscalls:sys_enter" && $1 ~ /^[0-9]+$/ {printf "%.2f", $1 / n}' "$pf")"
+    row "$s" "$r" ctxsw_per_req "$rep" "$(awk -F, -v n="$reqs" '$3 == "context-switches" && $1 ~ /^[0-9]+$/ {printf "%.4f", $1 / n}' "$pf")"
+  fi
   row "$s" "$r" wrk_p50_ms "$rep" "$(awk '$1 == "50%" {print $2}' "$f" | python3 "$HERE/summary.py" --to-ms)"
   row "$s" "$r" wrk_p99_ms "$rep" "$(awk '$1 == "99%" {print $2}' "$f" | python3 "$HERE/summary.py" --to-ms)"
   [ "$non2xx" = 0 ] && [ "$errs" = 0 ] || log "  warning: $s $r: $non2xx non-2xx answers, $errs socket errors (see $f)"
@@ -420,7 +455,7 @@ access_lines() { # setup route rep: G-log only: check one line per request, then
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 log "load average before the run: $LOAD_START (should be near 0: the numbers assume an idle machine)"
-log "ports: D $D_PORT, N1 $N1_PORT, P0 $P0_PORT, G and Ga $G_PORT (admin $G_ADMIN_PORT); $KEYS keys"
+log "ports: D $D_PORT, N1 $N1_PORT, P0 $P0_PORT, G, Gn and Ga $G_PORT (admin $G_ADMIN_PORT); $KEYS keys"
 log "$REPS repetition(s) of ${DURATION}s (warm-up ${WARMUP}s); setups $SETUPS + G-log; output $OUT"
 for rep in $(seq "$REPS"); do
   for s in $SETUPS; do

@@ -16,7 +16,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-SETUP_ORDER = ["D", "N1", "P0", "G", "Ga", "G-log"]
+SETUP_ORDER = ["D", "N1", "P0", "G", "Gn", "Ga", "G-log"]
 ROUTE_ORDER = ["send_message", "send_group_event"]
 ROUTE_TEXT = {
     "send_message": "POST /v2/sendMessage/",
@@ -28,6 +28,8 @@ ROW_NAME = {
     ("G", "send_group_event"): "Gv",
     ("Ga", "send_message"): "Ga",
     ("Ga", "send_group_event"): "Gav",
+    ("Gn", "send_message"): "Gn",
+    ("Gn", "send_group_event"): "Gnv",
     ("G-log", "send_message"): "G-log",
     ("G-log", "send_group_event"): "Gv-log",
 }
@@ -173,6 +175,9 @@ def summarize(a):
     out.append("")
     pc, lc = machine.get("proxy_cpu", "0"), machine.get("load_cpu", "1")
     hdr = ["setup", "route", "req/s", "CPU µs/req", "user µs/req", "proxy CPU %", "CPU %s / %s busy %% (others)" % (pc, lc)]
+    has_sys = any(m == "syscalls_per_req" for (_s, _r, m) in data)
+    if has_sys:
+        hdr += ["syscalls / ctx switches per req"]
     hdr += ["p50 / p99 / p99.9 ms @%dk" % (q // 1000) if q % 1000 == 0 else "p50 / p99 / p99.9 ms @%d" % q for q in rates]
     out.append("| " + " | ".join(hdr) + " |")
     out.append("|" + "---|" * len(hdr))
@@ -191,6 +196,9 @@ def summarize(a):
                 fmt(med(data, s, r, "proxy_cpu_pct"), 0),
                 busy_cell(data, s, r, pc, lc),
             ]
+            if has_sys:
+                sc, cs = med(data, s, r, "syscalls_per_req"), med(data, s, r, "ctxsw_per_req")
+                cells.append("–" if sc is None else "%s / %s" % (fmt(sc, 2), fmt(cs, 3)))
             cells += [lat_cell(data, s, r, q) for q in rates]
             out.append("| " + " | ".join(cells) + " |")
             n_bad = sum(sum(v) for (s2, r2, m), v in data.items() if s2 == s and r2 == r and m.split("@")[0] in ("non2xx", "socket_errors", "errors"))
@@ -230,6 +238,11 @@ def summarize(a):
         ("Ga CPU/req − P0 CPU/req, median of per-repetition differences (sendMessage)", paired(data, "Ga", "P0", msg, "cpu_us_per_req", lambda u, v: u - v), "µs", 1),
         ("Gav CPU/req − P0 CPU/req, median of per-repetition differences (sendGroup event)", paired(data, "Ga", "P0", ev, "cpu_us_per_req", lambda u, v: u - v), "µs", 1),
         ("Ga / G throughput, median of per-repetition ratios (sendMessage: the price of part two)", paired(data, "Ga", "G", msg, "rps", lambda u, v: u / v), "×", 3),
+        ("Gn / P0 throughput, median of per-repetition ratios (sendMessage, part two without shared budgets)", paired(data, "Gn", "P0", msg, "rps", lambda u, v: u / v), "×", 2),
+        ("Gn CPU/req − P0 CPU/req, median of per-repetition differences (sendMessage)", paired(data, "Gn", "P0", msg, "cpu_us_per_req", lambda u, v: u - v), "µs", 1),
+        ("Ga user CPU/req − P0 user CPU/req, median of per-repetition differences (sendMessage)", paired(data, "Ga", "P0", msg, "user_us_per_req", lambda u, v: u - v), "µs", 1),
+        ("Ga / P0 requests per proxy CPU-second, median of per-repetition ratios (sendMessage: 1 / CPU µs per request, whatever the load CPU allowed)", paired(data, "P0", "Ga", msg, "cpu_us_per_req", lambda u, v: u / v), "×", 2),
+        ("Gav / P0 requests per proxy CPU-second, median of per-repetition ratios (sendGroup event)", paired(data, "P0", "Ga", ev, "cpu_us_per_req", lambda u, v: u / v), "×", 2),
         ("G CPU/req − N1 CPU/req (sendMessage)", diff(med(data, "G", msg, "cpu_us_per_req"), med(data, "N1", msg, "cpu_us_per_req")), "µs", 1),
         ("G-log CPU/req − G CPU/req (access line at info)", diff(med(data, "G-log", msg, "cpu_us_per_req"), med(data, "G", msg, "cpu_us_per_req")), "µs", 1),
         ("p99(G) − p99(D) @%d req/s (sendMessage)" % q0, diff(med(data, "G", msg, "p99_ms@%d" % q0), med(data, "D", msg, "p99_ms@%d" % q0)), "ms", 3),
@@ -262,6 +275,11 @@ def summarize(a):
     out.append("- Ga is G with every part-two feature on (benches/load/all.yaml): the edge spelled out, auth-failure blocking, "
                "the webhook guard, usage counting, `cluster:` against a redis-server on the load CPU, `state.path`. "
                "Its CPU µs/req include the background exchange with Redis.")
+    out.append("- Gn is Ga without `cluster:`: every part-two feature but shared budgets. Ga − Gn is the price of sharing "
+               "budgets through Redis (the background exchange, and Redis itself on the load CPU), Gn − G the rest of part two.")
+    if has_sys:
+        out.append("- System calls and context switches per request: `perf stat -e raw_syscalls:sys_enter,context-switches` "
+                   "on the proxy's process over the saturation run (nginx: master and workers), divided by wrk's count.")
     out.append("- G runs with TOLLGATE_LOG=warn (no access lines). G-log runs with TOLLGATE_LOG=info: one access line per request, written to a file (1 repetition).")
     out.append("")
     out.append("Machine:")
