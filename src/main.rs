@@ -95,7 +95,10 @@ mod tests {
                     let q = a.realloc(p, layout, size * 3);
                     assert!(!q.is_null());
                     assert_eq!(q as usize % align, 0, "realloc: size {size} align {align}");
-                    assert!((0..size).all(|i| *q.add(i) == 0xa5), "size {size} align {align}");
+                    assert!(
+                        (0..size).all(|i| *q.add(i) == 0xa5),
+                        "size {size} align {align}"
+                    );
                     a.dealloc(q, Layout::from_size_align(size * 3, align).unwrap());
                     let z = a.alloc_zeroed(layout);
                     assert_eq!(z as usize % align, 0);

@@ -33,7 +33,9 @@ const SYNC_MS: u64 = 20;
 static TIMED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    TIMED.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    TIMED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Redis's timeout in the accuracy tests: an exchange that took longer than the product's

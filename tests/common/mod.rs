@@ -735,7 +735,10 @@ fn remember_failures() {
 fn failure_of_this_thread() -> Option<String> {
     let thread = std::thread::current().name().unwrap_or("?").to_string();
     let f = FAILURES.lock().ok()?;
-    f.iter().rev().find(|(t, _)| *t == thread).map(|(_, m)| m.clone())
+    f.iter()
+        .rev()
+        .find(|(t, _)| *t == thread)
+        .map(|(_, m)| m.clone())
 }
 
 /// The value of the series `series` (full label set, as printed) in a metrics page.
