@@ -240,7 +240,8 @@ if [ -n "$R_PORT" ]; then
   log "redis-server on 127.0.0.1:$R_PORT (CPU $LOAD_CPU) for Ga"
   taskset -c "$LOAD_CPU" redis-server --port "$R_PORT" --bind 127.0.0.1 --save "" \
     --appendonly no --dir "$TMP" >"$OUT/logs/redis.out" 2>&1 &
-  PIDS+=($!)
+  REDIS_PID=$!
+  PIDS+=("$REDIS_PID")
   wait_port "$R_PORT"
 fi
 
@@ -316,14 +317,16 @@ children_ticks() {
 # ticks alone in M_PROXY_USER_TICKS.
 measured() {
   local s=$1 r=$2 rep=$3 sfx=$4; shift 5
-  local p0 u0 k0 w0 g0 p1 u1 k1 w1 g1 pu0 pu1
+  local p0 u0 k0 w0 g0 p1 u1 k1 w1 g1 pu0 pu1 r0=0 r1=0
   pu0=$(cpu_ticks "$CUR_PID" user)
+  [ "$s" = Ga ] && r0=$(cpu_ticks "$REDIS_PID")
   p0=$(cpu_ticks "$CUR_PID"); u0=$(cpu_ticks "$UP_PID"); k0=$(cores); w0=$(date +%s%N)
   children_ticks; g0=$LG_TICKS
   "$@"
   children_ticks; g1=$LG_TICKS
   w1=$(date +%s%N); p1=$(cpu_ticks "$CUR_PID"); u1=$(cpu_ticks "$UP_PID"); k1=$(cores)
   pu1=$(cpu_ticks "$CUR_PID" user)
+  [ "$s" = Ga ] && r1=$(cpu_ticks "$REDIS_PID")
   M_PROXY_TICKS=$((p1 - p0))
   M_PROXY_USER_TICKS=$((pu1 - pu0))
   local wall; wall=$(awk -v a="$w0" -v b="$w1" 'BEGIN {printf "%.6f", (b - a) / 1e9}')
@@ -331,6 +334,7 @@ measured() {
   row "$s" "$r" "proxy_cpu_pct$sfx" "$rep" "$(pct $((p1 - p0)))"
   row "$s" "$r" "upstream_cpu_pct$sfx" "$rep" "$(pct $((u1 - u0)))"
   row "$s" "$r" "loadgen_cpu_pct$sfx" "$rep" "$(pct $((g1 - g0)))"
+  [ "$s" = Ga ] && row "$s" "$r" "redis_cpu_pct$sfx" "$rep" "$(pct $((r1 - r0)))"
   local -a a b
   read -r -a a <<<"$k0"
   read -r -a b <<<"$k1"

@@ -126,9 +126,9 @@ OTHERS_WARN = 10.0  # % of a CPU used by processes that are not the benchmark's
 
 def others_pair(data, s, r, pc, lc, sfx=""):
     """Shares (%) of CPU pc and of CPU lc that went neither to the proxy, the upstream nor the
-    load generator (other processes, interrupts not charged to a process, hypervisor steal):
-    medians over the repetitions, None when not measured. D leaves CPU pc idle, so what runs
-    there does not count for D."""
+    load generator, nor (Ga) the shared budgets' Redis (other processes, interrupts not charged
+    to a process, hypervisor steal): medians over the repetitions, None when not measured. D
+    leaves CPU pc idle, so what runs there does not count for D."""
     def one(cpu, ours):
         busy = med(data, s, r, "cpu%s_busy_pct%s" % (cpu, sfx))
         return None if busy is None else max(0.0, busy - ours)
@@ -136,8 +136,9 @@ def others_pair(data, s, r, pc, lc, sfx=""):
     proxy = med(data, s, r, "proxy_cpu_pct" + sfx) or 0.0
     up = med(data, s, r, "upstream_cpu_pct" + sfx) or 0.0
     lg = med(data, s, r, "loadgen_cpu_pct" + sfx) or 0.0
+    redis = med(data, s, r, "redis_cpu_pct" + sfx) or 0.0
     o0 = 0.0 if s == "D" else one(pc, proxy)
-    o1 = one(lc, up + lg)
+    o1 = one(lc, up + lg + redis)
     return o0, o1
 
 
@@ -264,7 +265,7 @@ def summarize(a):
                "user µs/req counts utime alone (the proxy's own code and libraries, without the kernel's TCP work). "
                "proxy CPU %% near 100 means the proxy was the bottleneck; well below means CPU 1 (wrk + upstream) was. "
                "CPU busy %% is everything but idle on the proxy's CPU and on the load CPU (/proc/stat, interrupts included); "
-               "(others) is the part of it that was neither the proxy's, the upstream nginx's nor the load generator's CPU time "
+               "(others) is the part of it that was neither the proxy's, the upstream nginx's, the load generator's nor (Ga) Redis's CPU time "
                "(other processes, hypervisor steal): near 0 on a clean run (– for D, which leaves the proxy CPU idle)." % machine.get("conns"))
     out.append("- Latency: `oha` open loop at a fixed rate%s, -c%s, one fixed key `bench-fixed-key` on the `bench` plan "
                "(requests_per_window 1,000,000, so it is never limited). A rate counts as sustained when oha achieved ≥ %d %% of it without errors."
@@ -274,7 +275,11 @@ def summarize(a):
                "Gv parses and checks the body. N1's key map holds plain keys; Tollgate hashes every presented key (SHA-256).")
     out.append("- Ga is G with every part-two feature on (benches/load/all.yaml): the edge spelled out, auth-failure blocking, "
                "the webhook guard, usage counting, `cluster:` against a redis-server on the load CPU, `state.path`. "
-               "Its CPU µs/req include the background exchange with Redis.")
+               "Its CPU µs/req include the background exchange with Redis."
+               + ("" if med(data, "Ga", "send_message", "redis_cpu_pct") is None else
+                  " Redis itself took %s %% of the load CPU during Ga's saturation runs (sendMessage; median), "
+                  "CPU time the load generator and the upstream did not have: the proxy may then run below 100 %%."
+                  % fmt(med(data, "Ga", "send_message", "redis_cpu_pct"))))
     out.append("- Gn is Ga without `cluster:`: every part-two feature but shared budgets. Ga − Gn is the price of sharing "
                "budgets through Redis (the background exchange, and Redis itself on the load CPU), Gn − G the rest of part two.")
     if has_sys:
