@@ -187,6 +187,7 @@ python3 "$HERE/gen.py" --dir "$TMP" --keys "$KEYS" --d-port "$D_PORT" --n1-port 
 "$TMP/tollgate" check --config "$TMP/tollgate.yaml" > "$OUT/logs/tollgate-check.txt" \
   || die "generated tollgate config refused: see $OUT/logs/tollgate-check.txt"
 R_PORT=""
+REDIS_PID=""   # the shared budgets' redis-server, when a setup needs one (Ga)
 case " $SETUPS " in
   *" Gn "*)
     # Gn: all.yaml without its `cluster:` block (to the next top-level key or the end).
@@ -319,14 +320,14 @@ measured() {
   local s=$1 r=$2 rep=$3 sfx=$4; shift 5
   local p0 u0 k0 w0 g0 p1 u1 k1 w1 g1 pu0 pu1 r0=0 r1=0
   pu0=$(cpu_ticks "$CUR_PID" user)
-  [ "$s" = Ga ] && r0=$(cpu_ticks "$REDIS_PID")
+  [ -n "$REDIS_PID" ] && r0=$(cpu_ticks "$REDIS_PID")
   p0=$(cpu_ticks "$CUR_PID"); u0=$(cpu_ticks "$UP_PID"); k0=$(cores); w0=$(date +%s%N)
   children_ticks; g0=$LG_TICKS
   "$@"
   children_ticks; g1=$LG_TICKS
   w1=$(date +%s%N); p1=$(cpu_ticks "$CUR_PID"); u1=$(cpu_ticks "$UP_PID"); k1=$(cores)
   pu1=$(cpu_ticks "$CUR_PID" user)
-  [ "$s" = Ga ] && r1=$(cpu_ticks "$REDIS_PID")
+  [ -n "$REDIS_PID" ] && r1=$(cpu_ticks "$REDIS_PID")
   M_PROXY_TICKS=$((p1 - p0))
   M_PROXY_USER_TICKS=$((pu1 - pu0))
   local wall; wall=$(awk -v a="$w0" -v b="$w1" 'BEGIN {printf "%.6f", (b - a) / 1e9}')
@@ -334,7 +335,7 @@ measured() {
   row "$s" "$r" "proxy_cpu_pct$sfx" "$rep" "$(pct $((p1 - p0)))"
   row "$s" "$r" "upstream_cpu_pct$sfx" "$rep" "$(pct $((u1 - u0)))"
   row "$s" "$r" "loadgen_cpu_pct$sfx" "$rep" "$(pct $((g1 - g0)))"
-  [ "$s" = Ga ] && row "$s" "$r" "redis_cpu_pct$sfx" "$rep" "$(pct $((r1 - r0)))"
+  [ -n "$REDIS_PID" ] && row "$s" "$r" "redis_cpu_pct$sfx" "$rep" "$(pct $((r1 - r0)))"
   local -a a b
   read -r -a a <<<"$k0"
   read -r -a b <<<"$k1"

@@ -126,7 +126,7 @@ OTHERS_WARN = 10.0  # % of a CPU used by processes that are not the benchmark's
 
 def others_pair(data, s, r, pc, lc, sfx=""):
     """Shares (%) of CPU pc and of CPU lc that went neither to the proxy, the upstream nor the
-    load generator, nor (Ga) the shared budgets' Redis (other processes, interrupts not charged
+    load generator, nor the shared budgets' Redis (other processes, interrupts not charged
     to a process, hypervisor steal): medians over the repetitions, None when not measured. D
     leaves CPU pc idle, so what runs there does not count for D."""
     def one(cpu, ours):
@@ -265,7 +265,7 @@ def summarize(a):
                "user µs/req counts utime alone (the proxy's own code and libraries, without the kernel's TCP work). "
                "proxy CPU %% near 100 means the proxy was the bottleneck; well below means CPU 1 (wrk + upstream) was. "
                "CPU busy %% is everything but idle on the proxy's CPU and on the load CPU (/proc/stat, interrupts included); "
-               "(others) is the part of it that was neither the proxy's, the upstream nginx's, the load generator's nor (Ga) Redis's CPU time "
+               "(others) is the part of it that was neither the proxy's, the upstream nginx's, the load generator's nor Redis's CPU time "
                "(other processes, hypervisor steal): near 0 on a clean run (– for D, which leaves the proxy CPU idle)." % machine.get("conns"))
     out.append("- Latency: `oha` open loop at a fixed rate%s, -c%s, one fixed key `bench-fixed-key` on the `bench` plan "
                "(requests_per_window 1,000,000, so it is never limited). A rate counts as sustained when oha achieved ≥ %d %% of it without errors."
@@ -273,13 +273,14 @@ def summarize(a):
     out.append("- D is the upstream nginx itself, measured directly; it runs on CPU 1 next to the load generator.")
     out.append("- N1 does not check JSON bodies (nginx cannot): on the sendGroup event route it checks only Content-Type and size. "
                "Gv parses and checks the body. N1's key map holds plain keys; Tollgate hashes every presented key (SHA-256).")
+    ga_redis = med(data, "Ga", "send_message", "redis_cpu_pct")
     out.append("- Ga is G with every part-two feature on (benches/load/all.yaml): the edge spelled out, auth-failure blocking, "
                "the webhook guard, usage counting, `cluster:` against a redis-server on the load CPU, `state.path`. "
                "Its CPU µs/req include the background exchange with Redis."
-               + ("" if med(data, "Ga", "send_message", "redis_cpu_pct") is None else
+               + ("" if ga_redis is None else
                   " Redis itself took %s %% of the load CPU during Ga's saturation runs (sendMessage; median), "
                   "CPU time the load generator and the upstream did not have: the proxy may then run below 100 %%."
-                  % fmt(med(data, "Ga", "send_message", "redis_cpu_pct"))))
+                  % fmt(ga_redis)))
     out.append("- Gn is Ga without `cluster:`: every part-two feature but shared budgets. Ga − Gn is the price of sharing "
                "budgets through Redis (the background exchange, and Redis itself on the load CPU), Gn − G the rest of part two.")
     if has_sys:
