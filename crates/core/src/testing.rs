@@ -132,6 +132,12 @@ impl TestConfig {
         self
     }
 
+    /// `upstream.pass_headers`.
+    pub fn pass_headers(mut self, names: &[&str]) -> Self {
+        self.file.upstream.pass_headers = names.iter().map(|n| n.to_string()).collect();
+        self
+    }
+
     /// `upstream.ca_file`.
     pub fn ca_file(mut self, path: &str) -> Self {
         self.file.upstream.ca_file = Some(path.into());
@@ -298,6 +304,12 @@ impl TestConfig {
     }
 
     /// Require `Authorization: Bearer <token>` on the admin listener.
+    /// `admin_hosts`.
+    pub fn admin_hosts(mut self, hosts: &[&str]) -> Self {
+        self.file.admin_hosts = hosts.iter().map(|h| h.to_string()).collect();
+        self
+    }
+
     pub fn admin_token(mut self, token: &str) -> Self {
         self.file.admin_token_sha256 = Some(Digest::of(token.as_bytes()).to_hex());
         self

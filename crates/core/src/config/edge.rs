@@ -44,6 +44,8 @@ pub struct Server {
     pub max_connections_per_ip: Option<NonZeroU32>,
     /// Peers whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Vec<IpNet>,
+    /// Open connections to the admin listener (counted apart from the gateway's).
+    pub admin_max_connections: NonZeroU32,
 }
 
 impl Server {
@@ -185,7 +187,32 @@ pub(super) fn server(f: &FileServer) -> Result<Server, Invalid> {
         max_connections,
         max_connections_per_ip: NonZeroU32::new(f.max_connections_per_ip),
         trusted_proxies,
+        admin_max_connections: NonZeroU32::new(f.admin_max_connections).ok_or_else(|| {
+            Invalid::new("server.admin_max_connections", "must be greater than 0")
+        })?,
     })
+}
+
+/// `admin_hosts`: host names (lower case) the admin listener answers to.
+pub(super) fn admin_hosts(hosts: &[String]) -> Result<Vec<String>, Invalid> {
+    hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| host_name(h, &format!("admin_hosts[{i}]")))
+        .collect()
+}
+
+/// A host name (no scheme, port, path or IP literal), lower-cased.
+fn host_name(h: &str, field: &str) -> Result<String, Invalid> {
+    let lower = h.to_ascii_lowercase();
+    let is_name = matches!(url::Host::parse(&lower), Ok(url::Host::Domain(d)) if d == lower);
+    if !is_name {
+        return Err(Invalid::new(
+            field,
+            format!("`{h}` is not a host name (no scheme, port, path or IP literal)"),
+        ));
+    }
+    Ok(lower)
 }
 
 pub(super) fn auth_failures(f: &FileAuthFailures) -> Result<AuthFailures, Invalid> {
@@ -214,18 +241,12 @@ pub(super) fn auth_failures(f: &FileAuthFailures) -> Result<AuthFailures, Invali
 }
 
 pub(super) fn webhook_guard(f: &FileWebhookGuard) -> Result<WebhookGuard, Invalid> {
-    let mut allow_hosts = Vec::with_capacity(f.allow_hosts.len());
-    for (i, h) in f.allow_hosts.iter().enumerate() {
-        let lower = h.to_ascii_lowercase();
-        let is_name = matches!(url::Host::parse(&lower), Ok(url::Host::Domain(d)) if d == lower);
-        if !is_name {
-            return Err(Invalid::new(
-                format!("webhook_guard.allow_hosts[{i}]"),
-                format!("`{h}` is not a host name (no scheme, port, path or IP literal)"),
-            ));
-        }
-        allow_hosts.push(lower);
-    }
+    let allow_hosts = f
+        .allow_hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| host_name(h, &format!("webhook_guard.allow_hosts[{i}]")))
+        .collect::<Result<_, _>>()?;
     Ok(WebhookGuard {
         enabled: f.enabled,
         allow_http: f.allow_http,

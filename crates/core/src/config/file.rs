@@ -50,6 +50,9 @@ pub struct FileConfig {
     /// SHA-256 (64 hex) of the admin listener's bearer token; absent: no token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_token_sha256: Option<String>,
+    /// Host names the admin listener answers to, besides IP literals and `localhost`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin_hosts: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -113,6 +116,10 @@ pub struct FileUpstream {
     pub read_timeout_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<String>,
+    /// Header fields the gateway would drop as client claims (address, host, scheme, URL,
+    /// method) that this upstream should get anyway.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pass_headers: Vec<String>,
 }
 
 fn default_connect_timeout() -> u64 {
@@ -319,6 +326,8 @@ pub struct FileServer {
     pub max_connections_per_ip: u32,
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
+    #[serde(default = "default_admin_max_connections")]
+    pub admin_max_connections: u32,
 }
 
 impl Default for FileServer {
@@ -335,6 +344,7 @@ impl Default for FileServer {
             max_connections: default_max_connections(),
             max_connections_per_ip: default_max_connections_per_ip(),
             trusted_proxies: Vec::new(),
+            admin_max_connections: default_admin_max_connections(),
         }
     }
 }
@@ -368,6 +378,9 @@ fn default_max_connections() -> u32 {
 }
 fn default_max_connections_per_ip() -> u32 {
     256
+}
+fn default_admin_max_connections() -> u32 {
+    64
 }
 
 /// Blocking of addresses that fail authentication (see [`AuthFailures`](super::AuthFailures)).

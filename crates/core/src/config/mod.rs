@@ -13,6 +13,7 @@ mod edge;
 mod fast;
 pub mod file;
 mod locate;
+pub mod published;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -135,6 +136,12 @@ pub struct Config {
     pub state_path: Option<PathBuf>,
     /// The digest of the admin listener's bearer token, when one is required.
     pub admin_token: Option<Digest>,
+    /// Host names (lower case) the admin listener answers to besides IP literals and
+    /// `localhost`: a browser led there by another name (DNS rebinding) is refused.
+    pub admin_hosts: Vec<String>,
+    /// The entries (`keys[3]`, `partners[0]`) whose key is a published demo key
+    /// ([`published`]); each also has a warning.
+    pub published_keys: Vec<String>,
     pub warnings: Vec<Warning>,
 }
 
@@ -183,6 +190,9 @@ pub struct Upstream {
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     pub ca_file: Option<PathBuf>,
+    /// Client-claim header fields forwarded anyway (lower case): the operator's exceptions to
+    /// the rule that drops them.
+    pub pass_headers: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -620,6 +630,27 @@ fn build(
         }
     };
 
+    // A published demo key is open to anyone: loud in `check`, refused by `run`.
+    let mut published_keys = Vec::new();
+    let entries = partners
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ("partners", i, &p.digest))
+        .chain(keys.iter().enumerate().map(|(i, k)| ("keys", i, &k.digest)));
+    for (list, i, digest) in entries {
+        if let Some(key) = published::published(digest) {
+            let field = format!("{list}[{i}]");
+            warnings.push(Warning {
+                line: None,
+                field: field.clone(),
+                message: format!(
+                    "PUBLISHED DEMO KEY: this is `{key}`, printed in Tollgate's README and demo, so anyone can use it; `tollgate run` refuses it (replace it: `tollgate hash-key`)"
+                ),
+            });
+            published_keys.push(field);
+        }
+    }
+
     let log_format = match raw.log.format.as_deref() {
         None | Some("text") => LogFormat::Text,
         Some("json") => LogFormat::Json,
@@ -676,6 +707,7 @@ fn build(
         .as_ref()
         .map(|c| cluster::cluster(c, env))
         .transpose()?;
+    let admin_hosts = edge::admin_hosts(&raw.admin_hosts)?;
 
     Ok(Config {
         source: PathBuf::new(),
@@ -698,6 +730,8 @@ fn build(
         cluster,
         state_path,
         admin_token,
+        admin_hosts,
+        published_keys,
         warnings,
     })
 }
@@ -950,7 +984,18 @@ fn upstream(u: &file::FileUpstream, base_dir: &Path) -> Result<Upstream, Invalid
             Some(existing_file(base_dir, f, "upstream.ca_file")?)
         }
     };
+    let mut pass_headers = Vec::with_capacity(u.pass_headers.len());
+    for (i, name) in u.pass_headers.iter().enumerate() {
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(Invalid::new(
+                format!("upstream.pass_headers[{i}]"),
+                format!("`{name}` is not a header field name"),
+            ));
+        }
+        pass_headers.push(name.to_ascii_lowercase());
+    }
     Ok(Upstream {
+        pass_headers,
         scheme,
         host: host.to_string(),
         port,
