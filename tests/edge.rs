@@ -539,3 +539,207 @@ fn a_content_length_goes_as_the_number_and_other_codings_are_refused() {
     assert_eq!(gw.send(raw.as_bytes()).status, 400);
     assert_eq!(up.count(), 1);
 }
+
+// ------------------------------------------------ checked operations, methods, claims
+
+const METADATA_HOOK: &str = r#"{"url":"http://169.254.169.254/latest/meta-data/"}"#;
+
+#[test]
+fn a_checked_operation_is_never_reached_by_another_method_or_a_near_spelling() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let post = |path: &str, method: &str| gw.call("pro-key-1", method, path, METADATA_HOOK);
+    // Its own method and spelling: checked (the guard refuses the address).
+    let r = post("/v2/settings/webhook/set", "POST");
+    assert_eq!((r.status, r.code()), (400, "invalid_body".into()));
+    // Every other method: 405, `Allow: POST`, never forwarded.
+    for method in ["PUT", "PATCH", "DELETE", "GET", "OPTIONS"] {
+        for path in [
+            "/v2/settings/webhook/set",
+            "/V2/SETTINGS/webhook/Set/",
+            "/v2/sendGroup",
+        ] {
+            let r = post(path, method);
+            assert_eq!(
+                (r.status, r.code(), r.header("allow")),
+                (405, "method_not_allowed".into(), Some("POST")),
+                "{method} {path}"
+            );
+        }
+    }
+    // A method in another case is not POST: never forwarded.
+    let r = post("/v2/settings/webhook/set", "post");
+    assert_eq!((r.status, r.code()), (501, "not_implemented".into()));
+    // Near spellings: 404, whatever the method.
+    for path in [
+        "/v2/settings/webhook/set.json",
+        "/v2/settings/webhook/set~",
+        "/v2/settings/webhook/set%20",
+        "/v2/settings/webhook/set%2E",
+        "/v2/settings/webhook/set-",
+        "/v2/settings/webhook/set/x",
+        "/v2/settings/webhook.json/set",
+        "/v2/sendGroup.json",
+        "/v2/service/upgrade.json",
+    ] {
+        for method in ["POST", "PUT"] {
+            let r = post(path, method);
+            assert_eq!(
+                (r.status, r.code()),
+                (404, "unknown_route".into()),
+                "{method} {path}"
+            );
+        }
+    }
+    assert_eq!(up.count(), 0, "nothing reached the upstream");
+    // Neighbours that are operations of their own still go through.
+    let r = gw.call("pro-key-1", "PUT", "/v2/settings/webhook/setup", "{}");
+    assert_eq!(r.status, 200);
+    let r = gw.call(
+        "pro-key-1",
+        "POST",
+        "/v2/settings/webhook/set",
+        r#"{"url":"https://hooks.example.com/in"}"#,
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(up.count(), 2);
+}
+
+#[test]
+fn json_members_that_differ_only_in_case_are_refused_and_never_forwarded() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    for body in [
+        r#"{"url":"https://hooks.example.com/in","URL":"http://169.254.169.254/"}"#,
+        r#"{"URL":"http://169.254.169.254/","url":"https://hooks.example.com/in"}"#,
+        r#"{"url":"https://hooks.example.com/in","Url":"http://10.0.0.1/"}"#,
+        "{\"url\":\"https://hooks.example.com/in\",\"signing\":\"on\",\"\u{17F}igning\":\"off\"}",
+    ] {
+        let r = gw.call("pro-key-1", "POST", "/v2/settings/webhook/set", body);
+        assert_eq!((r.status, r.code()), (400, "invalid_json".into()), "{body}");
+    }
+    let r = gw.call(
+        "acme-partner-key",
+        "POST",
+        "/v2/service/upgrade",
+        r#"{"apiKey":"acme-customer-key","APIKEY":"globex-customer-key","planID":3}"#,
+    );
+    assert_eq!((r.status, r.code()), (400, "invalid_json".into()));
+    assert_eq!(up.count(), 0);
+}
+
+#[test]
+fn a_partner_acts_only_on_its_own_customers_by_the_exact_key() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let upgrade = |api_key: &str| {
+        let body = serde_json::json!({ "apiKey": api_key, "planID": 3 }).to_string();
+        gw.call("acme-partner-key", "POST", "/v2/service/upgrade", &body)
+    };
+    for spelling in [
+        "globex-customer-key",
+        " globex-customer-key",
+        "globex-customer-key ",
+        "globex-customer-key\n",
+        "Bearer globex-customer-key",
+        "GLOBEX-CUSTOMER-KEY",
+        "a-key-no-one-configured",
+    ] {
+        let r = upgrade(spelling);
+        assert_eq!(
+            (r.status, r.code()),
+            (403, "not_your_customer".into()),
+            "{spelling:?}"
+        );
+    }
+    assert_eq!(up.count(), 0);
+    assert_eq!(upgrade("acme-customer-key").status, 200);
+    assert_eq!(up.count(), 1);
+}
+
+#[test]
+fn every_client_claim_is_dropped_and_the_operator_may_pass_one() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&config_for(&up).pass_headers(&["X-Forwarded-Proto"]));
+    let claims = [
+        ("X-Forwarded-Host", "admin.internal"),
+        ("X-Forwarded-Port", "8443"),
+        ("X-Forwarded-Scheme", "https"),
+        ("X-Forwarded-Server", "admin.internal"),
+        ("X-Forwarded-Uri", "/v2/settings/webhook/set"),
+        ("X-Forwarded-Path", "/v2/settings/webhook/set"),
+        ("X-Original-URI", "/v2/settings/webhook/set"),
+        ("X-Original-Host", "admin.internal"),
+        ("X-Original-Method", "POST"),
+        ("X-Host", "admin.internal"),
+        ("X-HTTP-Host-Override", "admin.internal"),
+        ("X-Url-Scheme", "https"),
+        ("Front-End-Https", "on"),
+        ("X-Client-IP", "10.0.0.1"),
+        ("X-Cluster-Client-IP", "10.0.0.1"),
+        ("True-Client-IP", "10.0.0.1"),
+        ("CF-Connecting-IP", "10.0.0.1"),
+        ("Fastly-Client-IP", "10.0.0.1"),
+        ("Client-IP", "10.0.0.1"),
+        ("X-Remote-Addr", "10.0.0.1"),
+        ("X-Envoy-Original-Path", "/v2/settings/webhook/set"),
+        ("X-Envoy-Internal", "true"),
+    ];
+    let mut headers = vec![
+        ("Authorization", "Bearer pro-key-1"),
+        ("X-Forwarded-Proto", "https"),
+        ("X-Idempotency-Key", "k-1"),
+    ];
+    headers.extend(claims);
+    let r = gw.request("GET", "/v2/client/getState", &headers, b"");
+    assert_eq!(r.status, 200);
+    let seen = &up.seen()[0];
+    for (name, _) in claims {
+        assert_eq!(seen.header(&name.to_ascii_lowercase()), None, "{name}");
+    }
+    assert_eq!(
+        seen.header("x-forwarded-proto"),
+        Some("https"),
+        "passed by the operator"
+    );
+    assert_eq!(seen.header("x-idempotency-key"), Some("k-1"), "not a claim");
+    assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+}
+
+#[test]
+fn trace_connect_and_unknown_methods_are_refused_before_anything_else() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let long = "A".repeat(300);
+    for (method, status) in [
+        ("TRACE", 405),
+        ("PURGE", 501),
+        ("PROPFIND", 501),
+        ("get", 501),
+        ("post", 501),
+        (long.as_str(), 501),
+    ] {
+        for key in ["pro-key-1", "not-a-key"] {
+            let r = gw.request(
+                method,
+                "/v2/client/getState",
+                &[
+                    ("Authorization", &format!("Bearer {key}")),
+                    ("Max-Forwards", "0"),
+                ],
+                b"",
+            );
+            assert_eq!(r.status, status, "{method:.20} with {key}");
+            if status == 405 {
+                assert_eq!(
+                    r.header("allow"),
+                    Some("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS")
+                );
+            }
+        }
+    }
+    // CONNECT never opens a tunnel (Pingora refuses it before the request path).
+    let r = gw.send(b"CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n");
+    assert!(r.status == 405 || r.status == 400, "{}", r.status);
+    assert_eq!(up.count(), 0);
+}

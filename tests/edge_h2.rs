@@ -419,3 +419,94 @@ fn an_http2_client_that_never_takes_its_answer_loses_the_stream() {
         assert!(got < 64 << 20, "{got}");
     });
 }
+
+/// Send `method path` with a JSON body (none when empty); the status and the `allow` field.
+async fn call(send: &mut H2, method: &str, path: &str, body: &str) -> (u16, Option<String>) {
+    let mut req = request(method, path, &[("content-type", "application/json")]);
+    if !body.is_empty() {
+        req.headers_mut()
+            .insert("content-length", body.len().to_string().parse().unwrap());
+    }
+    let (resp, mut stream) = send.send_request(req, body.is_empty()).unwrap();
+    if !body.is_empty() {
+        // The gateway may have answered (and ended the stream) before the body is sent.
+        let _ = stream.send_data(Bytes::copy_from_slice(body.as_bytes()), true);
+    }
+    let r = tokio::time::timeout(Duration::from_secs(10), resp)
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    let allow = r
+        .headers()
+        .get("allow")
+        .map(|v| v.to_str().unwrap().to_string());
+    (r.status().as_u16(), allow)
+}
+
+#[test]
+fn over_http2_a_checked_operation_is_reached_only_by_its_method_and_spelling() {
+    let up = Upstream::start(Mode::Ok);
+    let e = edge(&up, |_| {});
+    let hook = r#"{"url":"http://169.254.169.254/latest/meta-data/"}"#;
+    runtime().block_on(async {
+        let (mut send, _done) = h2(&e).await;
+        let set = "/v2/settings/webhook/set";
+        assert_eq!(call(&mut send, "POST", set, hook).await.0, 400);
+        for m in ["PUT", "PATCH", "DELETE"] {
+            assert_eq!(
+                call(&mut send, m, set, hook).await,
+                (405, Some("POST".into())),
+                "{m}"
+            );
+        }
+        assert_eq!(call(&mut send, "post", set, hook).await.0, 501);
+        assert_eq!(
+            call(&mut send, "TRACE", "/v2/client/x", "").await,
+            (
+                405,
+                Some("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS".into())
+            )
+        );
+        assert_eq!(call(&mut send, "PURGE", "/v2/client/x", "").await.0, 501);
+        for p in [
+            "/v2/settings/webhook/set.json",
+            "/v2/settings/webhook/set~",
+            "/v2/settings/webhook/set%20",
+            "/v2/settings/webhook/set/x",
+        ] {
+            assert_eq!(call(&mut send, "POST", p, hook).await.0, 404, "{p}");
+        }
+        let twins = r#"{"url":"https://hooks.example.com/in","URL":"http://169.254.169.254/"}"#;
+        assert_eq!(call(&mut send, "POST", set, twins).await.0, 400);
+    });
+    assert_eq!(up.count(), 0, "nothing reached the upstream");
+}
+
+#[test]
+fn over_http2_client_claims_are_dropped() {
+    let up = Upstream::start(Mode::Ok);
+    let e = edge(&up, |_| {});
+    runtime().block_on(async {
+        let (mut send, _done) = h2(&e).await;
+        let req = request(
+            "GET",
+            "/v2/client/x",
+            &[
+                ("x-forwarded-host", "admin.internal"),
+                ("x-original-url", "/v2/settings/webhook/set"),
+                ("true-client-ip", "10.0.0.1"),
+                ("x-http-method-override", "DELETE"),
+            ],
+        );
+        assert_eq!(status(&mut send, req).await, 200);
+    });
+    let seen = &up.seen()[0];
+    for name in [
+        "x-forwarded-host",
+        "x-original-url",
+        "true-client-ip",
+        "x-http-method-override",
+    ] {
+        assert_eq!(seen.header(name), None, "{name}");
+    }
+}

@@ -3,7 +3,7 @@
 //! from `fail_to_proxy`).
 //!
 //! Every answer is RFC 9457 `application/problem+json` with `Cache-Control: no-store`,
-//! `X-Request-Id`, `WWW-Authenticate` on a 401, `Retry-After` on a 429, and the rate-limit
+//! `X-Request-Id`, `WWW-Authenticate` on a 401, `Retry-After` on a 429, `Allow` on a 405, and the rate-limit
 //! header fields when the caller is known. Upstream failures: cannot connect, connect timeout,
 //! TLS failure, a reset or a malformed answer are `502 upstream_unavailable`; no answer within
 //! `read_timeout` is `504 upstream_timeout`.
@@ -62,6 +62,9 @@ fn problem_header(ctx: &Ctx, refusal: &Refusal, body_len: usize) -> Result<Respo
     }
     if let Some(s) = refusal.retry_after {
         resp.insert_header("Retry-After", itoa::Buffer::new().format(s))?;
+    }
+    if let Some(allow) = &refusal.allow {
+        resp.insert_header("Allow", allow.as_ref())?;
     }
     rate_limit_headers(ctx, &mut resp)?;
     Ok(resp)

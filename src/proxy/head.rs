@@ -5,8 +5,9 @@
 //! - [`check_size`]: the request line and header fields within `server.max_header_bytes` and
 //!   `server.max_headers` (431);
 //! - [`client`]: the client's address (the peer, or from a trusted proxy's `X-Forwarded-For`);
-//! - [`strip_upgrade`] and [`dropped`]: no protocol upgrade, and none of the fields that ask an
-//!   upstream framework to re-route or re-method a request, ever reach the upstream;
+//! - [`strip_upgrade`] and [`dropped`]: no protocol upgrade, and none of the fields that claim a
+//!   client address, host, scheme, port, original URL or method ([`is_claim`]), ever reach the
+//!   upstream;
 //! - [`declared_length`] and [`framed_as`]: the body's declared length, and whether the client's
 //!   own framing can be kept for a checked body;
 //! - [`auth_header`]: the `Authorization` fields, for the policy;
@@ -128,28 +129,52 @@ pub fn strip_upgrade(req: &mut RequestHeader) {
     }
 }
 
-/// Header fields never forwarded upstream: the client's own claims about its address (the
-/// gateway writes `X-Forwarded-For` itself), and fields that ask an upstream framework to
-/// re-route or re-method the request after the gateway decided on it.
-pub const DROPPED: [&str; 8] = [
-    "x-real-ip",
-    "forwarded",
-    "x-original-url",
-    "x-rewrite-url",
-    "x-forwarded-prefix",
-    "x-http-method-override",
-    "x-http-method",
-    "x-method-override",
-];
+/// Whether a header field is a claim the gateway never forwards (unless the operator lets it
+/// through, `upstream.pass_headers`). Proxies and frameworks behind the gateway trust fields
+/// that say who the client is, which host, scheme or port it called, which URL or method it
+/// "really" asked for; a client could write any of them. One rule, by the words of the name
+/// (split at `-`, compared lower-case), rather than a list of vendors' spellings:
+///
+/// - `Forwarded` (RFC 7239), and every `X-Forwarded-*` but `X-Forwarded-For` (which the
+///   gateway writes itself, ending with the client it decided on);
+/// - any field whose last word is `ip`, `addr` or `address` (`True-Client-IP`,
+///   `CF-Connecting-IP`, `Fastly-Client-IP`, `Client-IP`, `WL-Proxy-Client-IP`,
+///   `X-Remote-Addr`, …);
+/// - any `X-` field with one of the words `ip`, `addr`, `address`, `real`, `host`, `server`,
+///   `proto`, `protocol`, `scheme`, `port`, `ssl`, `https`, `url`, `uri`, `path`, `prefix`,
+///   `original`, `rewrite`, `method`, `override`, `envoy` (`X-Real-IP`, `X-Host`,
+///   `X-Original-Host`, `X-Url-Scheme`, `X-Original-URL`, `X-Rewrite-URL`, `X-Original-URI`,
+///   `X-HTTP-Method-Override`, `X-Envoy-Original-Path`, …);
+/// - `Front-End-Https`.
+///
+/// `X-Request-Id` passes (the gateway sets it), and so does every other field.
+pub fn is_claim(name: &str) -> bool {
+    const X_WORDS: [&str; 21] = [
+        "ip", "addr", "address", "real", "host", "server", "proto", "protocol", "scheme", "port",
+        "ssl", "https", "url", "uri", "path", "prefix", "original", "rewrite", "method",
+        "override", "envoy",
+    ];
+    if let Some(rest) = name.strip_prefix("x-") {
+        if let Some(f) = rest.strip_prefix("forwarded") {
+            return f != "-for";
+        }
+        if rest.split('-').any(|w| X_WORDS.contains(&w)) {
+            return true;
+        }
+    } else if name == "forwarded" || name == "front-end-https" {
+        return true;
+    }
+    // An address, in any vendor's spelling.
+    let last = name.rsplit('-').next().unwrap_or(name);
+    matches!(last, "ip" | "addr" | "address")
+}
 
-/// The fields of `headers` in [`DROPPED`].
-pub fn dropped(headers: &HeaderMap) -> Vec<HeaderName> {
+/// The fields of `headers` that [`is_claim`] keeps from the upstream, but those named in
+/// `pass` (lower case).
+pub fn dropped(headers: &HeaderMap, pass: &[String]) -> Vec<HeaderName> {
     headers
         .keys()
-        .filter(|n| {
-            let n = n.as_str();
-            (n.starts_with("x-") || n == "forwarded") && DROPPED.contains(&n)
-        })
+        .filter(|n| is_claim(n.as_str()) && !pass.iter().any(|p| p == n.as_str()))
         .cloned()
         .collect()
 }
@@ -589,7 +614,7 @@ mod tests {
         );
         strip_upgrade(&mut r);
         assert!(!r.headers.contains_key(UPGRADE));
-        let mut gone: Vec<String> = dropped(&r.headers)
+        let mut gone: Vec<String> = dropped(&r.headers, &[])
             .iter()
             .map(|n| n.as_str().to_string())
             .collect();
@@ -603,5 +628,93 @@ mod tests {
                 "x-real-ip"
             ]
         );
+        // What the operator lets through passes.
+        let pass = ["x-real-ip".to_string()];
+        assert!(!dropped(&r.headers, &pass).iter().any(|n| n == "x-real-ip"));
+    }
+
+    #[test]
+    fn claims_of_address_host_scheme_url_and_method_are_dropped_by_one_rule() {
+        let claims = [
+            // Addresses.
+            "forwarded",
+            "x-forwarded-host",
+            "x-forwarded-proto",
+            "x-forwarded-port",
+            "x-forwarded-scheme",
+            "x-forwarded-ssl",
+            "x-forwarded-server",
+            "x-forwarded-prefix",
+            "x-forwarded-uri",
+            "x-forwarded-path",
+            "x-forwarded-protocol",
+            "x-forwarded",
+            "x-forwarded-for-original",
+            "x-real-ip",
+            "x-client-ip",
+            "x-cluster-client-ip",
+            "x-remote-ip",
+            "x-remote-addr",
+            "x-originating-ip",
+            "x-proxyuser-ip",
+            "x-ip",
+            "x-client-address",
+            "true-client-ip",
+            "cf-connecting-ip",
+            "fastly-client-ip",
+            "client-ip",
+            "wl-proxy-client-ip",
+            "proxy-client-ip",
+            "remote-addr",
+            "x-envoy-external-address",
+            // Hosts, schemes, ports.
+            "x-host",
+            "x-original-host",
+            "x-http-host-override",
+            "x-host-override",
+            "x-url-scheme",
+            "x-scheme",
+            "front-end-https",
+            "x-https",
+            "x-arr-ssl",
+            "x-port",
+            // Original URLs and methods.
+            "x-original-url",
+            "x-original-uri",
+            "x-rewrite-url",
+            "x-envoy-original-path",
+            "x-original-method",
+            "x-http-method-override",
+            "x-http-method",
+            "x-method-override",
+            "x-envoy-internal",
+        ];
+        for name in claims {
+            assert!(is_claim(name), "{name} is a claim");
+        }
+        let passed = [
+            "x-forwarded-for",
+            "x-request-id",
+            "authorization",
+            "content-type",
+            "content-length",
+            "host",
+            "user-agent",
+            "accept",
+            "x-api-version",
+            "x-idempotency-key",
+            "x-client-version",
+            "x-zip-code",
+            "x-trace-id",
+            "x-correlation-id",
+            "via",
+            "origin",
+            "referer",
+            "ip-geo",
+            "x-shipping",
+        ];
+        for name in passed {
+            assert!(!is_claim(name), "{name} passes");
+        }
     }
 }

@@ -238,7 +238,11 @@ impl ProxyHttp for Gateway {
         up.insert_header("X-Request-Id", ctx.request_id.clone())?;
         let xff = head::forwarded_for(&up.headers, ctx.client.as_ref())?;
         up.insert_header("X-Forwarded-For", xff)?;
-        for name in head::dropped(&up.headers) {
+        let pass = ctx
+            .snap
+            .as_ref()
+            .map_or(&[][..], |s| &s.policy.config.upstream.pass_headers[..]);
+        for name in head::dropped(&up.headers, pass) {
             up.remove_header(&name);
         }
         match (ctx.checked_body, ctx.declared) {

@@ -12,6 +12,9 @@
 //! refuses nesting deeper than 128 levels without recursing further, numbers that do not fit
 //! an `f64` are refused, and nothing is allocated beyond a small multiple of the (capped) input.
 //! Duplicate object keys are refused as `invalid_json`: the upstream might read the other copy.
+//! So are names that differ only in case, by Unicode case folding (`url` and `URL`, `apiKey`
+//! and `APIKEY`, `k` and the Kelvin sign): a case-insensitive binder upstream would take them
+//! for one member ([`same_member`]).
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -197,18 +200,21 @@ impl<'de> Visitor<'de> for JsonVisitor {
         let mut names: Option<HashSet<Cow<'de, str>>> = None;
         while let Some(Name(k)) = map.next_key()? {
             let duplicate = match names.as_mut() {
-                Some(set) => !set.insert(k.clone()),
-                None if members.len() < SCAN => members.iter().any(|(n, _)| *n == k),
+                Some(set) => !set.insert(folded(&k).into_owned().into()),
+                None if members.len() < SCAN => members.iter().any(|(n, _)| same_member(n, &k)),
                 None => {
-                    let mut set: HashSet<_> = members.iter().map(|(n, _)| n.clone()).collect();
-                    let dup = !set.insert(k.clone());
+                    let mut set: HashSet<Cow<'de, str>> = members
+                        .iter()
+                        .map(|(n, _)| folded(n).into_owned().into())
+                        .collect();
+                    let dup = !set.insert(folded(&k).into_owned().into());
                     names = Some(set);
                     dup
                 }
             };
             if duplicate {
                 return Err(de::Error::custom(format_args!(
-                    "duplicate key `{}`",
+                    "duplicate key `{}` (member names that differ only in case are one member to some readers)",
                     truncate(&k)
                 )));
             }
@@ -217,6 +223,43 @@ impl<'de> Visitor<'de> for JsonVisitor {
         }
         Ok(Json::Object(Object(members)))
     }
+}
+
+/// Whether two member names are one member to some JSON reader: equal once case is folded.
+/// Case-insensitive binders are common upstream (Go's `encoding/json` takes the last of the
+/// members whose names fold together; Jackson's `ACCEPT_CASE_INSENSITIVE_PROPERTIES`,
+/// System.Text.Json's `PropertyNameCaseInsensitive`), so `{"url": …, "URL": …}` would let the
+/// gateway check one value and the upstream act on the other.
+fn same_member(a: &str, b: &str) -> bool {
+    if a.is_ascii() && b.is_ascii() {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        folded(a) == folded(b)
+    }
+}
+
+/// A member name with its case folded for [`same_member`]: ASCII lower-cased; other text
+/// upper- then lower-cased character by character (so `ſ` meets `s`, the Kelvin sign `k`,
+/// `ß` `ss`), twice (`ẞ` → `ß` → `ss`), with the dotless `ı` and the dotted `İ` taken as `i`,
+/// as readers that upper-case or lower-case by Unicode's simple mappings treat them.
+fn folded(name: &str) -> Cow<'_, str> {
+    if name.is_ascii() {
+        return if name.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(name.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(name)
+        };
+    }
+    let once: String = name.chars().flat_map(fold_char).collect();
+    Cow::Owned(once.chars().flat_map(fold_char).collect())
+}
+
+fn fold_char(c: char) -> impl Iterator<Item = char> {
+    let c = match c {
+        '\u{131}' | '\u{130}' => 'i',
+        c => c,
+    };
+    c.to_uppercase().flat_map(char::to_lowercase)
 }
 
 /// A member name, borrowed from the input when it has no escapes.
@@ -859,6 +902,74 @@ mod tests {
         // An escaped value is read like any other.
         let b = br#"{"url":"https:\/\/a.example\/","signing":"o\u006e"}"#;
         assert_eq!(code(BodyRule::WebhookSet, b), None);
+    }
+
+    #[test]
+    fn names_that_differ_only_in_case_are_duplicates() {
+        let pairs = [
+            ("url", "URL"),
+            ("url", "Url"),
+            ("apiKey", "APIKEY"),
+            ("apiKey", "apikey"),
+            // Unicode case folding: the Kelvin sign, the long s, the dotless and dotted i.
+            ("apiKey", "api\u{212A}ey"),
+            ("signing", "ſigning"),
+            ("signing", "sıgning"),
+            ("signing", "sİgning"),
+            ("strasse", "STRAẞE"),
+            ("straße", "STRASSE"),
+            ("σ", "Σ"),
+            ("ς", "σ"),
+        ];
+        for (a, b) in pairs {
+            let first = format!(r#"{{"url":"https://a.example/","{a}":"1","{b}":"2"}}"#);
+            let body = if a == "url" {
+                format!(r#"{{"{a}":"https://a.example/","{b}":"http://169.254.169.254/"}}"#)
+            } else {
+                first
+            };
+            assert_eq!(
+                code(BodyRule::WebhookSet, body.as_bytes()),
+                Some(Code::InvalidJson),
+                "{a} / {b}"
+            );
+            // Nested, and past the scan (a set of folded names).
+            let nested = format!(r#"{{"url":"https://a.example/","o":{{"{a}":1,"{b}":2}}}}"#);
+            assert_eq!(
+                code(BodyRule::WebhookSet, nested.as_bytes()),
+                Some(Code::InvalidJson)
+            );
+            let many: Vec<String> = (0..20).map(|i| format!("\"f{i}\":{i}")).collect();
+            let large = format!(
+                r#"{{"url":"https://a.example/",{},"{a}":1,"{b}":2}}"#,
+                many.join(",")
+            );
+            assert_eq!(
+                code(BodyRule::WebhookSet, large.as_bytes()),
+                Some(Code::InvalidJson)
+            );
+        }
+        let upgrade =
+            br#"{"apiKey":"acme-customer-key","APIKEY":"globex-customer-key","planID":3}"#;
+        assert_eq!(
+            code(BodyRule::ServiceUpgrade, upgrade),
+            Some(Code::InvalidJson)
+        );
+        // Names that fold apart are distinct members.
+        let b = br#"{"url":"https://a.example/","urls":1,"uri":2,"\u00fcrl":3}"#;
+        assert_eq!(code(BodyRule::WebhookSet, b), None);
+    }
+
+    #[test]
+    fn case_folding_settles_in_two_passes() {
+        // `folded` applies the per-character fold twice; a third pass changes nothing, for
+        // every character.
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            let s = c.to_string();
+            let twice = folded(&s).into_owned();
+            let thrice: String = twice.chars().flat_map(fold_char).collect();
+            assert_eq!(twice, thrice, "U+{:04X}", c as u32);
+        }
     }
 
     #[test]

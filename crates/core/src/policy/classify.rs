@@ -23,11 +23,17 @@
 //! toggled; then the longest matching prefix route; then, under a partner prefix,
 //! `404 unknown_route`; then, under `/v2/`, the synthetic `unknown` customer route (allowed
 //! only to plans with `allow: all`); anything else is `404 unknown_route`.
+//!
+//! **Checked operations.** Before a path that no exact route of its method matched falls to a
+//! prefix or to `unknown`, the catalogue's guard ([`Catalogue::guard`]) keeps the operations
+//! with a body rule from being reached unchecked: their path with another method is
+//! `405 method_not_allowed` (with `Allow`), and a near spelling of it (`/set.json`, `/set~`,
+//! `/set%20`, `/set/x`) is `404 unknown_route`.
 
 use std::borrow::Cow;
 
 use super::refusal::{Code, Refusal};
-use super::routes::{Catalogue, PathMatch, RouteIdx};
+use super::routes::{Catalogue, Guard, PathMatch, RouteIdx};
 
 /// Why a path was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,6 +272,24 @@ pub fn classify<'a>(
     };
 
     let found = match_route(catalogue, method, lower);
+    // A checked operation is reached by its own method and spelling only.
+    match catalogue.guard(lower, found) {
+        None => {}
+        Some(Guard::OtherMethod(allow)) => {
+            let mut r = Refusal::new(
+                Code::MethodNotAllowed,
+                format!("this operation takes {allow} only"),
+            );
+            r.allow = Some(allow.to_owned().into());
+            return Err(r);
+        }
+        Some(Guard::NearSpelling) => {
+            return Err(Refusal::new(
+                Code::UnknownRoute,
+                "no such operation (a near spelling of a checked one)",
+            ))
+        }
+    }
     let route = match found {
         Some(r) => r,
         None if catalogue.in_partner_namespace(lower) => {
@@ -517,13 +541,92 @@ mod tests {
     #[test]
     fn a_method_that_does_not_match_falls_through() {
         let c = Catalogue::builtin();
-        // GET on a POST-only path is not send_message: it is an uncatalogued operation.
+        // GET on a POST-only path of an unchecked operation is not send_message: it is an
+        // uncatalogued operation.
         assert_eq!(id(&c, "GET", "/v2/sendMessage/").unwrap().0, "unknown");
         // POST on the group list falls to the wider Group actions prefix.
         assert_ne!(
             id(&c, "POST", "/v2/groupChat/getGroupList/").unwrap().0,
             "group_list"
         );
+    }
+
+    #[test]
+    fn a_checked_operation_is_reached_by_its_own_method_only() {
+        let c = Catalogue::builtin();
+        let refused = |m: &str, p: &str| {
+            let r = classify(&c, m, p).unwrap_err();
+            (r.code, r.allow.map(|a| a.into_owned()))
+        };
+        let post_only = (Code::MethodNotAllowed, Some("POST".to_string()));
+        for m in ["PUT", "PATCH", "GET", "HEAD", "DELETE", "OPTIONS"] {
+            for p in [
+                "/v2/settings/webhook/set",
+                "/V2/Settings/Webhook/SET",
+                "/v2/settings/webhook/set/",
+                "/v2/settings/%77ebhook/set",
+                "/v2/sendGroup",
+                "/v2/service/upgrade",
+                "/v2/service/upgrade/",
+            ] {
+                assert_eq!(refused(m, p), post_only, "{m} {p}");
+            }
+        }
+        // The general group send is a route of its own: its other methods fall through as
+        // before, and it is not a spelling of the event variant.
+        assert_eq!(id(&c, "GET", "/v2/sendGroup/").unwrap().0, "unknown");
+        assert_eq!(id(&c, "POST", "/v2/sendGroup/").unwrap().0, "send_group");
+    }
+
+    #[test]
+    fn near_spellings_of_a_checked_operation_are_unknown_routes() {
+        let c = Catalogue::builtin();
+        for p in [
+            "/v2/settings/webhook/set.json",
+            "/v2/settings/webhook/set~",
+            "/v2/settings/webhook/set%20",
+            "/v2/settings/webhook/set%2e",
+            "/v2/settings/webhook/set.",
+            "/v2/settings/webhook/set-",
+            "/v2/settings/webhook/set_",
+            "/v2/settings/webhook/set!",
+            "/v2/settings/webhook/set%3F",
+            "/v2/settings/webhook/set%23",
+            "/v2/settings/webhook/set%09x",
+            "/v2/settings/webhook/set/x",
+            "/v2/settings/webhook/set/x/y",
+            "/v2/settings/webhook.json/set",
+            "/v2/settings/webhook~/set.json",
+            "/v2/Settings~/webhook/set",
+            "/v2~/settings/webhook/set",
+            "/v2/sendGroup.json",
+            "/v2/sendGroup~",
+            "/v2/sendGroup/x",
+            "/v2/service/upgrade.json",
+        ] {
+            for m in ["POST", "PUT", "GET"] {
+                match classify(&c, m, p) {
+                    Err(r) => assert!(
+                        matches!(r.code, Code::UnknownRoute | Code::InvalidPath),
+                        "{m} {p}: {:?}",
+                        r.code
+                    ),
+                    Ok(k) => panic!("{m} {p} was classified as {}", c.get(k.route).id),
+                }
+            }
+        }
+        // Not near: a letter or digit goes on, or another segment differs.
+        for (p, route) in [
+            ("/v2/settings/webhook/setup", "settings_other"),
+            ("/v2/settings/webhook/set2", "settings_other"),
+            ("/v2/settings/webhooks/set", "settings_other"),
+            ("/v2/settings/webhook/scope/x", "webhook_scope"),
+            ("/v2/settings/getSettings", "settings_other"),
+            ("/v2/sendGroupX", "unknown"),
+            ("/v2/client/settings/webhook/set", "client"),
+        ] {
+            assert_eq!(id(&c, "PUT", p).map(|r| r.0), Ok(route.to_string()), "{p}");
+        }
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //!
 //! | step | module | narrows the request to | refuses with |
 //! |---|---|---|---|
+//! | 0. method | [`method`] | one of the methods an API is called with | 405 `method_not_allowed` (`TRACE`, `CONNECT`), 501 `not_implemented` |
 //! | 0. auth-failure block | [`blocking`] (the client address: [`client`]) | a client address not blocked | 429 `too_many_auth_failures` |
 //! | 1. authenticate | [`mod@authenticate`] | the caller's key entry ([`keys`]) | 401 `unauthorized` |
-//! | 2. classify | [`mod@classify`] | a catalogued route ([`routes`]) and the path to forward | 400 `invalid_path`, 404 `unknown_route` |
+//! | 2. classify | [`mod@classify`] | a catalogued route ([`routes`]) and the path to forward; a checked operation only by its own method and spelling | 400 `invalid_path`, 404 `unknown_route`, 405 `method_not_allowed` |
 //! | 3. authorize | [`mod@authorize`] | a caller allowed on the route | 403 `wrong_credential`, `plan_restricted` |
 //! | 4. limit | [`crate::limit`] | a request within the key's budget | 429 `rate_limited` |
 //! | 5. check the body | [`body`] | a body of the spec's shape (once read) | 400 `invalid_json`, `invalid_body`, 403 `not_your_customer`, 413, 415 |
@@ -25,6 +26,7 @@ pub mod body;
 pub mod classify;
 pub mod client;
 pub mod keys;
+pub mod method;
 pub mod outcome;
 pub mod overrides;
 pub mod refusal;
@@ -188,8 +190,8 @@ impl Policy {
         self.decide_for(req, None, now)
     }
 
-    /// Decide on a request head from `client`: auth-failure block → authenticate → classify
-    /// → authorize → limit.
+    /// Decide on a request head from `client`: method → auth-failure block → authenticate →
+    /// classify → authorize → limit.
     pub fn decide_for<'a>(
         &self,
         req: &RequestHead<'a>,
@@ -224,6 +226,7 @@ impl Policy {
         now: Nanos,
         d: &mut Decision<'a>,
     ) -> Result<Forward<'a>, Refusal> {
+        method::check_method(req.method)?;
         let blocking = client.zip(self.config.auth_failures.as_ref());
         if let Some((client, _)) = blocking {
             if let Some(secs) = self.failures.blocked(client, now) {
@@ -297,14 +300,20 @@ impl Policy {
         }
     }
 
-    /// A partner may act on its own customers, on unmanaged keys, and on keys the gateway does
-    /// not know (the provider decides those); not on another partner's customers.
+    /// A partner may act on its own customers and on unmanaged keys (the provider decides
+    /// those); not on another partner's customers, and not on a key the gateway does not know,
+    /// for it cannot vouch for whom that key belongs to. The key is compared as the exact
+    /// string the body gives (its digest): no trimming, no case folding, so another spelling
+    /// of a customer key is an unknown key, and refused.
     fn may_act_on(&self, key: KeyIdx, target: &Digest) -> Result<(), Refusal> {
         let Credential::Partner { partner } = self.keys.get(key).configured else {
             return Ok(());
         };
         let Some(t) = self.keys.lookup(target) else {
-            return Ok(());
+            return Err(Refusal::new(
+                Code::NotYourCustomer,
+                "the gateway knows no customer service with that key",
+            ));
         };
         match self.keys.get(t).configured {
             Credential::Customer {
@@ -600,11 +609,24 @@ mod tests {
             ok("basic-key-1").is_ok(),
             "unmanaged keys are the provider's call"
         );
-        assert!(ok("some-key-the-gateway-does-not-know").is_ok());
         assert_eq!(
             ok("globex-customer-key").unwrap_err().code,
             Code::NotYourCustomer
         );
+        // A key the gateway does not know, and every other spelling of another partner's
+        // customer key (the comparison is of the exact string), are refused too.
+        for k in [
+            "some-key-the-gateway-does-not-know",
+            " globex-customer-key",
+            "globex-customer-key ",
+            "Bearer globex-customer-key",
+            "GLOBEX-CUSTOMER-KEY",
+            r"globex-customer-key\n",
+            r"globex-customer-key\u0000",
+            r"globex\u002dcustomer-key",
+        ] {
+            assert_eq!(ok(k).unwrap_err().code, Code::NotYourCustomer, "{k:?}");
+        }
     }
 
     #[test]

@@ -73,7 +73,9 @@ impl Outcome {
             | Code::BodyTooLarge
             | Code::UnsupportedMediaType
             | Code::HeadersTooLarge
-            | Code::BadRequest => Outcome::Invalid,
+            | Code::BadRequest
+            | Code::MethodNotAllowed
+            | Code::NotImplemented => Outcome::Invalid,
         }
     }
 }

@@ -28,13 +28,18 @@ pub enum Code {
     HeadersTooLarge,
     /// The request's framing or headers are ambiguous (conflicting lengths, no Host, …).
     BadRequest,
+    /// A method the target does not take: `TRACE` and `CONNECT` anywhere, any other method on
+    /// a checked operation's path. With `Allow`.
+    MethodNotAllowed,
+    /// A method the gateway does not know (an extension method, a lower-case or overlong token).
+    NotImplemented,
     UpstreamUnavailable,
     UpstreamTimeout,
 }
 
 impl Code {
     /// Every code, in declaration order.
-    pub const ALL: [Code; 17] = [
+    pub const ALL: [Code; 19] = [
         Code::Unauthorized,
         Code::PlanRestricted,
         Code::WrongCredential,
@@ -50,6 +55,8 @@ impl Code {
         Code::RequestTimeout,
         Code::HeadersTooLarge,
         Code::BadRequest,
+        Code::MethodNotAllowed,
+        Code::NotImplemented,
         Code::UpstreamUnavailable,
         Code::UpstreamTimeout,
     ];
@@ -59,6 +66,8 @@ impl Code {
             Code::Unauthorized => 401,
             Code::PlanRestricted | Code::WrongCredential | Code::NotYourCustomer => 403,
             Code::UnknownRoute => 404,
+            Code::MethodNotAllowed => 405,
+            Code::NotImplemented => 501,
             Code::InvalidPath | Code::InvalidJson | Code::InvalidBody | Code::BadRequest => 400,
             Code::BodyTooLarge => 413,
             Code::UnsupportedMediaType => 415,
@@ -87,6 +96,8 @@ impl Code {
             Code::RequestTimeout => "request_timeout",
             Code::HeadersTooLarge => "headers_too_large",
             Code::BadRequest => "bad_request",
+            Code::MethodNotAllowed => "method_not_allowed",
+            Code::NotImplemented => "not_implemented",
             Code::UpstreamUnavailable => "upstream_unavailable",
             Code::UpstreamTimeout => "upstream_timeout",
         }
@@ -109,6 +120,8 @@ impl Code {
             Code::RequestTimeout => "Request timeout",
             Code::HeadersTooLarge => "Request header fields too large",
             Code::BadRequest => "Bad request",
+            Code::MethodNotAllowed => "Method not allowed",
+            Code::NotImplemented => "Method not implemented",
             Code::UpstreamUnavailable => "Upstream unavailable",
             Code::UpstreamTimeout => "Upstream timeout",
         }
@@ -146,6 +159,8 @@ pub struct Refusal {
     pub errors: Vec<FieldError>,
     /// Seconds the client should wait (429 only: `Retry-After`).
     pub retry_after: Option<u64>,
+    /// The methods the target takes (405 only: `Allow`).
+    pub allow: Option<Cow<'static, str>>,
 }
 
 impl Refusal {
@@ -155,6 +170,7 @@ impl Refusal {
             detail: detail.into(),
             errors: Vec::new(),
             retry_after: None,
+            allow: None,
         }
     }
 
@@ -207,7 +223,8 @@ mod tests {
 
     #[test]
     fn statuses_match_the_contract_table() {
-        // The contract's table (and `bad_request`, Tollgate's own for ambiguous framing).
+        // The contract's table (and Tollgate's own: `bad_request` for ambiguous framing,
+        // `method_not_allowed` and `not_implemented` for methods).
         let table = [
             ("unauthorized", 401),
             ("plan_restricted", 403),
@@ -224,6 +241,8 @@ mod tests {
             ("request_timeout", 408),
             ("headers_too_large", 431),
             ("bad_request", 400),
+            ("method_not_allowed", 405),
+            ("not_implemented", 501),
             ("upstream_unavailable", 502),
             ("upstream_timeout", 504),
         ];
@@ -253,8 +272,10 @@ mod tests {
                 | Code::RequestTimeout
                 | Code::HeadersTooLarge
                 | Code::BadRequest
+                | Code::MethodNotAllowed
+                | Code::NotImplemented
                 | Code::UpstreamUnavailable
-                | Code::UpstreamTimeout => 17,
+                | Code::UpstreamTimeout => 19,
             }
         }
         assert_eq!(exhaustive(Code::ALL[0]), Code::ALL.len());

@@ -97,7 +97,33 @@ pub struct Catalogue {
     prefixes: HashMap<String, Vec<RouteIdx>, Fast>,
     /// Lower-cased partner namespaces (ending in `/`).
     partner_prefixes: Vec<String>,
+    /// The paths of the checked routes (those with a body rule), guarded against other
+    /// methods and near spellings ([`Catalogue::guard`]).
+    guarded: Vec<Guarded>,
     unknown: RouteIdx,
+}
+
+/// The path of a checked route: no other method and no near spelling of it is forwarded
+/// unchecked (see [`Catalogue::guard`]).
+#[derive(Clone, Debug)]
+struct Guarded {
+    /// The path or prefix, lower-cased, as registered.
+    lower: String,
+    /// A prefix route: every path under it is the route's.
+    prefix: bool,
+    /// The methods the path takes, for `Allow` (`POST`, or `GET, POST`).
+    allow: String,
+}
+
+/// How a request path that no route of its method matched relates to a checked route's path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Guard<'c> {
+    /// The checked path itself (or under a checked prefix), with another method: the methods
+    /// it takes, for `405` and `Allow`.
+    OtherMethod(&'c str),
+    /// A near spelling of a checked path, which an upstream might route to it
+    /// (`/set.json`, `/set~`, `/set%20`, `/set/x`): `404`.
+    NearSpelling,
 }
 
 const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
@@ -154,6 +180,7 @@ impl Catalogue {
             slot.push(routes.len());
             routes.push(route);
         }
+        let guarded = guarded_paths(&routes);
         let unknown = routes.len();
         routes.push(Route {
             id: UNKNOWN_ROUTE_ID.into(),
@@ -168,6 +195,7 @@ impl Catalogue {
             exact,
             prefixes,
             partner_prefixes,
+            guarded,
             unknown,
         })
     }
@@ -222,11 +250,125 @@ impl Catalogue {
             .find(|&i| self.routes[i].method.matches(method))
     }
 
+    /// The rule that keeps a checked operation (a route with a body rule) from being reached
+    /// unchecked, for a lower-cased, normalized path that no exact route of its method matched:
+    ///
+    /// - **another method** on a checked route's path (one trailing slash either way, as
+    ///   matching tolerates it; anything under a checked prefix): [`Guard::OtherMethod`];
+    /// - **a near spelling** of a checked path: each of its segments, in order, begins the
+    ///   request's segment of the same rank and is followed there by the segment's end or by
+    ///   a byte that is not a letter or digit, and the path is not the route's own spelling
+    ///   nor another route's exact path: `/set.json`, `/set~`, `/set%20`, `/set-`, `/set/x`.
+    ///   Frameworks that strip a format suffix, trailing junk or a path tail would route these
+    ///   to the checked operation; no operation of the API is spelt so. [`Guard::NearSpelling`].
+    ///
+    /// `found` is the route matched otherwise, if any: an exact one settles the request, and a
+    /// prefix route at or under a guarded path is the catalogue's own, more specific answer.
+    /// `None`: the path is none of these, and classification goes on.
+    pub fn guard(&self, lower: &str, found: Option<RouteIdx>) -> Option<Guard<'_>> {
+        let found_prefix = match found.map(|f| &self.routes[f].path) {
+            Some(PathMatch::Exact(_)) => return None,
+            Some(PathMatch::Prefix(p)) => Some(p),
+            None => None,
+        };
+        let own_path = self.has_exact_path(lower);
+        for g in &self.guarded {
+            let more_specific = found_prefix.is_some_and(|p| {
+                p.len() >= g.stem().len() && p[..g.stem().len()].eq_ignore_ascii_case(g.stem())
+            });
+            if more_specific {
+                continue;
+            }
+            if g.same_path(lower, own_path) {
+                return Some(Guard::OtherMethod(&g.allow));
+            }
+            if !own_path && near_spelling(lower, g.stem()) {
+                return Some(Guard::NearSpelling);
+            }
+        }
+        None
+    }
+
     pub(crate) fn in_partner_namespace(&self, lower_path: &str) -> bool {
         self.partner_prefixes
             .iter()
             .any(|p| lower_path.starts_with(p.as_str()) || lower_path == &p[..p.len() - 1])
     }
+}
+
+impl Guarded {
+    /// The path without a trailing `/`: what a near spelling begins with.
+    fn stem(&self) -> &str {
+        self.lower.strip_suffix('/').unwrap_or(&self.lower)
+    }
+
+    /// Whether `lower` is this route's own path (or under its prefix). `own_path`: `lower` is
+    /// the exact path of some route, so the trailing-slash toggle does not apply to it.
+    fn same_path(&self, lower: &str, own_path: bool) -> bool {
+        if self.prefix {
+            let stem = self.stem();
+            return lower
+                .strip_prefix(stem)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
+        }
+        lower == self.lower
+            || (!own_path
+                && (lower.strip_suffix('/') == Some(self.lower.as_str())
+                    || self.lower.strip_suffix('/') == Some(lower)))
+    }
+}
+
+/// Whether `lower` is a near spelling of `stem` (see [`Catalogue::guard`]): every segment of
+/// `stem` begins the request's segment of the same rank, followed there by the end of the
+/// segment or a byte that is not a letter or digit.
+fn near_spelling(lower: &str, stem: &str) -> bool {
+    let mut request = lower.split('/');
+    stem.split('/').all(|want| {
+        request.next().is_some_and(|got| {
+            got.strip_prefix(want).is_some_and(|rest| {
+                !rest
+                    .bytes()
+                    .next()
+                    .is_some_and(|b| b.is_ascii_alphanumeric())
+            })
+        })
+    })
+}
+
+/// The paths of the routes with a body rule, each with the methods its path takes.
+fn guarded_paths(routes: &[Route]) -> Vec<Guarded> {
+    let mut out: Vec<Guarded> = Vec::new();
+    for r in routes.iter().filter(|r| r.body.is_some()) {
+        let (lower, prefix) = match &r.path {
+            PathMatch::Exact(p) => (p.to_ascii_lowercase(), false),
+            PathMatch::Prefix(p) => (p.to_ascii_lowercase(), true),
+        };
+        if out.iter().any(|g| g.lower == lower && g.prefix == prefix) {
+            continue;
+        }
+        let mut methods: Vec<&str> = routes
+            .iter()
+            .filter(|o| match &o.path {
+                PathMatch::Exact(p) if !prefix => p.eq_ignore_ascii_case(&lower),
+                PathMatch::Prefix(p) if prefix => p.eq_ignore_ascii_case(&lower),
+                _ => false,
+            })
+            .map(|o| match &o.method {
+                MethodSel::Any => "any",
+                MethodSel::One(m) => m.as_str(),
+            })
+            .collect();
+        // Methods that `any` covers leave nothing to refuse: such a path is never `OtherMethod`
+        // (an `any` route matches every method before the guard is asked).
+        methods.sort_by_key(|m| METHODS.iter().position(|x| x == m));
+        methods.dedup();
+        out.push(Guarded {
+            lower,
+            prefix,
+            allow: methods.join(", "),
+        });
+    }
+    out
 }
 
 fn compile_route(fr: FileRoute, at: &str, partner_prefixes: &[String]) -> Result<Route, Invalid> {
