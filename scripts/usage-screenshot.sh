@@ -19,7 +19,7 @@ sed -e 's/127.0.0.1:8080"/127.0.0.1:18080"/' -e 's/127.0.0.1:9091"/127.0.0.1:190
   -e 's/127.0.0.1:8081"/127.0.0.1:18081"/' -e 's/6379/16399/' \
   policies/cluster.yaml >"$work/cluster.yaml"
 $T stand-in --listen 127.0.0.1:18081 >/dev/null 2>&1 & pids+=($!)
-$T run --config "$work/cluster.yaml" >"$work/log" 2>&1 & pids+=($!)
+$T run --config "$work/cluster.yaml" --allow-demo-keys >"$work/log" 2>&1 & pids+=($!)
 for _ in $(seq 100); do curl -sf 127.0.0.1:19091/readyz >/dev/null && break; sleep 0.1; done
 
 c() { curl -s -o /dev/null -H "Authorization: Bearer $1" -X "$2" -H 'content-type: application/json' ${4:+-d "$4"} "127.0.0.1:18080$3"; }

@@ -30,6 +30,10 @@ pub enum Command {
     Run {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
+        /// Serve a config that holds the demo's published keys (a local trial, never real
+        /// traffic): without it, such a config is refused, at start and on reload.
+        #[arg(long)]
+        allow_demo_keys: bool,
         #[command(flatten)]
         pingora: pingora::prelude::Opt,
     },
@@ -72,7 +76,11 @@ pub enum Command {
 /// Run a parsed command; the binary's `main` calls this.
 pub fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Run { config, pingora } => run(&config, pingora),
+        Command::Run {
+            config,
+            allow_demo_keys,
+            pingora,
+        } => run(&config, allow_demo_keys, pingora),
         Command::Demo {
             port,
             upstream_port,
@@ -97,7 +105,7 @@ pub fn dispatch(cli: Cli) -> ExitCode {
     }
 }
 
-fn run(path: &std::path::Path, opt: pingora::prelude::Opt) -> ExitCode {
+fn run(path: &std::path::Path, allow_demo_keys: bool, opt: pingora::prelude::Opt) -> ExitCode {
     let cfg = match Config::load(path) {
         Ok(c) => c,
         Err(e) => {
@@ -105,6 +113,12 @@ fn run(path: &std::path::Path, opt: pingora::prelude::Opt) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if !allow_demo_keys {
+        if let Err(e) = crate::runtime::live::refuse_published_keys(&cfg) {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     // `--daemon`, on the command line or in the `--conf` file, forks: no background thread.
     let daemon = opt.daemon
         || (opt.conf.is_some()
@@ -128,6 +142,9 @@ fn run(path: &std::path::Path, opt: pingora::prelude::Opt) -> ExitCode {
     let clock = std::sync::Arc::new(crate::clock::MonotonicClock::new());
     match server::build(cfg, clock, Some(opt)) {
         Ok(built) => {
+            if !allow_demo_keys {
+                built.live.refuse_published_keys();
+            }
             built.run();
             ExitCode::SUCCESS
         }
@@ -143,6 +160,15 @@ fn check(path: &std::path::Path) -> ExitCode {
         Ok(cfg) => {
             print!("{}", summary(&cfg));
             print!("{}", overrides_summary(&cfg));
+            if !cfg.published_keys.is_empty() {
+                // Loud, on both streams: a config anyone can use must not go unnoticed.
+                let banner = format!(
+                    "!!! PUBLISHED DEMO KEYS in {}: anyone can use them.\n!!! `tollgate run` refuses this config; replace them before serving (`tollgate hash-key`).\n",
+                    cfg.published_keys.join(", "),
+                );
+                print!("{banner}");
+                eprint!("{banner}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

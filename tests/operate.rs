@@ -29,7 +29,7 @@ fn admin_listener_serves_health_readiness_and_metrics_of_real_traffic() {
     wait_ready(a, 200);
     // HEAD: the head of GET, no body.
     let mut s = TcpStream::connect(a).unwrap();
-    s.write_all(b"HEAD /metrics HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    s.write_all(b"HEAD /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut head = String::new();
     std::io::Read::read_to_string(&mut s, &mut head).unwrap();
@@ -735,4 +735,257 @@ fn upgrade_hands_the_sockets_over_with_zero_failed_requests() {
         "upgrade: {answered} requests, 0 failed, {} processes answered",
         seeds.len()
     );
+}
+
+#[test]
+fn run_refuses_a_published_demo_key_at_start_and_on_reload_unless_told() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let demo = config_for(&up).key_value("pro-1", "demo-pro-key");
+    let (path, listen, admin_addr) = write_config(dir.path(), &demo);
+    let config = path.to_str().unwrap();
+    // At start: refused, with the file, the line and the entry.
+    let mut p = Process::spawn(dir.path(), "refused", &["run", "--config", config], &[]);
+    let status = p.wait_exit(Duration::from_secs(20)).expect("exits");
+    assert!(!status.success());
+    let out = p.output();
+    assert!(
+        out.contains("field `keys[2]`") && out.contains("published demo key"),
+        "{out}"
+    );
+    assert!(out.contains("gateway.yaml:"), "the line is named: {out}");
+    // Told: a local trial serves it.
+    let mut p = Process::spawn(
+        dir.path(),
+        "allowed",
+        &["run", "--config", config, "--allow-demo-keys"],
+        &[],
+    );
+    wait_ready(admin_addr, 200);
+    assert_eq!(
+        post(listen, "demo-pro-key", "/v2/sendMessage/", MESSAGE).status,
+        200
+    );
+    p.stop();
+    // A reload to such a config is refused, and the config in force keeps serving.
+    let clean = config_for(&up)
+        .listen(listen.to_string())
+        .admin_listen(admin_addr.to_string());
+    clean.write(&path);
+    let mut p = Process::spawn(dir.path(), "reload", &["run", "--config", config], &[]);
+    wait_ready(admin_addr, 200);
+    demo.write(&path);
+    let r = common::admin(admin_addr, "POST", "/reload");
+    assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["field"], "keys[2]");
+    assert_eq!(
+        post(listen, "pro-key-1", "/v2/sendMessage/", MESSAGE).status,
+        200
+    );
+    assert_eq!(
+        post(listen, "demo-pro-key", "/v2/sendMessage/", MESSAGE).status,
+        401
+    );
+    p.stop();
+}
+
+// ------------------------------------------------ the admin listener's own edge
+
+/// A raw request to the admin listener at `a` with `Host` and more header lines.
+fn admin_raw(a: SocketAddr, method: &str, path: &str, host: &str, more: &str) -> common::Response {
+    let raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{more}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    send_raw(a, raw.as_bytes())
+}
+
+#[test]
+fn the_admin_listener_caps_connections_and_bounds_heads_and_idle_spells() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&config_for(&up).server(|s| {
+        s.admin_max_connections = 4;
+        s.header_timeout_seconds = 1;
+        s.idle_timeout_seconds = 2;
+    }));
+    let a = gw.config.admin_listen;
+    wait_ready(a, 200);
+    // Four held; the fifth is closed at once, before any byte.
+    let held: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(a).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut fifth = TcpStream::connect(a).unwrap();
+    let (_, closed) = common::read_until_closed(&mut fifth, Duration::from_secs(3));
+    assert!(
+        closed.is_some_and(|c| c < Duration::from_millis(900)),
+        "{closed:?}"
+    );
+    // The held ones never sent a head: each is cut at the header timeout.
+    for mut s in held {
+        let (_, closed) = common::read_until_closed(&mut s, Duration::from_secs(5));
+        assert!(closed.is_some(), "a silent connection is cut");
+    }
+    // A head dripped a byte every 200 ms is cut one header timeout after the opening.
+    let mut s = TcpStream::connect(a).unwrap();
+    let opened = Instant::now();
+    s.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    let dripper = {
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..20 {
+                std::thread::sleep(Duration::from_millis(200));
+                if w.write_all(b"X").is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let since_open = opened.elapsed();
+    let (_, closed) = common::read_until_closed(&mut s, Duration::from_secs(5));
+    let cut = since_open + closed.expect("the dripped head is cut");
+    assert!(
+        cut >= Duration::from_millis(900) && cut <= Duration::from_secs(3),
+        "{cut:?}"
+    );
+    dripper.join().unwrap();
+    // A kept-alive connection: served, then closed at the idle timeout.
+    let mut s = TcpStream::connect(a).unwrap();
+    s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {a}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    assert_eq!(common::read_response(&mut r).status, 200);
+    let (_, closed) = common::read_until_closed(&mut s, Duration::from_secs(6));
+    let idle = closed.expect("the idle connection is closed");
+    assert!(idle >= Duration::from_millis(1800), "{idle:?}");
+    let page = metrics_page(a);
+    assert!(
+        metric(
+            &page,
+            r#"tollgate_connections_refused_total{reason="max_connections"}"#
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{page}"
+    );
+    assert!(metric(&page, r#"tollgate_connections{listener="admin"}"#).is_some());
+}
+
+#[test]
+fn the_admin_listener_answers_only_to_its_own_names() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&config_for(&up).admin_hosts(&["tollgate-admin.test"]));
+    let a = gw.config.admin_listen;
+    wait_ready(a, 200);
+    for host in [
+        "attacker.example",
+        "attacker.example:9091",
+        "127.0.0.1.nip.io",
+    ] {
+        let r = admin_raw(a, "GET", "/metrics", host, "");
+        assert_eq!(
+            (r.status, r.code()),
+            (403, "host_not_allowed".into()),
+            "{host}"
+        );
+        let r = admin_raw(a, "POST", "/reload", host, "");
+        assert_eq!(r.status, 403, "{host}");
+    }
+    // Probes are not refused for it; addresses, localhost and listed names are served.
+    assert_eq!(
+        admin_raw(a, "GET", "/healthz", "attacker.example", "").status,
+        200
+    );
+    for host in [
+        a.to_string(),
+        "localhost".into(),
+        "tollgate-admin.test:80".into(),
+    ] {
+        assert_eq!(
+            admin_raw(a, "GET", "/metrics", &host, "").status,
+            200,
+            "{host}"
+        );
+    }
+    let page = metrics_page(a);
+    assert_eq!(
+        metric(&page, r#"tollgate_config_reloads_total{result="success"}"#),
+        Some(0.0),
+        "no refused reload ran"
+    );
+}
+
+#[test]
+fn no_cross_site_request_can_reload_or_delete() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    config_for(&up).write(&path);
+    let gw = Gateway::start_file(&path);
+    let a = gw.config.admin_listen;
+    wait_ready(a, 200);
+    let host = a.to_string();
+    for more in [
+        "Origin: https://attacker.example\r\n",
+        "Origin: null\r\n",
+        "Sec-Fetch-Site: cross-site\r\n",
+        "Sec-Fetch-Site: same-site\r\nOrigin: https://sub.attacker.example\r\n",
+        "Content-Type: application/x-www-form-urlencoded\r\nOrigin: http://evil.test\r\n",
+    ] {
+        for (m, p) in [("POST", "/reload"), ("DELETE", "/api/overrides/pro-1")] {
+            let r = admin_raw(a, m, p, &host, more);
+            assert_eq!(
+                (r.status, r.code()),
+                (403, "cross_origin".into()),
+                "{m} {p} {more:?}"
+            );
+        }
+    }
+    let reloads = |page: &str| metric(page, r#"tollgate_config_reloads_total{result="success"}"#);
+    assert_eq!(reloads(&metrics_page(a)), Some(0.0), "nothing was reloaded");
+    // Same-origin (the usage page) and tools without those headers (curl) are served.
+    let same = format!("Origin: http://{host}\r\n");
+    assert_eq!(admin_raw(a, "POST", "/reload", &host, &same).status, 200);
+    assert_eq!(admin_raw(a, "POST", "/reload", &host, "").status, 200);
+    assert_eq!(reloads(&metrics_page(a)), Some(2.0));
+}
+
+#[test]
+fn wrong_admin_tokens_block_the_address_and_a_right_guess_does_not_show() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&config_for(&up).admin_token("the-admin-token"));
+    let a = gw.config.admin_listen;
+    wait_ready(a, 200);
+    let host = a.to_string();
+    let with = |token: &str| {
+        admin_raw(
+            a,
+            "GET",
+            "/metrics",
+            &host,
+            &format!("Authorization: Bearer {token}\r\n"),
+        )
+    };
+    // No token is no guess: the page and tools are told to send one, and nothing counts.
+    for _ in 0..20 {
+        assert_eq!(admin_raw(a, "GET", "/metrics", &host, "").status, 401);
+    }
+    for i in 0..9 {
+        assert_eq!(with(&format!("guess-{i}")).status, 401, "guess {i}");
+    }
+    let r = with("guess-9");
+    assert_eq!(r.status, 401);
+    // Blocked: the right token does not show.
+    let r = with("the-admin-token");
+    assert_eq!((r.status, r.code()), (429, "too_many_auth_failures".into()));
+    assert!(r.header("retry-after").is_some());
+    // Another address is not.
+    let mut s = common::connect_from("127.0.0.2", a);
+    s.write_all(
+        format!("GET /metrics HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer the-admin-token\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(common::read_response(&mut BufReader::new(s)).status, 200);
+    // Probes never need the token, blocked or not.
+    assert_eq!(admin_raw(a, "GET", "/healthz", &host, "").status, 200);
+    // The block ends.
+    gw.clock.advance(Duration::from_secs(61));
+    assert_eq!(with("the-admin-token").status, 200);
 }

@@ -167,7 +167,8 @@ fn behind_the_admin_token_the_page_asks_for_it_and_shows_nothing() {
     let r = admin(gw.config.admin_listen, "GET", "/");
     assert_eq!(r.status, 401);
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
-    let raw = "GET / HTTP/1.1\r\nHost: admin\r\nAccept: text/html,*/*\r\nConnection: close\r\n\r\n";
+    let raw =
+        "GET / HTTP/1.1\r\nHost: localhost\r\nAccept: text/html,*/*\r\nConnection: close\r\n\r\n";
     let r = send_raw(gw.config.admin_listen, raw.as_bytes());
     assert_eq!(r.status, 401);
     assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));

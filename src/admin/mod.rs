@@ -18,7 +18,9 @@
 //! Nothing here echoes a key: config errors name fields, never their values.
 
 use std::sync::Arc;
+use std::time::Instant;
 
+pub mod guard;
 mod usage;
 
 use async_trait::async_trait;
@@ -30,8 +32,11 @@ use pingora::protocols::http::ServerSession;
 
 use crate::clock::Clock;
 use crate::digest::Digest;
+use crate::edge::stream::EdgeStream;
 use crate::limit::SharedStore;
 use crate::policy::authenticate::bearer_token;
+use crate::policy::blocking::FailureTable;
+use crate::policy::client::ClientKey;
 use crate::runtime::lifecycle::{Health, Readiness};
 use crate::runtime::live::LivePolicy;
 
@@ -44,8 +49,10 @@ pub struct Admin {
     /// The shared store, when `cluster` is configured: `/readyz` says `degraded` while it is
     /// down.
     pub cluster: Option<Arc<SharedStore>>,
-    /// The limiter's clock (budgets left, on the usage view).
+    /// The limiter's clock (budgets left, on the usage view; token-guessing blocks).
     pub clock: Arc<dyn Clock>,
+    /// Wrong admin tokens per client address ([`guard::TOKEN_FAILURES`]).
+    pub failures: Arc<FailureTable>,
 }
 
 /// The usage page: one file, no external asset (works on an air-gapped host).
@@ -266,9 +273,21 @@ fn reply(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Respo
     r
 }
 
+/// The connection's edge state (deadlines), on HTTP/1.1.
+fn conn_of(session: &ServerSession) -> Option<Arc<crate::edge::stream::Conn>> {
+    session.stream().and_then(EdgeStream::of).cloned()
+}
+
 #[async_trait]
 impl pingora::apps::http_app::ServeHttp for Admin {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        // The head is in: its body (if any) is due within the body deadline, and the answer,
+        // once made, starts the connection's idle spell (the edge's deadlines, as on the
+        // gateway's listeners).
+        let conn = conn_of(session);
+        if let Some(c) = &conn {
+            c.head_done(Instant::now(), !session.is_body_done());
+        }
         // Read and drop any body, so the connection stays usable; close it if there is more.
         let mut read = 0;
         while let Ok(Some(chunk)) = session.read_request_body().await {
@@ -278,48 +297,121 @@ impl pingora::apps::http_app::ServeHttp for Admin {
                 break;
             }
         }
+        if let Some(c) = &conn {
+            c.body_done();
+        }
+        let client = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| ClientKey::of(a.ip()));
         let req = session.req_header();
         let method = req.method.clone();
         let path = req.uri.path().to_string();
         let query = req.uri.query().map(str::to_string);
-        let token = self.live.load().policy.config.admin_token;
+        let snap = self.live.load();
+        let config = &snap.policy.config;
         let open = matches!(path.as_str(), "/healthz" | "/readyz");
-        let mut r = match token {
-            Some(want) if !open && !bearer_matches(req.headers.get(AUTHORIZATION), &want) => {
-                // The page itself holds no data: a browser (one that asks for HTML) gets it,
-                // and it asks for the token; every other client gets problem+json.
-                let browser = req
-                    .headers
-                    .get(http::header::ACCEPT)
-                    .and_then(|v| v.to_str().ok())
-                    .is_some_and(|v| v.contains("text/html"));
-                let mut r = if path == "/" && browser {
-                    page(StatusCode::UNAUTHORIZED)
-                } else {
-                    problem(
-                        StatusCode::UNAUTHORIZED,
-                        "unauthorized",
-                        "The admin listener needs its bearer token",
-                        "send `Authorization: Bearer <token>` (admin_token_sha256 is set)",
-                    )
-                };
-                r.headers_mut().insert(
-                    WWW_AUTHENTICATE,
-                    http::HeaderValue::from_static("Bearer realm=\"tollgate-admin\""),
-                );
-                r
+        let mut r = if !open && !guard::host_allowed(&req.headers, &config.admin_hosts) {
+            problem(
+                StatusCode::FORBIDDEN,
+                "host_not_allowed",
+                "The admin listener does not answer to that host name",
+                "call it by an address, `localhost`, or a name listed in `admin_hosts`",
+            )
+        } else if guard::cross_origin(&method, &req.headers) {
+            problem(
+                StatusCode::FORBIDDEN,
+                "cross_origin",
+                "A cross-site request cannot change the gateway",
+                "state-changing requests are refused when they come from another site (Origin, Sec-Fetch-Site)",
+            )
+        } else {
+            match config.admin_token {
+                Some(want) if !open => match self.token(req, client, &want) {
+                    Ok(()) => self.route(&method, &path, query.as_deref()).await,
+                    Err(refused) => refused,
+                },
+                _ => self.route(&method, &path, query.as_deref()).await,
             }
-            _ => match path.strip_prefix("/api/overrides/") {
-                Some(name) if method == Method::DELETE => self.delete_override(name).await,
-                _ => self.answer(&method, &path, query.as_deref()),
-            },
         };
         let len = r.body().len();
         r.headers_mut().insert(CONTENT_LENGTH, len.into());
         if method == Method::HEAD {
             r.body_mut().clear();
         }
+        if let Some(c) = &conn {
+            c.exchange_done(Instant::now());
+        }
         r
+    }
+}
+
+impl Admin {
+    /// The request past the guards.
+    async fn route(&self, method: &Method, path: &str, query: Option<&str>) -> Response<Vec<u8>> {
+        match path.strip_prefix("/api/overrides/") {
+            Some(name) if method == Method::DELETE => self.delete_override(name).await,
+            _ => self.answer(method, path, query),
+        }
+    }
+
+    /// The admin token: `Ok` when the request carries it. A wrong one counts against the
+    /// client's address ([`guard::TOKEN_FAILURES`]); a blocked address is refused whatever it
+    /// sends, so a right guess during the block does not show.
+    fn token(
+        &self,
+        req: &pingora::http::RequestHeader,
+        client: Option<ClientKey>,
+        want: &Digest,
+    ) -> Result<(), Response<Vec<u8>>> {
+        let now = self.clock.now();
+        if let Some(secs) = client.and_then(|c| self.failures.blocked(c, now)) {
+            let mut r = problem(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_auth_failures",
+                "Too many wrong admin tokens from this address",
+                &format!("retry in {secs} s"),
+            );
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, secs.into());
+            return Err(r);
+        }
+        let presented = req.headers.get(AUTHORIZATION);
+        if bearer_matches(presented, want) {
+            return Ok(());
+        }
+        if let (Some(c), Some(_)) = (client, presented) {
+            if let Some(b) = self.failures.failed(c, now, &guard::TOKEN_FAILURES) {
+                tracing::warn!(
+                    target: "tollgate::admin",
+                    client = %b.key.display(),
+                    seconds = b.duration.as_secs(),
+                    "admin listener: address blocked after repeated wrong tokens"
+                );
+            }
+        }
+        // The page itself holds no data: a browser (one that asks for HTML) gets it, and it
+        // asks for the token; every other client gets problem+json.
+        let browser = req
+            .headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/html"));
+        let mut r = if req.uri.path() == "/" && browser {
+            page(StatusCode::UNAUTHORIZED)
+        } else {
+            problem(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "The admin listener needs its bearer token",
+                "send `Authorization: Bearer <token>` (admin_token_sha256 is set)",
+            )
+        };
+        r.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer realm=\"tollgate-admin\""),
+        );
+        Err(r)
     }
 }
 
@@ -339,6 +431,7 @@ mod tests {
                 health: Arc::default(),
                 cluster: None,
                 clock: Arc::new(crate::clock::ManualClock::new()),
+                failures: Arc::default(),
             },
             path,
         )

@@ -9,6 +9,7 @@
 //! Trusted proxies (`server.trusted_proxies`) carry many clients and have no per-address cap.
 
 use std::net::IpAddr;
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -37,7 +38,34 @@ impl Refused {
     }
 }
 
-/// The open connections of all gateway listeners.
+/// The caps one limiter admits connections under, from the config in force at accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Open connections in all.
+    pub total: u32,
+    /// Open connections per client address; `None`: no cap.
+    pub per_ip: Option<NonZeroU32>,
+}
+
+impl Caps {
+    /// The gateway listeners': `max_connections`, `max_connections_per_ip`.
+    pub fn gateway(s: &Server) -> Self {
+        Self {
+            total: s.max_connections.get(),
+            per_ip: s.max_connections_per_ip,
+        }
+    }
+
+    /// The admin listener's: `admin_max_connections` in all (operators' tools, few and known).
+    pub fn admin(s: &Server) -> Self {
+        Self {
+            total: s.admin_max_connections.get(),
+            per_ip: None,
+        }
+    }
+}
+
+/// The open connections of one listener group (the gateway's listeners, or the admin one).
 #[derive(Debug, Default)]
 pub struct ConnLimiter {
     total: AtomicU32,
@@ -70,21 +98,23 @@ impl ConnLimiter {
     }
 
     /// Admit a connection from `peer` (`None`: no IP address, as on a Unix socket) under
-    /// `limits`, counting it in `gauge` while it lives.
+    /// `caps` (trusted proxies, from `limits`, have no per-address cap), counting it in `gauge`
+    /// while it lives.
     pub fn admit(
         self: &Arc<Self>,
         peer: Option<IpAddr>,
+        caps: Caps,
         limits: &Server,
         gauge: &IntGauge,
     ) -> Result<ConnGuard, Refused> {
-        let max = limits.max_connections.get();
+        let max = caps.total;
         self.total
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
                 (n < max).then_some(n + 1)
             })
             .map_err(|_| Refused::MaxConnections)?;
         let capped = peer
-            .zip(limits.max_connections_per_ip)
+            .zip(caps.per_ip)
             .filter(|(ip, _)| !limits.is_trusted(*ip));
         let key = match capped {
             None => None,
@@ -139,6 +169,15 @@ mod tests {
             .server
     }
 
+    fn admit(
+        l: &Arc<ConnLimiter>,
+        peer: Option<IpAddr>,
+        lim: &Server,
+        g: &IntGauge,
+    ) -> Result<ConnGuard, Refused> {
+        l.admit(peer, Caps::gateway(lim), lim, g)
+    }
+
     fn ip(s: &str) -> Option<IpAddr> {
         Some(s.parse().unwrap())
     }
@@ -148,16 +187,16 @@ mod tests {
         let l = ConnLimiter::new();
         let g = IntGauge::new("g", "g").unwrap();
         let lim = limits(4, 2, &[]);
-        let a1 = l.admit(ip("192.0.2.1"), &lim, &g).unwrap();
-        let a2 = l.admit(ip("192.0.2.1"), &lim, &g).unwrap();
+        let a1 = admit(&l, ip("192.0.2.1"), &lim, &g).unwrap();
+        let a2 = admit(&l, ip("192.0.2.1"), &lim, &g).unwrap();
         assert_eq!(
-            l.admit(ip("192.0.2.1"), &lim, &g).unwrap_err(),
+            admit(&l, ip("192.0.2.1"), &lim, &g).unwrap_err(),
             Refused::MaxConnectionsPerIp
         );
-        let b1 = l.admit(ip("192.0.2.2"), &lim, &g).unwrap();
-        let b2 = l.admit(ip("192.0.2.2"), &lim, &g).unwrap();
+        let b1 = admit(&l, ip("192.0.2.2"), &lim, &g).unwrap();
+        let b2 = admit(&l, ip("192.0.2.2"), &lim, &g).unwrap();
         assert_eq!(
-            l.admit(ip("192.0.2.3"), &lim, &g).unwrap_err(),
+            admit(&l, ip("192.0.2.3"), &lim, &g).unwrap_err(),
             Refused::MaxConnections
         );
         assert_eq!((l.open(), g.get()), (4, 4));
@@ -166,7 +205,7 @@ mod tests {
             (l.open(), l.open_from("192.0.2.1".parse().unwrap())),
             (3, 1)
         );
-        let a3 = l.admit(ip("192.0.2.1"), &lim, &g).unwrap();
+        let a3 = admit(&l, ip("192.0.2.1"), &lim, &g).unwrap();
         drop((a2, a3, b1, b2));
         assert_eq!((l.open(), g.get()), (0, 0));
         assert!(l.per_ip.is_empty(), "no entry outlives its connections");
@@ -177,18 +216,18 @@ mod tests {
         let l = ConnLimiter::new();
         let g = IntGauge::new("g", "g").unwrap();
         let lim = limits(100, 1, &["10.0.0.0/8"]);
-        let _a = l.admit(ip("2001:db8:1:2::1"), &lim, &g).unwrap();
-        assert!(l.admit(ip("2001:db8:1:2::ffff"), &lim, &g).is_err());
-        let _b = l.admit(ip("2001:db8:1:3::1"), &lim, &g).unwrap();
+        let _a = admit(&l, ip("2001:db8:1:2::1"), &lim, &g).unwrap();
+        assert!(admit(&l, ip("2001:db8:1:2::ffff"), &lim, &g).is_err());
+        let _b = admit(&l, ip("2001:db8:1:3::1"), &lim, &g).unwrap();
         let lb: Vec<_> = (0..10)
-            .map(|_| l.admit(ip("10.0.0.5"), &lim, &g).unwrap())
+            .map(|_| admit(&l, ip("10.0.0.5"), &lim, &g).unwrap())
             .collect();
         assert_eq!(lb.len(), 10);
         // No address (a Unix socket): only the total applies.
-        let _u = l.admit(None, &lim, &g).unwrap();
+        let _u = admit(&l, None, &lim, &g).unwrap();
         let no_cap = limits(100, 0, &[]);
         let many: Vec<_> = (0..5)
-            .map(|_| l.admit(ip("192.0.2.9"), &no_cap, &g).unwrap())
+            .map(|_| admit(&l, ip("192.0.2.9"), &no_cap, &g).unwrap())
             .collect();
         assert_eq!(many.len(), 5);
     }
@@ -205,7 +244,7 @@ mod tests {
                     let mut held = Vec::new();
                     for i in 0..500u32 {
                         let peer = ip(&format!("192.0.2.{}", (i + t) % 7));
-                        if let Ok(c) = l.admit(peer, lim, g) {
+                        if let Ok(c) = admit(&l, peer, lim, g) {
                             held.push(c);
                         }
                         assert!(l.open() <= 50);

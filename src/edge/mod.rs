@@ -8,7 +8,12 @@
 //!    a fixed 60 s) within `tls_handshake_timeout`;
 //! 3. wraps the stream in an [`EdgeStream`]: total deadlines on heads,
 //!    bodies, idle keep-alive and stalled writes, and the head cap ([`stream`], [`h2scan`]);
-//! 4. hands it to Pingora's HTTP proxy, whose HTTP/1.1 and HTTP/2 handling is unchanged.
+//! 4. hands it to Pingora's HTTP proxy (or, on the admin listener, its HTTP server), whose
+//!    HTTP/1.1 and HTTP/2 handling is unchanged; between HTTP/1.1 requests the connection
+//!    waits holding only its stream ([`EdgeApp`]'s keep-alive loop).
+//!
+//! The admin listener goes through the same door with its own cap (`admin_max_connections`),
+//! so no client can hold its resources either.
 //!
 //! This is the smallest hook that does the job: Pingora's `ServerApp` and stream types are
 //! public, so nothing of Pingora is copied or changed.
@@ -22,8 +27,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use pingora::apps::ServerApp;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::listeners::tls::Acceptor;
+use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
@@ -31,7 +37,7 @@ use pingora::server::ShutdownWatch;
 use prometheus::{IntCounter, IntGauge};
 
 use crate::runtime::live::LivePolicy;
-use conns::ConnLimiter;
+use conns::{Caps, ConnLimiter};
 use stream::{Deadlines, EdgeStream};
 
 /// The TLS listener: its port (the listeners are told apart by the local port) and acceptor.
@@ -40,26 +46,59 @@ pub struct TlsListener {
     pub acceptor: Acceptor,
 }
 
-/// The gateway listeners' connections: admission, TLS, deadlines, then `A` (the HTTP proxy).
+/// Which listeners an [`EdgeApp`] serves: the caps it admits under and how its connections
+/// are counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listeners {
+    /// The gateway's (`listen`, `tls.listen`): `max_connections`, `max_connections_per_ip`.
+    Gateway,
+    /// The admin listener (`admin_listen`): `admin_max_connections`.
+    Admin,
+}
+
+/// A listener group's connections: admission, TLS, deadlines, then `A` (the HTTP proxy, or
+/// the admin listener's HTTP server), with an HTTP/1.1 connection held lightly between
+/// requests.
 pub struct EdgeApp<A> {
-    proxy: Arc<A>,
+    app: Arc<A>,
     live: Arc<LivePolicy>,
+    listeners: Listeners,
     conns: Arc<ConnLimiter>,
     tls: Option<TlsListener>,
-    /// `tollgate_connections{listener}`: `http`, `tls`.
+    /// `tollgate_connections{listener}`: `http` and `tls`, or `admin`.
     open: [IntGauge; 2],
     /// `tollgate_connections_refused_total{reason}`: `max_connections`, `max_connections_per_ip`.
     refused: [IntCounter; 2],
 }
 
 impl<A> EdgeApp<A> {
-    pub fn new(proxy: Arc<A>, live: Arc<LivePolicy>, tls: Option<TlsListener>) -> Self {
+    /// The gateway's listeners, `tls` among them when configured.
+    pub fn gateway(app: Arc<A>, live: Arc<LivePolicy>, tls: Option<TlsListener>) -> Self {
+        let m = live.metrics();
+        let open = [m.connections("http"), m.connections("tls")];
+        Self::new(app, live, Listeners::Gateway, tls, open)
+    }
+
+    /// The admin listener.
+    pub fn admin(app: Arc<A>, live: Arc<LivePolicy>) -> Self {
+        let admin = live.metrics().connections("admin");
+        Self::new(app, live, Listeners::Admin, None, [admin.clone(), admin])
+    }
+
+    fn new(
+        app: Arc<A>,
+        live: Arc<LivePolicy>,
+        listeners: Listeners,
+        tls: Option<TlsListener>,
+        open: [IntGauge; 2],
+    ) -> Self {
         let m = live.metrics();
         Self {
-            proxy,
+            app,
+            listeners,
             conns: ConnLimiter::new(),
             tls,
-            open: [m.connections("http"), m.connections("tls")],
+            open,
             refused: [
                 m.connections_refused(conns::Refused::MaxConnections.as_str()),
                 m.connections_refused(conns::Refused::MaxConnectionsPerIp.as_str()),
@@ -68,7 +107,7 @@ impl<A> EdgeApp<A> {
         }
     }
 
-    /// The connections open now, all listeners.
+    /// The connections open now, all listeners of this group.
     pub fn conns(&self) -> &Arc<ConnLimiter> {
         &self.conns
     }
@@ -88,8 +127,53 @@ fn local_port(stream: &Stream) -> Option<u16> {
     }
 }
 
+impl<A: HttpServerApp + Send + Sync + 'static> EdgeApp<A> {
+    /// HTTP/1.1, one request at a time: each exchange is Pingora's (`process_new_http`, whose
+    /// state is dropped when it ends), and between exchanges the connection waits for the
+    /// next request's first byte holding only its stream (no session, no head buffer, no
+    /// future of the last exchange): an idle connection costs a fraction of what Pingora's own
+    /// keep-alive loop holds (docs/security.md, "Memory per connection"). Pipelining stays off
+    /// (Pingora answers the first request and closes), so no bytes are carried between
+    /// exchanges but those the wait itself read, which the stream gives back first.
+    async fn serve_http1(&self, mut stream: Stream, shutdown: &ShutdownWatch) {
+        let mut persistent: Option<HttpPersistentSettings> = None;
+        let mut stopping = shutdown.clone();
+        loop {
+            let mut session = ServerSession::new_http1(stream);
+            match persistent.take() {
+                Some(p) => p.apply_to_session(&mut session),
+                None => {
+                    // As Pingora's own loop starts a connection.
+                    let shutting = *shutdown.borrow();
+                    session.set_keepalive((!shutting).then_some(60));
+                    session.set_keepalive_reuses_remaining(
+                        self.app
+                            .server_options()
+                            .and_then(|o| o.keepalive_request_limit),
+                    );
+                }
+            }
+            let Some(reused) = self.app.process_new_http(session, shutdown).await else {
+                return;
+            };
+            let (next, settings) = reused.consume();
+            persistent = settings;
+            let Ok(mut edge) = next.into_any().downcast::<EdgeStream>() else {
+                return;
+            };
+            // As Pingora's own wait for a kept-alive request: a shutdown ends it.
+            tokio::select! {
+                biased;
+                next = edge.wait_for_request() => if next.is_err() { return },
+                _ = stopping.wait_for(|&stop| stop) => return,
+            }
+            stream = edge;
+        }
+    }
+}
+
 #[async_trait]
-impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
+impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
     async fn process_new(
         self: &Arc<Self>,
         stream: Stream,
@@ -103,7 +187,11 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
             .as_ref()
             .filter(|t| local_port(&stream) == Some(t.port));
         let gauge = &self.open[usize::from(tls.is_some())];
-        let guard = match self.conns.admit(peer, &limits, gauge) {
+        let caps = match self.listeners {
+            Listeners::Gateway => Caps::gateway(&limits),
+            Listeners::Admin => Caps::admin(&limits),
+        };
+        let guard = match self.conns.admit(peer, caps, &limits, gauge) {
             Ok(g) => g,
             Err(why) => {
                 self.refused[why as usize].inc();
@@ -136,10 +224,15 @@ impl<A: ServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
             }
         };
         let edge = EdgeStream::new(stream, guard, accepted, Deadlines::of(&limits));
-        self.proxy.process_new(Box::new(edge), shutdown).await
+        if edge.is_h2() {
+            // HTTP/2: Pingora's own connection handling (its streams are tasks of their own).
+            return self.app.process_new(Box::new(edge), shutdown).await;
+        }
+        self.serve_http1(Box::new(edge), shutdown).await;
+        None
     }
 
     async fn cleanup(&self) {
-        self.proxy.cleanup().await;
+        self.app.http_cleanup().await;
     }
 }

@@ -233,6 +233,9 @@ pub struct EdgeStream {
     /// When the current stall of writes began to count, ns since `accepted`.
     write_deadline: u64,
     h2: Option<Box<H2>>,
+    /// The first byte of the next request, read while the connection waited for it
+    /// ([`EdgeStream::wait_for_request`]); given back before anything else.
+    pending: Option<u8>,
     _guard: ConnGuard,
 }
 
@@ -271,7 +274,45 @@ impl EdgeStream {
             write_timer: Timer::new(),
             write_deadline: NONE,
             h2,
+            pending: None,
             _guard: guard,
+        }
+    }
+
+    /// Whether the connection speaks HTTP/2 (by ALPN).
+    pub fn is_h2(&self) -> bool {
+        self.h2.is_some()
+    }
+
+    /// Wait for the first byte of the next request on a kept-alive HTTP/1.1 connection,
+    /// within the idle deadline, holding one byte of buffer: the byte read is kept and given
+    /// back first, and the request's head is due `header_timeout` after it. An error: the
+    /// client closed the connection, or the idle deadline passed.
+    pub async fn wait_for_request(&mut self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.poll_wait(cx)).await
+    }
+
+    fn poll_wait(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.pending.is_some() {
+            return Poll::Ready(Ok(()));
+        }
+        let mut byte = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut byte);
+        match Pin::new(&mut *self.inner).poll_read(cx, &mut buf) {
+            Poll::Ready(Ok(())) if buf.filled().is_empty() => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the client closed the connection",
+            ))),
+            Poll::Ready(Ok(())) => {
+                self.on_read(&byte)?;
+                self.pending = Some(byte[0]);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if self.read_expired(cx) => {
+                Poll::Ready(Err(timed_out("a deadline of the edge passed")))
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -371,6 +412,24 @@ impl AsyncRead for EdgeStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if let Some(b) = this.pending.take() {
+            // The byte the wait read (already followed by `on_read`), then whatever else is
+            // there without waiting: the head in one read, as without the wait.
+            if buf.remaining() == 0 {
+                this.pending = Some(b);
+                return Poll::Ready(Ok(()));
+            }
+            buf.put_slice(&[b]);
+            let before = buf.filled().len();
+            if let Poll::Ready(Ok(())) = Pin::new(&mut *this.inner).poll_read(cx, buf) {
+                let read = &buf.filled()[before..];
+                if !read.is_empty() {
+                    this.on_read(read)?;
+                }
+            }
+            // An error (or the end) shows again on the next read.
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut *this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {

@@ -152,6 +152,8 @@ impl BackgroundService for ReloadOnHangup {
 pub struct BlockSweeper {
     pub live: Arc<LivePolicy>,
     pub clock: Arc<dyn Clock>,
+    /// The admin listener's wrong-token blocks.
+    pub admin_failures: Arc<crate::policy::blocking::FailureTable>,
 }
 
 impl BlockSweeper {
@@ -165,6 +167,9 @@ impl BlockSweeper {
         self.live
             .metrics()
             .set_auth_blocked_ips(failures.blocked_count());
+        for key in self.admin_failures.sweep(self.clock.now()) {
+            tracing::info!(target: "tollgate::admin", client = %key.display(), "admin listener: wrong-token block ended");
+        }
         // The usage counts' next 10-second bucket, cleared before it is used.
         let usage = self.live.usage();
         usage.rotate(usage.now_ms() / 1000);

@@ -17,6 +17,7 @@
 //! connections accepted after the reload.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -67,6 +68,9 @@ pub struct LivePolicy {
     overrides: Arc<PlanOverrides>,
     /// Serializes reloads so two cannot interleave their carry-over of rate state.
     reload_lock: Mutex<()>,
+    /// Refuse a reload to a config that holds a published demo key (`run`, unless told
+    /// `--allow-demo-keys`).
+    refuse_published: AtomicBool,
     path: PathBuf,
     metrics: Arc<Metrics>,
 }
@@ -100,6 +104,7 @@ impl LivePolicy {
             started_ms: unix_ms(),
             overrides,
             reload_lock: Mutex::new(()),
+            refuse_published: AtomicBool::new(false),
             path,
             metrics,
         })
@@ -134,6 +139,11 @@ impl LivePolicy {
         &self.overrides
     }
 
+    /// From now on, refuse a reload to a config that holds a published demo key.
+    pub fn refuse_published_keys(&self) {
+        self.refuse_published.store(true, Ordering::Relaxed);
+    }
+
     /// The file the config is (re)loaded from.
     pub fn path(&self) -> &Path {
         &self.path
@@ -148,7 +158,11 @@ impl LivePolicy {
     pub fn replace(&self, config: Result<Config, ConfigError>) -> Result<Reloaded, ConfigError> {
         let _serial = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.current.load_full();
+        let refuse = self.refuse_published.load(Ordering::Relaxed);
         let result = config.and_then(|c| {
+            if refuse {
+                refuse_published_keys(&c)?;
+            }
             let restart_required = restart_required(&old.policy.config, &c);
             let mut snapshot = compile(c, Ok(&old.policy), &self.metrics, &self.overrides)?;
             snapshot.generation = old.generation + 1;
@@ -220,6 +234,28 @@ fn compile(
         target,
         meters,
         generation: 0,
+    })
+}
+
+/// Refuse `config` if it holds a published demo key ([`crate::config::published`]): the first
+/// such entry, with its line.
+pub fn refuse_published_keys(config: &Config) -> Result<(), ConfigError> {
+    let Some(field) = config.published_keys.first() else {
+        return Ok(());
+    };
+    let line = config
+        .warnings
+        .iter()
+        .find(|w| &w.field == field)
+        .and_then(|w| w.line);
+    Err(ConfigError {
+        file: config.source.clone(),
+        line,
+        field: field.clone(),
+        message: format!(
+            "holds a published demo key ({} of the config's entries do): anyone can use it. Replace it, or serve a local trial with `tollgate run --allow-demo-keys`",
+            config.published_keys.len()
+        ),
     })
 }
 

@@ -30,10 +30,11 @@ use crate::limit::{LocalStore, Store};
 use crate::overrides::{OverrideSync, PlanOverrides};
 use crate::proxy::Gateway;
 
-/// Each connection's socket read buffer. Pingora's default is 64 KiB, most of an idle
-/// connection's memory; the request path reads heads and bodies in smaller pieces anyway
-/// (docs/security.md, "Memory per connection").
-pub const L4_READ_BUFFER: usize = 16 * 1024;
+/// Each connection's socket read buffer: none. Pingora's default is 64 KiB, held for the
+/// connection's whole life, idle or not; Pingora's HTTP code reads heads into its own buffer
+/// (made for each request and dropped with it) and bodies in pieces of its own, so the socket
+/// is read straight into those (docs/security.md, "Memory per connection").
+pub const L4_READ_BUFFER: usize = 0;
 
 /// The TLS listener's acceptor: the certificate chain and key, HTTP/1.1 and HTTP/2 by ALPN.
 fn tls_acceptor(t: &Tls) -> Result<Acceptor, SetupError> {
@@ -173,7 +174,7 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
             acceptor: tls_acceptor(&t)?,
         }),
     };
-    let edge = EdgeApp::new(Arc::new(proxy), Arc::clone(&live), tls_listener);
+    let edge = EdgeApp::gateway(Arc::new(proxy), Arc::clone(&live), tls_listener);
     let mut svc = Service::new("tollgate".into(), edge);
     let buffers = L4BufferSettings::new(L4_READ_BUFFER, DEFAULT_L4_WRITE_BUFFER_SIZE);
     svc.add_listener(ListenerConfig::tcp(listen.to_string()).l4_buffer(buffers));
@@ -182,14 +183,17 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     }
     server.add_service(svc);
 
+    let admin_failures = Arc::new(crate::policy::blocking::FailureTable::new());
     let admin = Admin {
         live: Arc::clone(&live),
         health: Arc::clone(&health),
         cluster: shared,
         clock: Arc::clone(&clock),
+        failures: Arc::clone(&admin_failures),
     };
-    let mut admin_svc = Service::new("tollgate admin".into(), HttpServer::new_app(admin));
-    admin_svc.add_tcp(&admin_listen);
+    let admin = EdgeApp::admin(Arc::new(HttpServer::new_app(admin)), Arc::clone(&live));
+    let mut admin_svc = Service::new("tollgate admin".into(), admin);
+    admin_svc.add_listener(ListenerConfig::tcp(admin_listen).l4_buffer(buffers));
     admin_svc.threads = Some(1);
     server.add_service(admin_svc);
     server.add_service(background_service(
@@ -201,6 +205,7 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
         BlockSweeper {
             live: Arc::clone(&live),
             clock,
+            admin_failures,
         },
     ));
     if let Some((_, svc)) = cluster {

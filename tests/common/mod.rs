@@ -587,7 +587,7 @@ pub fn admin(addr: SocketAddr, method: &str, path: &str) -> Response {
 pub fn admin_with(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Response {
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: admin.test\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
     );
     send_raw(addr, raw.as_bytes())
 }

@@ -193,12 +193,19 @@ pub(super) fn server(f: &FileServer) -> Result<Server, Invalid> {
     })
 }
 
-/// `admin_hosts`: host names (lower case) the admin listener answers to.
+/// `admin_hosts`: host names (lower case) the admin listener answers to; `*.example.internal`
+/// stands for every name under `example.internal`.
 pub(super) fn admin_hosts(hosts: &[String]) -> Result<Vec<String>, Invalid> {
     hosts
         .iter()
         .enumerate()
-        .map(|(i, h)| host_name(h, &format!("admin_hosts[{i}]")))
+        .map(|(i, h)| {
+            let field = format!("admin_hosts[{i}]");
+            match h.strip_prefix("*.") {
+                Some(suffix) => host_name(suffix, &field).map(|s| format!("*.{s}")),
+                None => host_name(h, &field),
+            }
+        })
         .collect()
 }
 
