@@ -149,24 +149,56 @@ pub fn strip_upgrade(req: &mut RequestHeader) {
 ///
 /// `X-Request-Id` passes (the gateway sets it), and so does every other field.
 pub fn is_claim(name: &str) -> bool {
-    const X_WORDS: [&str; 21] = [
-        "ip", "addr", "address", "real", "host", "server", "proto", "protocol", "scheme", "port",
-        "ssl", "https", "url", "uri", "path", "prefix", "original", "rewrite", "method",
-        "override", "envoy",
-    ];
-    if let Some(rest) = name.strip_prefix("x-") {
-        if let Some(f) = rest.strip_prefix("forwarded") {
-            return f != "-for";
+    // Runs for every field of every request: lengths and suffixes first, no string searchers.
+    let b = name.as_bytes();
+    match b.strip_prefix(b"x-") {
+        Some(rest) => is_x_claim(rest),
+        None => {
+            b == b"forwarded"
+                || b == b"front-end-https"
+                // An address, in any vendor's spelling: the last word.
+                || b.ends_with(b"-ip")
+                || b.ends_with(b"-addr")
+                || b.ends_with(b"-address")
+                || matches!(b, b"ip" | b"addr" | b"address")
         }
-        if rest.split('-').any(|w| X_WORDS.contains(&w)) {
-            return true;
-        }
-    } else if name == "forwarded" || name == "front-end-https" {
-        return true;
     }
-    // An address, in any vendor's spelling.
-    let last = name.rsplit('-').next().unwrap_or(name);
-    matches!(last, "ip" | "addr" | "address")
+}
+
+/// [`is_claim`] for an `X-` field, `rest` its name after `x-`.
+fn is_x_claim(rest: &[u8]) -> bool {
+    if rest == b"request-id" {
+        // The gateway's own field, on every request.
+        return false;
+    }
+    if let Some(f) = rest.strip_prefix(b"forwarded") {
+        return f != b"-for";
+    }
+    let mut word = 0;
+    for (i, &c) in rest.iter().enumerate() {
+        if c == b'-' {
+            if is_claim_word(&rest[word..i]) {
+                return true;
+            }
+            word = i + 1;
+        }
+    }
+    is_claim_word(&rest[word..])
+}
+
+/// A word of an `X-` field's name that makes it a claim (see [`is_claim`]).
+fn is_claim_word(w: &[u8]) -> bool {
+    // By length first: at most a few comparisons for any word.
+    match w.len() {
+        2 => w == b"ip",
+        3 => matches!(w, b"ssl" | b"url" | b"uri"),
+        4 => matches!(w, b"addr" | b"real" | b"host" | b"port" | b"path"),
+        5 => matches!(w, b"proto" | b"https" | b"envoy"),
+        6 => matches!(w, b"server" | b"scheme" | b"prefix" | b"method"),
+        7 => matches!(w, b"address" | b"rewrite"),
+        8 => matches!(w, b"protocol" | b"original" | b"override"),
+        _ => false,
+    }
 }
 
 /// The fields of `headers` that [`is_claim`] keeps from the upstream, but those named in

@@ -271,7 +271,8 @@ impl Catalogue {
             Some(PathMatch::Prefix(p)) => Some(p),
             None => None,
         };
-        let own_path = self.has_exact_path(lower);
+        // Whether `lower` is some route's own exact path: looked up only for a candidate.
+        let own_path = || self.has_exact_path(lower);
         for g in &self.guarded {
             let more_specific = found_prefix.is_some_and(|p| {
                 p.len() >= g.stem().len() && p[..g.stem().len()].eq_ignore_ascii_case(g.stem())
@@ -282,7 +283,7 @@ impl Catalogue {
             if g.same_path(lower, own_path) {
                 return Some(Guard::OtherMethod(&g.allow));
             }
-            if !own_path && near_spelling(lower, g.stem()) {
+            if near_spelling(lower, g.stem()) && !own_path() {
                 return Some(Guard::NearSpelling);
             }
         }
@@ -302,9 +303,10 @@ impl Guarded {
         self.lower.strip_suffix('/').unwrap_or(&self.lower)
     }
 
-    /// Whether `lower` is this route's own path (or under its prefix). `own_path`: `lower` is
-    /// the exact path of some route, so the trailing-slash toggle does not apply to it.
-    fn same_path(&self, lower: &str, own_path: bool) -> bool {
+    /// Whether `lower` is this route's own path (or under its prefix). `own_path`: whether
+    /// `lower` is the exact path of some route, so that the trailing-slash toggle does not
+    /// apply to it.
+    fn same_path(&self, lower: &str, own_path: impl Fn() -> bool) -> bool {
         if self.prefix {
             let stem = self.stem();
             return lower
@@ -312,9 +314,9 @@ impl Guarded {
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'));
         }
         lower == self.lower
-            || (!own_path
-                && (lower.strip_suffix('/') == Some(self.lower.as_str())
-                    || self.lower.strip_suffix('/') == Some(lower)))
+            || ((lower.strip_suffix('/') == Some(self.lower.as_str())
+                || self.lower.strip_suffix('/') == Some(lower))
+                && !own_path())
     }
 }
 
