@@ -86,12 +86,53 @@ def parse_answer(buf):
     return (status, not close, complete)
 
 
-def tls_context():
+def tls_context(h2=False):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    ctx.set_alpn_protocols(["http/1.1"])
+    ctx.set_alpn_protocols(["h2"] if h2 else ["http/1.1"])
     return ctx
+
+
+def h2_frame(kind, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def h2_string(s):
+    b = s.encode()
+    return bytes([len(b)]) + b  # HPACK string literal, no Huffman, under 127 bytes
+
+
+def h2_request(host, path):
+    """The client preface, an empty SETTINGS and one GET on stream 1 (HPACK: :method GET and
+    :scheme https from the static table, :path and :authority as literals without indexing)."""
+    block = b"\x82\x87" + b"\x04" + h2_string(path) + b"\x01" + h2_string(host)
+    block += b"\x00" + h2_string("user-agent") + h2_string("tollgate-flood")
+    return (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0)
+            + h2_frame(1, 0x5, 1, block))
+
+
+def h2_answer(c):
+    """Read the frames in c.buf: (answered, lost). SETTINGS are acknowledged; the answer is
+    complete when a frame of stream 1 ends it."""
+    answered = False
+    while len(c.buf) >= 9:
+        n = int.from_bytes(c.buf[:3], "big")
+        if len(c.buf) < 9 + n:
+            break
+        kind, flags = c.buf[3], c.buf[4]
+        stream = int.from_bytes(c.buf[5:9], "big") & 0x7FFFFFFF
+        c.buf = c.buf[9 + n:]
+        if kind == 4 and not flags & 1:
+            try:
+                c.sock.send(h2_frame(4, 1, 0))
+            except (ssl.SSLError, OSError):
+                return False, True
+        elif kind == 7:
+            return False, True
+        elif stream == 1 and kind in (0, 1) and flags & 1:
+            answered = True
+    return answered, False
 
 
 class Conn:
@@ -114,8 +155,11 @@ class Worker:
         self.pipe = pipe
         self.window = window
         self.addr = (args.host, args.port)
-        self.req = request_bytes(f"{args.host}:{args.port}", args.path)
-        self.ctx = tls_context() if args.tls else None
+        if args.h2:
+            self.req = h2_request(f"{args.host}:{args.port}", args.path)
+        else:
+            self.req = request_bytes(f"{args.host}:{args.port}", args.path)
+        self.ctx = tls_context(args.h2) if args.tls or args.h2 else None
         self.sel = selectors.DefaultSelector()
         self.sel.register(pipe.fileno(), selectors.EVENT_READ, None)
         self.inflight = {}  # fd -> Conn, not yet answered or closed
@@ -252,6 +296,17 @@ class Worker:
             return
         c.got_bytes = True
         c.buf += data
+        if self.args.h2:
+            answered, gone = h2_answer(c)
+            if gone:
+                self.lost(c)
+            elif answered:
+                self.statuses["h2"] = self.statuses.get("h2", 0) + 1
+                self.stats["answered"] += 1
+                c.state, c.buf, c.t_answer = HELD, b"", now()
+                del self.inflight[c.sock.fileno()]
+                self.held[c.sock.fileno()] = c
+            return
         a = parse_answer(c.buf)
         if a is None or not a[2]:
             return
@@ -661,8 +716,10 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="idle mode: steps to N")
     ap.add_argument("--settle", type=float, default=1.0, help="pause before reading RSS (s)")
     ap.add_argument("--tls", action="store_true")
+    ap.add_argument("--h2", action="store_true", help="HTTP/2 over TLS (ALPN h2); implies --tls")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
+    args.tls = args.tls or args.h2
     host, _, port = args.target.rpartition(":")
     args.host, args.port = host, int(port)
 

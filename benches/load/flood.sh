@@ -8,6 +8,7 @@
 #   PER_IP=0 benches/load/flood.sh --quick # no per-address cap: max_connections alone
 #   benches/load/flood.sh --idle-only      # memory per idle connection: N=5,000 (CONNS), no caps
 #   benches/load/flood.sh --idle-only --tls   # the same on a TLS listener (self-signed, ALPN h1)
+#   benches/load/flood.sh --idle-only --h2    # the same over HTTP/2 (TLS, ALPN h2; one stream each)
 #   BIN=/path/to/tollgate benches/load/flood.sh --idle-only   # another build of the gateway
 #
 # What it does: builds target/release/tollgate if missing or older than the sources (`cargo
@@ -40,12 +41,14 @@ HERE=$ROOT/benches/load
 MODE=flood
 QUICK=0
 TLS=0
+H2=0
 for arg in "$@"; do
   case $arg in
     --quick) QUICK=1 ;;
     --idle-only) MODE=idle ;;
     --tls) TLS=1 ;;
-    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
+    --h2) TLS=1; H2=1 ;;
+    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "unknown argument: $arg (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -217,12 +220,13 @@ wait_port "$TARGET_PORT"
   echo "kernel: $(uname -r)"
   echo "loadavg before: $(cat /proc/loadavg)"
   echo "binary: $BIN ($(stat -c '%y' "$BIN"))"
-  echo "mode: $MODE tls=$TLS conns=$CONNS max_connections=$MAX_CONNECTIONS per_ip=$PER_IP idle=$IDLE window=$WINDOW threads=${THREADS:-nproc}"
+  echo "mode: $MODE tls=$TLS h2=$H2 conns=$CONNS max_connections=$MAX_CONNECTIONS per_ip=$PER_IP idle=$IDLE window=$WINDOW threads=${THREADS:-nproc}"
   echo "RLIMIT_NOFILE: $HARD"
 } > "$OUT/machine.txt"
 
 TLS_ARG=()
 [ "$TLS" = 1 ] && TLS_ARG=(--tls)
+[ "$H2" = 1 ] && TLS_ARG=(--h2)
 log "gateway pid $GW_PID on 127.0.0.1:$TARGET_PORT ($( [ "$TLS" = 1 ] && echo TLS || echo plain)), admin :$ADMIN_PORT; mode $MODE, $CONNS connections"
 set +e
 python3 "$HERE/flood.py" --mode "$MODE" --target "127.0.0.1:$TARGET_PORT" \
