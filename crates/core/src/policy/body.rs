@@ -198,9 +198,15 @@ impl<'de> Visitor<'de> for JsonVisitor {
         const SCAN: usize = 16;
         let mut members: Vec<(Cow<'de, str>, Json<'de>)> = Vec::new();
         let mut names: Option<HashSet<Cow<'de, str>>> = None;
+        // While every name is ASCII (nearly always), names of another length cannot be one.
+        let mut all_ascii = true;
         while let Some(Name(k)) = map.next_key()? {
+            let ascii = k.is_ascii();
             let duplicate = match names.as_mut() {
                 Some(set) => !set.insert(folded(&k).into_owned().into()),
+                None if members.len() < SCAN && all_ascii && ascii => members
+                    .iter()
+                    .any(|(n, _)| n.len() == k.len() && n.eq_ignore_ascii_case(&k)),
                 None if members.len() < SCAN => members.iter().any(|(n, _)| same_member(n, &k)),
                 None => {
                     let mut set: HashSet<Cow<'de, str>> = members
@@ -218,6 +224,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
                     truncate(&k)
                 )));
             }
+            all_ascii &= ascii;
             let v = map.next_value()?;
             members.push((k, v));
         }
