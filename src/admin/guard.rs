@@ -24,10 +24,16 @@ use crate::config::AuthFailures;
 
 /// Wrong admin tokens from one address: 10 within a minute block it for a minute.
 pub const TOKEN_FAILURES: AuthFailures = AuthFailures {
-    max_failures: NonZeroU32::new(10).expect("non-zero"),
+    max_failures: match NonZeroU32::new(10) {
+        Some(n) => n,
+        None => NonZeroU32::MIN,
+    },
     window: Duration::from_secs(60),
     block: Duration::from_secs(60),
-    max_tracked_ips: NonZeroUsize::new(10_000).expect("non-zero"),
+    max_tracked_ips: match NonZeroUsize::new(10_000) {
+        Some(n) => n,
+        None => NonZeroUsize::MIN,
+    },
 };
 
 /// Whether `headers`' `Host` names this listener: an IP literal, `localhost` or a name under

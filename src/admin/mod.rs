@@ -327,9 +327,9 @@ impl pingora::apps::http_app::ServeHttp for Admin {
             )
         } else {
             match config.admin_token {
-                Some(want) if !open => match self.token(req, client, &want) {
-                    Ok(()) => self.route(&method, &path, query.as_deref()).await,
-                    Err(refused) => refused,
+                Some(want) if !open => match self.token_refusal(req, client, &want) {
+                    None => self.route(&method, &path, query.as_deref()).await,
+                    Some(refused) => refused,
                 },
                 _ => self.route(&method, &path, query.as_deref()).await,
             }
@@ -355,15 +355,16 @@ impl Admin {
         }
     }
 
-    /// The admin token: `Ok` when the request carries it. A wrong one counts against the
-    /// client's address ([`guard::TOKEN_FAILURES`]); a blocked address is refused whatever it
-    /// sends, so a right guess during the block does not show.
-    fn token(
+    /// The admin token: the answer that refuses the request, or `None` when it carries the
+    /// token. A wrong one counts against the client's address ([`guard::TOKEN_FAILURES`]); a
+    /// blocked address is refused whatever it sends, so a right guess during the block does
+    /// not show.
+    fn token_refusal(
         &self,
         req: &pingora::http::RequestHeader,
         client: Option<ClientKey>,
         want: &Digest,
-    ) -> Result<(), Response<Vec<u8>>> {
+    ) -> Option<Response<Vec<u8>>> {
         let now = self.clock.now();
         if let Some(secs) = client.and_then(|c| self.failures.blocked(c, now)) {
             let mut r = problem(
@@ -374,11 +375,11 @@ impl Admin {
             );
             r.headers_mut()
                 .insert(http::header::RETRY_AFTER, secs.into());
-            return Err(r);
+            return Some(r);
         }
         let presented = req.headers.get(AUTHORIZATION);
         if bearer_matches(presented, want) {
-            return Ok(());
+            return None;
         }
         if let (Some(c), Some(_)) = (client, presented) {
             if let Some(b) = self.failures.failed(c, now, &guard::TOKEN_FAILURES) {
@@ -411,7 +412,7 @@ impl Admin {
             WWW_AUTHENTICATE,
             http::HeaderValue::from_static("Bearer realm=\"tollgate-admin\""),
         );
-        Err(r)
+        Some(r)
     }
 }
 

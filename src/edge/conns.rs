@@ -244,7 +244,7 @@ mod tests {
                     let mut held = Vec::new();
                     for i in 0..500u32 {
                         let peer = ip(&format!("192.0.2.{}", (i + t) % 7));
-                        if let Ok(c) = admit(&l, peer, lim, g) {
+                        if let Ok(c) = admit(l, peer, lim, g) {
                             held.push(c);
                         }
                         assert!(l.open() <= 50);
