@@ -14,7 +14,7 @@
 //! Duplicate object keys are refused as `invalid_json`: the upstream might read the other copy.
 //! So are names that differ only in case, by Unicode case folding (`url` and `URL`, `apiKey`
 //! and `APIKEY`, `k` and the Kelvin sign): a case-insensitive binder upstream would take them
-//! for one member ([`same_member`]).
+//! for one member.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
