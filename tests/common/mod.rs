@@ -689,7 +689,18 @@ impl Drop for Process {
         let _ = self.child.wait();
         if std::thread::panicking() {
             let out = self.output();
-            let tail: Vec<&str> = out.lines().rev().take(40).collect();
+            // A panic of the process itself, whose backtrace would push its message out of the
+            // tail below.
+            let lines: Vec<&str> = out.lines().collect();
+            for (i, l) in lines.iter().enumerate() {
+                if l.contains("panicked at") {
+                    eprintln!("--- {} panicked:", self.stdout.display());
+                    for l in &lines[i..(i + 3).min(lines.len())] {
+                        eprintln!("{l}");
+                    }
+                }
+            }
+            let tail: Vec<&str> = lines.iter().rev().take(40).copied().collect();
             eprintln!("--- {} output (last lines) ---", self.stdout.display());
             for l in tail.iter().rev() {
                 eprintln!("{l}");
