@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 use tollgate::clock::Nanos;
+use tollgate::config::routes::BodyRule;
 use tollgate::config::WebhookGuard;
 use tollgate::digest::Digest;
 use tollgate::limit::{LocalStore, Rate, RateState, Store};
 use tollgate::policy::authenticate::AuthHeader;
 use tollgate::policy::body::{check_body, Checked};
-use tollgate::policy::routes::BodyRule;
 use tollgate::policy::{Policy, RequestHead};
 use tollgate_core::testing::TestConfig;
 

@@ -4,9 +4,10 @@
 #   1. rustfmt         cargo fmt --check
 #   2. clippy          every target of every crate, warnings denied
 #   3. rustdoc         the docs build with broken intra-doc links (and every other doc warning) denied
-#   4. the core        tollgate-core depends on no Pingora, tokio or network crate, and the release
+#   4. floors          no file imports from a floor above its own (scripts/floors.sh)
+#   5. the core        tollgate-core depends on no Pingora, tokio or network crate, and the release
 #                      build of tollgate does not enable tollgate-core's `testing` feature
-#   5. cargo deny      advisories (RustSec, offline), licences, bans, sources (deny.toml)
+#   6. cargo deny      advisories (RustSec, offline), licences, bans, sources (deny.toml)
 #
 # Each tool is installed when missing (scripts/bootstrap.sh). The advisory database is read from a
 # local copy: $TOLLGATE_ADVISORY_DB, or ../shared/advisory-db beside the repository, or cargo
@@ -25,6 +26,9 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 
 step "rustdoc (broken intra-doc links denied)"
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps --quiet
+
+step "floors: no import goes back up (scripts/floors.sh)"
+scripts/floors.sh
 
 step "tollgate-core has no Pingora, tokio or network crate"
 forbidden='^(pingora|tokio|mio|socket2|hyper|h2|reqwest|redis|rustls|tokio-rustls|native-tls|openssl|async-trait|futures)(-[a-z0-9-]+)? v'

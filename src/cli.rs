@@ -6,12 +6,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::config::routes::{Family, MethodSel, PathMatch};
 use crate::config::{Allow, Config, Scheme};
+use crate::digest::is_token68;
 use crate::digest::Digest;
-use crate::policy::authenticate::is_token68;
-use crate::policy::routes::{Family, MethodSel, PathMatch};
 use crate::runtime::logging::{init_logging, LogWriter};
-use crate::runtime::server;
+use crate::server;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -241,15 +241,11 @@ fn overrides_summary(cfg: &Config) -> String {
                 "  overrides     kept in the cluster's Redis ({})",
                 c.redacted_url()
             );
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())
-                .and_then(|rt| rt.block_on(crate::overrides::read_redis(c, &cfg.plans)))
+            crate::overrides::check::read_redis(c, &cfg.plans).map_err(|e| e.to_string())
         }
         (None, Some(p)) => {
             let _ = writeln!(s, "  overrides     kept in {}", p.display());
-            crate::overrides::read_state(p, &cfg.plans)
+            crate::overrides::check::read_state(p, &cfg.plans).map_err(|e| e.to_string())
         }
         (None, None) => {
             if !cfg.partners.is_empty() {

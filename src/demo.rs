@@ -14,7 +14,8 @@ use pingora::services::listening::Service;
 use crate::clock::MonotonicClock;
 use crate::config::{Config, ProcessEnv};
 use crate::runtime::logging::{init_logging, LogWriter};
-use crate::runtime::{server, SetupError};
+use crate::runtime::SetupError;
+use crate::server;
 
 /// The demo policy, compiled in so `tollgate demo` works from any directory.
 pub const DEMO_YAML: &str = include_str!("../policies/demo.yaml");

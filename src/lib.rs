@@ -20,31 +20,50 @@
 //! | 6 | forward: target, headers, peer | [`proxy::head`], [`proxy::upstream`] | 502 `upstream_unavailable`, 504 `upstream_timeout` ([`proxy::answer`]) |
 //! | 7 | record: one access line, the metrics | [`proxy::Gateway`]'s `logging`, [`runtime::metrics`] | — |
 //!
-//! # Layout, by concern
+//! # The house: floors, and what each may import
 //!
-//! | module | what | may use |
-//! |---|---|---|
-//! | [`config`], [`policy`], [`limit`], [`clock`] | the decision, from the `tollgate-core` crate: no Pingora, tokio or network crate can reach it | — |
-//! | [`edge`] | what runs before a request exists: connection caps, TLS handshake, deadlines | core, [`runtime`] |
-//! | [`proxy`] | the Pingora adapter: context, head handling, bodies, answers, upstream peer | core, [`runtime`], [`edge`] (its connection state) |
-//! | [`admin`] | the admin listener | core, [`runtime`] |
-//! | [`runtime`] | server assembly, the live snapshot and reload, lifecycle, logging, metrics | core; assembles [`edge`], [`proxy`] and [`admin`] in [`runtime::server`] only |
-//! | [`cli`], [`demo`] | the commands | everything |
+//! A module imports only from its own floor and the floors below it; `scripts/floors.sh` (run by
+//! `scripts/lint.sh`) fails on an import that goes back up.
 //!
-//! Nothing in the core imports from the proxy: the core is another crate, so it cannot.
+//! | floor | modules | what | may import |
+//! |---|---|---|---|
+//! | 0 | [`clock`], [`digest`], [`path`] | time, the key's digest, the one path normalizer (the `tollgate-core` crate) | std |
+//! | 1 | [`config`], [`limit`] | the validated model (config, catalogue, key names); the rate arithmetic and stores | floor 0 |
+//! | 2 | [`policy`] | the decision | floors 0–1 |
+//! | 3 | [`runtime`] | the ground of the process: the live snapshot and reload, lifecycle, logging, metrics, usage counts | the core |
+//! | 4 | [`redis`] | the one room that speaks to Redis | the core, [`runtime`] |
+//! | 5 | [`shared`], [`overrides`], [`edge`] | shared budgets' sync; overrides kept and spread; what runs before a request exists | the floors below |
+//! | 6 | [`proxy`], [`admin`] | the Pingora adapter; the admin listener | the floors below |
+//! | 7 | [`server`] | the roof: assembles everything above the ground | every floor below |
+//! | 8 | [`cli`], [`demo`], [`top`] | the commands | everything |
+//!
+//! Nothing in the core imports from the adapter: the core is another crate, so it cannot.
 //! Setup errors are a [`runtime::SetupError`]; request-path errors are refusals
 //! ([`policy::Refusal`]); nothing a request or a config file controls can panic.
+//!
+//! # One name per thing
+//!
+//! | concept | its name here | in the config and metrics |
+//! |---|---|---|
+//! | budgets kept by every replica of a fleet together | *shared budgets*: [`limit::SharedStore`] (the views), [`shared::BudgetSync`] (the exchange) | the `cluster:` block, `tollgate_cluster_*` |
+//! | a plan given by a partner's upgrade, kept and spread | *override*: [`policy::overrides::Override`], [`overrides::PlanOverrides`] (where it is kept) | `state.path`, `cluster:`; `tollgate_plan_overrides` |
+//! | a connection's edge state (phase, deadlines) | [`edge::stream::Conn`] | the `server:` block |
+//! | a connection to Redis | [`redis::Client`] | `cluster.redis_url` |
+//! | how a request ended | [`policy::Outcome`] | the `outcome` label |
+//! | why the gateway refused it | [`policy::Code`] | the problem's `code` |
 
 #![deny(rustdoc::broken_intra_doc_links)]
 
-pub use tollgate_core::{clock, config, digest, limit, policy};
+pub use tollgate_core::{clock, config, digest, limit, path, policy};
 
 pub mod admin;
 pub mod cli;
-pub mod cluster;
 pub mod demo;
 pub mod edge;
 pub mod overrides;
 pub mod proxy;
+pub mod redis;
 pub mod runtime;
+pub mod server;
+pub mod shared;
 pub mod top;

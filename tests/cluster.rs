@@ -18,9 +18,9 @@ use common::{
     admin, config_for, eventually, metric, metrics_page, wait_ready, Mode, Process, RedisCluster,
     RedisServer, TestConfig, Upstream,
 };
-use tollgate::cluster::{pack_calls, unpack_answers, BUDGET_LUA, HEARTBEAT_LUA};
 use tollgate::limit::shared::Call;
 use tollgate::limit::Rate;
+use tollgate::shared::script::{pack_calls, unpack_answers, BUDGET_LUA, HEARTBEAT_LUA};
 use tollgate_core::digest::Digest;
 
 const WINDOW_SECS: u32 = 2;

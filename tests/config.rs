@@ -128,7 +128,7 @@ fn relative_paths_resolve_against_the_config_directory() {
     std::fs::write(dir.path().join("tls/key.pem"), "x").unwrap();
     std::fs::write(
         dir.path().join("routes.yaml"),
-        tollgate::policy::routes::BUILTIN_CATALOGUE,
+        tollgate::config::routes::BUILTIN_CATALOGUE,
     )
     .unwrap();
     let text = format!(

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_yaml::Value;
 use tollgate::config::{Config, Env};
 
-/// The metrics the gateway exports (see `src/runtime/metrics.rs`, and `src/cluster/mod.rs` for
+/// The metrics the gateway exports (see `src/runtime/metrics.rs`, and `src/shared/metrics.rs` for
 /// the `tollgate_cluster_…` ones, registered when the config has a `cluster:` block).
 const METRICS: &[&str] = &[
     "tollgate_requests_total",

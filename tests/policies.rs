@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use tollgate::config::routes::Catalogue;
 use tollgate::config::Config;
-use tollgate::policy::routes::Catalogue;
 
 fn files(dir: &str, ext: &str) -> Vec<PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
@@ -85,7 +85,7 @@ fn check_is_loud_about_a_published_demo_key() {
 
 #[test]
 fn the_catalogue_has_the_contract_routes_with_their_spec_paths() {
-    use tollgate::policy::routes::{Family, MethodSel, PathMatch};
+    use tollgate::config::routes::{Family, MethodSel, PathMatch};
     let c = Catalogue::builtin();
     let shipped: tollgate::config::file::FileCatalogue =
         serde_yaml::from_str(&std::fs::read_to_string("policies/routes.yaml").unwrap()).unwrap();

@@ -18,12 +18,13 @@ use proptest::sample::select;
 use proptest::test_runner::Config as ProptestConfig;
 use serde_json::{Map, Value};
 
+use tollgate::config::routes::{BodyRule, Catalogue};
 use tollgate::config::{Allow, WebhookGuard};
+use tollgate::path::normalize;
 use tollgate::policy::authenticate::AuthHeader;
 use tollgate::policy::body::{check_body, Checked};
-use tollgate::policy::classify::{classify, normalize};
+use tollgate::policy::classify::classify;
 use tollgate::policy::refusal::{Code, Refusal};
-use tollgate::policy::routes::{BodyRule, Catalogue};
 use tollgate::policy::{Policy, RequestHead};
 use tollgate_core::testing;
 

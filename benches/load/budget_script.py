@@ -6,7 +6,7 @@
     benches/load/budget_script.py --keys 10000 --rounds 30 --batch 128
 
 Starts a redis-server of its own on a free port of 127.0.0.1 (pinned to CPU 1 when there are two,
-the client to CPU 0), loads BUDGET_LUA as src/cluster/mod.rs has it, and sends what one replica's
+the client to CPU 0), loads the budget script (src/shared/budget.lua), and sends what one replica's
 exchanges send: `--keys` budget names (as the gateway names them: a prefix and 32 hex digits),
 `--batch` keys per EVALSHA, every call of a round in one pipeline, one hit per key per round, for
 `--rounds` rounds. Prints Redis's CPU time (utime + stime from /proc, all its threads) per key
@@ -31,16 +31,24 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def script_of(rev):
-    path = "src/cluster/mod.rs"
-    if rev:
-        src = subprocess.run(["git", "-C", ROOT, "show", "%s:%s" % (rev, path)],
-                             check=True, capture_output=True, text=True).stdout
-    else:
-        with open(os.path.join(ROOT, path)) as f:
-            src = f.read()
-    m = re.search(r'pub const BUDGET_LUA: &str = r"\n(.*?)\n";', src, re.S)
+    """The budget script, from src/shared/budget.lua (or, for a revision from before the file
+    existed, from the BUDGET_LUA string of src/cluster/mod.rs)."""
+    def read(path):
+        if rev:
+            return subprocess.run(["git", "-C", ROOT, "show", "%s:%s" % (rev, path)],
+                                  capture_output=True, text=True)
+        try:
+            with open(os.path.join(ROOT, path)) as f:
+                return subprocess.CompletedProcess([], 0, f.read(), "")
+        except OSError:
+            return subprocess.CompletedProcess([], 1, "", "")
+    got = read("src/shared/budget.lua")
+    if got.returncode == 0:
+        return got.stdout
+    got = read("src/cluster/mod.rs")
+    m = re.search(r'pub const BUDGET_LUA: &str = r"\n(.*?)\n";', got.stdout, re.S)
     if not m:
-        sys.exit("no BUDGET_LUA in %s" % path)
+        sys.exit("no budget script in src/shared/budget.lua or src/cluster/mod.rs")
     return m.group(1)
 
 

@@ -18,7 +18,7 @@
 use libfuzzer_sys::fuzz_target;
 use tollgate_core::config::WebhookGuard;
 use tollgate_core::policy::body::Checked;
-use tollgate_core::policy::routes::BodyRule;
+use tollgate_core::config::routes::BodyRule;
 use tollgate_core::policy::{Code, Refusal};
 use tollgate_fuzz::{check_body, default_guard, MAX_BODY, RULES};
 

@@ -22,7 +22,7 @@
 use libfuzzer_sys::fuzz_target;
 use tollgate_core::policy::Code;
 use tollgate_fuzz::{check_body, default_guard, MAX_BODY};
-use tollgate_core::policy::routes::BodyRule;
+use tollgate_core::config::routes::BodyRule;
 
 /// Every single-character case mapping of `c` (itself included).
 fn mappings(c: char) -> Vec<char> {

@@ -18,8 +18,9 @@ use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tollgate_core::policy::classify::{classify, normalize};
-use tollgate_core::policy::routes::Catalogue;
+use tollgate_core::path::normalize;
+use tollgate_core::policy::classify::classify;
+use tollgate_core::config::routes::Catalogue;
 use tollgate_core::policy::Code;
 
 fn catalogue() -> &'static Catalogue {

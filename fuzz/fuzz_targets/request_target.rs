@@ -20,9 +20,10 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tollgate_core::policy::classify::{classify, normalize};
+use tollgate_core::path::normalize;
+use tollgate_core::policy::classify::classify;
 use tollgate_core::policy::method::check_method;
-use tollgate_core::policy::routes::{Catalogue, MethodSel, PathMatch, Route};
+use tollgate_core::config::routes::{Catalogue, MethodSel, PathMatch, Route};
 use tollgate_core::policy::Code;
 
 fn catalogue() -> &'static Catalogue {

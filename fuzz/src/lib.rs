@@ -3,7 +3,7 @@
 
 use tollgate_core::config::WebhookGuard;
 use tollgate_core::policy::body::{self, Checked};
-use tollgate_core::policy::routes::BodyRule;
+use tollgate_core::config::routes::BodyRule;
 use tollgate_core::policy::Refusal;
 
 /// The validated-body cap of the shipped configs (`limits.max_validated_body_bytes`).

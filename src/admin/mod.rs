@@ -34,6 +34,7 @@ use crate::clock::Clock;
 use crate::digest::Digest;
 use crate::edge::stream::EdgeStream;
 use crate::limit::SharedStore;
+use crate::overrides::PlanOverrides;
 use crate::policy::authenticate::bearer_token;
 use crate::policy::blocking::FailureTable;
 use crate::policy::client::ClientKey;
@@ -53,6 +54,8 @@ pub struct Admin {
     pub clock: Arc<dyn Clock>,
     /// Wrong admin tokens per client address ([`guard::TOKEN_FAILURES`]).
     pub failures: Arc<FailureTable>,
+    /// Where the overrides are kept (`DELETE /api/overrides/{name}`).
+    pub overrides: Arc<PlanOverrides>,
 }
 
 /// The usage page: one file, no external asset (works on an air-gapped host).
@@ -101,13 +104,7 @@ impl Admin {
             "/api/overrides" if !get => not_allowed("GET, HEAD"),
             "/api/overrides" => {
                 let snap = self.live.load();
-                let shown: Vec<serde_json::Value> = self
-                    .live
-                    .overrides()
-                    .shown(&snap.policy)
-                    .iter()
-                    .map(|o| o.to_json())
-                    .collect();
+                let shown = PlanOverrides::shown(&self.live, &snap.policy);
                 let body = serde_json::json!({ "overrides": shown });
                 reply(StatusCode::OK, "application/json", json_bytes(&body))
             }
@@ -157,7 +154,7 @@ impl Admin {
     /// `DELETE /api/overrides/{key name}`: the key back on its YAML plan.
     async fn delete_override(&self, name: &str) -> Response<Vec<u8>> {
         let name = percent_decode(name);
-        match self.live.overrides().remove(&self.live, &name).await {
+        match self.overrides.remove(&self.live, &name).await {
             Ok(true) => {
                 let mut r = Response::new(Vec::new());
                 *r.status_mut() = StatusCode::NO_CONTENT;
@@ -173,7 +170,7 @@ impl Admin {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "override_not_kept",
                 "The override was removed here but not from where overrides are kept",
-                &why,
+                &why.to_string(),
             ),
         }
     }
@@ -433,6 +430,7 @@ mod tests {
                 cluster: None,
                 clock: Arc::new(crate::clock::ManualClock::new()),
                 failures: Arc::default(),
+                overrides: Arc::new(PlanOverrides::memory()),
             },
             path,
         )

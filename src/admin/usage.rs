@@ -114,12 +114,7 @@ pub fn usage_json(
             "sync_interval_ms": cfg.map(|c| c.sync_interval.as_millis() as u64),
         })
     });
-    let overrides: Vec<Value> = live
-        .overrides()
-        .shown(policy)
-        .iter()
-        .map(|o| o.to_json())
-        .collect();
+    let overrides = crate::overrides::PlanOverrides::shown(live, policy);
     json!({
         "generated_at_ms": now_ms,
         "config": {

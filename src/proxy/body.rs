@@ -21,9 +21,9 @@ use pingora::{Error, ErrorType, Result};
 use super::context::Ctx;
 use super::head::{declared_length, framed_as};
 use super::Stop;
+use crate::config::routes::BodyRule;
 use crate::policy::body::{check_content_type, check_declared_length, too_large};
 use crate::policy::keys::KeyIdx;
-use crate::policy::routes::BodyRule;
 use crate::policy::{Code, Policy, Refusal};
 
 /// Step 5: check the body of a request `policy` admitted for `key`, by its route's rule if it

@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 
+use crate::config::routes::RouteIdx;
 use crate::edge::stream::Conn;
 use crate::limit::Quota;
 use crate::policy::client::Client;
-use crate::policy::keys::KeyIdx;
+use crate::policy::keys::{Credential, KeyIdx};
 use crate::policy::overrides::Upgrade;
-use crate::policy::routes::RouteIdx;
 use crate::policy::Outcome;
 use crate::runtime::live::Snapshot;
 
@@ -26,6 +26,8 @@ pub struct Ctx {
     /// (a reload mid-request changes none of them for this request).
     pub snap: Option<Arc<Snapshot>>,
     pub key: Option<KeyIdx>,
+    /// The caller's credential (plan or partner) as the decision read it.
+    pub credential: Option<Credential>,
     pub route: Option<RouteIdx>,
     pub quota: Option<Quota>,
     pub outcome: Outcome,
@@ -65,6 +67,7 @@ impl Ctx {
             request_id: HeaderValue::from_static(""),
             snap: None,
             key: None,
+            credential: None,
             route: None,
             quota: None,
             outcome: Outcome::Forwarded,
@@ -92,10 +95,11 @@ impl Ctx {
         }
     }
 
-    /// The caller's plan (or `partner`) for logs and metrics (`-` before authentication).
+    /// The caller's plan (or `partner`) for logs and metrics (`-` before authentication), as
+    /// the decision read it.
     pub fn plan(&self) -> &str {
-        match (&self.snap, self.key) {
-            (Some(s), Some(k)) => s.policy.policy_name(k),
+        match (&self.snap, self.credential) {
+            (Some(s), Some(c)) => s.policy.policy_name_of(c),
             _ => "-",
         }
     }

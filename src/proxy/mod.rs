@@ -35,6 +35,7 @@ use pingora::{Error, ErrorType, Result};
 
 use crate::clock::Clock;
 use crate::edge::stream::EdgeStream;
+use crate::overrides::PlanOverrides;
 use crate::policy::{Forward, Refusal, RequestHead};
 use crate::runtime::lifecycle::Health;
 use crate::runtime::live::LivePolicy;
@@ -66,15 +67,23 @@ pub struct Gateway {
     live: Arc<LivePolicy>,
     health: Arc<Health>,
     clock: Arc<dyn Clock>,
+    /// Where an accepted partner upgrade is kept.
+    overrides: Arc<PlanOverrides>,
     ids: RequestIds,
 }
 
 impl Gateway {
-    pub fn new(live: Arc<LivePolicy>, health: Arc<Health>, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(
+        live: Arc<LivePolicy>,
+        health: Arc<Health>,
+        clock: Arc<dyn Clock>,
+        overrides: Arc<PlanOverrides>,
+    ) -> Self {
         Self {
             live,
             health,
             clock,
+            overrides,
             ids: RequestIds::new(),
         }
     }
@@ -158,6 +167,7 @@ impl Gateway {
             );
         }
         ctx.key = decision.key;
+        ctx.credential = decision.credential;
         ctx.route = decision.route;
         ctx.quota = decision.quota;
         if let (Some(shadow), Ok(_)) = (decision.shadow, &decision.verdict) {
@@ -283,8 +293,8 @@ impl ProxyHttp for Gateway {
             // kept before the partner hears of it (an acknowledged upgrade is a kept one).
             if let (Some(upgrade), Some(snap), Some(key)) = (ctx.upgrade.take(), &ctx.snap, ctx.key)
             {
-                let overrides = self.live.overrides();
-                ctx.upgraded = overrides
+                ctx.upgraded = self
+                    .overrides
                     .upgraded(&self.live, &snap.policy, &upgrade, key)
                     .await;
             }
@@ -345,16 +355,13 @@ impl ProxyHttp for Gateway {
                 ctx.outcome,
                 ctx.code.map(|c| c as u8),
             );
-            s.meters.record(
-                &s.policy,
-                &Record {
-                    route: ctx.route,
-                    key: ctx.key,
-                    outcome: ctx.outcome,
-                    total_seconds: total.as_secs_f64(),
-                    upstream_seconds: ctx.upstream_elapsed.map(|d| d.as_secs_f64()),
-                },
-            );
+            s.meters.record(&Record {
+                route: ctx.route,
+                credential: ctx.credential,
+                outcome: ctx.outcome,
+                total_seconds: total.as_secs_f64(),
+                upstream_seconds: ctx.upstream_elapsed.map(|d| d.as_secs_f64()),
+            });
         }
         // Never the key, the Authorization header, the path, the query or a body.
         tracing::info!(

@@ -18,7 +18,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 
@@ -26,8 +26,9 @@ use super::metrics::{Meters, Metrics};
 use super::upstream::Target;
 use super::usage::Usage;
 use crate::config::{Config, ConfigError};
+use crate::digest::Digest;
 use crate::limit::{LocalStore, Store};
-use crate::overrides::PlanOverrides;
+use crate::policy::overrides::Overrides;
 use crate::policy::Policy;
 
 /// Everything a request reads from the config, fixed for that request.
@@ -64,8 +65,13 @@ pub struct LivePolicy {
     last_reload: Mutex<Option<LastReload>>,
     /// When the process loaded its first config (ms since the Unix epoch).
     started_ms: u64,
-    /// Partner upgrades in force, put on every snapshot compiled.
-    overrides: Arc<PlanOverrides>,
+    /// The plan overrides in force (partner upgrades), put on every snapshot compiled. Where
+    /// they are kept and how the fleet shares them is the override room's
+    /// (`crate::overrides`), which changes this set through [`LivePolicy::with_overrides`].
+    in_force: Mutex<Overrides>,
+    /// Told which overrides a compile dropped, so that where they are kept forgets them too
+    /// (set by the server when it wires the override room).
+    forget: OnceLock<Arc<dyn Forget>>,
     /// Serializes reloads so two cannot interleave their carry-over of rate state.
     reload_lock: Mutex<()>,
     /// Refuse a reload to a config that holds a published demo key (`run`, unless told
@@ -75,24 +81,31 @@ pub struct LivePolicy {
     metrics: Arc<Metrics>,
 }
 
+/// Where the overrides in force are kept: told what a compile dropped (a reload that changed
+/// those keys in the YAML), to forget it there too.
+pub trait Forget: Send + Sync {
+    fn forget(&self, dropped: Vec<Digest>);
+}
+
 impl LivePolicy {
     /// Compile `config` into the first snapshot. Fails when the upstream cannot be resolved
     /// or its CA file cannot be read.
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
-        let overrides = Arc::new(PlanOverrides::memory(&metrics));
-        Self::with_store(config, metrics, Arc::new(LocalStore), overrides)
+        Self::with_store(config, metrics, Arc::new(LocalStore), Overrides::new())
     }
 
     /// [`LivePolicy::new`], deciding on budgets with `store` (a shared store when `cluster`
-    /// is configured); reloads keep it.
+    /// is configured; reloads keep it), with the overrides kept from before (`in_force`).
     pub fn with_store(
         config: Config,
         metrics: Arc<Metrics>,
         store: Arc<dyn Store>,
-        overrides: Arc<PlanOverrides>,
+        in_force: Overrides,
     ) -> Result<Self, ConfigError> {
         let path = config.source.clone();
-        let mut snapshot = compile(config, Err(store), &metrics, &overrides)?;
+        let in_force = Mutex::new(in_force);
+        let mut snapshot = compile(config, Err(store), &metrics)?;
+        apply_in_force(&snapshot.policy, &in_force, &metrics);
         snapshot.generation = 1;
         let usage = Arc::new(Usage::new());
         usage.reset(1);
@@ -102,7 +115,8 @@ impl LivePolicy {
             usage,
             last_reload: Mutex::new(None),
             started_ms: unix_ms(),
-            overrides,
+            in_force,
+            forget: OnceLock::new(),
             reload_lock: Mutex::new(()),
             refuse_published: AtomicBool::new(false),
             path,
@@ -134,9 +148,18 @@ impl LivePolicy {
         (last, self.started_ms)
     }
 
-    /// The partner upgrades in force, and where they are kept.
-    pub fn overrides(&self) -> &Arc<PlanOverrides> {
-        &self.overrides
+    /// Tell `keeper` of every override a compile drops from now on.
+    pub fn forget_with(&self, keeper: Arc<dyn Forget>) {
+        let _ = self.forget.set(keeper);
+    }
+
+    /// Read or change the overrides in force (the gauge follows). A change applies to the
+    /// snapshots compiled from now on; putting it on the policy in force is the caller's.
+    pub fn with_overrides<R>(&self, f: impl FnOnce(&mut Overrides) -> R) -> R {
+        let mut set = self.in_force.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut set);
+        self.metrics.set_plan_overrides(set.len());
+        r
     }
 
     /// From now on, refuse a reload to a config that holds a published demo key.
@@ -164,7 +187,11 @@ impl LivePolicy {
                 refuse_published_keys(&c)?;
             }
             let restart_required = restart_required(&old.policy.config, &c);
-            let mut snapshot = compile(c, Ok(&old.policy), &self.metrics, &self.overrides)?;
+            let mut snapshot = compile(c, Ok(&old.policy), &self.metrics)?;
+            let dropped = apply_in_force(&snapshot.policy, &self.in_force, &self.metrics);
+            if let (false, Some(keeper)) = (dropped.is_empty(), self.forget.get()) {
+                keeper.forget(dropped);
+            }
             snapshot.generation = old.generation + 1;
             let snapshot = Arc::new(snapshot);
             self.usage.reset(snapshot.generation);
@@ -209,13 +236,31 @@ impl LivePolicy {
     }
 }
 
+/// Put the overrides in force on `policy`; drop (one log line each) and return those that no
+/// longer apply to it.
+fn apply_in_force(policy: &Policy, in_force: &Mutex<Overrides>, metrics: &Metrics) -> Vec<Digest> {
+    let mut set = in_force.lock().unwrap_or_else(|e| e.into_inner());
+    let dropped = policy.apply_overrides(&set);
+    for (digest, o, why) in &dropped {
+        set.remove(digest);
+        tracing::info!(
+            target: "tollgate::overrides",
+            key = %o.key,
+            plan_id = o.plan_id,
+            reason = why.as_str(),
+            "plan override dropped"
+        );
+    }
+    metrics.set_plan_overrides(set.len());
+    dropped.into_iter().map(|(d, ..)| d).collect()
+}
+
 /// Compile `config` into a snapshot, carrying rate state and the store over from the policy
 /// in force (`Ok`), or starting with `store` (`Err`: the first snapshot).
 fn compile(
     config: Config,
     previous: Result<&Policy, Arc<dyn Store>>,
     metrics: &Metrics,
-    overrides: &PlanOverrides,
 ) -> Result<Snapshot, ConfigError> {
     let target = Target::new(&config.upstream).map_err(|e| ConfigError {
         file: config.source.clone(),
@@ -227,7 +272,6 @@ fn compile(
         Ok(p) => Policy::new(config, Some(p)),
         Err(store) => Policy::with_store(config, None, store),
     };
-    overrides.apply_to(&policy);
     let meters = metrics.meters(&policy);
     Ok(Snapshot {
         policy,

@@ -12,6 +12,7 @@
 //! | `tollgate_connections` | gauge | `listener` (`http`, `tls`) |
 //! | `tollgate_connections_refused_total` | counter | `reason` (`max_connections`, `max_connections_per_ip`) |
 //! | `tollgate_auth_blocked_ips` | gauge | — |
+//! | `tollgate_plan_overrides` | gauge | — |
 //! | `tollgate_build_info` | gauge (1) | `version` |
 //!
 //! Labels are route ids and plan names from the config, `partner` for partner keys, and `none`
@@ -30,8 +31,8 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::policy::keys::{Credential, KeyIdx};
-use crate::policy::routes::RouteIdx;
+use crate::config::routes::RouteIdx;
+use crate::policy::keys::Credential;
 use crate::policy::{Outcome, Policy};
 
 /// Histogram buckets for a proxy, in seconds: 100 µs (a refusal answered at the edge) to
@@ -57,6 +58,7 @@ pub struct Metrics {
     connections: IntGaugeVec,
     connections_refused: IntCounterVec,
     auth_blocked_ips: IntGauge,
+    plan_overrides: IntGauge,
 }
 
 impl Metrics {
@@ -135,6 +137,11 @@ impl Metrics {
             "Client addresses blocked after repeated failed authentications.",
         )
         .expect("valid metric");
+        let plan_overrides = IntGauge::new(
+            "tollgate_plan_overrides",
+            "Customer keys on a plan a partner's upgrade gave them (not the YAML's).",
+        )
+        .expect("valid metric");
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(responses_vec),
@@ -146,6 +153,7 @@ impl Metrics {
             Box::new(connections.clone()),
             Box::new(connections_refused.clone()),
             Box::new(auth_blocked_ips.clone()),
+            Box::new(plan_overrides.clone()),
         ] {
             registry.register(c).expect("metric names are distinct");
         }
@@ -161,6 +169,7 @@ impl Metrics {
             connections,
             connections_refused,
             auth_blocked_ips,
+            plan_overrides,
         }
     }
 
@@ -175,6 +184,11 @@ impl Metrics {
     }
 
     /// `tollgate_auth_blocked_ips`.
+    /// `tollgate_plan_overrides`: the overrides in force.
+    pub fn set_plan_overrides(&self, n: usize) {
+        self.plan_overrides.set(n as i64);
+    }
+
     pub fn set_auth_blocked_ips(&self, n: usize) {
         self.auth_blocked_ips.set(n as i64);
     }
@@ -269,10 +283,10 @@ impl Meters {
             .unwrap_or(self.routes.len() - 1)
     }
 
-    /// The plan slot of the caller `key` under `policy` (`none` when unauthenticated).
-    fn plan_slot(&self, policy: &Policy, key: Option<KeyIdx>) -> usize {
+    /// The plan slot of a caller with `credential` (`none` when unauthenticated).
+    fn plan_slot(&self, credential: Option<Credential>) -> usize {
         let partner = self.plans.len() - 2;
-        match key.map(|k| policy.keys.get(k).credential()) {
+        match credential {
             Some(Credential::Customer { plan, .. }) if plan < partner => plan,
             Some(Credential::Partner { .. }) => partner,
             _ => partner + 1,
@@ -281,9 +295,9 @@ impl Meters {
 
     /// Record one finished request: its count and its durations. (Its status class is counted
     /// by [`Metrics::response`], which needs no config.)
-    pub fn record(&self, policy: &Policy, r: &Record) {
+    pub fn record(&self, r: &Record) {
         let route = self.route_slot(r.route);
-        let plan = self.plan_slot(policy, r.key);
+        let plan = self.plan_slot(r.credential);
         let outcome = r.outcome as usize;
         let i = (route * self.plans.len() + plan) * Outcome::ALL.len() + outcome;
         self.counters[i]
@@ -316,7 +330,8 @@ impl Meters {
 #[derive(Clone, Copy, Debug)]
 pub struct Record {
     pub route: Option<RouteIdx>,
-    pub key: Option<KeyIdx>,
+    /// The caller's credential as the decision read it (`None`: unauthenticated).
+    pub credential: Option<Credential>,
     pub outcome: Outcome,
     pub total_seconds: f64,
     pub upstream_seconds: Option<f64>,
@@ -354,7 +369,7 @@ mod tests {
         let d = p.decide(&head, 0);
         Record {
             route: d.route,
-            key: d.key,
+            credential: d.credential,
             outcome,
             total_seconds,
             upstream_seconds,
@@ -379,18 +394,15 @@ mod tests {
             0.002,
             Some(0.001),
         );
-        meters.record(&p, &rec);
-        meters.record(&p, &rec);
-        meters.record(
-            &p,
-            &Record {
-                route: None,
-                key: None,
-                outcome: Outcome::Unauthorized,
-                total_seconds: 0.0001,
-                upstream_seconds: None,
-            },
-        );
+        meters.record(&rec);
+        meters.record(&rec);
+        meters.record(&Record {
+            route: None,
+            credential: None,
+            outcome: Outcome::Unauthorized,
+            total_seconds: 0.0001,
+            upstream_seconds: None,
+        });
         let out = text(&m);
         assert!(
             out.contains(
@@ -430,9 +442,9 @@ mod tests {
             0.001,
             None,
         );
-        m.meters(&p).record(&p, &rec);
+        m.meters(&p).record(&rec);
         // A reload builds new meters over the same families: the count goes on.
-        m.meters(&p).record(&p, &rec);
+        m.meters(&p).record(&rec);
         let out = text(&m);
         assert!(
             out.contains(

@@ -1,9 +1,9 @@
-//! The running process: the server assembled from a config, the config in force and its
-//! reload, the process's life (readiness, signals, draining), logging and metrics.
+//! The ground floor of the running process: the config in force and its reload, the
+//! process's life (readiness, signals, draining), logging and metrics. Everything above imports
+//! from here; nothing here imports from above (the server is assembled in [`crate::server`]).
 //!
 //! | module | what |
 //! |---|---|
-//! | [`server`] | the Pingora server: gateway and TLS listeners, the admin listener, background services |
 //! | [`live`] | the config in force as one snapshot (policy, upstream, metric handles), swapped whole on reload |
 //! | [`upstream`] | the upstream resolved once per config |
 //! | [`lifecycle`] | readiness, SIGHUP reload, SIGTERM drain, SIGQUIT upgrade |
@@ -16,7 +16,6 @@ pub mod lifecycle;
 pub mod live;
 pub mod logging;
 pub mod metrics;
-pub mod server;
 pub mod upstream;
 pub mod usage;
 

@@ -30,8 +30,8 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::config::routes::RouteIdx;
 use crate::policy::keys::KeyIdx;
-use crate::policy::routes::RouteIdx;
 use crate::policy::Outcome;
 
 /// Slots per 10-second bucket.

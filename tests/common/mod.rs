@@ -425,8 +425,8 @@ impl Gateway {
     pub fn start_config(config: Config) -> Self {
         let clock = Arc::new(ManualClock::new());
         let addr = config.listen;
-        let built = tollgate::runtime::server::build(config.clone(), clock.clone(), None)
-            .expect("server builds");
+        let built =
+            tollgate::server::build(config.clone(), clock.clone(), None).expect("server builds");
         let live = built.live;
         let running = Running::spawn(built.server);
         wait_listening(addr);

@@ -53,6 +53,15 @@ impl fmt::Debug for Digest {
     }
 }
 
+/// RFC 7235 token68: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`.
+pub fn is_token68(b: &[u8]) -> bool {
+    let body_end = b.iter().rposition(|&c| c != b'=').map_or(0, |i| i + 1);
+    body_end > 0
+        && b[..body_end].iter().all(|&c| {
+            c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'+' | b'/')
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,6 +23,7 @@ pub mod clock;
 pub mod config;
 pub mod digest;
 pub mod limit;
+pub mod path;
 pub mod policy;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -12,8 +12,10 @@ mod cluster;
 mod edge;
 mod fast;
 pub mod file;
+pub mod keyname;
 mod locate;
 pub mod published;
+pub mod routes;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -28,10 +30,10 @@ pub use edge::{AuthFailures, Server, WebhookGuard, MAX_HEADERS, MAX_HEADER_BYTES
 use file::{FileAllow, FileCatalogue, FileConfig, KeyFields};
 use locate::LineIndex;
 
+use crate::digest::is_token68;
 use crate::digest::Digest;
-use crate::policy::authenticate::is_token68;
-use crate::policy::keys::{KeyName, MAX_KEYS};
-use crate::policy::routes::{Catalogue, Family, RouteIdx};
+use keyname::{KeyName, MAX_KEYS};
+use routes::{Catalogue, Family, RouteIdx};
 
 /// The largest limit a plan may set; the limiter's arithmetic is exact up to here.
 pub const MAX_REQUESTS_PER_WINDOW: u32 = 1_000_000;

@@ -6,16 +6,9 @@
 //! cannot grow memory.
 
 use super::keys::{Digest, KeyIdx, KeyTable};
-use super::refusal::Refusal;
+use crate::digest::is_token68;
 
-/// RFC 7235 token68: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`.
-pub fn is_token68(b: &[u8]) -> bool {
-    let body_end = b.iter().rposition(|&c| c != b'=').map_or(0, |i| i + 1);
-    body_end > 0
-        && b[..body_end].iter().all(|&c| {
-            c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'+' | b'/')
-        })
-}
+use super::refusal::Refusal;
 
 /// What the request carried in `Authorization`.
 #[derive(Clone, Copy, Debug)]

@@ -12,7 +12,7 @@
 
 use super::keys::Credential;
 use super::refusal::{Code, Refusal};
-use super::routes::{Family, Route, RouteIdx};
+use crate::config::routes::{Family, Route, RouteIdx};
 use crate::config::{Allow, Plan};
 
 /// Allow or refuse `credential` on `route` (at index `idx` of its catalogue).

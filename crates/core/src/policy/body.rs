@@ -23,8 +23,8 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::refusal::{Code, FieldError, Refusal};
-use super::routes::BodyRule;
 use super::webhook::check_url;
+use crate::config::routes::BodyRule;
 use crate::config::WebhookGuard;
 use crate::digest::Digest;
 
@@ -433,16 +433,6 @@ fn webhook_set(obj: &Object<'_>, guard: &WebhookGuard, errors: &mut Vec<FieldErr
             ));
         }
     }
-}
-
-/// An absolute `http://` or `https://` URL with a host (RFC 3986, as `http::Uri` reads it):
-/// the first of the `url` rules, before the webhook URL guard.
-pub fn is_http_url(s: &str) -> bool {
-    let Ok(uri) = s.parse::<http::Uri>() else {
-        return false;
-    };
-    matches!(uri.scheme_str(), Some("http") | Some("https"))
-        && uri.authority().is_some_and(|a| !a.host().is_empty())
 }
 
 fn service_upgrade(

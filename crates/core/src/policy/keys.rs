@@ -18,20 +18,16 @@
 //! most 7/8 full): about 130 bytes per key in all. `cargo bench --bench keys` measures it
 //! (docs/keyscale.md).
 
-use std::fmt;
 use std::hash::BuildHasher;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
 
+use crate::config::keyname::KeyName;
 use crate::config::Config;
 pub use crate::digest::Digest;
 use crate::limit::RateState;
-
-/// The most keys and partners one table holds: positions are `u32`.
-pub const MAX_KEYS: usize = u32::MAX as usize;
 
 /// Who a key belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,81 +36,6 @@ pub enum Credential {
     Customer { plan: usize, partner: Option<usize> },
     /// A partner key (index into `Config::partners`).
     Partner { partner: usize },
-}
-
-/// A key's or partner's name: at most 64 characters (the config checks them), kept inline up to
-/// [`KeyName::INLINE`] bytes so that a million names cost no allocation.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct KeyName(NameRepr);
-
-#[derive(Clone, PartialEq, Eq, Hash)]
-enum NameRepr {
-    Inline {
-        len: u8,
-        bytes: [u8; KeyName::INLINE],
-    },
-    Heap(Box<str>),
-}
-
-const _: () = assert!(std::mem::size_of::<KeyName>() == 24);
-
-impl KeyName {
-    /// The longest name kept without an allocation.
-    pub const INLINE: usize = 22;
-
-    pub fn new(name: &str) -> Self {
-        if name.len() <= Self::INLINE {
-            let mut bytes = [0u8; Self::INLINE];
-            bytes[..name.len()].copy_from_slice(name.as_bytes());
-            KeyName(NameRepr::Inline {
-                len: name.len() as u8,
-                bytes,
-            })
-        } else {
-            KeyName(NameRepr::Heap(name.into()))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        match &self.0 {
-            // Always the whole of a `&str` given to `new`, so always UTF-8.
-            NameRepr::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
-            NameRepr::Heap(s) => s,
-        }
-    }
-}
-
-impl Deref for KeyName {
-    type Target = str;
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl fmt::Display for KeyName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Debug for KeyName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl PartialEq<str> for KeyName {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for KeyName {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
 }
 
 #[derive(Debug)]
@@ -259,6 +180,22 @@ impl KeyTable {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+
+    /// Every entry with its index, in table order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (KeyIdx, &KeyEntry)> + '_ {
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i as KeyIdx, e))
+    }
+
+    /// The entry named `name` (a scan: for the admin API and the overrides' sync, not for the
+    /// request path).
+    pub fn find_by_name(&self, name: &str) -> Option<KeyIdx> {
+        self.iter()
+            .find(|(_, e)| e.name.as_str() == name)
+            .map(|(k, _)| k)
+    }
 }
 
 /// Hands each key's rate state from the previous table to the new one.
@@ -346,26 +283,6 @@ mod tests {
             table.get(acme).credential(),
             Credential::Partner { partner: 0 }
         );
-    }
-
-    #[test]
-    fn key_names_are_inline_up_to_22_bytes_and_read_back_whole() {
-        for name in [
-            "",
-            "a",
-            "shop-0000001",
-            &"x".repeat(22),
-            &"y".repeat(23),
-            &"z".repeat(64),
-        ] {
-            let n = KeyName::new(name);
-            assert_eq!(&*n, name);
-            assert_eq!(n.to_string(), name);
-            assert_eq!(format!("{n:?}"), format!("{name:?}"));
-            assert!(n == name);
-            assert_eq!(matches!(n.0, NameRepr::Inline { .. }), name.len() <= 22);
-        }
-        assert_ne!(KeyName::new("ab"), KeyName::new("abc"));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! | anything else: an extension method (`PURGE`, `PROPFIND`), a lower-case spelling (`post`), an overlong token | `501 not_implemented` | unknown to the gateway (RFC 9110 section 15.6.2); an upstream that folded `post` to `POST` would run a checked operation unchecked |
 //!
 //! A checked operation's own path takes only the methods its routes name; that rule needs the
-//! route and lives with classification ([`super::routes::Catalogue::guard`]).
+//! route and lives with classification ([`crate::config::routes::Catalogue::guard`]).
 
 use super::refusal::{Code, Refusal};
 

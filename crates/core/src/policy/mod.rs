@@ -6,7 +6,7 @@
 //! | 0. method | [`method`] | one of the methods an API is called with | 405 `method_not_allowed` (`TRACE`, `CONNECT`), 501 `not_implemented` |
 //! | 0. auth-failure block | [`blocking`] (the client address: [`client`]) | a client address not blocked | 429 `too_many_auth_failures` |
 //! | 1. authenticate | [`mod@authenticate`] | the caller's key entry ([`keys`]) | 401 `unauthorized` |
-//! | 2. classify | [`mod@classify`] | a catalogued route ([`routes`]) and the path to forward; a checked operation only by its own method and spelling | 400 `invalid_path`, 404 `unknown_route`, 405 `method_not_allowed` |
+//! | 2. classify | [`mod@classify`] | a catalogued route ([`crate::config::routes`]) and the path to forward; a checked operation only by its own method and spelling | 400 `invalid_path`, 404 `unknown_route`, 405 `method_not_allowed` |
 //! | 3. authorize | [`mod@authorize`] | a caller allowed on the route | 403 `wrong_credential`, `plan_restricted` |
 //! | 4. limit | [`crate::limit`] | a request within the key's budget | 429 `rate_limited` |
 //! | 5. check the body | [`body`] | a body of the spec's shape (once read) | 400 `invalid_json`, `invalid_body`, 403 `not_your_customer`, 413, 415 |
@@ -30,7 +30,6 @@ pub mod method;
 pub mod outcome;
 pub mod overrides;
 pub mod refusal;
-pub mod routes;
 pub mod webhook;
 
 use std::borrow::Cow;
@@ -40,6 +39,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::clock::Nanos;
+use crate::config::routes::{BodyRule, RouteIdx};
 use crate::config::Config;
 use crate::digest::Digest;
 use crate::limit::{LocalStore, Quota, Rate, Store};
@@ -52,7 +52,6 @@ use client::ClientKey;
 use keys::{Credential, KeyIdx, KeyTable};
 pub use outcome::Outcome;
 pub use refusal::{Code, FieldError, Refusal};
-use routes::{BodyRule, RouteIdx};
 
 /// What the policy reads of a request head.
 #[derive(Clone, Copy, Debug)]
@@ -69,6 +68,10 @@ pub struct RequestHead<'a> {
 pub struct Decision<'a> {
     /// Set once the caller is authenticated.
     pub key: Option<KeyIdx>,
+    /// The caller's credential as this decision read it (its plan, or partner): what the
+    /// answer's rate-limit fields, the logs and the metrics name, even if an override moves
+    /// the key to another plan while the request is in flight. Set whenever `key` is.
+    pub credential: Option<Credential>,
     /// Set once the route is known.
     pub route: Option<RouteIdx>,
     /// The caller's budget after this decision; set whenever `key` is.
@@ -200,6 +203,7 @@ impl Policy {
     ) -> Decision<'a> {
         let mut d = Decision {
             key: None,
+            credential: None,
             route: None,
             quota: None,
             block_started: None,
@@ -209,10 +213,9 @@ impl Policy {
         let client = client.map(ClientKey::of);
         d.verdict = self.steps(req, client, now, &mut d);
         // Refused before the limit step: the budget is reported, not spent.
-        if let (Some(key), None) = (d.key, d.quota) {
-            let entry = self.keys.get(key);
-            let rate = &self.limit(entry.credential()).rate;
-            d.quota = Some(self.store.peek(&entry.rate, rate, now));
+        if let (Some(key), Some(credential), None) = (d.key, d.credential, d.quota) {
+            let rate = &self.limit(credential).rate;
+            d.quota = Some(self.store.peek(&self.keys.get(key).rate, rate, now));
         }
         d
     }
@@ -243,9 +246,9 @@ impl Policy {
             }
         };
         let entry = self.keys.get(key);
+        let credential = *d.credential.insert(entry.credential());
         let classified = classify(&self.config.catalogue, req.method, req.path)?;
         let route = self.config.catalogue.get(*d.route.insert(classified.route));
-        let credential = entry.credential();
         // Shadow mode: the plan's own refusals (allow-list, limit) are recorded, not enforced.
         let shadow = match credential {
             Credential::Customer { plan, .. } => self.config.plans[plan].shadow,
@@ -336,7 +339,12 @@ impl Policy {
 
     /// The name of the caller's rate-limit policy: its plan, or `partner`.
     pub fn policy_name(&self, key: KeyIdx) -> &str {
-        match self.keys.get(key).credential() {
+        self.policy_name_of(self.keys.get(key).credential())
+    }
+
+    /// The name of `credential`'s rate-limit policy: its plan, or `partner`.
+    pub fn policy_name_of(&self, credential: Credential) -> &str {
+        match credential {
             Credential::Customer { plan, .. } => &self.config.plans[plan].name,
             Credential::Partner { .. } => PARTNER,
         }
@@ -350,10 +358,10 @@ impl Policy {
     }
 
     /// The `RateLimit-Policy` and `RateLimit` field values (draft-ietf-httpapi-ratelimit-headers)
-    /// for `key` with `quota` (a quota [`Policy::decide`] gave for that key): the first is
-    /// shared, built with the config; the second is the only per-request allocation.
-    pub fn rate_limit_headers(&self, key: KeyIdx, quota: &Quota) -> (Bytes, Bytes) {
-        let Limit { rate, fields } = self.limit(self.keys.get(key).credential());
+    /// for a caller with `credential` and `quota`, both as [`Policy::decide`] gave them: the
+    /// first is shared, built with the config; the second is the only per-request allocation.
+    pub fn rate_limit_headers(&self, credential: Credential, quota: &Quota) -> (Bytes, Bytes) {
+        let Limit { rate, fields } = self.limit(credential);
         debug_assert_eq!(
             (quota.limit, quota.window_secs),
             (rate.limit(), rate.window_secs()),
@@ -549,7 +557,7 @@ mod tests {
         }
         let d = p.decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0);
         assert_eq!(d.quota.unwrap().remaining, 39);
-        let (policy, state) = p.rate_limit_headers(d.key.unwrap(), &d.quota.unwrap());
+        let (policy, state) = p.rate_limit_headers(d.credential.unwrap(), &d.quota.unwrap());
         assert_eq!(policy, "\"basic\";q=40;w=10");
         assert_eq!(state, "\"basic\";r=39;t=1");
     }
@@ -570,6 +578,26 @@ mod tests {
             0,
         );
         assert_eq!(d.quota.unwrap().remaining, 69);
+    }
+
+    #[test]
+    fn the_answer_names_the_plan_the_decision_used_while_an_upgrade_lands() {
+        // An override put on the key between the decision and the answer (another replica's
+        // upgrade, read by the sync) does not change what this request's headers say.
+        let p = Policy::new(testing::config(), None);
+        let d = p.decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0);
+        let key = d.key.unwrap();
+        let pro = p.plan_by_id(3).unwrap();
+        p.keys.get(key).set_plan_override(Some(pro));
+        let (policy, state) = p.rate_limit_headers(d.credential.unwrap(), &d.quota.unwrap());
+        assert_eq!(policy, "\"basic\";q=40;w=10");
+        assert_eq!(state, "\"basic\";r=39;t=1");
+        assert_eq!(p.policy_name_of(d.credential.unwrap()), "basic");
+        assert_eq!(
+            p.policy_name(key),
+            "pro",
+            "the next request is decided on the new plan"
+        );
     }
 
     #[test]

@@ -167,7 +167,7 @@ impl Policy {
 
     /// Take the override off the key named `name`: its digest, when it had one.
     pub fn clear_override(&self, name: &str) -> Option<Digest> {
-        let k = (0..self.keys.len() as KeyIdx).find(|&k| self.keys.get(k).name.as_str() == name)?;
+        let k = self.keys.find_by_name(name)?;
         let entry = self.keys.get(k);
         entry.plan_override()?;
         entry.set_plan_override(None);
@@ -176,8 +176,9 @@ impl Policy {
 
     /// Keys with an override in force.
     pub fn overrides_in_force(&self) -> usize {
-        (0..self.keys.len() as KeyIdx)
-            .filter(|&k| self.keys.get(k).plan_override().is_some())
+        self.keys
+            .iter()
+            .filter(|(_, e)| e.plan_override().is_some())
             .count()
     }
 }

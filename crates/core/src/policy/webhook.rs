@@ -39,7 +39,6 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use url::{Host, Url};
 
-use super::body::is_http_url;
 use crate::config::WebhookGuard;
 
 /// The detail of rule 0, the `webhook_set` rule's own check.
@@ -373,6 +372,16 @@ pub fn judge_v6(a: Ipv6Addr) -> V6Judgement {
         None if GLOBAL_UNICAST_V6.contains(a) => V6Judgement::Global,
         None => V6Judgement::Reserved,
     }
+}
+
+/// An absolute `http://` or `https://` URL with a host (RFC 3986, as `http::Uri` reads it):
+/// the first of the `url` rules, before the webhook URL guard.
+pub fn is_http_url(s: &str) -> bool {
+    let Ok(uri) = s.parse::<http::Uri>() else {
+        return false;
+    };
+    matches!(uri.scheme_str(), Some("http") | Some("https"))
+        && uri.authority().is_some_and(|a| !a.host().is_empty())
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
-//! Serving: the Pingora server built from a [`Config`], for `run`, `demo` and the tests:
-//! the gateway listener(s), the admin listener, and the background services of
-//! [`super::lifecycle`]. This is the one place where the proxy and the admin listener are
-//! assembled.
+//! The roof: the Pingora server built from a [`Config`], for `run`, `demo` and the tests — the
+//! gateway listener(s), the admin listener, and the background services of
+//! [`crate::runtime::lifecycle`], the shared budgets and the overrides. This is the one place
+//! where the rooms below (proxy, admin, edge, shared budgets, overrides, the runtime's ground)
+//! are wired together, and nothing imports from here but the commands.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,18 +18,18 @@ use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
-use super::error::SetupError;
-use super::lifecycle::{BlockSweeper, Health, ReadinessProbe, ReloadOnHangup, Signals};
-use super::live::LivePolicy;
-use super::metrics::Metrics;
 use crate::admin::Admin;
 use crate::clock::Clock;
-use crate::cluster::ClusterService;
 use crate::config::{Config, Tls};
 use crate::edge::{EdgeApp, TlsListener};
 use crate::limit::{LocalStore, Store};
 use crate::overrides::{OverrideSync, PlanOverrides};
 use crate::proxy::Gateway;
+use crate::runtime::error::SetupError;
+use crate::runtime::lifecycle::{BlockSweeper, Health, ReadinessProbe, ReloadOnHangup, Signals};
+use crate::runtime::live::LivePolicy;
+use crate::runtime::metrics::Metrics;
+use crate::shared::BudgetSync;
 
 /// Each connection's socket read buffer: none. Pingora's default is 64 KiB, held for the
 /// connection's whole life, idle or not; Pingora's HTTP code reads heads into its own buffer
@@ -75,12 +76,12 @@ pub fn default_server_conf() -> ServerConf {
 pub struct Built {
     pub server: Server,
     pub live: Arc<LivePolicy>,
-    /// The signal handling of [`super::lifecycle`], for `Server::run`.
+    /// The signal handling of [`crate::runtime::lifecycle`], for `Server::run`.
     pub signals: Signals,
 }
 
 impl Built {
-    /// Serve until a signal ends the process (see [`super::lifecycle`]).
+    /// Serve until a signal ends the process (see [`crate::runtime::lifecycle`]).
     pub fn run(self) {
         self.server.run(RunArgs {
             shutdown_signal: Box::new(self.signals),
@@ -131,33 +132,32 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     let metrics = Arc::new(Metrics::new());
     let cluster = config.cluster.clone().map(|c| {
         let window = Duration::from_secs(u64::from(config.limits.window.get()));
-        ClusterService::new(c, window, Arc::clone(&clock), &metrics)
+        BudgetSync::new(c, window, Arc::clone(&clock), &metrics)
     });
     let store: Arc<dyn Store> = match &cluster {
         Some((shared, _)) => Arc::clone(shared) as Arc<dyn Store>,
         None => Arc::new(LocalStore),
     };
     let shared = cluster.as_ref().map(|(s, _)| Arc::clone(s));
-    let overrides = PlanOverrides::open(
-        config.cluster.as_ref(),
-        config.state_path.as_deref(),
-        &metrics,
-    )
-    .map_err(|message| SetupError::State {
-        file: config.source.clone(),
-        message,
-    })?;
+    let (overrides, kept) =
+        PlanOverrides::open(config.cluster.as_ref(), config.state_path.as_deref()).map_err(
+            |e| SetupError::State {
+                file: config.source.clone(),
+                message: e.to_string(),
+            },
+        )?;
     let overrides = Arc::new(overrides);
     let sync_every = config.cluster.as_ref().map(|c| c.sync_interval);
-    let live = Arc::new(LivePolicy::with_store(
-        config,
-        metrics,
-        store,
-        Arc::clone(&overrides),
-    )?);
+    let live = Arc::new(LivePolicy::with_store(config, metrics, store, kept)?);
+    live.forget_with(Arc::clone(&overrides) as Arc<dyn crate::runtime::live::Forget>);
     let health = Arc::new(Health::default());
     let edge_limits = live.load().policy.config.server.clone();
-    let gateway = Gateway::new(Arc::clone(&live), Arc::clone(&health), Arc::clone(&clock));
+    let gateway = Gateway::new(
+        Arc::clone(&live),
+        Arc::clone(&health),
+        Arc::clone(&clock),
+        Arc::clone(&overrides),
+    );
     let mut proxy = pingora::proxy::http_proxy(&server.configuration, gateway);
     let mut options = HttpServerOptions::default();
     // An HTTP/2 connection with no open stream closes after the idle timeout (HTTP/1.1 idle
@@ -190,6 +190,7 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
         cluster: shared,
         clock: Arc::clone(&clock),
         failures: Arc::clone(&admin_failures),
+        overrides: Arc::clone(&overrides),
     };
     let admin = EdgeApp::admin(Arc::new(HttpServer::new_app(admin)), Arc::clone(&live));
     let mut admin_svc = Service::new("tollgate admin".into(), admin);

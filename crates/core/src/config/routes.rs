@@ -2,7 +2,7 @@
 //!
 //! The catalogue is data (`policies/routes.yaml`, compiled in as the default and replaceable by
 //! the `routes:` field of a config) so an operator can correct a path the spec does not show.
-//! This module turns the file into lookup tables; [`mod@super::classify`] does the matching.
+//! This module turns the file into lookup tables; [`crate::policy::classify`] does the matching.
 //!
 //! Matching is by ASCII-case-insensitive path, so no case variant of a catalogued path can slip
 //! past its route; the path forwarded upstream is then the catalogue's own spelling.
@@ -471,7 +471,7 @@ fn compile_route(fr: FileRoute, at: &str, partner_prefixes: &[String]) -> Result
 
 /// A catalogue path must be one the normalizer would let through unchanged, under `/v2/`.
 fn check_catalogue_path(p: &str, field: &str) -> Result<(), Invalid> {
-    match super::classify::normalize(p) {
+    match crate::path::normalize(p) {
         Ok(n) if n == p => {}
         _ => {
             return Err(Invalid::new(

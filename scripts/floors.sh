@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The house's floors (part of scripts/lint.sh): a file may import only from its own floor or
+# the floors below it. Each row: a path, and the modules of the crate that code under that
+# path must not import (a `crate::<module>` in a line that is not a comment). The floors are
+# written in src/lib.rs and crates/core/src/lib.rs; this keeps them.
+#
+#   scripts/floors.sh            check; exit 1 naming every import that goes back up
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# path                                  forbidden modules (alternatives of a regex)
+rules=(
+  # The core: clock, digest, path at the bottom; config and limit above them; policy on top.
+  "crates/core/src/clock.rs             config|limit|policy|testing|path|digest"
+  "crates/core/src/digest.rs            config|limit|policy|testing|path|clock"
+  "crates/core/src/path.rs              config|limit|policy|testing"
+  "crates/core/src/config               policy|limit|testing"
+  "crates/core/src/limit                policy|config|testing"
+  # The adapter: the runtime is the ground; the Redis room above it; the rooms that keep state
+  # and the edge above that; the proxy and the admin listener above those; the server is the
+  # roof; the commands stand on it.
+  "src/runtime                          redis|shared|overrides|edge|proxy|admin|server|cli|demo|top"
+  "src/redis                            shared|overrides|edge|proxy|admin|server|cli|demo|top"
+  "src/shared                           overrides|edge|proxy|admin|server|cli|demo|top"
+  "src/overrides                        shared|edge|proxy|admin|server|cli|demo|top"
+  "src/edge                             redis|shared|overrides|proxy|admin|server|cli|demo|top"
+  "src/proxy                            admin|server|cli|demo|top"
+  "src/admin                            proxy|server|cli|demo|top"
+  "src/server.rs                        cli|demo|top"
+)
+
+bad=0
+for rule in "${rules[@]}"; do
+  read -r path forbidden <<<"$rule"
+  [ -e "$path" ] || { echo "floors: no $path (update scripts/floors.sh)" >&2; exit 1; }
+  # Code lines only: not `//`, `//!`, `///` comments.
+  hits=$(grep -rnHE "crate::(($forbidden)\b|\{[^}]*\b($forbidden)\b)" "$path" --include='*.rs' |
+    grep -vE '^[^:]+:[0-9]+:\s*//' || true)
+  if [ -n "$hits" ]; then
+    echo "floors: $path imports from a floor above it (may not use: ${forbidden//|/, }):" >&2
+    echo "$hits" >&2
+    bad=1
+  fi
+done
+if [ "$bad" = 1 ]; then
+  exit 1
+fi
+echo "ok: ${#rules[@]} floors, no import goes back up"

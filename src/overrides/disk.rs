@@ -1,0 +1,128 @@
+//! Overrides on local disk (`state.path`): an embedded, crash-safe [redb] database, one table
+//! from a key's digest to its override as JSON.
+//!
+//! Why redb and not SQLite: the data is a map from a 32-byte digest to a small record; redb is
+//! a pure-Rust embedded key-value store (one crate, no C build), ACID and crash-safe by default
+//! (copy-on-write B-trees, a commit is durable when it returns), and lets `tollgate check` read
+//! the file while a gateway holds it. SQLite (through rusqlite) would bring a C library and SQL
+//! for one table of two columns.
+
+use std::path::Path;
+
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::digest::Digest;
+use crate::policy::overrides::{Override, Overrides};
+
+const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("plan_overrides");
+
+/// Why the disk store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    #[error("{path}: {source}")]
+    Open {
+        path: String,
+        source: Box<redb::DatabaseError>,
+    },
+    #[error("{0}")]
+    Store(Box<dyn std::error::Error + Send + Sync>),
+}
+
+fn store(e: impl std::error::Error + Send + Sync + 'static) -> DiskError {
+    DiskError::Store(Box::new(e))
+}
+
+/// Open (or create) the file at `path` for writing. Several writers: during a zero-downtime
+/// upgrade the old and the new process both have it open.
+pub fn open(path: &Path) -> Result<redb::Database, DiskError> {
+    redb::Builder::new()
+        .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+        .create(path)
+        .map_err(|e| DiskError::Open {
+            path: path.display().to_string(),
+            source: Box::new(e),
+        })
+}
+
+/// Open the file at `path` to read (`tollgate check`, beside a running gateway).
+pub fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, DiskError> {
+    redb::Builder::new()
+        .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
+        .open_read_only(path)
+        .map_err(|e| DiskError::Open {
+            path: path.display().to_string(),
+            source: Box::new(e),
+        })
+}
+
+/// Every override in the file.
+pub fn read_all(db: &impl ReadableDatabase) -> Result<Overrides, DiskError> {
+    let txn = db.begin_read().map_err(store)?;
+    let table = match txn.open_table(TABLE) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Overrides::new()),
+        Err(e) => return Err(store(e)),
+    };
+    let mut set = Overrides::new();
+    for row in table.iter().map_err(store)? {
+        let (k, v) = row.map_err(store)?;
+        let Ok(d) = <[u8; 32]>::try_from(k.value()) else {
+            continue;
+        };
+        if let Ok(o) = serde_json::from_slice::<Override>(v.value()) {
+            set.insert(Digest(d), o);
+        }
+    }
+    Ok(set)
+}
+
+/// Write one override (or its removal); durable when it returns (redb's default durability):
+/// an acknowledged change is a kept one.
+pub fn write(db: &redb::Database, d: &Digest, record: Option<&Override>) -> Result<(), DiskError> {
+    let txn = db.begin_write().map_err(store)?;
+    {
+        let mut table = txn.open_table(TABLE).map_err(store)?;
+        match record {
+            Some(o) => {
+                table
+                    .insert(&d.0[..], super::json(o).as_bytes())
+                    .map_err(store)?;
+            }
+            None => {
+                table.remove(&d.0[..]).map_err(store)?;
+            }
+        }
+    }
+    txn.commit().map_err(store)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_disk_store_keeps_what_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let db = open(&path).unwrap();
+        let o = Override {
+            plan_id: 2,
+            replaced: 1,
+            key: "k".into(),
+            partner: Some("p".into()),
+            at_ms: 7,
+        };
+        let d = Digest([3; 32]);
+        write(&db, &d, Some(&o)).unwrap();
+        write(&db, &Digest([4; 32]), Some(&o)).unwrap();
+        write(&db, &Digest([4; 32]), None).unwrap();
+        // A second writer beside the first (an upgrade), then a fresh start.
+        let other = open(&path).unwrap();
+        assert_eq!(read_all(&other).unwrap().len(), 1);
+        drop((db, other));
+        let db = open(&path).unwrap();
+        let set = read_all(&db).unwrap();
+        assert_eq!(set.len(), 1);
+        assert_eq!(set[&d], o);
+    }
+}

@@ -1,0 +1,219 @@
+//! The one room that speaks to Redis (or Valkey): one client type, one way to connect, one way
+//! to call a script, one typed error. The features that keep state there — shared budgets
+//! ([`crate::shared`]) and the overrides ([`crate::overrides`]) — are rooms of their own above
+//! this one; each keeps its Lua in `.lua` files beside its code, loaded with `include_str!`.
+//!
+//! | piece | what |
+//! |---|---|
+//! | [`Client`] | a single Redis through a reconnecting connection manager, or a Redis Cluster |
+//! | [`connect`] | the client the `cluster` block names, within its timeout |
+//! | [`Lua`] | a script: invoked alone or laid out as `EVALSHA` in a pipeline, from one place |
+//! | [`StoreError`] | why a call failed, never with the URL (it may hold a password) |
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisError, Script};
+
+use crate::config::{scrub, Cluster};
+
+/// Why a call to Redis failed. Its text never holds the store's URL.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// Redis answered with an error, or the connection failed (the message, scrubbed).
+    #[error("{0}")]
+    Redis(String),
+    /// The script is not loaded there (after a restart or a failover).
+    #[error("the script is not loaded")]
+    NoScript,
+    /// No connection within the timeout.
+    #[error("no connection within timeout_ms")]
+    ConnectTimeout,
+    /// No answer within the timeout.
+    #[error("no answer within timeout_ms")]
+    Timeout,
+    /// An answer of another shape than the script's.
+    #[error("{0}")]
+    Malformed(&'static str),
+}
+
+impl StoreError {
+    /// The error of a call to the store at `url`, scrubbed of the URL.
+    pub fn of(e: &RedisError, url: &str) -> Self {
+        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
+            return StoreError::NoScript;
+        }
+        StoreError::Redis(scrub(&e.to_string(), url))
+    }
+}
+
+/// A connection to a single Redis (reconnecting by itself) or to a Redis Cluster; cheap to
+/// clone (both are handles on shared connections).
+#[derive(Clone)]
+pub enum Client {
+    Single(ConnectionManager),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Client {
+    /// Run one command.
+    pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
+        match self.clone() {
+            Client::Single(mut c) => cmd.query_async(&mut c).await,
+            Client::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+    }
+
+    /// Run a pipeline (on a Redis Cluster, every command of it must name one slot).
+    pub async fn pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> redis::RedisResult<T> {
+        match self.clone() {
+            Client::Single(mut c) => pipe.query_async(&mut c).await,
+            Client::Cluster(mut c) => pipe.query_async(&mut c).await,
+        }
+    }
+
+    /// Load `lua` into the store (after `NOSCRIPT`).
+    pub async fn load(&self, lua: &Lua) -> redis::RedisResult<String> {
+        self.query(&lua.load_cmd()).await
+    }
+
+    /// Run `cmd`, a call of `lua` ([`Lua::evalsha`]); on `NOSCRIPT` the script is loaded and
+    /// the call sent once more.
+    pub async fn call<T: FromRedisValue>(&self, lua: &Lua, cmd: &Cmd) -> redis::RedisResult<T> {
+        match self.query(cmd).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.load(lua).await?;
+                self.query(cmd).await
+            }
+            r => r,
+        }
+    }
+}
+
+/// A Lua script of one of the rooms above. redis-rs's own `ScriptInvocation` cannot be put in
+/// a pipeline (its command is private to the crate), so every call, alone or pipelined, is
+/// laid out here: `EVALSHA sha numkeys KEYS… ARGV…`.
+pub struct Lua {
+    source: &'static str,
+    script: Script,
+}
+
+impl Lua {
+    /// A script from its source (a `.lua` file, `include_str!`-ed).
+    pub fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            script: Script::new(source),
+        }
+    }
+
+    /// The SHA-1 of the source, as Redis names a loaded script.
+    pub fn hash(&self) -> &str {
+        self.script.get_hash()
+    }
+
+    /// A call with `keys`, as one command (for [`Client::call`], [`Client::query`] or a
+    /// pipeline); its `ARGV` follow with `.arg(…)`.
+    pub fn evalsha(&self, keys: &[&str]) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.hash()).arg(keys.len());
+        for k in keys {
+            cmd.arg(*k);
+        }
+        cmd
+    }
+
+    /// `SCRIPT LOAD` of the source.
+    fn load_cmd(&self) -> Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source);
+        cmd
+    }
+}
+
+/// `call` within `deadline`; its error scrubbed of `url`.
+pub async fn within<T>(
+    deadline: tokio::time::Instant,
+    url: &str,
+    call: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout_at(deadline, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(StoreError::of(&e, url)),
+        Err(_) => Err(StoreError::Timeout),
+    }
+}
+
+/// Connect to the store `cfg` names, within its timeout: a Redis Cluster when the server says
+/// `cluster_enabled:1`, else one Redis through a reconnecting connection manager.
+pub async fn connect(cfg: &Cluster) -> Result<Client, StoreError> {
+    match tokio::time::timeout(cfg.timeout, open(cfg)).await {
+        Ok(r) => r,
+        Err(_) => Err(StoreError::ConnectTimeout),
+    }
+}
+
+async fn open(cfg: &Cluster) -> Result<Client, StoreError> {
+    let url = cfg.redis_url.as_str();
+    let fail = |e: RedisError| StoreError::of(&e, url);
+    let t = cfg.timeout;
+    let client = redis::Client::open(url).map_err(fail)?;
+    let mut probe = client
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(t))
+                .set_response_timeout(Some(t)),
+        )
+        .await
+        .map_err(fail)?;
+    let info: String = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut probe)
+        .await
+        .map_err(fail)?;
+    if info.contains("cluster_enabled:1") {
+        let cluster = redis::cluster::ClusterClient::builder(vec![url])
+            .connection_timeout(t)
+            .response_timeout(t)
+            .retries(0)
+            .build()
+            .map_err(fail)?;
+        let conn = cluster.get_async_connection().await.map_err(fail)?;
+        return Ok(Client::Cluster(conn));
+    }
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(t))
+        .set_response_timeout(Some(t))
+        .set_number_of_retries(1)
+        .set_max_delay(cfg.sync_interval);
+    let manager = ConnectionManager::new_with_config(client, config)
+        .await
+        .map_err(fail)?;
+    Ok(Client::Single(manager))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_never_carry_the_password() {
+        let e = RedisError::from(std::io::Error::other("auth failed for redis://:s3cret@h"));
+        let f = StoreError::of(&e, "redis://:s3cret@h:6379");
+        assert!(!f.to_string().contains("s3cret"), "{f}");
+    }
+
+    #[test]
+    fn a_call_is_laid_out_as_evalsha() {
+        let lua = Lua::new("return 1");
+        let mut cmd = lua.evalsha(&["k1", "k2"]);
+        cmd.arg("a").arg(7u64);
+        let args: Vec<String> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => "<other>".into(),
+            })
+            .collect();
+        assert_eq!(args, ["EVALSHA", lua.hash(), "2", "k1", "k2", "a", "7"]);
+        assert_eq!(lua.hash().len(), 40);
+    }
+}

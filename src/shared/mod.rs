@@ -1,0 +1,204 @@
+//! Shared budgets: the background half of [`SharedStore`], keeping the replicas' views of
+//! every key's budget in step through Redis (the `cluster` block).
+//!
+//! The request path decides on local views (`tollgate_core::limit::shared`) and never waits
+//! for Redis. This room is one Pingora background service, [`BudgetSync`], that every
+//! `sync_interval`:
+//!
+//! 1. sends this replica's heartbeat (`heartbeat.lua` on `<prefix>:fleet`, a sorted set of
+//!    replica ids by their last heartbeat), which answers how many replicas are alive: `N`;
+//! 2. sends each key admitted on since the last exchange to `budget.lua` on
+//!    `<prefix>:b:{<hash>}` (to a single Redis 128 keys per call and every call of the exchange
+//!    in one pipeline; to a Redis Cluster one key per call, one slot each, all in flight
+//!    together), which applies the hits to the fleet's TAT with Redis's clock and answers the
+//!    distance ahead and the replicas on the key ([`exchange`]);
+//! 3. settles the answers: views re-anchored, hits of unanswered calls given back.
+//!
+//! Every script call touches one slot (on a Redis Cluster one key; the budget names carry a
+//! hash tag), reads the time with `TIME` (replicas' clocks never matter), and sets an expiry on
+//! what it writes. Redis holds no key and no digest: names are a hash of the digest under a
+//! fixed label ([`store_key`](crate::limit::shared::store_key)), values are times and counts.
+//!
+//! **Failures.** An exchange that fails or passes `timeout` marks the store down: requests go
+//! on, each replica enforcing `limit / N` on its own (`tollgate_cluster_store_up 0`, `/readyz`
+//! says `degraded`, one log line). A circuit breaker then waits 2, 4, 8 … intervals (at most
+//! [`MAX_BACKOFF`]) between attempts, so a dead Redis costs one timeout per backoff, not one per
+//! interval. The first exchange that succeeds brings sharing back (one log line), sending each
+//! pending key's view as a floor so that what was admitted while down is neither lost nor
+//! counted twice.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`exchange`] | one exchange: heartbeat, the budget calls (pipelined or one by one), settling |
+//! | [`script`] | the two `.lua` scripts and their packed arguments and answers |
+//! | `metrics` | `tollgate_cluster_*` |
+
+pub mod exchange;
+mod metrics;
+pub mod script;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+use crate::clock::Clock;
+use crate::config::Cluster;
+use crate::digest::Digest;
+use crate::limit::shared::fleet_key;
+use crate::limit::{SharedStore, Syncer, Timing};
+use crate::redis::{Client, Lua};
+use crate::runtime::metrics::Metrics;
+use metrics::SharedMetrics;
+
+/// The longest the breaker waits between two attempts on a store that is down.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Budget names kept by [`BudgetSync`] (about 150 bytes each: 10 MB at most).
+const NAMES: usize = 1 << 16;
+
+/// The shared budgets' background service (see the module docs).
+pub struct BudgetSync {
+    cfg: Cluster,
+    timing: Timing,
+    store: Arc<SharedStore>,
+    syncer: Mutex<Syncer>,
+    clock: Arc<dyn Clock>,
+    /// This process's name in the store: random, so two replicas never share one.
+    replica: String,
+    fleet_key: String,
+    budget: Lua,
+    heartbeat: Lua,
+    metrics: SharedMetrics,
+    /// Each key's budget name in the store, computed once (a SHA-256 and a hex string per
+    /// key per exchange were half of the exchange's CPU). At most [`NAMES`] entries: past
+    /// that it starts again, so memory stays bounded whatever the number of keys.
+    names: Mutex<HashMap<Digest, Arc<str>, foldhash::fast::RandomState>>,
+}
+
+impl BudgetSync {
+    /// The store for the policy, and the service that keeps it in step with the fleet.
+    pub fn new(
+        cfg: Cluster,
+        window: Duration,
+        clock: Arc<dyn Clock>,
+        metrics: &Metrics,
+    ) -> (Arc<SharedStore>, Self) {
+        let timing = Timing {
+            sync_interval: cfg.sync_interval,
+            timeout: cfg.timeout,
+            window,
+        };
+        let (store, syncer) = SharedStore::new(timing);
+        let svc = Self {
+            fleet_key: fleet_key(&cfg.key_prefix),
+            cfg,
+            timing,
+            store: Arc::clone(&store),
+            syncer: Mutex::new(syncer),
+            clock,
+            replica: replica_id(),
+            budget: Lua::new(script::BUDGET_LUA),
+            heartbeat: Lua::new(script::HEARTBEAT_LUA),
+            metrics: SharedMetrics::new(metrics),
+            names: Mutex::default(),
+        };
+        (store, svc)
+    }
+
+    fn syncer(&self) -> std::sync::MutexGuard<'_, Syncer> {
+        // Only this service's one task locks it.
+        self.syncer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One round: connect if needed, exchange, settle. Whether it succeeded.
+    async fn round(&self, client: &mut Option<Client>) -> bool {
+        let started = std::time::Instant::now();
+        let batch = self.syncer().begin(self.clock.now());
+        if client.is_none() {
+            match crate::redis::connect(&self.cfg).await {
+                Ok(c) => *client = Some(c),
+                Err(e) => return self.settle(batch, Err(e), &[], started),
+            }
+        }
+        let Some(c) = client.as_ref() else {
+            return false;
+        };
+        let (outcome, replies) = self.exchange(c, &batch.calls).await;
+        let ok = self.settle(batch, outcome, &replies, started);
+        if !ok {
+            // A cluster connection is rebuilt from scratch after a failure; the single
+            // connection's manager reconnects by itself.
+            if matches!(client, Some(Client::Cluster(_))) {
+                *client = None;
+            }
+        }
+        ok
+    }
+}
+
+#[async_trait]
+impl BackgroundService for BudgetSync {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut client = None;
+        let mut tick = tokio::time::interval(self.cfg.sync_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failures = 0u32;
+        let mut next_try = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => break,
+            }
+            if tokio::time::Instant::now() < next_try {
+                // The breaker is open: no call; keep only keys with something to say.
+                self.syncer().hold(self.clock.now());
+                continue;
+            }
+            if self.round(&mut client).await {
+                failures = 0;
+            } else {
+                failures = failures.saturating_add(1);
+                let backoff = self
+                    .cfg
+                    .sync_interval
+                    .saturating_mul(1 << failures.min(16))
+                    .min(MAX_BACKOFF);
+                next_try = tokio::time::Instant::now() + backoff;
+            }
+        }
+        // Leaving: report what was admitted since the last exchange, if the store answers.
+        if failures == 0 && client.is_some() {
+            self.round(&mut client).await;
+        }
+    }
+}
+
+/// A random id for this process: 16 hex digits from the standard library's random hasher
+/// seeds, the process id and the time.
+fn replica_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!("{:016x}", h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_ids_differ() {
+        let ids: std::collections::HashSet<String> = (0..100).map(|_| replica_id()).collect();
+        assert_eq!(ids.len(), 100);
+        assert!(ids.iter().all(|i| i.len() == 16));
+    }
+}
