@@ -18,7 +18,8 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tollgate_core::policy::authenticate::{authenticate, bearer_token, is_token68, AuthHeader};
+use tollgate_core::digest::is_token68;
+use tollgate_core::policy::authenticate::{authenticate, bearer_token, AuthHeader};
 use tollgate_core::policy::keys::KeyTable;
 use tollgate_core::policy::Refusal;
 
