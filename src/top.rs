@@ -14,7 +14,7 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Table};
 use ratatui::{Frame, Terminal};
-use serde_json::Value;
+use crate::admin::view::UsageView;
 
 /// Where the admin listener is, and its token.
 pub struct Admin {
@@ -41,8 +41,8 @@ impl Admin {
         })
     }
 
-    /// `GET /api/usage`, as JSON.
-    pub fn usage(&self) -> Result<Value, String> {
+    /// `GET /api/usage`.
+    pub fn usage(&self) -> Result<UsageView, String> {
         let mut s = TcpStream::connect((self.host.as_str(), self.port))
             .map_err(|e| format!("{}:{}: {e}", self.host, self.port))?;
         s.set_read_timeout(Some(Duration::from_secs(5)))
@@ -85,7 +85,7 @@ impl Admin {
 pub fn run(admin: &Admin) -> Result<(), String> {
     let mut terminal = ratatui::try_init().map_err(|e| e.to_string())?;
     let result = (|| {
-        let mut last: Result<Value, String> = admin.usage();
+        let mut last: Result<UsageView, String> = admin.usage();
         let mut fetched = Instant::now();
         loop {
             terminal
@@ -131,15 +131,12 @@ pub fn once(admin: &Admin) -> Result<String, String> {
     Ok(out)
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
+/// An optional value as shown: `-` for none.
+fn or_dash(v: Option<&str>) -> String {
+    v.unwrap_or("-").to_string()
 }
 
-fn draw(f: &mut Frame, usage: &Result<Value, String>) {
+fn draw(f: &mut Frame, usage: &Result<UsageView, String>) {
     let u = match usage {
         Ok(u) => u,
         Err(e) => {
@@ -151,7 +148,7 @@ fn draw(f: &mut Frame, usage: &Result<Value, String>) {
             return;
         }
     };
-    let c = &u["config"];
+    let c = &u.config;
     let rows = Layout::default()
         .direction(Direction::Vertical)
         .constraints([
@@ -160,30 +157,26 @@ fn draw(f: &mut Frame, usage: &Result<Value, String>) {
             Constraint::Length(12),
         ])
         .split(f.area());
-    let reload = match &c["last_reload"] {
-        Value::Null => "no reload since start".to_string(),
-        r => format!("last reload: {}", s(&r["result"])),
+    let reload = match &c.last_reload {
+        None => "no reload since start".to_string(),
+        Some(r) => format!("last reload: {}", r.result),
     };
-    let cluster = match &u["cluster"] {
-        Value::Null => "budgets: this process".to_string(),
-        cl => format!(
+    let cluster = match &u.cluster {
+        None => "budgets: this process".to_string(),
+        Some(cl) => format!(
             "cluster: store {}, {} replicas",
-            if cl["store_up"] == Value::Bool(true) {
-                "up"
-            } else {
-                "DOWN (limit / N)"
-            },
-            s(&cl["replicas"])
+            if cl.store_up { "up" } else { "DOWN (limit / N)" },
+            cl.replicas
         ),
     };
     let header = format!(
         "{} keys · {} partners · {} plans · {} s window · {reload} · {cluster} · {} overrides · {} requests without a key (1 min)",
-        s(&c["keys"]),
-        s(&c["partners"]),
-        c["plans"].as_array().map_or(0, Vec::len),
-        s(&c["window_seconds"]),
-        u["overrides"].as_array().map_or(0, Vec::len),
-        s(&u["anonymous_requests"]),
+        c.keys,
+        c.partners,
+        c.plans.len(),
+        c.window_seconds,
+        u.overrides.len(),
+        u.anonymous_requests,
     );
     f.render_widget(
         Paragraph::new(Line::from(header)).block(
@@ -197,33 +190,32 @@ fn draw(f: &mut Frame, usage: &Result<Value, String>) {
     refusals_table(f, u, rows[2]);
 }
 
-fn keys_table(f: &mut Frame, u: &Value, area: Rect) {
+fn keys_table(f: &mut Frame, u: &UsageView, area: Rect) {
     let head = Row::new([
         "key", "plan", "partner", "requests", "admitted", "rate_lim", "forbid", "invalid",
         "shadow", "budget",
     ])
     .style(Style::default().add_modifier(Modifier::BOLD));
-    let rows: Vec<Row> = u["keys"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let rows: Vec<Row> = u
+        .keys
+        .iter()
         .map(|k| {
-            let plan = if k["override"] == Value::Bool(true) {
-                format!("{}*", s(&k["plan"]))
+            let plan = if k.overridden {
+                format!("{}*", k.plan)
             } else {
-                s(&k["plan"])
+                k.plan.clone()
             };
             Row::new([
-                s(&k["key"]),
+                k.key.clone(),
                 plan,
-                s(&k["partner"]),
-                s(&k["requests"]),
-                s(&k["admitted"]),
-                s(&k["refusals"]["rate_limited"]),
-                s(&k["refusals"]["forbidden"]),
-                s(&k["refusals"]["invalid"]),
-                s(&k["shadowed"]),
-                format!("{}/{}", s(&k["budget_left"]), s(&k["limit"])),
+                or_dash(k.partner.as_deref()),
+                k.requests.to_string(),
+                k.admitted.to_string(),
+                k.refusals.rate_limited.to_string(),
+                k.refusals.forbidden.to_string(),
+                k.refusals.invalid.to_string(),
+                k.shadowed.to_string(),
+                format!("{}/{}", k.budget_left, k.limit),
             ])
         })
         .collect();
@@ -249,25 +241,25 @@ fn keys_table(f: &mut Frame, u: &Value, area: Rect) {
     );
 }
 
-fn refusals_table(f: &mut Frame, u: &Value, area: Rect) {
-    let rows: Vec<Row> = u["refusals"]
-        .as_array()
-        .into_iter()
-        .flatten()
+fn refusals_table(f: &mut Frame, u: &UsageView, area: Rect) {
+    let rows: Vec<Row> = u
+        .refusals
+        .iter()
         .take(10)
         .map(|r| {
-            let secs = r["at_ms"].as_u64().unwrap_or(0) / 1000;
+            let secs = r.at_ms / 1000;
             let t = format!(
                 "{:02}:{:02}:{:02}",
                 secs / 3600 % 24,
                 secs / 60 % 60,
                 secs % 60
             );
+            let status = r.status.map_or_else(|| "-".into(), |s| s.to_string());
             Row::new([
                 t,
-                s(&r["key"]),
-                s(&r["route"]),
-                format!("{} {}", s(&r["status"]), s(&r["code"])),
+                or_dash(r.key.as_deref()),
+                or_dash(r.route.as_deref()),
+                format!("{status} {}", or_dash(r.code.as_deref())),
             ])
         })
         .collect();
@@ -305,14 +297,17 @@ mod tests {
 
     #[test]
     fn a_frame_holds_the_keys_and_the_refusals() {
-        let u = serde_json::json!({
-            "config": {"keys": 3, "partners": 1, "plans": [1, 2], "window_seconds": 10, "last_reload": null},
-            "cluster": null, "overrides": [], "anonymous_requests": 4,
+        let u: UsageView = serde_json::from_value(serde_json::json!({
+            "generated_at_ms": 1,
+            "config": {"file": "gw.yaml", "started_at_ms": 0, "keys": 3, "partners": 1,
+                       "partner_limit": 150, "plans": [], "window_seconds": 10, "last_reload": null},
+            "search": null, "cluster": null, "overrides": [], "anonymous_requests": 4,
             "keys": [{"key": "shop-1", "plan": "basic", "partner": null, "override": false, "requests": 9,
                       "admitted": 7, "refusals": {"rate_limited": 2, "forbidden": 0, "invalid": 0},
                       "shadowed": 0, "budget_left": 0, "limit": 40}],
             "refusals": [{"at_ms": 3_600_000, "key": "shop-1", "route": "client", "status": 429, "code": "rate_limited"}],
-        });
+        }))
+        .unwrap();
         let mut t = Terminal::new(TestBackend::new(140, 30)).unwrap();
         t.draw(|f| draw(f, &Ok(u))).unwrap();
         let text: String = t

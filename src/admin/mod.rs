@@ -22,6 +22,7 @@ use std::time::Instant;
 
 pub mod guard;
 mod usage;
+pub mod view;
 
 use async_trait::async_trait;
 use http::header::{
@@ -38,6 +39,7 @@ use crate::overrides::PlanOverrides;
 use crate::policy::authenticate::bearer_token;
 use crate::policy::blocking::FailureTable;
 use crate::policy::client::ClientKey;
+use crate::policy::refusal;
 use crate::runtime::lifecycle::{Health, Readiness};
 use crate::runtime::live::LivePolicy;
 
@@ -70,11 +72,11 @@ impl Admin {
             "/" => page(StatusCode::OK),
             "/api/usage" => {
                 let search = query.and_then(|q| {
-                    q.split('&')
-                        .find_map(|kv| kv.strip_prefix("key="))
-                        .map(|v| percent_decode(&v.replace('+', " ")))
+                    form_urlencoded::parse(q.as_bytes())
+                        .find(|(k, _)| k == "key")
+                        .map(|(_, v)| v.into_owned())
                 });
-                let body = usage::usage_json(
+                let body = usage::usage_view(
                     &self.live,
                     self.clock.as_ref(),
                     self.cluster.as_deref(),
@@ -130,16 +132,15 @@ impl Admin {
                 reply(StatusCode::OK, "application/json", json_bytes(&body))
             }
             Err(e) => {
-                let body = serde_json::json!({
-                    "type": "https://tollgate.dev/problems/config_refused",
-                    "title": "The config was refused; the previous one keeps serving",
-                    "status": 422,
-                    "code": "config_refused",
-                    "detail": e.to_string(),
-                    "file": e.file.display().to_string(),
-                    "line": e.line,
-                    "field": e.field,
-                });
+                let mut body = refusal::problem(
+                    422,
+                    "config_refused",
+                    "The config was refused; the previous one keeps serving",
+                    &e.to_string(),
+                );
+                body["file"] = e.file.display().to_string().into();
+                body["line"] = e.line.into();
+                body["field"] = e.field.clone().into();
                 reply(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     "application/problem+json",
@@ -186,27 +187,9 @@ fn bearer_matches(value: Option<&http::HeaderValue>, want: &Digest) -> bool {
 
 /// `%XX` escapes in a path segment, decoded (a key name may hold characters a URL escapes).
 fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match (
-            b[i],
-            b.get(i + 1).copied().and_then(hex),
-            b.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (c, ..) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 /// The usage page, with headers that keep it to itself: nothing framed, nothing fetched but
@@ -228,20 +211,14 @@ fn page(status: StatusCode) -> Response<Vec<u8>> {
     r
 }
 
-/// An RFC 9457 problem+json answer of the admin listener.
+/// An RFC 9457 problem+json answer of the admin listener (the core's one writer of problems).
 fn problem(status: StatusCode, code: &str, title: &str, detail: &str) -> Response<Vec<u8>> {
-    let body = serde_json::json!({
-        "type": format!("https://tollgate.dev/problems/{code}"),
-        "title": title,
-        "status": status.as_u16(),
-        "code": code,
-        "detail": detail,
-    });
+    let body = refusal::problem(status.as_u16(), code, title, detail);
     reply(status, "application/problem+json", json_bytes(&body))
 }
 
-fn json_bytes(v: &serde_json::Value) -> Vec<u8> {
-    let mut b = v.to_string().into_bytes();
+fn json_bytes(v: &impl serde::Serialize) -> Vec<u8> {
+    let mut b = serde_json::to_vec(v).unwrap_or_default();
     b.push(b'\n');
     b
 }
@@ -456,6 +433,39 @@ mod tests {
         assert_eq!(a.answer(&Method::GET, "/", None).status(), 200);
         assert_eq!(a.answer(&Method::GET, "/nothing", None).status(), 404);
         assert_eq!(a.answer(&Method::GET, "/metrics/", None).status(), 404);
+    }
+
+    #[test]
+    fn the_usage_view_round_trips_through_its_json() {
+        // What the admin listener serves is what `tollgate top` reads back, field for field.
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = admin(&dir);
+        let snap = a.live.load();
+        let key = snap.policy.keys.find_by_name("basic-1");
+        let now = a.live.usage().ms_at(std::time::Instant::now());
+        a.live.usage().record(
+            snap.generation,
+            now,
+            key,
+            None,
+            crate::policy::Outcome::RateLimited,
+            Some(crate::policy::Code::RateLimited as u8),
+        );
+        let served = a.answer(&Method::GET, "/api/usage", Some("key=basic"));
+        assert_eq!(served.status(), 200);
+        let read: view::UsageView = serde_json::from_slice(served.body()).unwrap();
+        let built = usage::usage_view(&a.live, a.clock.as_ref(), None, Some("basic"));
+        assert_eq!(read.keys, built.keys);
+        assert_eq!(read.config, built.config);
+        assert_eq!(read.refusals, built.refusals);
+        assert_eq!(read.search.as_deref(), Some("basic"));
+        assert_eq!(read.keys[0].key, "basic-1");
+        assert_eq!(read.keys[0].refusals.rate_limited, 1);
+        assert_eq!(read.refusals[0].code.as_deref(), Some("rate_limited"));
+        // And back to the same JSON.
+        let again = serde_json::to_value(&read).unwrap();
+        let first: serde_json::Value = serde_json::from_slice(served.body()).unwrap();
+        assert_eq!(again, first);
     }
 
     #[test]

@@ -2,81 +2,50 @@
 
 use super::refusal::Code;
 
-/// How a request ended, for logs and metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Outcome {
-    #[default]
-    Forwarded,
-    Unauthorized,
-    Forbidden,
-    RateLimited,
-    Invalid,
-    NotFound,
-    UpstreamError,
+/// One row per outcome: the variant and its name (the `outcome` label); [`Outcome::ALL`] and
+/// [`Outcome::as_str`] are derived from the rows.
+macro_rules! outcomes {
+    ($($(#[$doc:meta])* $outcome:ident => $name:literal;)*) => {
+        /// How a request ended, for logs and metrics.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub enum Outcome {
+            #[default]
+            $($(#[$doc])* $outcome,)*
+        }
+
+        impl Outcome {
+            /// Every outcome, in discriminant order.
+            pub const ALL: &'static [Outcome] = &[$(Outcome::$outcome),*];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $(Outcome::$outcome => $name,)* }
+            }
+        }
+    };
+}
+
+outcomes! {
+    Forwarded => "forwarded";
+    Unauthorized => "unauthorized";
+    Forbidden => "forbidden";
+    RateLimited => "rate_limited";
+    Invalid => "invalid";
+    NotFound => "not_found";
+    UpstreamError => "upstream_error";
     /// Refused because the client address is blocked (failed authentications).
-    Blocked,
+    Blocked => "blocked";
     /// A deadline of the edge ended the request (a checked body too slow to arrive).
-    Timeout,
+    Timeout => "timeout";
     /// Forwarded, though the plan's limit would have refused it (the plan is in shadow mode).
-    ShadowRateLimited,
+    ShadowRateLimited => "shadow_rate_limited";
     /// Forwarded, though the plan's allow-list would have refused it (shadow mode).
-    ShadowForbidden,
+    ShadowForbidden => "shadow_forbidden";
 }
 
 impl Outcome {
-    /// Every outcome, in discriminant order.
-    pub const ALL: [Outcome; 11] = [
-        Outcome::Forwarded,
-        Outcome::Unauthorized,
-        Outcome::Forbidden,
-        Outcome::RateLimited,
-        Outcome::Invalid,
-        Outcome::NotFound,
-        Outcome::UpstreamError,
-        Outcome::Blocked,
-        Outcome::Timeout,
-        Outcome::ShadowRateLimited,
-        Outcome::ShadowForbidden,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Forwarded => "forwarded",
-            Outcome::Unauthorized => "unauthorized",
-            Outcome::Forbidden => "forbidden",
-            Outcome::RateLimited => "rate_limited",
-            Outcome::Invalid => "invalid",
-            Outcome::NotFound => "not_found",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::Blocked => "blocked",
-            Outcome::Timeout => "timeout",
-            Outcome::ShadowRateLimited => "shadow_rate_limited",
-            Outcome::ShadowForbidden => "shadow_forbidden",
-        }
-    }
-
-    /// The outcome of a request refused with `code`.
+    /// The outcome of a request refused with `code` (its row in [`Code`]'s table).
     pub fn of(code: Code) -> Self {
-        match code {
-            Code::Unauthorized => Outcome::Unauthorized,
-            Code::PlanRestricted | Code::WrongCredential | Code::NotYourCustomer => {
-                Outcome::Forbidden
-            }
-            Code::UnknownRoute => Outcome::NotFound,
-            Code::RateLimited => Outcome::RateLimited,
-            Code::TooManyAuthFailures => Outcome::Blocked,
-            Code::RequestTimeout => Outcome::Timeout,
-            Code::UpstreamUnavailable | Code::UpstreamTimeout => Outcome::UpstreamError,
-            Code::InvalidPath
-            | Code::InvalidJson
-            | Code::InvalidBody
-            | Code::BodyTooLarge
-            | Code::UnsupportedMediaType
-            | Code::HeadersTooLarge
-            | Code::BadRequest
-            | Code::MethodNotAllowed
-            | Code::NotImplemented => Outcome::Invalid,
-        }
+        code.outcome()
     }
 }
 
@@ -95,7 +64,7 @@ mod tests {
 
     #[test]
     fn refusals_map_to_the_contract_outcomes() {
-        for code in Code::ALL {
+        for &code in Code::ALL {
             let want = match code.status() {
                 _ if code == Code::TooManyAuthFailures => "blocked",
                 408 => "timeout",

@@ -6,134 +6,97 @@
 
 use std::borrow::Cow;
 
-/// The contract's refusal codes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Code {
-    Unauthorized,
-    PlanRestricted,
-    WrongCredential,
-    NotYourCustomer,
-    UnknownRoute,
-    InvalidPath,
-    InvalidJson,
-    InvalidBody,
-    BodyTooLarge,
-    UnsupportedMediaType,
-    RateLimited,
+use super::outcome::Outcome;
+
+/// One row per refusal code: the variant, its HTTP status, its name (the problem's `code`), its
+/// problem `title`, and the [`Outcome`] a request refused with it ends as. Everything else about
+/// a code ([`Code::ALL`], [`Code::status`], [`Code::as_str`], [`Code::title`],
+/// [`Code::outcome`], the `type` URI) is derived from its row.
+macro_rules! codes {
+    ($($(#[$doc:meta])* $code:ident => $status:literal, $name:literal, $title:literal, $outcome:ident;)*) => {
+        /// Why the gateway refused a request (the problem's `code`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Code {
+            $($(#[$doc])* $code,)*
+        }
+
+        impl Code {
+            /// Every code, in the order of the table.
+            pub const ALL: &'static [Code] = &[$(Code::$code),*];
+
+            pub fn status(self) -> u16 {
+                match self { $(Code::$code => $status,)* }
+            }
+
+            pub fn as_str(self) -> &'static str {
+                match self { $(Code::$code => $name,)* }
+            }
+
+            pub fn title(self) -> &'static str {
+                match self { $(Code::$code => $title,)* }
+            }
+
+            /// How a request refused with this code ends, for logs and metrics.
+            pub fn outcome(self) -> Outcome {
+                match self { $(Code::$code => Outcome::$outcome,)* }
+            }
+        }
+    };
+}
+
+codes! {
+    Unauthorized => 401, "unauthorized", "Unauthorized", Unauthorized;
+    PlanRestricted => 403, "plan_restricted", "Operation not in plan", Forbidden;
+    WrongCredential => 403, "wrong_credential", "Wrong credential for this operation", Forbidden;
+    NotYourCustomer => 403, "not_your_customer", "Not your customer", Forbidden;
+    UnknownRoute => 404, "unknown_route", "Unknown route", NotFound;
+    InvalidPath => 400, "invalid_path", "Invalid path", Invalid;
+    InvalidJson => 400, "invalid_json", "Invalid JSON", Invalid;
+    InvalidBody => 400, "invalid_body", "Invalid request body", Invalid;
+    BodyTooLarge => 413, "body_too_large", "Request body too large", Invalid;
+    UnsupportedMediaType => 415, "unsupported_media_type", "Unsupported media type", Invalid;
+    RateLimited => 429, "rate_limited", "Rate limit exceeded", RateLimited;
     /// The client address is blocked after repeated failed authentications.
-    TooManyAuthFailures,
+    TooManyAuthFailures => 429, "too_many_auth_failures", "Too many failed authentications", Blocked;
     /// A checked body did not finish arriving in time.
-    RequestTimeout,
+    RequestTimeout => 408, "request_timeout", "Request timeout", Timeout;
     /// The request line and headers are over the configured caps.
-    HeadersTooLarge,
+    HeadersTooLarge => 431, "headers_too_large", "Request header fields too large", Invalid;
     /// The request's framing or headers are ambiguous (conflicting lengths, no Host, …).
-    BadRequest,
+    BadRequest => 400, "bad_request", "Bad request", Invalid;
     /// A method the target does not take: `TRACE` and `CONNECT` anywhere, any other method on
     /// a checked operation's path. With `Allow`.
-    MethodNotAllowed,
+    MethodNotAllowed => 405, "method_not_allowed", "Method not allowed", Invalid;
     /// A method the gateway does not know (an extension method, a lower-case or overlong token).
-    NotImplemented,
-    UpstreamUnavailable,
-    UpstreamTimeout,
+    NotImplemented => 501, "not_implemented", "Method not implemented", Invalid;
+    UpstreamUnavailable => 502, "upstream_unavailable", "Upstream unavailable", UpstreamError;
+    UpstreamTimeout => 504, "upstream_timeout", "Upstream timeout", UpstreamError;
 }
 
 impl Code {
-    /// Every code, in declaration order.
-    pub const ALL: [Code; 19] = [
-        Code::Unauthorized,
-        Code::PlanRestricted,
-        Code::WrongCredential,
-        Code::NotYourCustomer,
-        Code::UnknownRoute,
-        Code::InvalidPath,
-        Code::InvalidJson,
-        Code::InvalidBody,
-        Code::BodyTooLarge,
-        Code::UnsupportedMediaType,
-        Code::RateLimited,
-        Code::TooManyAuthFailures,
-        Code::RequestTimeout,
-        Code::HeadersTooLarge,
-        Code::BadRequest,
-        Code::MethodNotAllowed,
-        Code::NotImplemented,
-        Code::UpstreamUnavailable,
-        Code::UpstreamTimeout,
-    ];
-
-    pub fn status(self) -> u16 {
-        match self {
-            Code::Unauthorized => 401,
-            Code::PlanRestricted | Code::WrongCredential | Code::NotYourCustomer => 403,
-            Code::UnknownRoute => 404,
-            Code::MethodNotAllowed => 405,
-            Code::NotImplemented => 501,
-            Code::InvalidPath | Code::InvalidJson | Code::InvalidBody | Code::BadRequest => 400,
-            Code::BodyTooLarge => 413,
-            Code::UnsupportedMediaType => 415,
-            Code::RateLimited | Code::TooManyAuthFailures => 429,
-            Code::RequestTimeout => 408,
-            Code::HeadersTooLarge => 431,
-            Code::UpstreamUnavailable => 502,
-            Code::UpstreamTimeout => 504,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Code::Unauthorized => "unauthorized",
-            Code::PlanRestricted => "plan_restricted",
-            Code::WrongCredential => "wrong_credential",
-            Code::NotYourCustomer => "not_your_customer",
-            Code::UnknownRoute => "unknown_route",
-            Code::InvalidPath => "invalid_path",
-            Code::InvalidJson => "invalid_json",
-            Code::InvalidBody => "invalid_body",
-            Code::BodyTooLarge => "body_too_large",
-            Code::UnsupportedMediaType => "unsupported_media_type",
-            Code::RateLimited => "rate_limited",
-            Code::TooManyAuthFailures => "too_many_auth_failures",
-            Code::RequestTimeout => "request_timeout",
-            Code::HeadersTooLarge => "headers_too_large",
-            Code::BadRequest => "bad_request",
-            Code::MethodNotAllowed => "method_not_allowed",
-            Code::NotImplemented => "not_implemented",
-            Code::UpstreamUnavailable => "upstream_unavailable",
-            Code::UpstreamTimeout => "upstream_timeout",
-        }
-    }
-
-    pub fn title(self) -> &'static str {
-        match self {
-            Code::Unauthorized => "Unauthorized",
-            Code::PlanRestricted => "Operation not in plan",
-            Code::WrongCredential => "Wrong credential for this operation",
-            Code::NotYourCustomer => "Not your customer",
-            Code::UnknownRoute => "Unknown route",
-            Code::InvalidPath => "Invalid path",
-            Code::InvalidJson => "Invalid JSON",
-            Code::InvalidBody => "Invalid request body",
-            Code::BodyTooLarge => "Request body too large",
-            Code::UnsupportedMediaType => "Unsupported media type",
-            Code::RateLimited => "Rate limit exceeded",
-            Code::TooManyAuthFailures => "Too many failed authentications",
-            Code::RequestTimeout => "Request timeout",
-            Code::HeadersTooLarge => "Request header fields too large",
-            Code::BadRequest => "Bad request",
-            Code::MethodNotAllowed => "Method not allowed",
-            Code::NotImplemented => "Method not implemented",
-            Code::UpstreamUnavailable => "Upstream unavailable",
-            Code::UpstreamTimeout => "Upstream timeout",
-        }
-    }
-
     /// The problem `type` URI: a stable, documented identifier per code.
     pub fn type_uri(self) -> String {
-        format!(
-            "https://tollgate.dev/problems/{}",
-            self.as_str().replace('_', "-")
-        )
+        problem_type(self.as_str())
     }
+}
+
+/// The `type` URI of the problem named `code` (`invalid_body` →
+/// `https://tollgate.dev/problems/invalid-body`): the one spelling of every problem type, the
+/// request path's and the admin listener's.
+pub fn problem_type(code: &str) -> String {
+    format!("https://tollgate.dev/problems/{}", code.replace('_', "-"))
+}
+
+/// An RFC 9457 problem object with Tollgate's `code`: the one writer of problems, for the
+/// request path ([`Refusal::problem_json`]) and the admin listener alike.
+pub fn problem(status: u16, code: &str, title: &str, detail: &str) -> serde_json::Value {
+    serde_json::json!({
+        "type": problem_type(code),
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+    })
 }
 
 /// One field that breaks the spec: a JSON Pointer (RFC 6901) and what is wrong.
@@ -184,13 +147,8 @@ impl Refusal {
 
     /// The RFC 9457 body.
     pub fn problem_json(&self) -> String {
-        let mut v = serde_json::json!({
-            "type": self.code.type_uri(),
-            "title": self.code.title(),
-            "status": self.code.status(),
-            "detail": self.detail,
-            "code": self.code.as_str(),
-        });
+        let c = self.code;
+        let mut v = problem(c.status(), c.as_str(), c.title(), &self.detail);
         if !self.errors.is_empty() {
             v["errors"] = self
                 .errors
@@ -248,37 +206,12 @@ mod tests {
         ];
         // Every code is in the table exactly once, and the table has no code that is not one.
         assert_eq!(Code::ALL.len(), table.len());
-        for c in Code::ALL {
+        for &c in Code::ALL {
             let row: Vec<_> = table.iter().filter(|(n, _)| *n == c.as_str()).collect();
             assert_eq!(row.len(), 1, "{c:?} is not in the table once");
             assert_eq!(c.status(), row[0].1, "{c:?}");
         }
-        // `ALL` lists each variant once: a variant added to the enum without being added to
-        // `ALL` fails to compile in `exhaustive` below.
-        fn exhaustive(c: Code) -> usize {
-            match c {
-                Code::Unauthorized
-                | Code::PlanRestricted
-                | Code::WrongCredential
-                | Code::NotYourCustomer
-                | Code::UnknownRoute
-                | Code::InvalidPath
-                | Code::InvalidJson
-                | Code::InvalidBody
-                | Code::BodyTooLarge
-                | Code::UnsupportedMediaType
-                | Code::RateLimited
-                | Code::TooManyAuthFailures
-                | Code::RequestTimeout
-                | Code::HeadersTooLarge
-                | Code::BadRequest
-                | Code::MethodNotAllowed
-                | Code::NotImplemented
-                | Code::UpstreamUnavailable
-                | Code::UpstreamTimeout => 19,
-            }
-        }
-        assert_eq!(exhaustive(Code::ALL[0]), Code::ALL.len());
+        // `ALL` is derived from the same rows as the enum: it lists every variant, once.
         let distinct: std::collections::HashSet<_> = Code::ALL.iter().collect();
         assert_eq!(distinct.len(), Code::ALL.len());
     }

@@ -1,0 +1,120 @@
+//! The operator's view as one typed schema: what `GET /api/usage` serializes, what
+//! `tollgate top` deserializes, and the names the page's script reads. A field renamed here is
+//! renamed for all three (a round-trip test keeps the first two together; the page test reads
+//! the served JSON).
+
+use serde::{Deserialize, Serialize};
+
+use crate::overrides::Shown;
+
+/// `GET /api/usage`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageView {
+    /// When the view was made, in ms since the Unix epoch.
+    pub generated_at_ms: u64,
+    pub config: ConfigView,
+    /// The `?key=` search, lower-cased, when one narrowed the keys.
+    pub search: Option<String>,
+    /// The busiest keys of the last minute (or those the search found).
+    pub keys: Vec<KeyRow>,
+    /// Requests of the last minute without a known key.
+    pub anonymous_requests: u64,
+    /// The partner upgrades in force.
+    pub overrides: Vec<Shown>,
+    /// Shared budgets' state, with the `cluster` block.
+    pub cluster: Option<ClusterView>,
+    /// The latest refusals, newest first.
+    pub refusals: Vec<RefusalRow>,
+}
+
+/// The config in force.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfigView {
+    pub file: String,
+    pub started_at_ms: u64,
+    pub last_reload: Option<ReloadView>,
+    pub window_seconds: u32,
+    /// Customer keys.
+    pub keys: usize,
+    pub partners: usize,
+    pub partner_limit: u32,
+    pub plans: Vec<PlanView>,
+}
+
+/// The last reload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReloadView {
+    pub at_ms: u64,
+    /// `success` or `error`.
+    pub result: String,
+    pub error: Option<String>,
+}
+
+/// One plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanView {
+    pub name: String,
+    pub plan_id: u32,
+    pub limit: u32,
+    pub allow: AllowView,
+    pub shadow: bool,
+    /// Customer keys on the plan now, overrides included.
+    pub keys: usize,
+}
+
+/// A plan's allow-list: `"all"`, or the route ids.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AllowView {
+    Keyword(String),
+    Routes(Vec<String>),
+}
+
+/// One key's last minute.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRow {
+    pub key: String,
+    /// Its plan (or `partner`) now.
+    pub plan: String,
+    pub partner: Option<String>,
+    /// Whether a partner's upgrade put it on that plan.
+    #[serde(rename = "override")]
+    pub overridden: bool,
+    pub requests: u64,
+    pub admitted: u64,
+    pub refusals: KeyRefusals,
+    /// Forwarded though its plan would have refused them (shadow mode).
+    pub shadowed: u64,
+    pub budget_left: u32,
+    pub limit: u32,
+}
+
+/// A key's refusals of the last minute, by outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRefusals {
+    pub rate_limited: u64,
+    pub forbidden: u64,
+    pub invalid: u64,
+}
+
+/// Shared budgets' state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterView {
+    pub store_up: bool,
+    pub replicas: u32,
+    /// The store's URL without its password.
+    pub redis: Option<String>,
+    pub key_prefix: Option<String>,
+    pub sync_interval_ms: Option<u64>,
+}
+
+/// One refusal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefusalRow {
+    pub at_ms: u64,
+    /// The key's name, when the caller was known.
+    pub key: Option<String>,
+    pub route: Option<String>,
+    pub code: Option<String>,
+    pub status: Option<u16>,
+}
