@@ -129,7 +129,7 @@ fn run(path: &std::path::Path, allow_demo_keys: bool, opt: pingora::prelude::Opt
     } else {
         LogWriter::Background
     };
-    let _log = init_logging(cfg.log_format, writer);
+    let _log = init_logging(cfg.process.log_format, writer);
     for w in &cfg.warnings {
         tracing::warn!(
             file = %cfg.source.display(),
@@ -234,7 +234,7 @@ fn hash_key() -> ExitCode {
 fn overrides_summary(cfg: &Config) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    let read = match (&cfg.cluster, &cfg.state_path) {
+    let read = match (&cfg.process.cluster, &cfg.process.state_path) {
         (Some(c), _) => {
             let _ = writeln!(
                 s,
@@ -291,8 +291,8 @@ pub fn summary(cfg: &Config) -> String {
         Scheme::Https => "https",
     };
     let _ = writeln!(s, "{}: OK", cfg.source.display());
-    let _ = writeln!(s, "  listen        {}", cfg.listen);
-    if let Some(t) = &cfg.tls {
+    let _ = writeln!(s, "  listen        {}", cfg.process.listen);
+    if let Some(t) = &cfg.process.tls {
         let _ = writeln!(
             s,
             "  tls listen    {} (cert {})",
@@ -300,8 +300,8 @@ pub fn summary(cfg: &Config) -> String {
             t.cert_file.display()
         );
     }
-    let _ = writeln!(s, "  admin         {}", cfg.admin_listen);
-    let sd = &cfg.shutdown;
+    let _ = writeln!(s, "  admin         {}", cfg.process.admin_listen);
+    let sd = &cfg.process.shutdown;
     let _ = writeln!(
         s,
         "  shutdown      drain {} s, grace {} s, timeout {} s",
@@ -345,7 +345,7 @@ pub fn summary(cfg: &Config) -> String {
         ),
         None => writeln!(s, "  auth failures off (no auth_failures block)"),
     };
-    let _ = match &cfg.cluster {
+    let _ = match &cfg.process.cluster {
         Some(c) => writeln!(
             s,
             "  cluster       budgets shared through {} (prefix `{}`), reconciled every {} ms, timeout {} ms",

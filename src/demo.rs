@@ -52,8 +52,8 @@ pub fn add_stand_in(server: &mut Server, addr: &str) {
 /// listener on `admin_port` (all loopback).
 pub fn config(port: u16, upstream_port: u16, admin_port: u16) -> Result<Config, SetupError> {
     let mut cfg = Config::parse(DEMO_YAML, Path::new("policies/demo.yaml"), &ProcessEnv)?;
-    cfg.listen.set_port(port);
-    cfg.admin_listen.set_port(admin_port);
+    cfg.process.listen.set_port(port);
+    cfg.process.admin_listen.set_port(admin_port);
     cfg.upstream.port = upstream_port;
     cfg.upstream.authority = format!("{}:{upstream_port}", cfg.upstream.host);
     Ok(cfg)
@@ -90,7 +90,7 @@ pub fn curl_lines(port: u16) -> Vec<(&'static str, String)> {
 /// Run the demo until interrupted.
 pub fn run(port: u16, upstream_port: u16, admin_port: u16) -> Result<(), SetupError> {
     let cfg = config(port, upstream_port, admin_port)?;
-    let _log = init_logging(cfg.log_format, LogWriter::Background);
+    let _log = init_logging(cfg.process.log_format, LogWriter::Background);
     let mut built = server::build(cfg, Arc::new(MonotonicClock::new()), None)?;
     add_stand_in(&mut built.server, &format!("127.0.0.1:{upstream_port}"));
     println!("Tollgate demo: gateway on http://127.0.0.1:{port}, stand-in upstream on http://127.0.0.1:{upstream_port}");

@@ -101,15 +101,21 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
             .map_err(|e| SetupError::PingoraConf(e.to_string()))?,
         None => default_server_conf(),
     };
-    conf.grace_period_seconds = Some(config.shutdown.grace_seconds);
-    conf.graceful_shutdown_timeout_seconds = Some(config.shutdown.timeout_seconds);
+    conf.grace_period_seconds = Some(config.process.shutdown.grace_seconds);
+    conf.graceful_shutdown_timeout_seconds = Some(config.process.shutdown.timeout_seconds);
     let upgrade = opt.as_ref().is_some_and(|o| o.upgrade);
     if !upgrade {
         let mut addrs = vec![
-            ("listen", config.listen),
-            ("admin_listen", config.admin_listen),
+            ("listen", config.process.listen),
+            ("admin_listen", config.process.admin_listen),
         ];
-        addrs.extend(config.tls.as_ref().map(|t| ("tls.listen", t.listen)));
+        addrs.extend(
+            config
+                .process
+                .tls
+                .as_ref()
+                .map(|t| ("tls.listen", t.listen)),
+        );
         for (field, addr) in addrs {
             std::net::TcpListener::bind(addr).map_err(|source| SetupError::Listen {
                 file: config.source.clone(),
@@ -124,13 +130,13 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
         // Take the listening sockets over from the running process (zero-downtime upgrade).
         server.bootstrap();
     }
-    let listen = config.listen;
-    let admin_listen = config.admin_listen.to_string();
-    let drain = Duration::from_secs(config.shutdown.drain_seconds);
-    let tls = config.tls.clone();
-    let config_tls = config.tls.clone();
+    let listen = config.process.listen;
+    let admin_listen = config.process.admin_listen.to_string();
+    let drain = Duration::from_secs(config.process.shutdown.drain_seconds);
+    let tls = config.process.tls.clone();
+    let config_tls = config.process.tls.clone();
     let metrics = Arc::new(Metrics::new());
-    let cluster = config.cluster.clone().map(|c| {
+    let cluster = config.process.cluster.clone().map(|c| {
         let window = Duration::from_secs(u64::from(config.limits.window.get()));
         BudgetSync::new(c, window, Arc::clone(&clock), &metrics)
     });
@@ -139,15 +145,16 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
         None => Arc::new(LocalStore),
     };
     let shared = cluster.as_ref().map(|(s, _)| Arc::clone(s));
-    let (overrides, kept) =
-        PlanOverrides::open(config.cluster.as_ref(), config.state_path.as_deref()).map_err(
-            |e| SetupError::State {
-                file: config.source.clone(),
-                message: e.to_string(),
-            },
-        )?;
+    let (overrides, kept) = PlanOverrides::open(
+        config.process.cluster.as_ref(),
+        config.process.state_path.as_deref(),
+    )
+    .map_err(|e| SetupError::State {
+        file: config.source.clone(),
+        message: e.to_string(),
+    })?;
     let overrides = Arc::new(overrides);
-    let sync_every = config.cluster.as_ref().map(|c| c.sync_interval);
+    let sync_every = config.process.cluster.as_ref().map(|c| c.sync_interval);
     let live = Arc::new(LivePolicy::with_store(config, metrics, store, kept)?);
     live.forget_with(Arc::clone(&overrides) as Arc<dyn crate::runtime::live::Forget>);
     let health = Arc::new(Health::default());

@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use crate::admin::view::UsageView;
 use ratatui::backend::TestBackend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind};
 use ratatui::layout::{Constraint, Direction, Layout, Rect};
@@ -14,7 +15,6 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Row, Table};
 use ratatui::{Frame, Terminal};
-use crate::admin::view::UsageView;
 
 /// Where the admin listener is, and its token.
 pub struct Admin {
@@ -165,7 +165,11 @@ fn draw(f: &mut Frame, usage: &Result<UsageView, String>) {
         None => "budgets: this process".to_string(),
         Some(cl) => format!(
             "cluster: store {}, {} replicas",
-            if cl.store_up { "up" } else { "DOWN (limit / N)" },
+            if cl.store_up {
+                "up"
+            } else {
+                "DOWN (limit / N)"
+            },
             cl.replicas
         ),
     };

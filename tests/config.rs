@@ -36,8 +36,8 @@ fn parse(extra: &str) -> Result<Config, ConfigError> {
 #[test]
 fn defaults_fill_what_the_file_leaves_out() {
     let c = parse("").unwrap();
-    assert_eq!(c.listen.to_string(), "0.0.0.0:8080");
-    assert_eq!(c.admin_listen.to_string(), "127.0.0.1:9091");
+    assert_eq!(c.process.listen.to_string(), "0.0.0.0:8080");
+    assert_eq!(c.process.admin_listen.to_string(), "127.0.0.1:9091");
     assert_eq!(c.limits.window.get(), 10);
     assert_eq!(c.limits.max_body_bytes.get(), 16 * 1024 * 1024);
     assert_eq!(c.limits.max_validated_body_bytes.get(), 64 * 1024);
@@ -45,10 +45,10 @@ fn defaults_fill_what_the_file_leaves_out() {
     assert_eq!(c.upstream.connect_timeout.as_millis(), 2000);
     assert_eq!(c.upstream.read_timeout.as_millis(), 30000);
     assert_eq!(c.upstream.ca_file, None);
-    assert_eq!(c.tls, None);
+    assert_eq!(c.process.tls, None);
     assert_eq!(c.routes_file, None);
-    assert_eq!(c.log_format, tollgate::config::LogFormat::Text);
-    let sd = c.shutdown;
+    assert_eq!(c.process.log_format, tollgate::config::LogFormat::Text);
+    let sd = c.process.shutdown;
     assert_eq!(
         (sd.drain_seconds, sd.grace_seconds, sd.timeout_seconds),
         (0, 10, 5)
@@ -141,7 +141,10 @@ fn relative_paths_resolve_against_the_config_directory() {
         c.routes_file.as_deref(),
         Some(dir.path().join("routes.yaml").as_path())
     );
-    assert_eq!(c.tls.unwrap().cert_file, dir.path().join("tls/cert.pem"));
+    assert_eq!(
+        c.process.tls.unwrap().cert_file,
+        dir.path().join("tls/cert.pem")
+    );
 
     std::fs::remove_file(dir.path().join("tls/key.pem")).unwrap();
     let e = Config::load(&path).unwrap_err();

@@ -444,9 +444,9 @@ fn the_configmap_config_is_accepted_by_the_config_loader() {
     let cfg = Config::parse(&text, Path::new("deploy/k8s/gateway.yaml"), &TestEnv)
         .unwrap_or_else(|e| panic!("the ConfigMap's gateway.yaml is refused: {e}"));
     assert!(
-        cfg.admin_listen.ip().is_unspecified(),
+        cfg.process.admin_listen.ip().is_unspecified(),
         "in a pod admin_listen must listen on all addresses (probes, Prometheus), not {}",
-        cfg.admin_listen
+        cfg.process.admin_listen
     );
     assert!(!cfg.keys.is_empty() && !cfg.partners.is_empty());
     assert!(cfg.warnings.is_empty(), "warnings: {:?}", cfg.warnings);
@@ -737,6 +737,7 @@ fn the_shared_budget_store_is_private_ephemeral_and_bounded() {
     )
     .unwrap();
     let cluster = cfg
+        .process
         .cluster
         .as_ref()
         .expect("the ConfigMap's gateway.yaml has a `cluster:` block");

@@ -51,13 +51,13 @@ fn closed_between(closed: Option<Duration>, since: Duration, min: Duration, max:
 }
 
 fn gauge(gw: &Gateway, series: &str) -> f64 {
-    metric(&metrics_page(gw.config.admin_listen), series).unwrap_or(0.0)
+    metric(&metrics_page(gw.config.process.admin_listen), series).unwrap_or(0.0)
 }
 
 /// Wait until the readiness probe has connected and no connection is open (the start-up
 /// probes' are gone), before counting places.
 fn quiet(gw: &Gateway) {
-    common::wait_ready(gw.config.admin_listen, 200);
+    common::wait_ready(gw.config.process.admin_listen, 200);
     eventually("no connection is open", || {
         gauge(gw, r#"tollgate_connections{listener="http"}"#) == 0.0
     });
@@ -281,7 +281,7 @@ fn one_address_over_its_cap_is_refused_while_another_is_served() {
         }
     }
     assert_eq!(closed, 40, "20 are admitted, the rest closed at once");
-    let page = metrics_page(gw.config.admin_listen);
+    let page = metrics_page(gw.config.process.admin_listen);
     assert_eq!(
         metric(
             &page,

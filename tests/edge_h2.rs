@@ -154,9 +154,9 @@ fn a_refused_connection_is_closed_before_any_tls_handshake() {
     let up = Upstream::start(Mode::Ok);
     let e = edge(&up, |s| s.max_connections_per_ip = 1);
     // The start-up probes' connections must be gone before the one place is taken.
-    common::wait_ready(e.gw.config.admin_listen, 200);
+    common::wait_ready(e.gw.config.process.admin_listen, 200);
     common::eventually("no connection is open", || {
-        let page = metrics_page(e.gw.config.admin_listen);
+        let page = metrics_page(e.gw.config.process.admin_listen);
         metric(&page, r#"tollgate_connections{listener="tls"}"#) == Some(0.0)
             && metric(&page, r#"tollgate_connections{listener="http"}"#) == Some(0.0)
     });
@@ -183,7 +183,7 @@ fn a_refused_connection_is_closed_before_any_tls_handshake() {
             t.elapsed()
         );
     });
-    let page = metrics_page(e.gw.config.admin_listen);
+    let page = metrics_page(e.gw.config.process.admin_listen);
     assert!(
         metric(
             &page,

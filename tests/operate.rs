@@ -24,7 +24,7 @@ use tollgate::config::file::FileKey;
 fn admin_listener_serves_health_readiness_and_metrics_of_real_traffic() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::with(&up);
-    let a = gw.config.admin_listen;
+    let a = gw.config.process.admin_listen;
     assert_eq!(gw.admin("GET", "/healthz").status, 200);
     wait_ready(a, 200);
     // HEAD: the head of GET, no body.
@@ -224,7 +224,7 @@ fn reload_under_load_fails_no_request_and_a_changed_plan_takes_effect() {
     let on_standard = base.clone().key_plan("basic-1", "standard");
     base.write(&path);
     let gw = Gateway::start_file(&path);
-    wait_ready(gw.config.admin_listen, 200);
+    wait_ready(gw.config.process.admin_listen, 200);
 
     let webhook = r#"{"url":"https://example.com/hook"}"#;
     assert_eq!(
@@ -276,7 +276,7 @@ fn reload_under_load_fails_no_request_and_a_changed_plan_takes_effect() {
         Some("\"standard\";q=1000000;w=10")
     );
 
-    let page = metrics_page(gw.config.admin_listen);
+    let page = metrics_page(gw.config.process.admin_listen);
     assert_eq!(
         metric(&page, r#"tollgate_config_reloads_total{result="success"}"#),
         Some(41.0)
@@ -807,7 +807,7 @@ fn the_admin_listener_caps_connections_and_bounds_heads_and_idle_spells() {
         s.header_timeout_seconds = 1;
         s.idle_timeout_seconds = 2;
     }));
-    let a = gw.config.admin_listen;
+    let a = gw.config.process.admin_listen;
     wait_ready(a, 200);
     // Four held; the fifth is closed at once, before any byte.
     let held: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(a).unwrap()).collect();
@@ -871,7 +871,7 @@ fn the_admin_listener_caps_connections_and_bounds_heads_and_idle_spells() {
 fn the_admin_listener_answers_only_to_its_own_names() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::start(&config_for(&up).admin_hosts(&["tollgate-admin.test"]));
-    let a = gw.config.admin_listen;
+    let a = gw.config.process.admin_listen;
     wait_ready(a, 200);
     for host in [
         "attacker.example",
@@ -918,7 +918,7 @@ fn no_cross_site_request_can_reload_or_delete() {
     let path = dir.path().join("gateway.yaml");
     config_for(&up).write(&path);
     let gw = Gateway::start_file(&path);
-    let a = gw.config.admin_listen;
+    let a = gw.config.process.admin_listen;
     wait_ready(a, 200);
     let host = a.to_string();
     for more in [
@@ -950,7 +950,7 @@ fn no_cross_site_request_can_reload_or_delete() {
 fn wrong_admin_tokens_block_the_address_and_a_right_guess_does_not_show() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::start(&config_for(&up).admin_token("the-admin-token"));
-    let a = gw.config.admin_listen;
+    let a = gw.config.process.admin_listen;
     wait_ready(a, 200);
     let host = a.to_string();
     let with = |token: &str| {

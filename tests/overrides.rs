@@ -50,7 +50,7 @@ fn overrides(addr: SocketAddr, token: Option<&str>) -> Vec<serde_json::Value> {
 fn an_accepted_upgrade_applies_from_the_next_request_and_the_operator_can_take_it_back() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::with(&up);
-    let admin_addr = gw.config.admin_listen;
+    let admin_addr = gw.config.process.admin_listen;
     // Basic: no webhooks.
     let r = gw.call(
         "acme-customer-key",
@@ -122,7 +122,7 @@ fn the_budget_carries_over_and_an_upgrade_back_to_the_yaml_plan_ends_the_overrid
     assert_eq!(upgrade(gw.addr, "acme-customer-key", 1).status, 200);
     let r = gw.call("acme-customer-key", "GET", "/v2/client/getStatus", "");
     assert_eq!(r.header("ratelimit-policy"), Some("\"basic\";q=40;w=10"));
-    assert!(overrides(gw.config.admin_listen, None).is_empty());
+    assert!(overrides(gw.config.process.admin_listen, None).is_empty());
 }
 
 #[test]
@@ -144,7 +144,7 @@ fn an_unknown_plan_is_400_and_not_forwarded_and_a_refused_upgrade_changes_nothin
         HOOK,
     );
     assert_eq!(r.status, 403, "a non-2xx answer changes nothing");
-    assert!(overrides(gw.config.admin_listen, None).is_empty());
+    assert!(overrides(gw.config.process.admin_listen, None).is_empty());
 }
 
 #[test]
@@ -160,7 +160,7 @@ fn a_reload_that_moves_the_key_or_drops_it_drops_the_override() {
     }
     // A reload that changes nothing for them keeps both.
     gw.live.reload().unwrap();
-    assert_eq!(overrides(gw.config.admin_listen, None).len(), 2);
+    assert_eq!(overrides(gw.config.process.admin_listen, None).len(), 2);
     // The YAML puts acme-customer on Pro itself and drops basic-1: the later decision wins.
     config
         .clone()
@@ -168,7 +168,7 @@ fn a_reload_that_moves_the_key_or_drops_it_drops_the_override() {
         .without_key("basic-1")
         .write(&path);
     gw.live.reload().unwrap();
-    assert!(overrides(gw.config.admin_listen, None).is_empty());
+    assert!(overrides(gw.config.process.admin_listen, None).is_empty());
     let r = gw.call("acme-customer-key", "GET", "/v2/client/getStatus", "");
     assert_eq!(r.header("ratelimit-policy"), Some("\"pro\";q=150;w=10"));
     assert_eq!(
@@ -187,7 +187,7 @@ fn a_reload_that_moves_the_key_or_drops_it_drops_the_override() {
 fn the_admin_listener_needs_its_token_but_for_the_probes() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::start(&config_for(&up).admin_token("admin-secret-1"));
-    let a = gw.config.admin_listen;
+    let a = gw.config.process.admin_listen;
     // The probes need no token (wait_ready sends none).
     wait_ready(a, 200);
     for path in ["/metrics", "/api/overrides"] {

@@ -57,7 +57,7 @@ fn a_shadow_plan_forwards_and_records_what_it_would_refuse() {
     assert_eq!((r.status, r.code().as_str()), (429, "rate_limited"));
     assert_eq!(up.count(), 41 + 70);
 
-    let page = metrics_page(gw.config.admin_listen);
+    let page = metrics_page(gw.config.process.admin_listen);
     let series = |route: &str, outcome: &str| {
         metric(
             &page,
@@ -71,7 +71,12 @@ fn a_shadow_plan_forwards_and_records_what_it_would_refuse() {
     assert_eq!(series("client", "forwarded"), Some(39.0));
 
     // The usage view counts them apart (41 forwarded, 2 refused), and the plan says it is in shadow mode.
-    let u = admin(gw.config.admin_listen, "GET", "/api/usage?key=basic-1").json();
+    let u = admin(
+        gw.config.process.admin_listen,
+        "GET",
+        "/api/usage?key=basic-1",
+    )
+    .json();
     let row = &u["keys"][0];
     assert_eq!(row["key"], "basic-1");
     assert_eq!(

@@ -219,7 +219,10 @@ fn tls_listener_h1_and_h2_take_the_same_policy_path() {
     let gw =
         Gateway::start(&common::config_for(&up).tls(format!("127.0.0.1:{tls_port}"), &cert, &key));
     let tls_addr: SocketAddr = ([127, 0, 0, 1], tls_port).into();
-    assert_eq!(gw.config.tls.as_ref().map(|t| t.listen), Some(tls_addr));
+    assert_eq!(
+        gw.config.process.tls.as_ref().map(|t| t.listen),
+        Some(tls_addr)
+    );
     common::wait_listening(tls_addr);
 
     let base = format!("https://gateway.test:{tls_port}");

@@ -38,7 +38,7 @@ fn traffic(gw: &Gateway) {
 fn traffic_counted(gw: &Gateway, token: Option<&str>) {
     traffic(gw);
     eventually("the traffic counted", || {
-        let u = admin_with(gw.config.admin_listen, "GET", "/api/usage", token).json();
+        let u = admin_with(gw.config.process.admin_listen, "GET", "/api/usage", token).json();
         let keyed: u64 = u["keys"]
             .as_array()
             .map_or(0, |k| k.iter().filter_map(|k| k["requests"].as_u64()).sum());
@@ -51,7 +51,7 @@ fn the_usage_api_shows_the_busiest_keys_and_the_latest_refusals_and_never_a_key(
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::with(&up);
     traffic_counted(&gw, None);
-    let r = admin(gw.config.admin_listen, "GET", "/api/usage");
+    let r = admin(gw.config.process.admin_listen, "GET", "/api/usage");
     assert_eq!(r.status, 200);
     let body = String::from_utf8(r.body.clone()).unwrap();
     for secret in ["basic-key-1", "standard-key-1", "not-a-key"] {
@@ -97,7 +97,7 @@ fn the_usage_api_shows_the_busiest_keys_and_the_latest_refusals_and_never_a_key(
     assert!(per_plan.iter().all(|&n| n > 0), "{per_plan:?}");
 
     // Search by name: a key with no request this minute shows too, with its budget.
-    let r = admin(gw.config.admin_listen, "GET", "/api/usage?key=PRO").json();
+    let r = admin(gw.config.process.admin_listen, "GET", "/api/usage?key=PRO").json();
     assert_eq!(r["keys"].as_array().unwrap().len(), 1);
     assert_eq!(r["keys"][0]["key"], "pro-1");
     assert_eq!(r["keys"][0]["requests"], 0);
@@ -141,9 +141,9 @@ fn render(url: &str, ms: u32) -> String {
 fn a_headless_browser_shows_the_busiest_key_and_a_refusals_code() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::with(&up);
-    wait_ready(gw.config.admin_listen, 200);
+    wait_ready(gw.config.process.admin_listen, 200);
     traffic_counted(&gw, None);
-    let dom = render(&format!("http://{}/", gw.config.admin_listen), 3000);
+    let dom = render(&format!("http://{}/", gw.config.process.admin_listen), 3000);
     // The busiest key's row, filled in by the page's script from /api/usage.
     let row = r#"<tr data-key="basic-1"><td>basic-1</td><td>basic</td><td>-</td><td class="n">52</td><td class="n">40</td><td class="n">10</td><td class="n">2</td>"#;
     assert!(
@@ -162,24 +162,24 @@ fn a_headless_browser_shows_the_busiest_key_and_a_refusals_code() {
 fn behind_the_admin_token_the_page_asks_for_it_and_shows_nothing() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::start(&config_for(&up).admin_token("admin-secret-2"));
-    wait_ready(gw.config.admin_listen, 200);
+    wait_ready(gw.config.process.admin_listen, 200);
     traffic_counted(&gw, Some("admin-secret-2"));
-    let r = admin(gw.config.admin_listen, "GET", "/");
+    let r = admin(gw.config.process.admin_listen, "GET", "/");
     assert_eq!(r.status, 401);
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
     let raw =
         "GET / HTTP/1.1\r\nHost: localhost\r\nAccept: text/html,*/*\r\nConnection: close\r\n\r\n";
-    let r = send_raw(gw.config.admin_listen, raw.as_bytes());
+    let r = send_raw(gw.config.process.admin_listen, raw.as_bytes());
     assert_eq!(r.status, 401);
     assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
     assert!(!String::from_utf8_lossy(&r.body).contains("basic-1"));
     assert_eq!(
-        admin(gw.config.admin_listen, "GET", "/api/usage").status,
+        admin(gw.config.process.admin_listen, "GET", "/api/usage").status,
         401
     );
     assert_eq!(
         admin_with(
-            gw.config.admin_listen,
+            gw.config.process.admin_listen,
             "GET",
             "/api/usage",
             Some("admin-secret-2")
@@ -187,7 +187,7 @@ fn behind_the_admin_token_the_page_asks_for_it_and_shows_nothing() {
         .status,
         200
     );
-    let dom = render(&format!("http://{}/", gw.config.admin_listen), 2000);
+    let dom = render(&format!("http://{}/", gw.config.process.admin_listen), 2000);
     assert!(
         dom.contains(r#"id="locked" style="display: block;""#),
         "{dom}"
@@ -200,7 +200,7 @@ fn top_once_prints_the_same_view_in_the_terminal() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::start(&config_for(&up).admin_token("admin-secret-3"));
     traffic_counted(&gw, Some("admin-secret-3"));
-    let admin = format!("http://{}", gw.config.admin_listen);
+    let admin = format!("http://{}", gw.config.process.admin_listen);
     let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
         .args(["top", "--admin", &admin, "--once"])
         .env("TOLLGATE_ADMIN_TOKEN", "admin-secret-3")

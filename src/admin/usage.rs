@@ -115,7 +115,12 @@ fn config_view(live: &LivePolicy, policy: &Policy) -> ConfigView {
         started_at_ms: started_ms,
         last_reload: last.map(|r| ReloadView {
             at_ms: r.at_ms,
-            result: if r.error.is_none() { "success" } else { "error" }.into(),
+            result: if r.error.is_none() {
+                "success"
+            } else {
+                "error"
+            }
+            .into(),
             error: r.error,
         }),
         window_seconds: policy.config.limits.window.get(),
@@ -127,7 +132,7 @@ fn config_view(live: &LivePolicy, policy: &Policy) -> ConfigView {
 }
 
 fn cluster_view(store: &SharedStore, policy: &Policy) -> ClusterView {
-    let cfg = policy.config.cluster.as_ref();
+    let cfg = policy.config.process.cluster.as_ref();
     ClusterView {
         store_up: store.is_up(),
         replicas: store.fleet(),

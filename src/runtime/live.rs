@@ -25,7 +25,7 @@ use arc_swap::ArcSwap;
 use super::metrics::{Meters, Metrics};
 use super::upstream::Target;
 use super::usage::Usage;
-use crate::config::{Config, ConfigError};
+use crate::config::{self, Config, ConfigError};
 use crate::digest::Digest;
 use crate::limit::{LocalStore, Store};
 use crate::policy::overrides::Overrides;
@@ -55,7 +55,7 @@ pub struct LastReload {
 pub struct Reloaded {
     pub snapshot: Arc<Snapshot>,
     /// Fields that changed in the file but keep their old value until a restart or upgrade.
-    pub restart_required: Vec<&'static str>,
+    pub restart_required: Vec<String>,
 }
 
 pub struct LivePolicy {
@@ -186,7 +186,7 @@ impl LivePolicy {
             if refuse {
                 refuse_published_keys(&c)?;
             }
-            let restart_required = restart_required(&old.policy.config, &c);
+            let restart_required = config::changed_fields(&old.policy.config.process, &c.process);
             let mut snapshot = compile(c, Ok(&old.policy), &self.metrics)?;
             let dropped = apply_in_force(&snapshot.policy, &self.in_force, &self.metrics);
             if let (false, Some(keeper)) = (dropped.is_empty(), self.forget.get()) {
@@ -308,42 +308,6 @@ pub fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// The process-bound fields that differ between `old` and `new`.
-fn restart_required(old: &Config, new: &Config) -> Vec<&'static str> {
-    let mut fields = Vec::new();
-    if old.listen != new.listen {
-        fields.push("listen");
-    }
-    if old.admin_listen != new.admin_listen {
-        fields.push("admin_listen");
-    }
-    if old.tls != new.tls {
-        fields.push("tls");
-    }
-    if old.log_format != new.log_format {
-        fields.push("log");
-    }
-    if old.shutdown != new.shutdown {
-        fields.push("shutdown");
-    }
-    // The store and its background exchange are set up with the process.
-    if old.cluster != new.cluster {
-        fields.push("cluster");
-    }
-    if old.state_path != new.state_path {
-        fields.push("state");
-    }
-    // The rest of `server` applies to connections accepted after the reload; these two are
-    // Pingora's HTTP/2 settings, fixed when the server starts.
-    if old.server.idle_timeout != new.server.idle_timeout {
-        fields.push("server.idle_timeout_seconds (HTTP/2)");
-    }
-    if old.server.max_header_bytes != new.server.max_header_bytes {
-        fields.push("server.max_header_bytes (HTTP/2)");
-    }
-    fields
 }
 
 #[cfg(test)]

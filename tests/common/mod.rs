@@ -424,7 +424,7 @@ impl Gateway {
 
     pub fn start_config(config: Config) -> Self {
         let clock = Arc::new(ManualClock::new());
-        let addr = config.listen;
+        let addr = config.process.listen;
         let built =
             tollgate::server::build(config.clone(), clock.clone(), None).expect("server builds");
         let live = built.live;
@@ -477,7 +477,7 @@ impl Gateway {
 
     /// `METHOD path` on the admin listener.
     pub fn admin(&self, method: &str, path: &str) -> Response {
-        admin(self.config.admin_listen, method, path)
+        admin(self.config.process.admin_listen, method, path)
     }
 
     /// `request` with `Authorization: Bearer <key>` and, for a body, JSON content type.

@@ -239,7 +239,10 @@ impl TestConfig {
 
     /// `log.format`.
     pub fn log_format(mut self, format: &str) -> Self {
-        self.file.log.format = Some(format.into());
+        self.file.log.format = match format {
+            "json" => crate::config::LogFormat::Json,
+            _ => crate::config::LogFormat::Text,
+        };
         self
     }
 
@@ -362,7 +365,7 @@ mod tests {
             .add_key("extra", "extra-key", "pro")
             .shutdown(1, 2, 3)
             .parse();
-        assert_eq!(c.listen.to_string(), "127.0.0.1:7001");
+        assert_eq!(c.process.listen.to_string(), "127.0.0.1:7001");
         assert_eq!(c.upstream.base_path, "/base");
         assert_eq!(c.upstream.read_timeout.as_millis(), 300);
         assert_eq!(c.plan("basic").unwrap().limit.get(), 80);
@@ -379,7 +382,7 @@ mod tests {
         );
         assert_eq!(c.plans[c.keys[1].plan].name, "standard");
         assert_eq!(c.keys[4].digest, digest("extra-key"));
-        assert_eq!(c.shutdown.grace_seconds, 2);
+        assert_eq!(c.process.shutdown.grace_seconds, 2);
         // Plain keys warn, as in any file.
         assert_eq!(c.warnings.len(), 7);
     }

@@ -13,8 +13,9 @@ const SYNC_MS: (u64, u64) = (10, 60_000);
 const TIMEOUT_MS: (u64, u64) = (1, 60_000);
 const MAX_PREFIX: usize = 64;
 
-/// Where and how often the replicas reconcile their budgets.
-#[derive(Clone, PartialEq, Eq)]
+/// Where and how often the replicas reconcile their budgets. (It serializes, for comparing two
+/// configs only: never to a log or a page, which take [`Cluster::redacted_url`].)
+#[derive(Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Cluster {
     /// `redis://` or `rediss://`, as written: it may hold a password, so it is never printed
     /// (see [`Cluster::redacted_url`]); `Debug` redacts it too.

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::file::{FileAuthFailures, FileServer, FileWebhookGuard};
+use super::file::{FileAuthFailures, FileConfig, FileServer, FileWebhookGuard};
 use super::Invalid;
+use crate::digest::Digest;
 
 /// Pingora's own ceiling on a request head (`v1/common.rs`): a tighter cap is ours to set.
 pub const MAX_HEADER_BYTES: u64 = 1_048_575;
@@ -193,9 +194,24 @@ pub(super) fn server(f: &FileServer) -> Result<Server, Invalid> {
     })
 }
 
+/// The admin listener's token digest (`admin_token_sha256`) and the names it answers to
+/// (`admin_hosts`).
+pub(super) fn admin(raw: &FileConfig) -> Result<(Option<Digest>, Vec<String>), Invalid> {
+    let token = match &raw.admin_token_sha256 {
+        None => None,
+        Some(h) => Some(Digest::from_hex(h).ok_or_else(|| {
+            Invalid::new(
+                "admin_token_sha256",
+                "must be 64 hex characters: the SHA-256 of the token (`tollgate hash-key`)",
+            )
+        })?),
+    };
+    Ok((token, admin_hosts(&raw.admin_hosts)?))
+}
+
 /// `admin_hosts`: host names (lower case) the admin listener answers to; `*.example.internal`
 /// stands for every name under `example.internal`.
-pub(super) fn admin_hosts(hosts: &[String]) -> Result<Vec<String>, Invalid> {
+fn admin_hosts(hosts: &[String]) -> Result<Vec<String>, Invalid> {
     hosts
         .iter()
         .enumerate()

@@ -1,45 +1,44 @@
 //! The YAML file format, exactly as an operator writes it.
 //!
 //! These structs are deserialized (every one refuses unknown fields) and converted into the
-//! validated [`Config`](super::Config); nothing outside `config` reads them. They serialize too,
-//! so the tests' typed config builder writes real config files through them.
+//! validated [`Config`](super::Config) by the section builders; nothing outside `config` reads
+//! them. Each block is `#[serde(default)]` with one `impl Default` holding its documented
+//! defaults, and words with a fixed set of values (a route's method, family and body rule, the
+//! log format) are enums, so a misspelling is refused by the parser with the values it takes.
+//! They serialize too, so the tests' typed config builder writes real config files through
+//! them.
 
 use indexmap::IndexMap;
 
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+use super::routes::{BodyRule, Family};
+
+/// The whole file. Every block is optional but `upstream.base_url` and `plans` (their absence
+/// is refused with their field).
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct FileConfig {
-    #[serde(default = "default_listen")]
     pub listen: String,
-    #[serde(default = "default_admin_listen")]
     pub admin_listen: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<FileTls>,
     pub upstream: FileUpstream,
-    #[serde(default)]
     pub limits: FileLimits,
     /// Optional route catalogue file, relative to this file. Absent: the built-in catalogue.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routes: Option<String>,
     pub plans: IndexMap<String, FilePlan>,
-    #[serde(default = "default_partner_rpw")]
     pub partner_requests_per_window: u32,
-    #[serde(default)]
     pub keys: Vec<FileKey>,
-    #[serde(default)]
     pub partners: Vec<FilePartner>,
-    #[serde(default)]
     pub log: FileLog,
-    #[serde(default)]
     pub shutdown: FileShutdown,
-    #[serde(default)]
     pub server: FileServer,
     /// Off when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auth_failures: Option<FileAuthFailures>,
-    #[serde(default)]
     pub webhook_guard: FileWebhookGuard,
     /// Off when absent: budgets in this process only.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -51,55 +50,70 @@ pub struct FileConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_token_sha256: Option<String>,
     /// Host names the admin listener answers to, besides IP literals and `localhost`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub admin_hosts: Vec<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+impl Default for FileConfig {
+    fn default() -> Self {
+        Self {
+            listen: "0.0.0.0:8080".into(),
+            admin_listen: "127.0.0.1:9091".into(),
+            tls: None,
+            upstream: FileUpstream::default(),
+            limits: FileLimits::default(),
+            routes: None,
+            plans: IndexMap::new(),
+            partner_requests_per_window: 150,
+            keys: Vec::new(),
+            partners: Vec::new(),
+            log: FileLog::default(),
+            shutdown: FileShutdown::default(),
+            server: FileServer::default(),
+            auth_failures: None,
+            webhook_guard: FileWebhookGuard::default(),
+            cluster: None,
+            state: None,
+            admin_token_sha256: None,
+            admin_hosts: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct FileState {
     pub path: String,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct FileCluster {
     /// `redis://` or `rediss://`; or `redis_url_env`, the name of a variable holding it (for a
     /// URL with a password that should not sit in the file).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub redis_url: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub redis_url_env: Option<String>,
-    #[serde(default = "default_key_prefix")]
     pub key_prefix: String,
-    #[serde(default = "default_sync_interval_ms")]
     pub sync_interval_ms: u64,
-    #[serde(default = "default_cluster_timeout_ms")]
     pub timeout_ms: u64,
 }
 
-fn default_key_prefix() -> String {
-    "tollgate".into()
-}
-fn default_sync_interval_ms() -> u64 {
-    100
-}
-fn default_cluster_timeout_ms() -> u64 {
-    100
-}
-
-fn default_listen() -> String {
-    "0.0.0.0:8080".into()
-}
-fn default_admin_listen() -> String {
-    "127.0.0.1:9091".into()
-}
-fn default_partner_rpw() -> u32 {
-    150
+impl Default for FileCluster {
+    fn default() -> Self {
+        Self {
+            redis_url: None,
+            redis_url_env: None,
+            key_prefix: "tollgate".into(),
+            sync_interval_ms: 100,
+            timeout_ms: 100,
+        }
+    }
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct FileTls {
     pub listen: String,
     pub cert_file: String,
@@ -107,57 +121,48 @@ pub struct FileTls {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct FileUpstream {
+    /// Required: the provider's base URL.
     pub base_url: String,
-    #[serde(default = "default_connect_timeout")]
     pub connect_timeout_ms: u64,
-    #[serde(default = "default_read_timeout")]
     pub read_timeout_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<String>,
     /// Header fields the gateway would drop as client claims (address, host, scheme, URL,
     /// method) that this upstream should get anyway.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pass_headers: Vec<String>,
 }
 
-fn default_connect_timeout() -> u64 {
-    2000
-}
-fn default_read_timeout() -> u64 {
-    30000
+impl Default for FileUpstream {
+    fn default() -> Self {
+        Self {
+            base_url: String::new(),
+            connect_timeout_ms: 2000,
+            read_timeout_ms: 30_000,
+            ca_file: None,
+            pass_headers: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct FileLimits {
-    #[serde(default = "default_window")]
     pub window_seconds: u32,
-    #[serde(default = "default_max_body")]
     pub max_body_bytes: u64,
-    #[serde(default = "default_max_validated_body")]
     pub max_validated_body_bytes: u64,
 }
 
 impl Default for FileLimits {
     fn default() -> Self {
         Self {
-            window_seconds: default_window(),
-            max_body_bytes: default_max_body(),
-            max_validated_body_bytes: default_max_validated_body(),
+            window_seconds: 10,
+            max_body_bytes: 16 * 1024 * 1024,
+            max_validated_body_bytes: 64 * 1024,
         }
     }
-}
-
-fn default_window() -> u32 {
-    10
-}
-fn default_max_body() -> u64 {
-    16 * 1024 * 1024
-}
-fn default_max_validated_body() -> u64 {
-    64 * 1024
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -171,26 +176,49 @@ pub struct FilePlan {
     pub shadow: bool,
 }
 
-/// `allow: all` or `allow: [route_id, …]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+/// `allow: all` or `allow: [route_id, …]` (any other word is refused by validation, naming it).
+#[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum FileAllow {
     Keyword(String),
     List(Vec<String>),
 }
 
+impl<'de> Deserialize<'de> for FileAllow {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FileAllow;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("`all` or a list of route ids")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<FileAllow, E> {
+                Ok(FileAllow::Keyword(v.to_string()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<FileAllow, A::Error> {
+                let mut ids = Vec::new();
+                while let Some(id) = seq.next_element::<String>()? {
+                    ids.push(id);
+                }
+                Ok(FileAllow::List(ids))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileKey {
     pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_env: Option<String>,
     pub plan: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partner: Option<String>,
 }
 
@@ -223,31 +251,35 @@ pub struct KeyFields<'a> {
 #[serde(deny_unknown_fields)]
 pub struct FilePartner {
     pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_env: Option<String>,
 }
 
+/// The access log's format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct FileLog {
-    #[serde(default)]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub format: Option<String>,
+    pub format: LogFormat,
 }
 
 /// How SIGTERM drains (see [`Shutdown`](super::Shutdown)).
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct FileShutdown {
-    #[serde(default)]
     pub drain_seconds: u64,
-    #[serde(default = "default_grace")]
     pub grace_seconds: u64,
-    #[serde(default = "default_shutdown_timeout")]
     pub timeout_seconds: u64,
 }
 
@@ -255,17 +287,10 @@ impl Default for FileShutdown {
     fn default() -> Self {
         Self {
             drain_seconds: 0,
-            grace_seconds: default_grace(),
-            timeout_seconds: default_shutdown_timeout(),
+            grace_seconds: 10,
+            timeout_seconds: 5,
         }
     }
-}
-
-fn default_grace() -> u64 {
-    10
-}
-fn default_shutdown_timeout() -> u64 {
-    5
 }
 
 /// The route catalogue file (`policies/routes.yaml`).
@@ -277,159 +302,147 @@ pub struct FileCatalogue {
     pub routes: Vec<FileRoute>,
 }
 
+/// A route's method: one HTTP method, or `any`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub enum FileMethod {
+    #[serde(rename = "any", alias = "ANY", alias = "Any")]
+    Any,
+    #[serde(rename = "GET")]
+    Get,
+    #[serde(rename = "HEAD")]
+    Head,
+    #[serde(rename = "POST")]
+    Post,
+    #[serde(rename = "PUT")]
+    Put,
+    #[serde(rename = "PATCH")]
+    Patch,
+    #[serde(rename = "DELETE")]
+    Delete,
+    #[serde(rename = "OPTIONS")]
+    Options,
+}
+
+impl FileMethod {
+    /// The method's token, or `None` for `any`.
+    pub fn token(self) -> Option<&'static str> {
+        match self {
+            FileMethod::Any => None,
+            FileMethod::Get => Some("GET"),
+            FileMethod::Head => Some("HEAD"),
+            FileMethod::Post => Some("POST"),
+            FileMethod::Put => Some("PUT"),
+            FileMethod::Patch => Some("PATCH"),
+            FileMethod::Delete => Some("DELETE"),
+            FileMethod::Options => Some("OPTIONS"),
+        }
+    }
+}
+
+/// A route's body rule as written: one of the rules, or `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileBody {
+    #[default]
+    None,
+    GroupEvent,
+    WebhookSet,
+    ServiceUpgrade,
+}
+
+impl FileBody {
+    pub fn rule(self) -> Option<BodyRule> {
+        match self {
+            FileBody::None => None,
+            FileBody::GroupEvent => Some(BodyRule::GroupEvent),
+            FileBody::WebhookSet => Some(BodyRule::WebhookSet),
+            FileBody::ServiceUpgrade => Some(BodyRule::ServiceUpgrade),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileRoute {
     pub id: String,
-    pub method: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: FileMethod,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
-    pub family: String,
-    #[serde(default = "default_body")]
-    pub body: String,
+    pub family: Family,
+    #[serde(default)]
+    pub body: FileBody,
     #[serde(default)]
     pub assumed: bool,
-    #[serde(default)]
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<String>,
-}
-
-fn default_body() -> String {
-    "none".into()
 }
 
 /// The edge: deadlines, caps and trusted proxies (see [`Server`](super::Server)).
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct FileServer {
-    #[serde(default = "default_header_timeout")]
     pub header_timeout_seconds: u64,
-    #[serde(default = "default_idle_timeout")]
     pub idle_timeout_seconds: u64,
-    #[serde(default = "default_body_timeout")]
     pub body_timeout_seconds: u64,
-    #[serde(default = "default_send_timeout")]
     pub send_timeout_seconds: u64,
-    #[serde(default = "default_tls_handshake_timeout")]
     pub tls_handshake_timeout_seconds: u64,
-    #[serde(default = "default_max_requests_per_connection")]
     pub max_requests_per_connection: u32,
-    #[serde(default = "default_max_header_bytes")]
     pub max_header_bytes: u64,
-    #[serde(default = "default_max_headers")]
     pub max_headers: u64,
-    #[serde(default = "default_max_connections")]
     pub max_connections: u32,
-    #[serde(default = "default_max_connections_per_ip")]
     pub max_connections_per_ip: u32,
-    #[serde(default)]
     pub trusted_proxies: Vec<String>,
-    #[serde(default = "default_admin_max_connections")]
     pub admin_max_connections: u32,
 }
 
 impl Default for FileServer {
     fn default() -> Self {
         Self {
-            header_timeout_seconds: default_header_timeout(),
-            idle_timeout_seconds: default_idle_timeout(),
-            body_timeout_seconds: default_body_timeout(),
-            send_timeout_seconds: default_send_timeout(),
-            tls_handshake_timeout_seconds: default_tls_handshake_timeout(),
-            max_requests_per_connection: default_max_requests_per_connection(),
-            max_header_bytes: default_max_header_bytes(),
-            max_headers: default_max_headers(),
-            max_connections: default_max_connections(),
-            max_connections_per_ip: default_max_connections_per_ip(),
+            header_timeout_seconds: 10,
+            idle_timeout_seconds: 60,
+            body_timeout_seconds: 30,
+            send_timeout_seconds: 30,
+            tls_handshake_timeout_seconds: 10,
+            max_requests_per_connection: 1000,
+            max_header_bytes: 32 * 1024,
+            max_headers: 100,
+            max_connections: 10_000,
+            max_connections_per_ip: 256,
             trusted_proxies: Vec::new(),
-            admin_max_connections: default_admin_max_connections(),
+            admin_max_connections: 64,
         }
     }
 }
 
-fn default_header_timeout() -> u64 {
-    10
-}
-fn default_idle_timeout() -> u64 {
-    60
-}
-fn default_body_timeout() -> u64 {
-    30
-}
-fn default_send_timeout() -> u64 {
-    30
-}
-fn default_tls_handshake_timeout() -> u64 {
-    10
-}
-fn default_max_requests_per_connection() -> u32 {
-    1000
-}
-fn default_max_header_bytes() -> u64 {
-    32 * 1024
-}
-fn default_max_headers() -> u64 {
-    100
-}
-fn default_max_connections() -> u32 {
-    10_000
-}
-fn default_max_connections_per_ip() -> u32 {
-    256
-}
-fn default_admin_max_connections() -> u32 {
-    64
-}
-
 /// Blocking of addresses that fail authentication (see [`AuthFailures`](super::AuthFailures)).
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct FileAuthFailures {
-    #[serde(default = "default_max_failures")]
     pub max_failures: u32,
-    #[serde(default = "default_failure_window")]
     pub window_seconds: u64,
-    #[serde(default = "default_block")]
     pub block_seconds: u64,
-    #[serde(default = "default_max_tracked_ips")]
     pub max_tracked_ips: u64,
 }
 
 impl Default for FileAuthFailures {
     fn default() -> Self {
         Self {
-            max_failures: default_max_failures(),
-            window_seconds: default_failure_window(),
-            block_seconds: default_block(),
-            max_tracked_ips: default_max_tracked_ips(),
+            max_failures: 20,
+            window_seconds: 60,
+            block_seconds: 300,
+            max_tracked_ips: 100_000,
         }
     }
 }
 
-fn default_max_failures() -> u32 {
-    20
-}
-fn default_failure_window() -> u64 {
-    60
-}
-fn default_block() -> u64 {
-    300
-}
-fn default_max_tracked_ips() -> u64 {
-    100_000
-}
-
 /// The `webhook_set` URL guard (see [`WebhookGuard`](super::WebhookGuard)).
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct FileWebhookGuard {
-    #[serde(default = "yes")]
     pub enabled: bool,
-    #[serde(default = "yes")]
     pub allow_http: bool,
-    #[serde(default)]
     pub allow_hosts: Vec<String>,
 }
 
@@ -441,8 +454,4 @@ impl Default for FileWebhookGuard {
             allow_hosts: Vec::new(),
         }
     }
-}
-
-fn yes() -> bool {
-    true
 }

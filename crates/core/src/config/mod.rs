@@ -13,13 +13,15 @@ mod edge;
 mod fast;
 pub mod file;
 pub mod keyname;
+mod keys;
 mod locate;
+mod plans;
+pub mod process;
 pub mod published;
 pub mod routes;
+mod upstream;
 
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::BuildHasher;
 use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
@@ -27,13 +29,15 @@ use std::time::Duration;
 
 pub use cluster::{redact, scrub, Cluster};
 pub use edge::{AuthFailures, Server, WebhookGuard, MAX_HEADERS, MAX_HEADER_BYTES};
-use file::{FileAllow, FileCatalogue, FileConfig, KeyFields};
+pub use file::LogFormat;
+use file::{FileCatalogue, FileConfig};
+use keyname::KeyName;
+use keys::KeyList;
 use locate::LineIndex;
+pub use process::{changed_fields, Process, MAX_SHUTDOWN_SECONDS};
 
-use crate::digest::is_token68;
 use crate::digest::Digest;
-use keyname::{KeyName, MAX_KEYS};
-use routes::{Catalogue, Family, RouteIdx};
+use routes::{Catalogue, RouteIdx};
 
 /// The largest limit a plan may set; the limiter's arithmetic is exact up to here.
 pub const MAX_REQUESTS_PER_WINDOW: u32 = 1_000_000;
@@ -42,8 +46,6 @@ pub const MAX_REQUESTS_PER_WINDOW: u32 = 1_000_000;
 pub const MAX_VALIDATED_BODY_BYTES: u64 = 64 * 1024;
 /// The longest window the limiter accepts (one day).
 pub const MAX_WINDOW_SECONDS: u32 = 86_400;
-/// The longest any one shutdown phase may be (one hour).
-pub const MAX_SHUTDOWN_SECONDS: u64 = 3_600;
 
 /// A config the gateway refused, with where and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,13 +107,17 @@ pub struct Warning {
     pub message: String,
 }
 
+/// A validated config, its settings grouped by lifetime: [`Process`] (bound to the process:
+/// a reload keeps them until a restart), [`Server`] (the edge: a connection keeps those it was
+/// accepted under), and the rest (each request takes them from the snapshot in force).
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The file this config was read from.
     pub source: PathBuf,
-    pub listen: SocketAddr,
-    pub admin_listen: SocketAddr,
-    pub tls: Option<Tls>,
+    /// Settings bound to the process.
+    pub process: Process,
+    /// The edge: deadlines, caps, trusted proxies.
+    pub server: Server,
     pub upstream: Upstream,
     pub limits: Limits,
     /// Where the catalogue came from: a file, or `None` for the built-in one.
@@ -124,18 +130,9 @@ pub struct Config {
     /// once, in `Policy::keys`.
     pub keys: Vec<KeySpec>,
     pub partners: Vec<PartnerSpec>,
-    pub log_format: LogFormat,
-    pub shutdown: Shutdown,
-    /// The edge: deadlines, caps, trusted proxies.
-    pub server: Server,
     /// Blocking of addresses that fail authentication; `None` when the block is absent.
     pub auth_failures: Option<AuthFailures>,
     pub webhook_guard: WebhookGuard,
-    /// Budgets shared across replicas; `None` when the block is absent.
-    pub cluster: Option<Cluster>,
-    /// The embedded store partner upgrades are kept in (`state.path`, resolved against the
-    /// config's directory); `None` when the block is absent.
-    pub state_path: Option<PathBuf>,
     /// The digest of the admin listener's bearer token, when one is required.
     pub admin_token: Option<Digest>,
     /// Host names (lower case) the admin listener answers to besides IP literals and
@@ -159,14 +156,14 @@ pub struct Config {
 ///    the process exits (Pingora's `graceful_shutdown_timeout_seconds`).
 ///
 /// These values override the same two settings of a Pingora `--conf` file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Shutdown {
     pub drain_seconds: u64,
     pub grace_seconds: u64,
     pub timeout_seconds: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Tls {
     pub listen: SocketAddr,
     pub cert_file: PathBuf,
@@ -240,13 +237,6 @@ pub struct PartnerSpec {
     pub digest: Digest,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
-}
-
 /// Where `key_env` values come from; the process environment outside tests.
 pub trait Env {
     fn var(&self, name: &str) -> Option<String>;
@@ -294,8 +284,7 @@ impl Config {
         match fast {
             Some((raw, section)) => Self::validate(raw, &KeyList::Fast(&section), text, path, env),
             None => {
-                let mut raw: FileConfig =
-                    serde_yaml::from_str(text).map_err(|e| yaml_error(path, &e))?;
+                let mut raw: FileConfig = from_yaml(text).map_err(|e| yaml_error(path, e))?;
                 let keys = std::mem::take(&mut raw.keys);
                 Self::validate(raw, &KeyList::File(&keys), text, path, env)
             }
@@ -305,7 +294,7 @@ impl Config {
     /// [`Config::parse`] without the fast path: everything through serde_yaml.
     #[cfg(test)]
     fn parse_slow(text: &str, path: &Path, env: &dyn Env) -> Result<Config, ConfigError> {
-        let mut raw: FileConfig = serde_yaml::from_str(text).map_err(|e| yaml_error(path, &e))?;
+        let mut raw: FileConfig = from_yaml(text).map_err(|e| yaml_error(path, e))?;
         let keys = std::mem::take(&mut raw.keys);
         Self::validate(raw, &KeyList::File(&keys), text, path, env)
     }
@@ -364,41 +353,44 @@ fn load_catalogue(
         ))
     })?;
     let raw: FileCatalogue =
-        serde_yaml::from_str(&text).map_err(|e| CatalogueError::There(yaml_error(&path, &e)))?;
+        from_yaml(&text).map_err(|e| CatalogueError::There(yaml_error(&path, e)))?;
     let lines = LineIndex::new(&text);
     let catalogue =
         Catalogue::compile(raw).map_err(|inv| CatalogueError::There(inv.at(&path, &lines)))?;
     Ok((Some(path), catalogue))
 }
 
-/// Turn a serde_yaml error (`keys[0]: unknown field `x`, expected … at line 6 column 5`) into
-/// a [`ConfigError`] with the field path split out.
-fn yaml_error(path: &Path, e: &serde_yaml::Error) -> ConfigError {
-    let mut text = e.to_string();
-    if let Some(cut) = text.rfind(" at line ") {
-        text.truncate(cut);
-    }
-    let (mut field, mut message) = match text.split_once(": ") {
-        Some((f, m)) if !f.contains(' ') => (f.to_string(), m.to_string()),
-        _ => (String::new(), text.clone()),
+/// Deserialize `text`, keeping the path of the field an error is about.
+fn from_yaml<T: serde::de::DeserializeOwned>(
+    text: &str,
+) -> Result<T, serde_path_to_error::Error<serde_yaml::Error>> {
+    serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(text))
+}
+
+/// A parse error as a [`ConfigError`]: the field path as serde_path_to_error tracked it
+/// (`server.idle_timeout` for an unknown field, `keys[0]` for a missing one), the line as
+/// serde_yaml located it, and serde's own message without the two things already given apart
+/// (serde_yaml writes its path in front and the location after it).
+fn yaml_error(path: &Path, e: serde_path_to_error::Error<serde_yaml::Error>) -> ConfigError {
+    let field = match e.path().to_string() {
+        root if root == "." => String::new(),
+        field => field,
     };
-    for marker in ["unknown field `", "missing field `"] {
-        if let Some(rest) = message.strip_prefix(marker) {
-            if let Some(name) = rest.split('`').next() {
-                field = if field.is_empty() {
-                    name.to_string()
-                } else {
-                    format!("{field}.{name}")
-                };
-            }
-        }
+    let inner = e.into_inner();
+    let location = inner.location();
+    let mut message = inner.to_string();
+    if let Some(l) = &location {
+        let at = format!(" at line {} column {}", l.line(), l.column());
+        message = message.replacen(&at, "", 1);
     }
-    if message.starts_with("data did not match any variant of untagged enum FileAllow") {
-        message = "must be `all` or a list of route ids".into();
+    if let Some((prefix, rest)) = message.split_once(": ") {
+        if !prefix.contains(' ') && field.starts_with(prefix) {
+            message = rest.to_string();
+        }
     }
     ConfigError {
         file: path.to_path_buf(),
-        line: e.location().map(|l| l.line()),
+        line: location.map(|l| l.line()),
         field,
         message,
     }
@@ -456,6 +448,7 @@ fn existing_file(base_dir: &Path, v: &str, field: &str) -> Result<PathBuf, Inval
     }
 }
 
+/// The sections, each checked by its own builder, in the order an operator reads the file.
 fn build(
     raw: FileConfig,
     file_keys: &KeyList<'_>,
@@ -465,257 +458,33 @@ fn build(
     env: &dyn Env,
 ) -> Result<Config, Invalid> {
     let mut warnings = Vec::new();
-    let listen = socket_addr(&raw.listen, "listen")?;
-    let admin_listen = socket_addr(&raw.admin_listen, "admin_listen")?;
-    let tls = match raw.tls {
-        None => None,
-        Some(t) => Some(Tls {
-            listen: socket_addr(&t.listen, "tls.listen")?,
-            cert_file: existing_file(base_dir, &t.cert_file, "tls.cert_file")?,
-            key_file: existing_file(base_dir, &t.key_file, "tls.key_file")?,
-        }),
-    };
-    let upstream = upstream(&raw.upstream, base_dir)?;
-    let limits = Limits {
-        window: nonzero_u32(
-            raw.limits.window_seconds,
-            "limits.window_seconds",
-            MAX_WINDOW_SECONDS,
-        )?,
-        max_body_bytes: nonzero_u64(raw.limits.max_body_bytes, "limits.max_body_bytes")?,
-        max_validated_body_bytes: nonzero_u64(
-            raw.limits.max_validated_body_bytes,
-            "limits.max_validated_body_bytes",
-        )?,
-    };
-    if limits.max_validated_body_bytes.get() > MAX_VALIDATED_BODY_BYTES {
-        return Err(Invalid::new(
-            "limits.max_validated_body_bytes",
-            format!("must be at most {MAX_VALIDATED_BODY_BYTES} (checked bodies are held in a 64 KiB buffer)"),
-        ));
-    }
-    if limits.max_validated_body_bytes > limits.max_body_bytes {
-        return Err(Invalid::new(
-            "limits.max_validated_body_bytes",
-            "must not be above limits.max_body_bytes",
-        ));
-    }
-
-    if raw.plans.is_empty() {
-        return Err(Invalid::new("plans", "at least one plan is needed"));
-    }
-    let mut plans = Vec::with_capacity(raw.plans.len());
-    let mut plan_ids: HashMap<u32, String> = HashMap::new();
-    for (name, fp) in raw.plans {
-        let at = format!("plans.{name}");
-        check_name(&name, || at.clone())?;
-        if matches!(name.as_str(), "partner" | "none") {
-            // `partner` names the partner keys' policy and `none` an unknown caller, in
-            // RateLimit headers, logs and metric labels.
-            return Err(Invalid::new(at, format!("`{name}` is a reserved name")));
-        }
-        if let Some(other) = plan_ids.insert(fp.plan_id, name.clone()) {
-            return Err(Invalid::new(
-                format!("{at}.plan_id"),
-                format!("plan_id {} is also used by plan `{other}`", fp.plan_id),
-            ));
-        }
-        let limit = nonzero_u32(
-            fp.requests_per_window,
-            &format!("{at}.requests_per_window"),
-            MAX_REQUESTS_PER_WINDOW,
-        )?;
-        let allow = match fp.allow {
-            FileAllow::Keyword(k) if k == "all" => Allow::All,
-            FileAllow::Keyword(k) => {
-                return Err(Invalid::new(
-                    format!("{at}.allow"),
-                    format!("`{k}` is not `all`; give `all` or a list of route ids"),
-                ))
-            }
-            FileAllow::List(ids) => {
-                let mut idx = Vec::with_capacity(ids.len());
-                for (i, id) in ids.iter().enumerate() {
-                    let field = format!("{at}.allow[{i}]");
-                    let Some(r) = catalogue.find(id) else {
-                        return Err(Invalid::new(field, format!("unknown route id `{id}`")));
-                    };
-                    if catalogue.get(r).family == Family::Partner {
-                        return Err(Invalid::new(
-                            field,
-                            format!("`{id}` is a partner operation; plans govern customer keys"),
-                        ));
-                    }
-                    if idx.contains(&r) {
-                        return Err(Invalid::new(field, format!("`{id}` is listed twice")));
-                    }
-                    idx.push(r);
-                }
-                Allow::Only(idx)
-            }
-        };
-        plans.push(Plan {
-            name,
-            plan_id: fp.plan_id,
-            limit,
-            allow,
-            shadow: fp.shadow,
-        });
-    }
-    let partner_limit = nonzero_u32(
-        raw.partner_requests_per_window,
-        "partner_requests_per_window",
-        MAX_REQUESTS_PER_WINDOW,
-    )?;
-
-    // Digests are unique across customer and partner keys: one bearer token, one identity.
-    let n_partners = raw.partners.len();
-    let total = n_partners.saturating_add(file_keys.len());
-    if total > MAX_KEYS {
-        return Err(Invalid::new(
-            "keys",
-            format!("{total} keys and partners are more than the {MAX_KEYS} the gateway can hold"),
-        ));
-    }
-    let hasher = foldhash::fast::RandomState::default();
-
-    let mut partners: Vec<PartnerSpec> = Vec::with_capacity(n_partners);
-    let mut partner_names: HashMap<String, usize> = HashMap::new();
-    let mut partner_digests: HashMap<Digest, usize> = HashMap::with_capacity(n_partners);
-    for (i, fp) in raw.partners.iter().enumerate() {
-        let at = format!("partners[{i}]");
-        check_name(&fp.name, || format!("{at}.name"))?;
-        if partner_names.insert(fp.name.clone(), i).is_some() {
-            return Err(Invalid::new(
-                format!("{at}.name"),
-                format!("duplicate partner name `{}`", fp.name),
-            ));
-        }
-        let (digest, field) = key_digest(
-            "partners",
-            i,
-            fp.sha256.as_deref(),
-            fp.key.as_deref(),
-            fp.key_env.as_deref(),
-            env,
-            &mut warnings,
-        )?;
-        if let Some(j) = partner_digests.insert(digest, i) {
-            let other = format!("partners[{j}] ({})", partners[j].name);
-            return Err(Invalid::new(
-                format!("{at}.{field}"),
-                format!("is the same key as {other}"),
-            ));
-        }
-        partners.push(PartnerSpec {
-            name: fp.name.clone(),
-            digest,
-        });
-    }
-
-    // A million keys are checked for duplicates by sorting (sequential memory), not entry by
-    // entry in a hash index (a cache miss per entry). Only when something is wrong are they
-    // checked again entry by entry, in file order, so that the error is the first one there is.
-    let ctx = KeyCheck {
-        plans: &plans,
-        partners: &partners,
-        partner_names: &partner_names,
-        env,
-        hasher: &hasher,
-    };
-    let partner_warnings = warnings.len();
-    let keys = match ctx.keys(file_keys, false, &mut warnings) {
-        Ok(keys) if !ctx.any_duplicate(&keys) => keys,
-        _ => {
-            warnings.truncate(partner_warnings);
-            ctx.keys(file_keys, true, &mut warnings)?
-        }
-    };
-
-    // A published demo key is open to anyone: loud in `check`, refused by `run`.
-    let mut published_keys = Vec::new();
-    let entries = partners
-        .iter()
-        .enumerate()
-        .map(|(i, p)| ("partners", i, &p.digest))
-        .chain(keys.iter().enumerate().map(|(i, k)| ("keys", i, &k.digest)));
-    for (list, i, digest) in entries {
-        if let Some(key) = published::published(digest) {
-            let field = format!("{list}[{i}]");
-            warnings.push(Warning {
-                line: None,
-                field: field.clone(),
-                message: format!(
-                    "PUBLISHED DEMO KEY: this is `{key}`, printed in Tollgate's README and demo, so anyone can use it; `tollgate run` refuses it (replace it: `tollgate hash-key`)"
-                ),
-            });
-            published_keys.push(field);
-        }
-    }
-
-    let log_format = match raw.log.format.as_deref() {
-        None | Some("text") => LogFormat::Text,
-        Some("json") => LogFormat::Json,
-        Some(other) => {
-            return Err(Invalid::new(
-                "log.format",
-                format!("`{other}` is not `text` or `json`"),
-            ))
-        }
-    };
-
-    let seconds = |v: u64, field: &str| {
-        if v > MAX_SHUTDOWN_SECONDS {
-            Err(Invalid::new(
-                field,
-                format!("{v} is above the maximum of {MAX_SHUTDOWN_SECONDS}"),
-            ))
-        } else {
-            Ok(v)
-        }
-    };
-    let shutdown = Shutdown {
-        drain_seconds: seconds(raw.shutdown.drain_seconds, "shutdown.drain_seconds")?,
-        grace_seconds: seconds(raw.shutdown.grace_seconds, "shutdown.grace_seconds")?,
-        timeout_seconds: seconds(raw.shutdown.timeout_seconds, "shutdown.timeout_seconds")?,
-    };
-
     let server = edge::server(&raw.server)?;
+    let process = process::process(&raw, &server, base_dir, env)?;
+    let upstream = upstream::upstream(&raw.upstream, base_dir)?;
+    let limits = plans::limits(&raw.limits)?;
+    let partner_limit = plans::partner_limit(raw.partner_requests_per_window)?;
+    let (partners, partner_names) = keys::partners(&raw.partners, env, &mut warnings)?;
     let auth_failures = raw
         .auth_failures
         .as_ref()
         .map(edge::auth_failures)
         .transpose()?;
     let webhook_guard = edge::webhook_guard(&raw.webhook_guard)?;
-    let state_path = match &raw.state {
-        None => None,
-        Some(st) if st.path.trim().is_empty() => {
-            return Err(Invalid::new("state.path", "must name a file"))
-        }
-        // Opened (and created) when the gateway starts, which refuses a path it cannot use.
-        Some(st) => Some(base_dir.join(&st.path)),
-    };
-    let admin_token = match &raw.admin_token_sha256 {
-        None => None,
-        Some(h) => Some(Digest::from_hex(h).ok_or_else(|| {
-            Invalid::new(
-                "admin_token_sha256",
-                "must be 64 hex characters: the SHA-256 of the token (`tollgate hash-key`)",
-            )
-        })?),
-    };
-    let cluster = raw
-        .cluster
-        .as_ref()
-        .map(|c| cluster::cluster(c, env))
-        .transpose()?;
-    let admin_hosts = edge::admin_hosts(&raw.admin_hosts)?;
-
+    let (admin_token, admin_hosts) = edge::admin(&raw)?;
+    let plans = plans::plans(raw.plans, &catalogue)?;
+    let keys = keys::keys(
+        file_keys,
+        &plans,
+        &partners,
+        &partner_names,
+        env,
+        &mut warnings,
+    )?;
+    let published_keys = keys::published_keys(&partners, &keys, &mut warnings);
     Ok(Config {
         source: PathBuf::new(),
-        listen,
-        admin_listen,
-        tls,
+        process,
+        server,
         upstream,
         limits,
         routes_file,
@@ -724,287 +493,11 @@ fn build(
         partner_limit,
         keys,
         partners,
-        log_format,
-        shutdown,
-        server,
         auth_failures,
         webhook_guard,
-        cluster,
-        state_path,
         admin_token,
         admin_hosts,
         published_keys,
         warnings,
-    })
-}
-
-/// The customer keys of a file, wherever they were read.
-enum KeyList<'a> {
-    File(&'a [file::FileKey]),
-    Fast(&'a fast::KeysSection<'a>),
-}
-
-impl<'a> KeyList<'a> {
-    fn iter(&self) -> Box<dyn ExactSizeIterator<Item = KeyFields<'a>> + '_> {
-        match self {
-            KeyList::File(keys) => Box::new(keys.iter().map(file::FileKey::fields)),
-            KeyList::Fast(section) => Box::new(section.iter()),
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            KeyList::File(keys) => keys.len(),
-            KeyList::Fast(section) => section.iter().len(),
-        }
-    }
-}
-
-/// What checking the customer keys needs of the rest of the config.
-struct KeyCheck<'c> {
-    plans: &'c [Plan],
-    partners: &'c [PartnerSpec],
-    partner_names: &'c HashMap<String, usize>,
-    env: &'c dyn Env,
-    hasher: &'c foldhash::fast::RandomState,
-}
-
-impl KeyCheck<'_> {
-    /// Check every key in file order, each completely before the next. With `exact`, duplicate
-    /// names and digests are caught where they occur, so the error is the first in the file;
-    /// without, they are not looked for (see [`KeyCheck::any_duplicate`]), and an error is only
-    /// a sign that there is one.
-    fn keys(
-        &self,
-        list: &KeyList<'_>,
-        exact: bool,
-        warnings: &mut Vec<Warning>,
-    ) -> Result<Vec<KeySpec>, Invalid> {
-        let n = list.len();
-        let n_partners = self.partners.len();
-        // Only in the exact pass (a config with a mistake in it): where each name and digest
-        // was first seen, partners first.
-        let mut names: HashMap<&str, usize> = HashMap::new();
-        let mut digests: HashMap<Digest, usize> = HashMap::new();
-        if exact {
-            names.reserve(n);
-            digests.reserve(n_partners + n);
-            // Distinct: the partners were checked already.
-            digests.extend(self.partners.iter().enumerate().map(|(j, p)| (p.digest, j)));
-        }
-        let mut keys: Vec<KeySpec> = Vec::with_capacity(n);
-        for (i, fk) in list.iter().enumerate() {
-            check_name(fk.name, || format!("keys[{i}].name"))?;
-            if exact && names.insert(fk.name, i).is_some() {
-                return Err(Invalid::new(
-                    format!("keys[{i}].name"),
-                    format!("duplicate key name `{}`", fk.name),
-                ));
-            }
-            let plan = self
-                .plans
-                .iter()
-                .position(|p| p.name == fk.plan)
-                .ok_or_else(|| {
-                    Invalid::new(
-                        format!("keys[{i}].plan"),
-                        format!("no plan named `{}`", fk.plan),
-                    )
-                })?;
-            let partner = match fk.partner {
-                None => None,
-                Some(p) => Some(*self.partner_names.get(p).ok_or_else(|| {
-                    Invalid::new(
-                        format!("keys[{i}].partner"),
-                        format!("no partner named `{p}`"),
-                    )
-                })?),
-            };
-            let (digest, field) =
-                key_digest("keys", i, fk.sha256, fk.key, fk.key_env, self.env, warnings)?;
-            if exact {
-                if let Some(j) = digests.insert(digest, n_partners + i) {
-                    let other = match j.checked_sub(n_partners) {
-                        None => format!("partners[{j}] ({})", self.partners[j].name),
-                        Some(k) => format!("keys[{k}] ({})", keys[k].name),
-                    };
-                    return Err(Invalid::new(
-                        format!("keys[{i}].{field}"),
-                        format!("is the same key as {other}"),
-                    ));
-                }
-            }
-            keys.push(KeySpec {
-                name: KeyName::new(fk.name),
-                digest,
-                plan,
-                partner,
-            });
-        }
-        Ok(keys)
-    }
-
-    /// Whether two keys share a name, or two keys or a key and a partner share a digest.
-    fn any_duplicate(&self, keys: &[KeySpec]) -> bool {
-        let np = self.partners.len();
-        let digest = |i: usize| match i.checked_sub(np) {
-            None => &self.partners[i].digest,
-            Some(k) => &keys[k].digest,
-        };
-        any_equal(
-            keys.len(),
-            |i| self.hasher.hash_one(&*keys[i].name),
-            |a, b| keys[a].name == keys[b].name,
-        ) || any_equal(
-            np + keys.len(),
-            |i| self.hasher.hash_one(digest(i).folded()),
-            |a, b| digest(a) == digest(b),
-        )
-    }
-}
-
-/// Whether two of `n` items are equal (`eq`), given a `hash` of each: sorts the hashes and
-/// compares items only where hashes are equal.
-fn any_equal(n: usize, hash: impl Fn(usize) -> u64, eq: impl Fn(usize, usize) -> bool) -> bool {
-    let mut by_hash: Vec<(u64, u32)> = (0..n).map(|i| (hash(i), i as u32)).collect();
-    by_hash.sort_unstable();
-    by_hash.chunk_by(|a, b| a.0 == b.0).any(|run| {
-        run.iter()
-            .enumerate()
-            .any(|(x, a)| run[x + 1..].iter().any(|b| eq(a.1 as usize, b.1 as usize)))
-    })
-}
-
-/// The digest of entry `i` of `list` (`keys` or `partners`), given as exactly one of `sha256`,
-/// `key` or `key_env`, and the field that gave it. A plain `key` adds a warning (its line is
-/// looked up once validation is done).
-fn key_digest(
-    list: &str,
-    i: usize,
-    sha256: Option<&str>,
-    key: Option<&str>,
-    key_env: Option<&str>,
-    env: &dyn Env,
-    warnings: &mut Vec<Warning>,
-) -> Result<(Digest, &'static str), Invalid> {
-    let field = |name: &str| format!("{list}[{i}].{name}");
-    match (sha256, key, key_env) {
-        (Some(hex), None, None) => {
-            let d = Digest::from_hex(hex).ok_or_else(|| {
-                Invalid::new(
-                    field("sha256"),
-                    "must be 64 hexadecimal characters (the SHA-256 of the key)",
-                )
-            })?;
-            Ok((d, "sha256"))
-        }
-        (None, Some(plain), None) => {
-            if !is_token68(plain.as_bytes()) {
-                return Err(Invalid::new(
-                    field("key"),
-                    "is not a usable bearer token (token68 characters)",
-                ));
-            }
-            warnings.push(Warning {
-                line: None,
-                field: field("key"),
-                message: "a plain key sits in the config file; prefer `sha256` (tollgate hash-key) or `key_env`".into(),
-            });
-            Ok((Digest::of(plain.as_bytes()), "key"))
-        }
-        (None, None, Some(var)) => {
-            let value = env.var(var).ok_or_else(|| {
-                Invalid::new(
-                    field("key_env"),
-                    format!("environment variable `{var}` is not set"),
-                )
-            })?;
-            if !is_token68(value.as_bytes()) {
-                return Err(Invalid::new(
-                    field("key_env"),
-                    format!("environment variable `{var}` is not a usable bearer token (token68 characters)"),
-                ));
-            }
-            Ok((Digest::of(value.as_bytes()), "key_env"))
-        }
-        (None, None, None) => Err(Invalid::new(
-            format!("{list}[{i}]"),
-            "give one of `sha256`, `key` or `key_env`",
-        )),
-        _ => Err(Invalid::new(
-            format!("{list}[{i}]"),
-            "give only one of `sha256`, `key` and `key_env`",
-        )),
-    }
-}
-
-fn upstream(u: &file::FileUpstream, base_dir: &Path) -> Result<Upstream, Invalid> {
-    let field = "upstream.base_url";
-    let bad = |why: &str| Invalid::new(field, format!("`{}` {why}", u.base_url));
-    let uri: http::Uri = u
-        .base_url
-        .parse()
-        .map_err(|_| bad("is not an http:// or https:// URL"))?;
-    let scheme = match uri.scheme_str() {
-        Some("http") => Scheme::Http,
-        Some("https") => Scheme::Https,
-        _ => return Err(bad("must be an http:// or https:// URL")),
-    };
-    let authority = uri.authority().ok_or_else(|| bad("has no host"))?;
-    if authority.as_str().contains('@') {
-        return Err(bad("must not carry credentials"));
-    }
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    if host.is_empty() {
-        return Err(bad("has no host"));
-    }
-    if uri.query().is_some() {
-        return Err(bad("must not have a query"));
-    }
-    let port = authority.port_u16().unwrap_or(match scheme {
-        Scheme::Http => 80,
-        Scheme::Https => 443,
-    });
-    let base_path = uri.path().trim_end_matches('/').to_string();
-    let connect_timeout = Duration::from_millis(
-        nonzero_u64(u.connect_timeout_ms, "upstream.connect_timeout_ms")?.get(),
-    );
-    let read_timeout =
-        Duration::from_millis(nonzero_u64(u.read_timeout_ms, "upstream.read_timeout_ms")?.get());
-    let ca_file = match &u.ca_file {
-        None => None,
-        Some(f) => {
-            if scheme == Scheme::Http {
-                return Err(Invalid::new(
-                    "upstream.ca_file",
-                    "applies only to an https base_url",
-                ));
-            }
-            Some(existing_file(base_dir, f, "upstream.ca_file")?)
-        }
-    };
-    let mut pass_headers = Vec::with_capacity(u.pass_headers.len());
-    for (i, name) in u.pass_headers.iter().enumerate() {
-        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            return Err(Invalid::new(
-                format!("upstream.pass_headers[{i}]"),
-                format!("`{name}` is not a header field name"),
-            ));
-        }
-        pass_headers.push(name.to_ascii_lowercase());
-    }
-    Ok(Upstream {
-        pass_headers,
-        scheme,
-        host: host.to_string(),
-        port,
-        authority: authority.as_str().to_string(),
-        base_path,
-        connect_timeout,
-        read_timeout,
-        ca_file,
     })
 }

@@ -26,7 +26,8 @@ pub const UNKNOWN_ROUTE_ID: &str = "unknown";
 pub type RouteIdx = usize;
 
 /// Which API family an operation belongs to, and so which credential it takes (spec section 5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Family {
     Customer,
     Partner,
@@ -391,15 +392,9 @@ fn compile_route(fr: FileRoute, at: &str, partner_prefixes: &[String]) -> Result
             "`unknown` is reserved for uncatalogued paths",
         ));
     }
-    let method = if fr.method.eq_ignore_ascii_case("any") {
-        MethodSel::Any
-    } else if METHODS.contains(&fr.method.as_str()) {
-        MethodSel::One(fr.method.clone())
-    } else {
-        return Err(Invalid::new(
-            format!("{at}.method"),
-            format!("`{}` is not one of any, {}", fr.method, METHODS.join(", ")),
-        ));
+    let method = match fr.method.token() {
+        None => MethodSel::Any,
+        Some(m) => MethodSel::One(m.to_string()),
     };
     let path = match (fr.path, fr.prefix) {
         (Some(p), None) => {
@@ -423,16 +418,7 @@ fn compile_route(fr: FileRoute, at: &str, partner_prefixes: &[String]) -> Result
             ))
         }
     };
-    let family = match fr.family.as_str() {
-        "customer" => Family::Customer,
-        "partner" => Family::Partner,
-        other => {
-            return Err(Invalid::new(
-                format!("{at}.family"),
-                format!("`{other}` is not `customer` or `partner`"),
-            ))
-        }
-    };
+    let family = fr.family;
     let lower = match &path {
         PathMatch::Exact(p) | PathMatch::Prefix(p) => p.to_ascii_lowercase(),
     };
@@ -447,18 +433,7 @@ fn compile_route(fr: FileRoute, at: &str, partner_prefixes: &[String]) -> Result
         };
         return Err(Invalid::new(format!("{at}.family"), msg));
     }
-    let body = match fr.body.as_str() {
-        "none" => None,
-        "group_event" => Some(BodyRule::GroupEvent),
-        "webhook_set" => Some(BodyRule::WebhookSet),
-        "service_upgrade" => Some(BodyRule::ServiceUpgrade),
-        other => {
-            return Err(Invalid::new(
-                format!("{at}.body"),
-                format!("`{other}` is not one of none, group_event, webhook_set, service_upgrade"),
-            ))
-        }
-    };
+    let body = fr.body.rule();
     Ok(Route {
         id: fr.id,
         method,
