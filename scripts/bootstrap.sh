@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install what a fresh Debian/Ubuntu machine lacks to build, test and check Tollgate:
 #   cmake and a C compiler   Pingora's zlib-ng build
-#   redis-server             tests/cluster.rs starts its own on a free port (shared budgets)
-#   chromium                 tests/usage.rs renders the usage page in a headless browser
+#   redis-server             tests/it/cluster.rs starts its own on a free port (shared budgets)
+#   chromium                 tests/it/usage.rs renders the usage page in a headless browser
 #   rustfmt, clippy          rustup components (.ci/run checks formatting and lints always)
 #   cargo-deny               cargo install (advisories, licences, bans, sources)
 # Safe to run repeatedly; does nothing when everything is present. BOOTSTRAP_LINT=0 skips the

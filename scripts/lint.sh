@@ -38,6 +38,13 @@ if grep -E "$forbidden" <<<"$core_deps"; then
   exit 1
 fi
 echo "ok: $(sort -u <<<"$core_deps" | wc -l) crates, none of them a network or runtime crate"
+# Its tests and benches too: `cargo test -p tollgate-core` builds no Pingora.
+core_test_deps=$(cargo tree --locked -p tollgate-core -e normal,build,dev --prefix none)
+if grep -E "$forbidden" <<<"$core_test_deps"; then
+  echo "lint: tollgate-core's tests and benches must build without these" >&2
+  exit 1
+fi
+echo "ok: its tests and benches neither ($(sort -u <<<"$core_test_deps" | wc -l) crates)"
 release_core=$(cargo tree --locked -p tollgate -e no-dev -f '{p} [{f}]' | grep 'tollgate-core' | head -n 1)
 if grep -q 'testing' <<<"$release_core"; then
   echo "lint: the release build enables tollgate-core's testing feature: $release_core" >&2

@@ -10,8 +10,8 @@
 # script exits non-zero only when a validator that did run reported a failure.
 #
 # Structural checks that need no external tool (ports, probes, Secret wiring, metric names,
-# the ConfigMap's config through the real loader) are in tests/deploy.rs:
-#     cargo test --test deploy
+# the ConfigMap's config through the real loader) are in tests/it/deploy.rs:
+#     cargo test --test it deploy::
 #
 # Not covered here: the Dockerfile (needs a Docker daemon) and the Kubernetes manifests
 # against a cluster's schemas (e.g. `kubectl apply --dry-run=server -k deploy/k8s`).

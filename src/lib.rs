@@ -30,7 +30,7 @@
 //! | 0 | [`clock`], [`digest`], [`path`] | time, the key's digest, the one path normalizer (the `tollgate-core` crate) | std |
 //! | 1 | [`config`], [`limit`] | the validated model (config, catalogue, key names); the rate arithmetic and stores | floor 0 |
 //! | 2 | [`policy`] | the decision | floors 0–1 |
-//! | 3 | [`runtime`] | the ground of the process: the live snapshot and reload, lifecycle, logging, metrics, usage counts | the core |
+//! | 3 | [`runtime`] | the ground of the process: the live snapshot and reload, lifecycle, logging, metrics | the core |
 //! | 4 | [`redis`] | the one room that speaks to Redis | the core, [`runtime`] |
 //! | 5 | [`shared`], [`overrides`], [`edge`] | shared budgets' sync; overrides kept and spread; what runs before a request exists | the floors below |
 //! | 6 | [`proxy`], [`admin`] | the Pingora adapter; the admin listener | the floors below |
@@ -54,7 +54,7 @@
 
 #![deny(rustdoc::broken_intra_doc_links)]
 
-pub use tollgate_core::{clock, config, digest, limit, path, policy};
+pub use tollgate_core::{clock, config, digest, limit, path, policy, usage};
 
 pub mod admin;
 pub mod cli;

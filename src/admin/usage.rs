@@ -14,7 +14,7 @@ use crate::overrides::PlanOverrides;
 use crate::policy::keys::{Credential, KeyIdx};
 use crate::policy::{Code, Policy};
 use crate::runtime::live::LivePolicy;
-use crate::runtime::usage::KeyCounts;
+use crate::usage::KeyCounts;
 
 /// Keys listed when no search narrows them.
 const BUSIEST: usize = 20;

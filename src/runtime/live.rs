@@ -24,12 +24,12 @@ use arc_swap::ArcSwap;
 
 use super::metrics::{Meters, Metrics};
 use super::upstream::Target;
-use super::usage::Usage;
 use crate::config::{self, Config, ConfigError};
 use crate::digest::Digest;
 use crate::limit::{LocalStore, Store};
 use crate::policy::overrides::Overrides;
 use crate::policy::Policy;
+use crate::usage::Usage;
 
 /// Everything a request reads from the config, fixed for that request.
 pub struct Snapshot {

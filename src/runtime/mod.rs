@@ -17,6 +17,5 @@ pub mod live;
 pub mod logging;
 pub mod metrics;
 pub mod upstream;
-pub mod usage;
 
 pub use error::SetupError;

@@ -2,9 +2,13 @@
 //!
 //! The limiter only needs a monotonic count of nanoseconds from some fixed origin; wall-clock
 //! time never enters a decision, so a clock step (NTP, DST) cannot refill or drain a budget.
+//!
+//! This is the only module of the core that reads the system's clocks (`Instant::now`,
+//! `SystemTime::now`): everything else takes time as an argument or a [`Clock`], and
+//! `crates/core/clippy.toml` makes a read anywhere else an error.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Nanoseconds since the clock's origin.
 pub type Nanos = u64;
@@ -59,5 +63,41 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Nanos {
         self.now.load(Ordering::SeqCst)
+    }
+}
+
+/// The monotonic clock read as ms since the Unix epoch, from where the wall clock stood when
+/// the anchor was made: times that stay as many ms apart as the events were, whatever the
+/// wall clock does afterwards (the operator's view, [`crate::usage`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Anchor {
+    origin: Instant,
+    origin_ms: u64,
+}
+
+impl Anchor {
+    /// Both clocks read now.
+    pub fn now() -> Self {
+        Self::at(
+            Instant::now(),
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        )
+    }
+
+    /// An anchor at a given pair: `origin` is `origin_ms` ms since the epoch.
+    pub fn at(origin: Instant, origin_ms: u64) -> Self {
+        Self { origin, origin_ms }
+    }
+
+    /// Now, in ms since the Unix epoch.
+    pub fn now_ms(&self) -> u64 {
+        self.ms_at(Instant::now())
+    }
+
+    /// `at`, in ms since the Unix epoch (an instant before the origin reads as the origin).
+    pub fn ms_at(&self, at: Instant) -> u64 {
+        self.origin_ms + at.saturating_duration_since(self.origin).as_millis() as u64
     }
 }

@@ -7,10 +7,11 @@
 //! | [`policy`] | the decision: [`authenticate`](policy::authenticate) → [`classify`](policy::classify) → [`authorize`](policy::authorize) → limit → [`check the body`](policy::body), composed in [`Policy::decide`](policy::Policy::decide); refusals and outcomes |
 //! | [`limit`] | the GCRA arithmetic, the per-key state and the [`Store`](limit::Store) seam |
 //! | [`digest`] | the SHA-256 of a key: what is stored and compared instead of the key |
-//! | [`clock`] | monotonic nanoseconds, injectable |
+//! | [`clock`] | monotonic nanoseconds, injectable; the only reader of the system's clocks |
+//! | [`usage`] | per-key counts of the last minute and the latest refusals, for the operator's view |
 //!
 //! This crate has no Pingora, tokio or network dependency, and `.ci/run` checks that it stays
-//! so (`scripts/check-core.sh`): the decision is pure and synchronous, time comes in as an
+//! so (`scripts/lint.sh`, for its tests and benches too): the decision is pure and synchronous, time comes in as an
 //! argument, and it is unit-tested, property-tested, fuzzed and benchmarked without a server.
 //! The `tollgate` crate is the adapter that puts it on the wire.
 //!
@@ -27,3 +28,4 @@ pub mod path;
 pub mod policy;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod usage;

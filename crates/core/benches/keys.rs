@@ -26,12 +26,12 @@
 //! `crates/core/src/config/fast.rs` reads — or `array` (`keys: [ {…}, {…} ]` over many lines, as a JSON
 //! dump has it: outside the subset, so serde_yaml reads it; the slow path, for comparison).
 //!
-//! Run (release profile): `cargo bench --bench keys`
+//! Run (release profile): `cargo bench -p tollgate-core --bench keys`
 //!
-//! `cargo bench --bench keys -- --generate N FILE` only writes the config with N keys (for a
+//! `cargo bench -p tollgate-core --bench keys -- --generate N FILE` only writes the config with N keys (for a
 //! profiler: `target/release/deps/keys-* --measure FILE N` is one measurement).
 //!
-//! `cargo bench --bench keys -- --phases` also times, for the largest N, the pieces of
+//! `cargo bench -p tollgate-core --bench keys -- --phases` also times, for the largest N, the pieces of
 //! `Config::load` one by one (reading the file, serde_yaml into the file structs, a bare
 //! yaml_rust2 event walk — the floor of a line lookup, which only an error or warning needs)
 //! to show where the parse time goes.
@@ -43,9 +43,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tollgate::config::Config;
-use tollgate::digest::Digest;
-use tollgate::policy::Policy;
+use tollgate_core::config::Config;
+use tollgate_core::digest::Digest;
+use tollgate_core::policy::Policy;
 
 /// Counts live and peak heap bytes and the number of allocations.
 ///
@@ -365,7 +365,7 @@ fn phases(path: &Path) {
     let text = std::fs::read_to_string(path).unwrap();
     let read = t.elapsed();
     let t = Instant::now();
-    let raw: tollgate::config::file::FileConfig = serde_yaml::from_str(&text).unwrap();
+    let raw: tollgate_core::config::file::FileConfig = serde_yaml::from_str(&text).unwrap();
     let serde = t.elapsed();
     let keys = raw.keys.len();
     drop(raw);
@@ -373,7 +373,7 @@ fn phases(path: &Path) {
     let events = count_events(&text);
     let events_time = t.elapsed();
     let t = Instant::now();
-    let config = Config::parse(&text, path, &tollgate::config::ProcessEnv).unwrap();
+    let config = Config::parse(&text, path, &tollgate_core::config::ProcessEnv).unwrap();
     let parse = t.elapsed();
     drop(config);
     println!("| phase | time |");
@@ -541,7 +541,7 @@ fn main() {
     }
     println!();
     println!(
-        "Command: `KEYSCALE_RUNS={runs} KEYSCALE_SIZES={} KEYSCALE_STYLE={} cargo bench --bench keys`; {} cores; release profile.",
+        "Command: `KEYSCALE_RUNS={runs} KEYSCALE_SIZES={} KEYSCALE_STYLE={} cargo bench -p tollgate-core --bench keys`; {} cores; release profile.",
         sizes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(","),
         format!("{style:?}").to_lowercase(),
         std::thread::available_parallelism().map_or(0, |n| n.get())

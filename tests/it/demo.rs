@@ -1,15 +1,13 @@
 //! `tollgate demo` end to end: the real binary on free loopback ports, and every curl line it
 //! prints, run through bash, gives the answer its comment promises.
 
-mod common;
-
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{closed_port, wait_listening, Process};
+use crate::harness::{closed_port, wait_listening, Process};
 
 /// Bound on every wait: start-up, each port, each command.
 const WAIT: Duration = Duration::from_secs(30);

@@ -4,8 +4,6 @@
 //! Windows are 2 s and the replicas reconcile every 20 ms (1 % of the window, as 100 ms is of
 //! the default 10 s), so that the tests stay under a minute.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -14,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::harness::{
     admin, config_for, eventually, metric, metrics_page, wait_ready, Mode, Process, RedisCluster,
     RedisServer, TestConfig, Upstream,
 };
@@ -579,7 +577,7 @@ fn the_scripts_do_what_the_model_says() {
 fn a_gateway_starts_and_serves_with_redis_down_from_the_start() {
     let up = Upstream::start(Mode::Ok);
     let dir = tempfile::tempdir().unwrap();
-    let port = common::closed_port();
+    let port = crate::harness::closed_port();
     let config = config_for(&up).cluster(&format!("redis://:s3cret@127.0.0.1:{port}/0"), "tg", 20);
     let path = dir.path().join("gw.yaml");
     config.write(&path);
@@ -613,7 +611,7 @@ fn a_gateway_starts_and_serves_with_redis_down_from_the_start() {
 #[test]
 fn check_shows_the_cluster_without_its_password_and_refuses_a_bad_block() {
     let dir = tempfile::tempdir().unwrap();
-    let config = common::test_config("http://127.0.0.1:9").cluster(
+    let config = crate::harness::test_config("http://127.0.0.1:9").cluster(
         "rediss://:s3cret@cache:6380/2",
         "tg",
         100,

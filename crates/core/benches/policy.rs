@@ -16,7 +16,7 @@
 //! `now` that the other has run far past. That `fetch_add` is in the measured time. Should a
 //! decision be refused anyway, the benchmark panics at once, and the other thread stops too.
 //!
-//! Run: `cargo bench --bench policy -- --warm-up-time 1 --measurement-time 3`.
+//! Run: `cargo bench -p tollgate-core --bench policy -- --warm-up-time 1 --measurement-time 3`.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -27,14 +27,14 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
-use tollgate::clock::Nanos;
-use tollgate::config::routes::BodyRule;
-use tollgate::config::WebhookGuard;
-use tollgate::digest::Digest;
-use tollgate::limit::{LocalStore, Rate, RateState, Store};
-use tollgate::policy::authenticate::AuthHeader;
-use tollgate::policy::body::{check_body, Checked};
-use tollgate::policy::{Policy, RequestHead};
+use tollgate_core::clock::Nanos;
+use tollgate_core::config::routes::BodyRule;
+use tollgate_core::config::WebhookGuard;
+use tollgate_core::digest::Digest;
+use tollgate_core::limit::{LocalStore, Rate, RateState, Store};
+use tollgate_core::policy::authenticate::AuthHeader;
+use tollgate_core::policy::body::{check_body, Checked};
+use tollgate_core::policy::{Policy, RequestHead};
 use tollgate_core::testing::TestConfig;
 
 const LIMIT: u32 = 1_000_000;

@@ -1,11 +1,9 @@
 //! The gateway on the wire: a real Pingora service on a loopback port in front of a recording
 //! upstream on another, real HTTP/1.1 between them.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Gateway, Mode, Upstream, EVENT};
+use crate::harness::{Gateway, Mode, Upstream, EVENT};
 
 // ---------------------------------------------------------------- the status table
 
@@ -150,7 +148,7 @@ fn the_upstream_receives_the_decided_target_in_every_form() {
 
     // An upstream base path goes in front of every forwarded path.
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::start(&common::test_config(&format!(
+    let gw = Gateway::start(&crate::harness::test_config(&format!(
         "http://{}/provider",
         up.addr
     )));
@@ -316,7 +314,7 @@ fn the_upstream_receives_exactly_the_checked_bytes_at_the_matched_path() {
 #[test]
 fn oversize_bodies_are_413_and_never_reach_the_upstream() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::start(&common::config_for(&up).body_limits(4096, 1024));
+    let gw = Gateway::start(&crate::harness::config_for(&up).body_limits(4096, 1024));
     // Declared too large: refused before reading.
     let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(2000));
     let r = gw.call("pro-key-1", "POST", "/v2/sendGroup", &big);
@@ -491,8 +489,10 @@ fn ambiguous_framing_and_missing_host_are_refused() {
 
 #[test]
 fn an_upstream_that_is_down_is_502() {
-    let port = common::closed_port();
-    let gw = Gateway::start(&common::test_config(&format!("http://127.0.0.1:{port}")));
+    let port = crate::harness::closed_port();
+    let gw = Gateway::start(&crate::harness::test_config(&format!(
+        "http://127.0.0.1:{port}"
+    )));
     let r = gw.call("basic-key-1", "POST", "/v2/sendMessage/", "{}");
     assert_eq!((r.status, r.code().as_str()), (502, "upstream_unavailable"));
     assert_eq!(r.remaining(), 39);
@@ -501,7 +501,7 @@ fn an_upstream_that_is_down_is_502() {
 #[test]
 fn an_upstream_that_hangs_past_the_read_timeout_is_504() {
     let up = Upstream::start(Mode::Hang);
-    let gw = Gateway::start(&common::config_for(&up).read_timeout_ms(300));
+    let gw = Gateway::start(&crate::harness::config_for(&up).read_timeout_ms(300));
     let t = std::time::Instant::now();
     let r = gw.call("basic-key-1", "POST", "/v2/sendMessage/", "{}");
     assert_eq!((r.status, r.code().as_str()), (504, "upstream_timeout"));

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use tollgate::config::{Config, ConfigError, Env, Scheme};
+use tollgate_core::config::{Config, ConfigError, Env, Scheme};
 use tollgate_core::testing::NoEnv;
 
 struct MapEnv(HashMap<&'static str, &'static str>);
@@ -47,7 +47,7 @@ fn defaults_fill_what_the_file_leaves_out() {
     assert_eq!(c.upstream.ca_file, None);
     assert_eq!(c.process.tls, None);
     assert_eq!(c.routes_file, None);
-    assert_eq!(c.process.log_format, tollgate::config::LogFormat::Text);
+    assert_eq!(c.process.log_format, tollgate_core::config::LogFormat::Text);
     let sd = c.process.shutdown;
     assert_eq!(
         (sd.drain_seconds, sd.grace_seconds, sd.timeout_seconds),
@@ -128,7 +128,7 @@ fn relative_paths_resolve_against_the_config_directory() {
     std::fs::write(dir.path().join("tls/key.pem"), "x").unwrap();
     std::fs::write(
         dir.path().join("routes.yaml"),
-        tollgate::config::routes::BUILTIN_CATALOGUE,
+        tollgate_core::config::routes::BUILTIN_CATALOGUE,
     )
     .unwrap();
     let text = format!(

@@ -3,8 +3,6 @@
 //! `tollgate` binary as its own process; the others run the gateway in-process. Every server
 //! binds 127.0.0.1 only, and every wait is bounded.
 
-mod common;
-
 use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -12,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::harness::{
     admin, config_for, eventually, metric, metrics_page, send_raw, try_read_response, wait_ready,
     Gateway, Mode, Process, TestConfig, Upstream, EVENT,
 };
@@ -302,7 +300,7 @@ fn write_config(dir: &Path, config: &TestConfig) -> (std::path::PathBuf, SocketA
     )
 }
 
-fn post(addr: SocketAddr, key: &str, path: &str, body: &str) -> common::Response {
+fn post(addr: SocketAddr, key: &str, path: &str, body: &str) -> crate::harness::Response {
     let mut raw = keep_alive_request(key, path, body);
     let at = raw.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
     raw.splice(at..at, b"Connection: close\r\n".iter().copied());
@@ -775,7 +773,7 @@ fn run_refuses_a_published_demo_key_at_start_and_on_reload_unless_told() {
     let mut p = Process::spawn(dir.path(), "reload", &["run", "--config", config], &[]);
     wait_ready(admin_addr, 200);
     demo.write(&path);
-    let r = common::admin(admin_addr, "POST", "/reload");
+    let r = crate::harness::admin(admin_addr, "POST", "/reload");
     assert_eq!(r.status, 422, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.json()["field"], "keys[2]");
     assert_eq!(
@@ -792,7 +790,13 @@ fn run_refuses_a_published_demo_key_at_start_and_on_reload_unless_told() {
 // ------------------------------------------------ the admin listener's own edge
 
 /// A raw request to the admin listener at `a` with `Host` and more header lines.
-fn admin_raw(a: SocketAddr, method: &str, path: &str, host: &str, more: &str) -> common::Response {
+fn admin_raw(
+    a: SocketAddr,
+    method: &str,
+    path: &str,
+    host: &str,
+    more: &str,
+) -> crate::harness::Response {
     let raw = format!(
         "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{more}Content-Length: 0\r\nConnection: close\r\n\r\n"
     );
@@ -813,14 +817,14 @@ fn the_admin_listener_caps_connections_and_bounds_heads_and_idle_spells() {
     let held: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(a).unwrap()).collect();
     std::thread::sleep(Duration::from_millis(200));
     let mut fifth = TcpStream::connect(a).unwrap();
-    let (_, closed) = common::read_until_closed(&mut fifth, Duration::from_secs(3));
+    let (_, closed) = crate::harness::read_until_closed(&mut fifth, Duration::from_secs(3));
     assert!(
         closed.is_some_and(|c| c < Duration::from_millis(900)),
         "{closed:?}"
     );
     // The held ones never sent a head: each is cut at the header timeout.
     for mut s in held {
-        let (_, closed) = common::read_until_closed(&mut s, Duration::from_secs(5));
+        let (_, closed) = crate::harness::read_until_closed(&mut s, Duration::from_secs(5));
         assert!(closed.is_some(), "a silent connection is cut");
     }
     // A head dripped a byte every 200 ms is cut one header timeout after the opening.
@@ -839,7 +843,7 @@ fn the_admin_listener_caps_connections_and_bounds_heads_and_idle_spells() {
         })
     };
     let since_open = opened.elapsed();
-    let (_, closed) = common::read_until_closed(&mut s, Duration::from_secs(5));
+    let (_, closed) = crate::harness::read_until_closed(&mut s, Duration::from_secs(5));
     let cut = since_open + closed.expect("the dripped head is cut");
     assert!(
         cut >= Duration::from_millis(900) && cut <= Duration::from_secs(3),
@@ -851,8 +855,8 @@ fn the_admin_listener_caps_connections_and_bounds_heads_and_idle_spells() {
     s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {a}\r\n\r\n").as_bytes())
         .unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
-    assert_eq!(common::read_response(&mut r).status, 200);
-    let (_, closed) = common::read_until_closed(&mut s, Duration::from_secs(6));
+    assert_eq!(crate::harness::read_response(&mut r).status, 200);
+    let (_, closed) = crate::harness::read_until_closed(&mut s, Duration::from_secs(6));
     let idle = closed.expect("the idle connection is closed");
     assert!(idle >= Duration::from_millis(1800), "{idle:?}");
     let page = metrics_page(a);
@@ -976,13 +980,16 @@ fn wrong_admin_tokens_block_the_address_and_a_right_guess_does_not_show() {
     assert_eq!((r.status, r.code()), (429, "too_many_auth_failures".into()));
     assert!(r.header("retry-after").is_some());
     // Another address is not.
-    let mut s = common::connect_from("127.0.0.2", a);
+    let mut s = crate::harness::connect_from("127.0.0.2", a);
     s.write_all(
         format!("GET /metrics HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer the-admin-token\r\nConnection: close\r\n\r\n")
             .as_bytes(),
     )
     .unwrap();
-    assert_eq!(common::read_response(&mut BufReader::new(s)).status, 200);
+    assert_eq!(
+        crate::harness::read_response(&mut BufReader::new(s)).status,
+        200
+    );
     // Probes never need the token, blocked or not.
     assert_eq!(admin_raw(a, "GET", "/healthz", &host, "").status, 200);
     // The block ends.

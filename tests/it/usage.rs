@@ -1,11 +1,9 @@
 //! The operator's view: `/api/usage` on the wire, the page rendered by a real headless browser
 //! (Debian's `chromium`, installed by `.ci/run`), and `tollgate top --once`.
 
-mod common;
-
 use std::process::Command;
 
-use common::{
+use crate::harness::{
     admin, admin_with, config_for, eventually, send_raw, wait_ready, Gateway, Mode, Upstream,
 };
 use tollgate_core::digest::Digest;

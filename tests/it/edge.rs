@@ -1,19 +1,17 @@
 //! The edge on real sockets, HTTP/1.1: each deadline and cap with small configured values, a
 //! flood from one address while another is served, auth-failure blocking, the client address
 //! behind trusted proxies, and what never reaches the upstream (upgrades, re-routing fields).
-//! HTTP/2 over TLS is in `tests/edge_h2.rs`.
+//! HTTP/2 over TLS is in `tests/it/edge_h2.rs`.
 //!
 //! Deadlines are real time (they are what is under test), set to one or two seconds; every
 //! wait is bounded, and a test asserts both that a connection is not closed too early and that
 //! it is closed in time.
 
-mod common;
-
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::harness::{
     config_for, connect_from, eventually, metric, metrics_page, read_response, read_until_closed,
     Gateway, Mode, Upstream,
 };
@@ -57,7 +55,7 @@ fn gauge(gw: &Gateway, series: &str) -> f64 {
 /// Wait until the readiness probe has connected and no connection is open (the start-up
 /// probes' are gone), before counting places.
 fn quiet(gw: &Gateway) {
-    common::wait_ready(gw.config.process.admin_listen, 200);
+    crate::harness::wait_ready(gw.config.process.admin_listen, 200);
     eventually("no connection is open", || {
         gauge(gw, r#"tollgate_connections{listener="http"}"#) == 0.0
     });
@@ -345,7 +343,7 @@ fn max_connections_caps_every_address_together() {
 // ---------------------------------------------------------------- blocking
 
 /// One request from `from` with `key`, on its own connection.
-fn call_from(gw: &Gateway, from: &str, key: &str, extra: &str) -> common::Response {
+fn call_from(gw: &Gateway, from: &str, key: &str, extra: &str) -> crate::harness::Response {
     let mut s = connect_from(from, gw.addr);
     let raw = format!(
         "GET /v2/client/getState HTTP/1.1\r\nHost: a\r\nConnection: close\r\nAuthorization: Bearer {key}\r\n{extra}\r\n"
@@ -357,7 +355,7 @@ fn call_from(gw: &Gateway, from: &str, key: &str, extra: &str) -> common::Respon
 #[test]
 fn a_blocked_address_gets_429_and_no_key_it_sends_is_evaluated() {
     let up = Upstream::start(Mode::Ok);
-    let gw = Gateway::start(&common::config_for(&up).auth_failures(3, 60, 30));
+    let gw = Gateway::start(&crate::harness::config_for(&up).auth_failures(3, 60, 30));
     for i in 0..3 {
         let r = call_from(&gw, "127.0.0.1", "wrong-key", "");
         assert_eq!(r.status, 401, "failure {i}");
@@ -392,7 +390,7 @@ fn a_blocked_address_gets_429_and_no_key_it_sends_is_evaluated() {
 fn behind_a_trusted_proxy_the_forwarded_client_is_blocked_and_forwarded() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::start(
-        &common::config_for(&up)
+        &crate::harness::config_for(&up)
             .auth_failures(2, 60, 60)
             .server(|s| s.trusted_proxies = vec!["127.0.0.1/32".into()]),
     );

@@ -2,8 +2,6 @@
 //! accepts them, kept across reloads, restarts and a crash, shared by replicas through Redis,
 //! and managed on the admin listener behind its token.
 
-mod common;
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -11,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::harness::{
     admin, admin_with, config_for, eventually, metric, metrics_page, send_raw, wait_ready, Gateway,
     Mode, Process, RedisServer, Response, TestConfig, Upstream,
 };
@@ -301,7 +299,7 @@ fn upgrades_are_kept_on_disk_across_a_restart_and_a_crash() {
                     "POST /v2/service/upgrade HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer acme-partner-key\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 );
-                if let Some(r) = common::try_send_raw(listen, raw.as_bytes()) {
+                if let Some(r) = crate::harness::try_send_raw(listen, raw.as_bytes()) {
                     if r.status == 200 {
                         acked.lock().unwrap().insert(cust, plan);
                     }
@@ -348,10 +346,10 @@ fn with_a_cluster_every_replica_applies_an_upgrade_within_a_second_and_keeps_it(
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let config = |i: usize| {
-        common::config_for(&up)
+        crate::harness::config_for(&up)
             .cluster(&redis.url(), &format!("ov{}", redis.port), 100)
-            .listen(format!("127.0.0.1:{}", common::closed_port()))
-            .admin_listen(format!("127.0.0.1:{}", common::closed_port()))
+            .listen(format!("127.0.0.1:{}", crate::harness::closed_port()))
+            .admin_listen(format!("127.0.0.1:{}", crate::harness::closed_port()))
             .log_format(if i == 0 { "text" } else { "json" })
     };
     let (a, b) = (config(0), config(1));
@@ -413,7 +411,7 @@ fn with_a_cluster_every_replica_applies_an_upgrade_within_a_second_and_keeps_it(
 fn check_warns_when_upgrades_are_kept_nowhere_and_lists_those_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gw.yaml");
-    common::test_config("http://127.0.0.1:9").write(&path);
+    crate::harness::test_config("http://127.0.0.1:9").write(&path);
     let check = |p: &Path| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .args(["check", "--config", p.to_str().unwrap()])

@@ -2,9 +2,7 @@
 //! is `400 invalid_body` at `/url` and never reaches the upstream; the `webhook_guard` block
 //! (`allow_hosts`, `allow_http`, `enabled`) is honoured as configured.
 
-mod common;
-
-use common::{config_for, Gateway, Mode, Upstream};
+use crate::harness::{config_for, Gateway, Mode, Upstream};
 
 const PATH: &str = "/v2/settings/webhook/set";
 const KEY: &str = "standard-key-1";

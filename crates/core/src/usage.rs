@@ -28,8 +28,9 @@
 //! does not move the buckets (the view's times stay as many ms apart as the requests were).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
+use crate::clock::Anchor;
 use crate::config::routes::RouteIdx;
 use crate::policy::keys::KeyIdx;
 use crate::policy::Outcome;
@@ -124,8 +125,7 @@ pub struct Usage {
     /// Requests without a known key in the last minute, by bucket.
     anonymous: [AtomicU64; BUCKETS],
     /// The counts' clock: an instant, and the wall clock's ms since the epoch at it.
-    origin: Instant,
-    origin_ms: u64,
+    clock: Anchor,
 }
 
 /// One key's counts over the last minute.
@@ -156,28 +156,31 @@ impl Default for Usage {
 }
 
 impl Usage {
+    /// Counts whose clock starts now ([`Anchor::now`]).
     pub fn new() -> Self {
+        Self::with_clock(Anchor::now())
+    }
+
+    /// Counts read against `clock`.
+    pub fn with_clock(clock: Anchor) -> Self {
         Self {
             buckets: std::array::from_fn(|_| Bucket::new()),
             recent: std::array::from_fn(|_| Refused::default()),
             next: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             anonymous: std::array::from_fn(|_| AtomicU64::new(0)),
-            origin: Instant::now(),
-            origin_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            clock,
         }
     }
 
     /// The counts' time now, in ms since the Unix epoch (see the module's docs).
     pub fn now_ms(&self) -> u64 {
-        self.ms_at(Instant::now())
+        self.clock.now_ms()
     }
 
     /// The counts' time at `at`, in ms since the Unix epoch.
     pub fn ms_at(&self, at: Instant) -> u64 {
-        self.origin_ms + at.saturating_duration_since(self.origin).as_millis() as u64
+        self.clock.ms_at(at)
     }
 
     /// A new config is in force: counts start again for it.

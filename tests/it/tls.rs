@@ -4,14 +4,12 @@
 //! Certificates are made with rcgen at test time; every server binds 127.0.0.1 on an
 //! ephemeral port.
 
-mod common;
-
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{eventually, pki, write, Gateway, Mode, Pki, Upstream, EVENT};
+use crate::harness::{eventually, pki, write, Gateway, Mode, Pki, Upstream, EVENT};
 use reqwest::{Client, StatusCode, Version};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -215,15 +213,18 @@ fn tls_listener_h1_and_h2_take_the_same_policy_path() {
     let certs = pki("Tollgate Edge Test CA", &["gateway.test", "127.0.0.1"]);
     let cert = write(dir.path(), "edge.pem", &certs.leaf_pem);
     let key = write(dir.path(), "edge-key.pem", &certs.leaf_key_pem);
-    let tls_port = common::closed_port();
-    let gw =
-        Gateway::start(&common::config_for(&up).tls(format!("127.0.0.1:{tls_port}"), &cert, &key));
+    let tls_port = crate::harness::closed_port();
+    let gw = Gateway::start(&crate::harness::config_for(&up).tls(
+        format!("127.0.0.1:{tls_port}"),
+        &cert,
+        &key,
+    ));
     let tls_addr: SocketAddr = ([127, 0, 0, 1], tls_port).into();
     assert_eq!(
         gw.config.process.tls.as_ref().map(|t| t.listen),
         Some(tls_addr)
     );
-    common::wait_listening(tls_addr);
+    crate::harness::wait_listening(tls_addr);
 
     let base = format!("https://gateway.test:{tls_port}");
     let h1 = tls_client(&certs.ca_pem, tls_addr, true);
@@ -466,8 +467,8 @@ async fn serve_tls(
 }
 
 /// The standard test config in front of `https://127.0.0.1:<port>`, trusting `ca_file`.
-fn https_config(port: u16, ca_file: Option<&str>) -> common::TestConfig {
-    let config = common::test_config(&format!("https://127.0.0.1:{port}"));
+fn https_config(port: u16, ca_file: Option<&str>) -> crate::harness::TestConfig {
+    let config = crate::harness::test_config(&format!("https://127.0.0.1:{port}"));
     match ca_file {
         None => config,
         Some(ca) => config.ca_file(ca),

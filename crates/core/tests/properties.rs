@@ -18,14 +18,14 @@ use proptest::sample::select;
 use proptest::test_runner::Config as ProptestConfig;
 use serde_json::{Map, Value};
 
-use tollgate::config::routes::{BodyRule, Catalogue};
-use tollgate::config::{Allow, WebhookGuard};
-use tollgate::path::normalize;
-use tollgate::policy::authenticate::AuthHeader;
-use tollgate::policy::body::{check_body, Checked};
-use tollgate::policy::classify::classify;
-use tollgate::policy::refusal::{Code, Refusal};
-use tollgate::policy::{Policy, RequestHead};
+use tollgate_core::config::routes::{BodyRule, Catalogue};
+use tollgate_core::config::{Allow, WebhookGuard};
+use tollgate_core::path::normalize;
+use tollgate_core::policy::authenticate::AuthHeader;
+use tollgate_core::policy::body::{check_body, Checked};
+use tollgate_core::policy::classify::classify;
+use tollgate_core::policy::refusal::{Code, Refusal};
+use tollgate_core::policy::{Policy, RequestHead};
 use tollgate_core::testing;
 
 /// `cases` cases, and no regressions file written next to this one.

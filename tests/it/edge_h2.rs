@@ -5,14 +5,12 @@
 //!
 //! Deadlines are real time (what is under test), one or two seconds; every wait is bounded.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::harness::{metric, metrics_page, pki, write, Gateway, Mode, Pki, Upstream};
 use bytes::Bytes;
-use common::{metric, metrics_page, pki, write, Gateway, Mode, Pki, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -32,9 +30,9 @@ fn edge(up: &Upstream, edit: impl FnOnce(&mut FileServer)) -> Edge {
     let certs = pki("Tollgate Edge H2 Test CA", &["gateway.test", "127.0.0.1"]);
     let cert = write(dir.path(), "edge.pem", &certs.leaf_pem);
     let key = write(dir.path(), "edge-key.pem", &certs.leaf_key_pem);
-    let port = common::closed_port();
+    let port = crate::harness::closed_port();
     let gw = Gateway::start(
-        &common::config_for(up)
+        &crate::harness::config_for(up)
             .tls(format!("127.0.0.1:{port}"), &cert, &key)
             .server(|s| {
                 s.header_timeout_seconds = 1;
@@ -46,7 +44,7 @@ fn edge(up: &Upstream, edit: impl FnOnce(&mut FileServer)) -> Edge {
             }),
     );
     let tls = ([127, 0, 0, 1], port).into();
-    common::wait_listening(tls);
+    crate::harness::wait_listening(tls);
     Edge {
         gw,
         tls,
@@ -140,7 +138,7 @@ fn a_tls_handshake_that_never_comes_is_cut_at_the_handshake_timeout() {
     let e = edge(&up, |_| {});
     // Connected, and not one byte of a ClientHello.
     let mut s = std::net::TcpStream::connect(e.tls).unwrap();
-    let (got, closed) = common::read_until_closed(&mut s, Duration::from_secs(5));
+    let (got, closed) = crate::harness::read_until_closed(&mut s, Duration::from_secs(5));
     assert!(got.is_empty());
     let closed = closed.expect("closed in time");
     assert!(
@@ -154,8 +152,8 @@ fn a_refused_connection_is_closed_before_any_tls_handshake() {
     let up = Upstream::start(Mode::Ok);
     let e = edge(&up, |s| s.max_connections_per_ip = 1);
     // The start-up probes' connections must be gone before the one place is taken.
-    common::wait_ready(e.gw.config.process.admin_listen, 200);
-    common::eventually("no connection is open", || {
+    crate::harness::wait_ready(e.gw.config.process.admin_listen, 200);
+    crate::harness::eventually("no connection is open", || {
         let page = metrics_page(e.gw.config.process.admin_listen);
         metric(&page, r#"tollgate_connections{listener="tls"}"#) == Some(0.0)
             && metric(&page, r#"tollgate_connections{listener="http"}"#) == Some(0.0)

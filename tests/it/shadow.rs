@@ -1,9 +1,7 @@
 //! Shadow mode on the wire: a plan with `shadow: true` forwards what its allow-list or limit
 //! would refuse, and records it; everything else is enforced as ever.
 
-mod common;
-
-use common::{admin, config_for, metric, metrics_page, Gateway, Mode, Upstream};
+use crate::harness::{admin, config_for, metric, metrics_page, Gateway, Mode, Upstream};
 
 #[test]
 fn a_shadow_plan_forwards_and_records_what_it_would_refuse() {

@@ -1,0 +1,162 @@
+//! `tollgate check` and `tollgate hash-key` as an operator runs them: every broken config in
+//! `policies/invalid/` is refused with exactly the message in its paired `.expected` file and
+//! exit status 1 (`crates/core/tests/policies.rs` checks the same messages through the library).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn files(dir: &str, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .map(|p| Path::new(dir).join(p.file_name().unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn tollgate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+}
+
+#[test]
+fn check_is_loud_about_a_published_demo_key() {
+    let out = tollgate()
+        .args(["check", "--config", "policies/demo.yaml"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "a valid config");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    for text in [&stdout, &stderr] {
+        assert!(
+            text.contains(
+                "!!! PUBLISHED DEMO KEYS in partners[0], keys[0], keys[1], keys[2], keys[3]"
+            ),
+            "{text}"
+        );
+    }
+    assert!(
+        stdout.contains(
+            "policies/demo.yaml:47: field `keys[0]`: PUBLISHED DEMO KEY: this is `demo-basic-key`"
+        ),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn check_prints_a_summary_for_a_good_config() {
+    let out = tollgate()
+        .args(["check", "--config", "policies/gateway.yaml"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    for needle in [
+        "policies/gateway.yaml: OK",
+        "basic      plan_id 1      40 requests / 10 s   allow: send_message, send_group",
+        "standard   plan_id 2      70 requests / 10 s   allow: all",
+        "pro        plan_id 3     150 requests / 10 s   allow: all",
+        "keys          3 customer (1 managed by a partner), 1 partner",
+        "send_group_event         POST    /v2/sendGroup ",
+        "*settings_get ",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+}
+
+#[test]
+fn check_exits_non_zero_with_the_precise_error() {
+    for path in files("policies/invalid", "yaml") {
+        let out = tollgate()
+            .arg("check")
+            .arg("--config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", path.display());
+        let want = std::fs::read_to_string(path.with_extension("expected")).unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(stderr.trim_end(), format!("error: {}", want.trim_end()));
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn check_reports_a_missing_file() {
+    let out = tollgate()
+        .args(["check", "--config", "policies/no-such.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.starts_with("error: policies/no-such.yaml: cannot read"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_warns_about_plain_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain.yaml");
+    std::fs::write(&path, tollgate_core::testing::CONFIG_YAML).unwrap();
+    let out = tollgate()
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("warnings"), "{text}");
+    assert!(
+        text.contains("field `keys[0].key`: a plain key sits in the config file"),
+        "{text}"
+    );
+    // The key itself is never echoed.
+    assert!(!text.contains("basic-key-1"), "{text}");
+}
+
+fn hash_key(stdin: &[u8]) -> (Option<i32>, String, String) {
+    use std::io::Write;
+    let mut child = tollgate()
+        .arg("hash-key")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn hash_key_prints_the_sha256_of_stdin_without_one_trailing_newline() {
+    // printf %s demo-basic-key | sha256sum
+    let digest = "4f6d8d54023de38a3bc2ca891c396e12d7cf000a3c5dbd9c2c1c73ef9b4f1c9b\n";
+    assert_eq!(
+        hash_key(b"demo-basic-key\n"),
+        (Some(0), digest.into(), String::new())
+    );
+    assert_eq!(
+        hash_key(b"demo-basic-key"),
+        (Some(0), digest.into(), String::new())
+    );
+    assert_eq!(hash_key(b"demo-basic-key\r\n").1, digest);
+    // Only one newline is stripped: what remains is not a usable token.
+    let (code, out, err) = hash_key(b"demo-basic-key\n\n");
+    assert_eq!((code, out.as_str()), (Some(1), ""));
+    assert!(err.contains("cannot be sent as a bearer token"), "{err}");
+    assert_eq!(hash_key(b"").0, Some(1));
+}

@@ -1,0 +1,59 @@
+//! The wire tests' harness, by concern: a recording upstream ([`upstream`]), the gateway in
+//! this process ([`gateway`]) or as its own process ([`process`]), a raw HTTP/1.1 client and
+//! the admin listener's helpers ([`http`]), TLS material ([`pki`]) and `redis-server`s
+//! ([`redis`]). The tests import what they use from here.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub mod gateway;
+pub mod http;
+pub mod pki;
+pub mod process;
+pub mod redis;
+pub mod upstream;
+
+pub use gateway::{config_for, test_config, wait_listening, Gateway};
+pub use http::*;
+pub use pki::{pki, Pki};
+pub use process::Process;
+pub use redis::{RedisCluster, RedisServer};
+pub use tollgate_core::testing::TestConfig;
+pub use upstream::{Mode, Upstream};
+
+/// Write `text` to `dir/name`; the path as a string.
+pub fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().expect("UTF-8 temp path").to_string()
+}
+
+/// A port nothing listens on (bound, then released), never one handed out before in this
+/// test binary: tests run in parallel, and the kernel may offer a port another test was just
+/// given and has not bound yet.
+pub fn closed_port() -> u16 {
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
+/// Poll (bounded) until `f` holds.
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,165 @@
+//! `redis-server` processes of the test's own on free loopback ports.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use super::{closed_port, eventually};
+
+/// A `redis-server` of the test's own, on a free loopback port, with no persistence; killed
+/// (and its directory removed) when dropped. `.ci/run` installs `redis-server` when missing.
+pub struct RedisServer {
+    pub port: u16,
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let port = closed_port();
+        Self::start_on(port)
+    }
+
+    /// A server on `port` (to bring one back where a killed one was).
+    pub fn start_on(port: u16) -> Self {
+        Self::spawn(port, &[])
+    }
+
+    /// A node of a Redis Cluster, not yet joined ([`RedisCluster`]).
+    pub fn start_cluster_node() -> Self {
+        Self::spawn(
+            closed_port(),
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ],
+        )
+    }
+
+    fn spawn(port: u16, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                dir.path().to_str().unwrap(),
+            ])
+            .args(extra)
+            .stdout(std::fs::File::create(dir.path().join("redis.log")).unwrap())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect(
+                "redis-server is installed (.ci/run installs it: apt-get install redis-server)",
+            );
+        let server = Self { port, child, dir };
+        eventually("redis-server answers PING", || server.ping());
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    /// A synchronous client, for the test's own look at what the store holds.
+    pub fn client(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .unwrap()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send a signal by name (`STOP`, `CONT`, `KILL`).
+    pub fn signal(&self, name: &str) {
+        let ok = std::process::Command::new("kill")
+            .args(["-s", name, &self.pid().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill -s {name} redis-server failed");
+    }
+
+    /// Kill it and wait for it to be gone; the port is free again.
+    pub fn kill(mut self) -> u16 {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.port
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // A stopped server must be continued to die of a TERM; KILL works either way.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = &self.dir;
+    }
+}
+
+/// A Redis Cluster of `n` masters (no replicas), every slot covered; stopped when dropped.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(n: usize) -> Self {
+        let nodes: Vec<RedisServer> = (0..n).map(|_| RedisServer::start_cluster_node()).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        let out = std::process::Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli is installed with redis-server");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Self { nodes };
+        eventually("the cluster covers every slot", || {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut cluster.nodes[0].client())
+                .unwrap_or_default();
+            info.contains("cluster_state:ok")
+        });
+        cluster
+    }
+
+    /// Every name held by any node.
+    pub fn names(&self) -> Vec<String> {
+        let mut all = Vec::new();
+        for n in &self.nodes {
+            let names: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut n.client()).unwrap();
+            all.extend(names);
+        }
+        all.sort();
+        all
+    }
+}
