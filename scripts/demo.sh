@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BOOTSTRAP_LINT=0 BOOTSTRAP_TESTS=0 scripts/bootstrap.sh
-cargo build --locked --quiet || cargo build --locked --quiet
+cargo build --locked --quiet
 exec target/debug/tollgate demo "$@"

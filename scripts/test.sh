@@ -4,6 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BOOTSTRAP_LINT=0 scripts/bootstrap.sh
-# zlib-ng's cmake build has been seen to fail once under a parallel build; one retry.
-cargo build --locked --workspace --all-targets || cargo build --locked --workspace --all-targets
+cargo build --locked --workspace --all-targets
 cargo test --locked --workspace --all-targets "$@"

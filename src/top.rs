@@ -136,7 +136,7 @@ fn or_dash(v: Option<&str>) -> String {
     v.unwrap_or("-").to_string()
 }
 
-fn draw(f: &mut Frame, usage: &Result<UsageView, String>) {
+fn draw(f: &mut Frame<'_>, usage: &Result<UsageView, String>) {
     let u = match usage {
         Ok(u) => u,
         Err(e) => {
@@ -194,13 +194,13 @@ fn draw(f: &mut Frame, usage: &Result<UsageView, String>) {
     refusals_table(f, u, rows[2]);
 }
 
-fn keys_table(f: &mut Frame, u: &UsageView, area: Rect) {
+fn keys_table(f: &mut Frame<'_>, u: &UsageView, area: Rect) {
     let head = Row::new([
         "key", "plan", "partner", "requests", "admitted", "rate_lim", "forbid", "invalid",
         "shadow", "budget",
     ])
     .style(Style::default().add_modifier(Modifier::BOLD));
-    let rows: Vec<Row> = u
+    let rows: Vec<Row<'_>> = u
         .keys
         .iter()
         .map(|k| {
@@ -245,8 +245,8 @@ fn keys_table(f: &mut Frame, u: &UsageView, area: Rect) {
     );
 }
 
-fn refusals_table(f: &mut Frame, u: &UsageView, area: Rect) {
-    let rows: Vec<Row> = u
+fn refusals_table(f: &mut Frame<'_>, u: &UsageView, area: Rect) {
+    let rows: Vec<Row<'_>> = u
         .refusals
         .iter()
         .take(10)

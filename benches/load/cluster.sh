@@ -40,6 +40,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 HERE=$ROOT/benches/load
+# shellcheck source=benches/load/lib.sh
+. "$HERE/lib.sh"
 
 for arg in "$@"; do
   case $arg in
@@ -56,93 +58,23 @@ SYNC_MS=${SYNC_MS:-100}
 REPLICAS=${REPLICAS:-3}
 SEED=${SEED:-}
 THREADS=${THREADS:-}
-BIN=${BIN:-$ROOT/target/release/tollgate}
 OUT=${OUT:-$ROOT/target/cluster-results/$(date +%Y%m%d-%H%M%S)-$SPLIT}
 case $SPLIT in even | skew80 | sticky) ;; *) echo "SPLIT must be even, skew80 or sticky" >&2; exit 2 ;; esac
 mkdir -p "$OUT/logs"
 OUT=$(cd "$OUT" && pwd)
 
-log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
 command -v python3 >/dev/null 2>&1 || die "python3 is needed"
 command -v curl >/dev/null 2>&1 || die "curl is needed"
-if ! command -v redis-server >/dev/null 2>&1; then
-  log "installing redis-server (apt-get)"
-  SUDO=()
-  [ "$(id -u)" = 0 ] || SUDO=(sudo)
-  "${SUDO[@]}" apt-get install -y redis-server >"$OUT/logs/apt.txt" 2>&1 \
-    || { "${SUDO[@]}" apt-get update >>"$OUT/logs/apt.txt" 2>&1 \
-      && "${SUDO[@]}" apt-get install -y redis-server >>"$OUT/logs/apt.txt" 2>&1; } \
-    || die "could not install redis-server (see $OUT/logs/apt.txt)"
-fi
-if [ "$BIN" = "$ROOT/target/release/tollgate" ]; then
-  # Missing, or older than a source file: build (cargo does nothing when it is up to date).
-  if [ ! -x "$BIN" ] || [ -n "$(find src crates Cargo.toml Cargo.lock -newer "$BIN" -print -quit)" ]; then
-    log "building the release binary (cargo build --release --locked --bin tollgate)"
-    cargo build --release --locked --bin tollgate
-  fi
-else
-  [ -x "$BIN" ] || die "no executable at BIN=$BIN"
-fi
+need redis-server
+release_bin
 
 TMP=$(mktemp -d /tmp/tollgate-cluster.XXXXXX)
-PIDS=()
-alive() {
-  local st
-  st=$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$1/stat" 2>/dev/null) || return 1
-  [ -n "$st" ] && [ "$st" != Z ]
-}
-stop_pid() { # pid: SIGTERM, up to 5 s, then SIGKILL
-  local pid=$1
-  alive "$pid" || { wait "$pid" 2>/dev/null || true; return 0; }
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
-  if alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
-  wait "$pid" 2>/dev/null || true
-}
-cleanup() {
-  local rc=$? i
-  trap - EXIT INT TERM
-  # Last started, first stopped: the gateways (which report to Redis on the way out), then
-  # Redis, then the upstream.
-  for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do stop_pid "${PIDS[i]}"; done
-  rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
+trap on_exit_cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Free ports on 127.0.0.1 outside the kernel's ephemeral range (as run.sh does).
+# Free ports on 127.0.0.1 outside the kernel's ephemeral range (lib.sh).
 NPORTS=$((2 + 2 * REPLICAS))
-read -r -a PORTS < <(python3 - "$NPORTS" <<'EOF'
-import random, socket, sys
-n = int(sys.argv[1])
-try:
-    lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
-except Exception:
-    lo, hi = 32768, 60999
-cands = [p for p in range(40000, 50000) if not lo <= p <= hi]
-if len(cands) < 100:
-    cands = [p for p in range(max(1024, lo - 12000), lo)]
-if len(cands) < 100:
-    cands = list(range(hi + 1, 65536))
-random.shuffle(cands)
-ports = []
-for p in cands:
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    ports.append(p)
-    if len(ports) == n:
-        break
-print(*ports)
-EOF
-)
+read -r -a PORTS < <(free_ports "$NPORTS")
 [ "${#PORTS[@]}" = "$NPORTS" ] || die "no $NPORTS free ports found"
 REDIS_PORT=${PORTS[0]}
 UP_PORT=${PORTS[1]}
@@ -177,14 +109,6 @@ if [ -n "$THREADS" ]; then
   printf -- '---\nversion: 1\nthreads: %s\n' "$THREADS" > "$TMP/pingora.yaml"
   PINGORA_ARGS=(--conf "$TMP/pingora.yaml")
 fi
-
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  die "nothing listens on 127.0.0.1:$1 after 10 s (see $OUT/logs)"
-}
 
 "$BIN" stand-in --listen "127.0.0.1:$UP_PORT" > "$OUT/logs/stand-in.log" 2>&1 &
 UP_PID=$!

@@ -37,6 +37,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 HERE=$ROOT/benches/load
+# shellcheck source=benches/load/lib.sh
+. "$HERE/lib.sh"
 
 MODE=flood
 QUICK=0
@@ -66,26 +68,14 @@ else
 fi
 WINDOW=${WINDOW:-512}
 THREADS=${THREADS:-}
-BIN=${BIN:-$ROOT/target/release/tollgate}
 OUT=${OUT:-$ROOT/target/flood-results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT/logs"
 OUT=$(cd "$OUT" && pwd)
 
-log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
 command -v python3 >/dev/null 2>&1 || die "python3 is needed"
 command -v curl >/dev/null 2>&1 || die "curl is needed"
 if [ "$TLS" = 1 ]; then command -v openssl >/dev/null 2>&1 || die "openssl is needed for --tls"; fi
-if [ "$BIN" = "$ROOT/target/release/tollgate" ]; then
-  # Missing, or older than a source file: build (cargo does nothing when it is up to date).
-  if [ ! -x "$BIN" ] || [ -n "$(find src crates Cargo.toml Cargo.lock -newer "$BIN" -print -quit)" ]; then
-    log "building the release binary (cargo build --release --locked --bin tollgate)"
-    cargo build --release --locked --bin tollgate
-  fi
-else
-  [ -x "$BIN" ] || die "no executable at BIN=$BIN"
-fi
+release_bin
 
 # File descriptors: this shell (and so the client) and the gateway get the hard limit.
 HARD=$(ulimit -Hn)
@@ -96,59 +86,12 @@ if [ $((MAX_CONNECTIONS + 512)) -gt "$HARD" ]; then
 fi
 
 TMP=$(mktemp -d /tmp/tollgate-flood.XXXXXX)
-PIDS=()
-alive() {
-  local st
-  st=$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$1/stat" 2>/dev/null) || return 1
-  [ -n "$st" ] && [ "$st" != Z ]
-}
-stop_pid() { # pid: SIGTERM, up to 5 s, then SIGKILL
-  local pid=$1
-  alive "$pid" || { wait "$pid" 2>/dev/null || true; return 0; }
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
-  if alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
-  wait "$pid" 2>/dev/null || true
-}
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
-  rm -rf "$TMP"
-  exit "$rc"
-}
-trap cleanup EXIT
+trap on_exit_cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Free ports on 127.0.0.1 outside the kernel's ephemeral range (as run.sh does): the flood
+# Free ports on 127.0.0.1 outside the kernel's ephemeral range (lib.sh): the flood
 # itself takes up to CONNS ephemeral ports.
-read -r UP_PORT GW_PORT ADMIN_PORT TLS_PORT < <(python3 - <<'EOF'
-import random, socket
-try:
-    lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
-except Exception:
-    lo, hi = 32768, 60999
-cands = [p for p in range(40000, 50000) if not lo <= p <= hi]
-if len(cands) < 100:
-    cands = [p for p in range(max(1024, lo - 12000), lo)]
-if len(cands) < 100:
-    cands = list(range(hi + 1, 65536))
-random.shuffle(cands)
-ports = []
-for p in cands:
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    ports.append(p)
-    if len(ports) == 4:
-        break
-print(*ports)
-EOF
-)
+read -r UP_PORT GW_PORT ADMIN_PORT TLS_PORT < <(free_ports 4)
 [ -n "${TLS_PORT:-}" ] || die "no 4 free ports found"
 
 TLS_BLOCK=""
@@ -188,14 +131,6 @@ if [ -n "$THREADS" ]; then
   printf -- '---\nversion: 1\nthreads: %s\n' "$THREADS" > "$TMP/pingora.yaml"
   PINGORA_ARGS=(--conf "$TMP/pingora.yaml")
 fi
-
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  die "nothing listens on 127.0.0.1:$1 after 10 s (see $OUT/logs)"
-}
 
 "$BIN" stand-in --listen "127.0.0.1:$UP_PORT" > "$OUT/logs/stand-in.log" 2>&1 &
 PIDS+=($!)

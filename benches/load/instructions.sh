@@ -35,54 +35,29 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=benches/load/lib.sh
+. "$HERE/lib.sh"
 N=${N:-5000}
 W=${W:-1000}
 SETUPS=${SETUPS:-"P0 G P0v Gv"}
 OUT=${OUT:-$ROOT/target/instructions/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 
-log() { echo "instructions: $*" >&2; }
-die() { log "$*"; exit 1; }
-
-need=()
-command -v valgrind >/dev/null || need+=(valgrind)
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
-if ((${#need[@]})); then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-  log "installing ${need[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+need valgrind
+[ -x /usr/sbin/nginx ] || need nginx
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 case " $SETUPS " in
-  *" Gc "* | *" Ga "* | *" Gav "*)
-    if ! command -v redis-server >/dev/null; then
-      sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-      log "installing redis-server"
-      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
-    fi ;;
+  *" Gc "* | *" Ga "* | *" Gav "*) need redis-server ;;
 esac
 
 (cd "$ROOT" && cargo build --release --locked --quiet --bin tollgate --example p0)
 REL=$(cd "$ROOT" && realpath -m "${CARGO_TARGET_DIR:-target}")/release
 TOLLGATE=${TOLLGATE:-$REL/tollgate}
 TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+trap on_exit_cleanup EXIT
 
-read -r D_PORT N1_PORT G_PORT G_ADMIN_PORT P0_PORT < <(python3 - <<'EOF'
-import socket
-ports, socks = [], []
-for _ in range(5):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s); ports.append(s.getsockname()[1])
-print(*ports)
-EOF
-)
+read -r D_PORT N1_PORT G_PORT G_ADMIN_PORT P0_PORT R_PORT < <(free_ports 6)
+[ -n "${R_PORT:-}" ] || die "no 6 free ports found"
 python3 "$HERE/gen.py" --dir "$TMP" --keys 1000 --d-port "$D_PORT" --n1-port "$N1_PORT" \
   --g-port "$G_PORT" --g-admin-port "$G_ADMIN_PORT"
 "$NGINX" -p "$TMP/nginx-d" -c "$TMP/nginx-d/nginx.conf" -e "$TMP/nginx-d/error.log" \
@@ -90,7 +65,6 @@ python3 "$HERE/gen.py" --dir "$TMP" --keys 1000 --d-port "$D_PORT" --n1-port "$N
 PIDS+=($!)
 case " $SETUPS " in
   *" Gc "* | *" Ga "* | *" Gav "*)
-    R_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     redis-server --port "$R_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$TMP" \
       >"$OUT/redis.out" 2>&1 &
     PIDS+=($!)

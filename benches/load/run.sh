@@ -35,6 +35,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 HERE=$ROOT/benches/load
+# shellcheck source=benches/load/lib.sh
+. "$HERE/lib.sh"
 
 QUICK=0
 for arg in "$@"; do
@@ -63,24 +65,16 @@ OUT=$(cd "$OUT" && pwd)
 CSV=$OUT/results.csv
 echo "setup,route,metric,rep,value" > "$CSV"
 
-log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-
 if [ "$(nproc)" -lt 2 ]; then die "needs at least 2 CPUs (proxy on CPU $PROXY_CPU, load on CPU $LOAD_CPU)"; fi
 
 # --- tools ---------------------------------------------------------------------------------
-sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
 apt_missing=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || apt_missing+=(nginx)
 command -v wrk >/dev/null 2>&1 || apt_missing+=(wrk)
 command -v curl >/dev/null 2>&1 || apt_missing+=(curl)
 command -v taskset >/dev/null 2>&1 || apt_missing+=(util-linux)
 case " $SETUPS " in *" Ga "*) command -v redis-server >/dev/null 2>&1 || apt_missing+=(redis-server) ;; esac
-if [ ${#apt_missing[@]} -gt 0 ]; then
-  log "installing ${apt_missing[*]} (apt)"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${apt_missing[@]}" >/dev/null
-fi
+apt_install "${apt_missing[@]}"
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! command -v oha >/dev/null 2>&1; then
@@ -116,70 +110,11 @@ cp target/release/tollgate "$TMP/tollgate"
 cp target/release/examples/p0 "$TMP/p0"
 
 # --- processes -----------------------------------------------------------------------------
-PIDS=()        # everything started here, for cleanup
-alive() {      # pid: running (a zombie waiting for `wait` is not)
-  local st
-  st=$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$1/stat" 2>/dev/null) || return 1
-  [ -n "$st" ] && [ "$st" != Z ]
-}
-stop_pid() {   # pid signal: signal, wait up to 5 s, then SIGKILL (children first for nginx)
-  local pid=$1 sig=$2 kids
-  alive "$pid" || { wait "$pid" 2>/dev/null || true; return 0; }
-  kids=$(pgrep -P "$pid" || true)
-  kill -s "$sig" "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
-  if alive "$pid"; then
-    log "pid $pid ignored SIG$sig; killing it"
-    for k in $kids; do kill -KILL "$k" 2>/dev/null || true; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
-}
-forget() {     # pid: stopped; never signal that number again (it may be reused)
-  local p keep=()
-  for p in "${PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
-  PIDS=("${keep[@]}")
-}
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  for pid in "${PIDS[@]}"; do stop_pid "$pid" TERM; done
-  rm -rf "$TMP"
-  exit $rc
-}
-trap cleanup EXIT
+trap on_exit_cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Free ports on 127.0.0.1: in 40000-49999 unless that overlaps the kernel's ephemeral range
-# (outgoing connections — wrk, oha, the proxies' upstream pools — take their local ports from
-# it and could occupy a port before its server starts), else just below that range.
-read -r D_PORT N1_PORT P0_PORT G_PORT G_ADMIN_PORT < <(python3 - <<'EOF'
-import random, socket
-try:
-    lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
-except Exception:
-    lo, hi = 32768, 60999
-cands = [p for p in range(40000, 50000) if not lo <= p <= hi]
-if len(cands) < 100:
-    cands = [p for p in range(max(1024, lo - 12000), lo)]
-if len(cands) < 100:
-    cands = list(range(hi + 1, 65536))
-random.shuffle(cands)
-ports = []
-for p in cands:
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    ports.append(p)
-    if len(ports) == 5:
-        break
-print(*ports)
-EOF
-)
+# Free ports on 127.0.0.1, outside the kernel's ephemeral range (lib.sh).
+read -r D_PORT N1_PORT P0_PORT G_PORT G_ADMIN_PORT < <(free_ports 5)
 [ -n "${G_ADMIN_PORT:-}" ] || die "no 5 free ports found"
 
 python3 "$HERE/gen.py" --dir "$TMP" --keys "$KEYS" --d-port "$D_PORT" --n1-port "$N1_PORT" \
@@ -210,21 +145,6 @@ for n in nginx-d nginx-n1; do
   "$NGINX" -t -q -p "$TMP/$n" -c "$TMP/$n/nginx.conf" -e "$TMP/$n/error.log" \
     || die "nginx refused $TMP/$n/nginx.conf"
 done
-
-wait_port() { # port: until it accepts, 10 s at most
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  die "nothing listens on 127.0.0.1:$1 after 10 s"
-}
-wait_ready() { # admin port: until /readyz is 200, 30 s at most
-  for _ in $(seq 300); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "http://127.0.0.1:$1/readyz")" = 200 ] && return 0
-    sleep 0.1
-  done
-  die "gateway not ready after 30 s (see $OUT/logs)"
-}
 
 start_nginx() { # name cpu -> echo pid
   local n=$1 cpu=$2

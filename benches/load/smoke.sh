@@ -5,31 +5,29 @@
 #   DURATION=30s CONNS=128 benches/load/smoke.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$PWD
+# shellcheck source=benches/load/lib.sh
+. "$ROOT/benches/load/lib.sh"
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 scripts/bootstrap.sh
-if ! command -v wrk >/dev/null 2>&1; then
-  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq && $sudo apt-get install -y -qq wrk >/dev/null
-fi
-cargo build --locked --release --quiet
-bin=target/release/tollgate
-$bin stand-in --listen 127.0.0.1:18081 >/dev/null 2>&1 &
-up=$!
-TOLLGATE_LOG=warn $bin run --config benches/load/smoke.yaml >/dev/null 2>&1 &
-gw=$!
-trap 'kill $up $gw 2>/dev/null || true' EXIT
-for port in 18081 18080; do
-  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
-done
+need wrk
+release_bin
+trap on_exit_cleanup EXIT
+"$BIN" stand-in --listen 127.0.0.1:18081 >/dev/null 2>&1 &
+PIDS+=($!)
+TOLLGATE_LOG=warn "$BIN" run --config benches/load/smoke.yaml >/dev/null 2>&1 &
+PIDS+=($!)
+wait_port 18081
+wait_port 18080
 
 run() { # name url [extra wrk args]
   local name=$1 url=$2; shift 2
-  wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$@" "$url" > /tmp/tollgate-smoke-$name.txt
+  wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$@" "$url" > "/tmp/tollgate-smoke-$name.txt"
   local rps p99
-  rps=$(awk '/Requests\/sec/ {print $2}' /tmp/tollgate-smoke-$name.txt)
-  p99=$(awk '$1=="99%" {print $2}' /tmp/tollgate-smoke-$name.txt)
+  rps=$(awk '/Requests\/sec/ {print $2}' "/tmp/tollgate-smoke-$name.txt")
+  p99=$(awk '$1=="99%" {print $2}' "/tmp/tollgate-smoke-$name.txt")
   printf '%-28s %12s req/s   p99 %s\n' "$name" "$rps" "$p99"
 }
 echo "wrk -t$THREADS -c$CONNS -d$DURATION on $(nproc) cores; gateway and stand-in on the same machine"

@@ -22,7 +22,7 @@ const BUSIEST: usize = 20;
 const FOUND: usize = 50;
 
 /// The view of `/api/usage`; `search` narrows the keys to names that contain it (any case).
-pub fn usage_view(
+pub(crate) fn usage_view(
     live: &LivePolicy,
     clock: &dyn Clock,
     cluster: Option<&SharedStore>,

@@ -167,6 +167,8 @@ mod tests {
             })
             .parse()
             .server
+            .as_ref()
+            .clone()
     }
 
     fn admit(

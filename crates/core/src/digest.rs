@@ -10,6 +10,7 @@ use subtle::ConstantTimeEq;
 pub struct Digest(pub [u8; 32]);
 
 impl Digest {
+    /// The digest of `key`.
     pub fn of(key: &[u8]) -> Self {
         Digest(Sha256::digest(key).into())
     }
@@ -21,6 +22,7 @@ impl Digest {
         Some(Digest(out))
     }
 
+    /// The 64 lowercase hex characters, as `from_hex` reads them.
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
     }

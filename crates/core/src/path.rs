@@ -17,20 +17,32 @@ use std::borrow::Cow;
 /// Why a path was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PathError {
+    /// The path does not start with `/`.
     NotAbsolute,
+    /// A raw byte outside ASCII.
     NonAscii,
+    /// A raw control byte (0x00–0x1F or 0x7F).
     ControlByte,
+    /// A raw `#`.
     Fragment,
+    /// A raw `\`.
     Backslash,
+    /// A raw `;` (path parameters).
     Semicolon,
+    /// A `%` not followed by two hex digits.
     BadEscape,
+    /// An escape of `/`, `\`, `;`, NUL or another control byte.
     EncodedDelimiter,
+    /// `%25` followed by two hex digits, as written or once decoded.
     DoubleEncoded,
+    /// A `.` or `..` segment, also when written with escapes.
     DotSegment,
+    /// An empty segment (`//`); a trailing `/` is allowed.
     EmptySegment,
 }
 
 impl PathError {
+    /// The refusal's `detail`, for the client (400 `invalid_path`).
     pub fn detail(self) -> &'static str {
         match self {
             PathError::NotAbsolute => "the path must start with `/`",

@@ -81,6 +81,7 @@ pub fn digest(key: &str) -> Digest {
 /// builds the refused file the same way).
 #[derive(Debug, Clone)]
 pub struct TestConfig {
+    /// The file as parsed, for a test to edit directly.
     pub file: FileConfig,
 }
 
@@ -306,13 +307,13 @@ impl TestConfig {
         self
     }
 
-    /// Require `Authorization: Bearer <token>` on the admin listener.
     /// `admin_hosts`.
     pub fn admin_hosts(mut self, hosts: &[&str]) -> Self {
         self.file.admin_hosts = hosts.iter().map(|h| h.to_string()).collect();
         self
     }
 
+    /// Require `Authorization: Bearer <token>` on the admin listener.
     pub fn admin_token(mut self, token: &str) -> Self {
         self.file.admin_token_sha256 = Some(Digest::of(token.as_bytes()).to_hex());
         self

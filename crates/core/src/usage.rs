@@ -131,19 +131,28 @@ pub struct Usage {
 /// One key's counts over the last minute.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeyCounts {
+    /// Every request counted: the sum of the other fields.
     pub requests: u64,
+    /// Forwarded, including those the upstream then failed (`upstream_error`).
     pub admitted: u64,
+    /// Refused `429 rate_limited`.
     pub rate_limited: u64,
+    /// Refused with a 403.
     pub forbidden: u64,
+    /// Refused otherwise (path, route, method, body, timeout, block).
     pub invalid: u64,
+    /// Forwarded in shadow mode, though the plan would have refused them.
     pub shadowed: u64,
 }
 
 /// One of the latest refusals.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Refusal {
+    /// When, in ms since the Unix epoch (the counts' clock).
     pub at_ms: u64,
+    /// The caller's key; `None` when it was not authenticated.
     pub key: Option<KeyIdx>,
+    /// The route; `None` when the request was refused before it was classified.
     pub route: Option<RouteIdx>,
     /// Index into [`crate::policy::Code::ALL`].
     pub code: u8,

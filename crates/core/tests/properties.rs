@@ -952,6 +952,9 @@ proptest! {
 // ---------------------------------------------------------------------------------------------
 
 /// Run `f` and return its result, failing if it takes longer than `limit` (generous: debug).
+/// A bound against a blow-up (a parse gone quadratic), not a window to cross: so the one
+/// reading of the system's clock in the core's tests.
+#[allow(clippy::disallowed_methods)]
 fn quickly<T>(what: &str, limit: Duration, f: impl FnOnce() -> T) -> T {
     let t = Instant::now();
     let out = f();

@@ -19,7 +19,7 @@ use super::upstream::Upstream;
 
 /// The standard test config ([`TestConfig`]) on fresh loopback ports, in front of `upstream`
 /// (a base URL).
-pub fn test_config(upstream: &str) -> TestConfig {
+pub(crate) fn test_config(upstream: &str) -> TestConfig {
     TestConfig::new()
         .listen(format!("127.0.0.1:{}", closed_port()))
         .admin_listen(format!("127.0.0.1:{}", closed_port()))
@@ -27,7 +27,7 @@ pub fn test_config(upstream: &str) -> TestConfig {
 }
 
 /// [`test_config`] in front of the recording upstream `up`.
-pub fn config_for(up: &Upstream) -> TestConfig {
+pub(crate) fn config_for(up: &Upstream) -> TestConfig {
     test_config(&format!("http://{}", up.addr))
 }
 
@@ -47,14 +47,14 @@ impl ShutdownSignalWatch for ChannelShutdown {
 }
 
 /// A server running on a background thread, stopped (and joined) when dropped.
-pub struct Running {
+pub(crate) struct Running {
     tx: tokio::sync::mpsc::Sender<ShutdownSignal>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Running {
     /// Start `server` on its own thread (Pingora builds its own runtimes).
-    pub fn spawn(server: Server) -> Self {
+    pub(crate) fn spawn(server: Server) -> Self {
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         let thread = std::thread::spawn(move || {
             server.run(RunArgs {
@@ -81,22 +81,22 @@ impl Drop for Running {
     }
 }
 
-pub struct Gateway {
-    pub addr: SocketAddr,
-    pub clock: Arc<ManualClock>,
-    pub config: Config,
+pub(crate) struct Gateway {
+    pub(crate) addr: SocketAddr,
+    pub(crate) clock: Arc<ManualClock>,
+    pub(crate) config: Config,
     /// The config in force, for reloads from the test.
-    pub live: Arc<LivePolicy>,
+    pub(crate) live: Arc<LivePolicy>,
     _running: Running,
 }
 
 impl Gateway {
     /// A gateway serving `config`.
-    pub fn start(config: &TestConfig) -> Self {
+    pub(crate) fn start(config: &TestConfig) -> Self {
         Self::start_config(config.parse())
     }
 
-    pub fn start_config(config: Config) -> Self {
+    pub(crate) fn start_config(config: Config) -> Self {
         let clock = Arc::new(ManualClock::new());
         let addr = config.process.listen;
         let built =
@@ -114,21 +114,21 @@ impl Gateway {
     }
 
     /// A gateway serving the config file at `path` (so that reloads re-read it).
-    pub fn start_file(path: &Path) -> Self {
+    pub(crate) fn start_file(path: &Path) -> Self {
         Self::start_config(Config::load(path).expect("valid test config"))
     }
 
     /// A gateway with the standard test config in front of `upstream`.
-    pub fn with(upstream: &Upstream) -> Self {
+    pub(crate) fn with(upstream: &Upstream) -> Self {
         Self::start(&config_for(upstream))
     }
 
-    pub fn send(&self, raw: &[u8]) -> Response {
+    pub(crate) fn send(&self, raw: &[u8]) -> Response {
         send_raw(self.addr, raw)
     }
 
     /// A request with `Connection: close`, `Host`, and the given headers and body.
-    pub fn request(
+    pub(crate) fn request(
         &self,
         method: &str,
         path: &str,
@@ -150,12 +150,12 @@ impl Gateway {
     }
 
     /// `METHOD path` on the admin listener.
-    pub fn admin(&self, method: &str, path: &str) -> Response {
+    pub(crate) fn admin(&self, method: &str, path: &str) -> Response {
         admin(self.config.process.admin_listen, method, path)
     }
 
     /// `request` with `Authorization: Bearer <key>` and, for a body, JSON content type.
-    pub fn call(&self, key: &str, method: &str, path: &str, body: &str) -> Response {
+    pub(crate) fn call(&self, key: &str, method: &str, path: &str, body: &str) -> Response {
         let auth = format!("Bearer {key}");
         let mut h = vec![("Authorization", auth.as_str())];
         if !body.is_empty() {
@@ -165,7 +165,7 @@ impl Gateway {
     }
 }
 
-pub fn wait_listening(addr: SocketAddr) {
+pub(crate) fn wait_listening(addr: SocketAddr) {
     let end = Instant::now() + Duration::from_secs(20);
     while Instant::now() < end {
         if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {

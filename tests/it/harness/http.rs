@@ -72,23 +72,23 @@ pub(super) fn read_body(
 }
 
 #[derive(Debug)]
-pub struct Response {
-    pub status: u16,
+pub(crate) struct Response {
+    pub(crate) status: u16,
     /// Lower-cased names.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Response {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         header(&self.headers, name)
     }
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|_| panic!("not JSON: {:?}", String::from_utf8_lossy(&self.body)))
     }
     /// The problem `code`, asserting the problem+json shape.
-    pub fn code(&self) -> String {
+    pub(crate) fn code(&self) -> String {
         assert_eq!(
             self.header("content-type"),
             Some("application/problem+json"),
@@ -102,7 +102,7 @@ impl Response {
         v["code"].as_str().unwrap().to_string()
     }
     /// `r=` of the `RateLimit` header.
-    pub fn remaining(&self) -> u32 {
+    pub(crate) fn remaining(&self) -> u32 {
         let v = self.header("ratelimit").expect("RateLimit header");
         v.split(';')
             .find_map(|p| p.strip_prefix("r="))
@@ -113,7 +113,7 @@ impl Response {
 }
 
 /// Send raw bytes on a new connection and read one response (until Content-Length or close).
-pub fn send_raw(addr: SocketAddr, raw: &[u8]) -> Response {
+pub(crate) fn send_raw(addr: SocketAddr, raw: &[u8]) -> Response {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(raw).unwrap();
@@ -122,19 +122,19 @@ pub fn send_raw(addr: SocketAddr, raw: &[u8]) -> Response {
 
 /// [`send_raw`] that gives `None` instead of panicking when the server is gone (a test that
 /// kills it mid-stream).
-pub fn try_send_raw(addr: SocketAddr, raw: &[u8]) -> Option<Response> {
+pub(crate) fn try_send_raw(addr: SocketAddr, raw: &[u8]) -> Option<Response> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
     s.write_all(raw).ok()?;
     try_read_response(&mut BufReader::new(s))
 }
 
-pub fn read_response(r: &mut BufReader<TcpStream>) -> Response {
+pub(crate) fn read_response(r: &mut BufReader<TcpStream>) -> Response {
     try_read_response(r).expect("a complete response")
 }
 
 /// One response, or `None` when the connection ends before a complete one.
-pub fn try_read_response(r: &mut BufReader<TcpStream>) -> Option<Response> {
+pub(crate) fn try_read_response(r: &mut BufReader<TcpStream>) -> Option<Response> {
     let (status_line, headers) = read_head(r)?;
     let status = status_line.split(' ').nth(1).and_then(|s| s.parse().ok())?;
     let body = read_body(r, &headers, true)?;
@@ -145,15 +145,20 @@ pub fn try_read_response(r: &mut BufReader<TcpStream>) -> Option<Response> {
     })
 }
 
-pub const EVENT: &str = r#"{"name":"Standup","type":"event","groupId":"g-1","startTime":"2026-11-21T10:00:00.000Z","eventOptions":{"callType":"voice","description":"Daily"}}"#;
+pub(crate) const EVENT: &str = r#"{"name":"Standup","type":"event","groupId":"g-1","startTime":"2026-11-21T10:00:00.000Z","eventOptions":{"callType":"voice","description":"Daily"}}"#;
 
 /// `METHOD path` on an admin listener at `addr`, on a new connection.
-pub fn admin(addr: SocketAddr, method: &str, path: &str) -> Response {
+pub(crate) fn admin(addr: SocketAddr, method: &str, path: &str) -> Response {
     admin_with(addr, method, path, None)
 }
 
 /// [`admin`], with `Authorization: Bearer <token>` when a token is given.
-pub fn admin_with(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Response {
+pub(crate) fn admin_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+) -> Response {
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let raw = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
@@ -162,7 +167,7 @@ pub fn admin_with(addr: SocketAddr, method: &str, path: &str, token: Option<&str
 }
 
 /// Poll (bounded) until `GET /readyz` on `addr` answers `status`.
-pub fn wait_ready(addr: SocketAddr, status: u16) {
+pub(crate) fn wait_ready(addr: SocketAddr, status: u16) {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
         let got = TcpStream::connect_timeout(&addr, Duration::from_millis(200))
@@ -180,13 +185,13 @@ pub fn wait_ready(addr: SocketAddr, status: u16) {
 }
 
 /// The value of the series `series` (full label set, as printed) in a metrics page.
-pub fn metric(page: &str, series: &str) -> Option<f64> {
+pub(crate) fn metric(page: &str, series: &str) -> Option<f64> {
     page.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// `GET /metrics` on the admin listener at `addr`.
-pub fn metrics_page(addr: SocketAddr) -> String {
+pub(crate) fn metrics_page(addr: SocketAddr) -> String {
     let r = admin(addr, "GET", "/metrics");
     assert_eq!(r.status, 200);
     assert!(r
@@ -196,7 +201,7 @@ pub fn metrics_page(addr: SocketAddr) -> String {
 }
 
 /// A TCP connection to `addr` from the local address `from` (127.0.0.2 is a second client).
-pub fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
+pub(crate) fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
     let local: SocketAddr = format!("{from}:0").parse().unwrap();
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     s.bind(&local.into()).unwrap();
@@ -207,7 +212,7 @@ pub fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
 
 /// Read from `s` until the peer closes it or `limit` passes: what was read, and how long
 /// after the call the connection closed (`None`: still open at the limit).
-pub fn read_until_closed(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, Option<Duration>) {
+pub(crate) fn read_until_closed(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, Option<Duration>) {
     let start = Instant::now();
     let mut got = Vec::new();
     let mut buf = [0u8; 65536];

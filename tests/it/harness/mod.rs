@@ -8,23 +8,23 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub mod gateway;
-pub mod http;
-pub mod pki;
-pub mod process;
-pub mod redis;
-pub mod upstream;
+pub(crate) mod gateway;
+pub(crate) mod http;
+pub(crate) mod pki;
+pub(crate) mod process;
+pub(crate) mod redis;
+pub(crate) mod upstream;
 
-pub use gateway::{config_for, test_config, wait_listening, Gateway};
-pub use http::*;
-pub use pki::{pki, Pki};
-pub use process::Process;
-pub use redis::{RedisCluster, RedisServer};
-pub use tollgate_core::testing::TestConfig;
-pub use upstream::{Mode, Upstream};
+pub(crate) use gateway::{config_for, test_config, wait_listening, Gateway};
+pub(crate) use http::*;
+pub(crate) use pki::{pki, Pki};
+pub(crate) use process::Process;
+pub(crate) use redis::{RedisCluster, RedisServer};
+pub(crate) use tollgate_core::testing::TestConfig;
+pub(crate) use upstream::{Mode, Upstream};
 
 /// Write `text` to `dir/name`; the path as a string.
-pub fn write(dir: &Path, name: &str, text: &str) -> String {
+pub(crate) fn write(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p.to_str().expect("UTF-8 temp path").to_string()
@@ -33,7 +33,7 @@ pub fn write(dir: &Path, name: &str, text: &str) -> String {
 /// A port nothing listens on (bound, then released), never one handed out before in this
 /// test binary: tests run in parallel, and the kernel may offer a port another test was just
 /// given and has not bound yet.
-pub fn closed_port() -> u16 {
+pub(crate) fn closed_port() -> u16 {
     static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     loop {
@@ -50,7 +50,7 @@ pub fn closed_port() -> u16 {
 }
 
 /// Poll (bounded) until `f` holds.
-pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+pub(crate) fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(20);
     while !f() {
         assert!(Instant::now() < end, "timed out waiting: {what}");

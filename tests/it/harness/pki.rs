@@ -1,14 +1,14 @@
 //! A private CA and leaves it signed, for the TLS tests.
 
 /// A private CA and one leaf it signed (PEM).
-pub struct Pki {
-    pub ca_pem: String,
-    pub leaf_pem: String,
-    pub leaf_key_pem: String,
+pub(crate) struct Pki {
+    pub(crate) ca_pem: String,
+    pub(crate) leaf_pem: String,
+    pub(crate) leaf_key_pem: String,
 }
 
 /// A fresh CA named `ca_name` and a leaf for `names` (IP literals become IP SANs).
-pub fn pki(ca_name: &str, names: &[&str]) -> Pki {
+pub(crate) fn pki(ca_name: &str, names: &[&str]) -> Pki {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();

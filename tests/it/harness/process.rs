@@ -7,15 +7,15 @@ use std::time::{Duration, Instant};
 
 /// The `tollgate` binary running as its own process, killed when dropped. Its stdout and
 /// stderr go to files, so a test can read everything it printed.
-pub struct Process {
-    pub child: std::process::Child,
-    pub stdout: std::path::PathBuf,
-    pub stderr: std::path::PathBuf,
+pub(crate) struct Process {
+    pub(crate) child: std::process::Child,
+    pub(crate) stdout: std::path::PathBuf,
+    pub(crate) stderr: std::path::PathBuf,
 }
 
 impl Process {
     /// `tollgate <args>` with `env`, output captured under `dir` with `tag` in the file names.
-    pub fn spawn(dir: &Path, tag: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+    pub(crate) fn spawn(dir: &Path, tag: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         let stdout = dir.join(format!("{tag}.stdout"));
         let stderr = dir.join(format!("{tag}.stderr"));
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
@@ -35,12 +35,12 @@ impl Process {
         }
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Send a signal by name (`HUP`, `TERM`, `QUIT`, `INT`).
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         let ok = std::process::Command::new("kill")
             .args(["-s", name, &self.pid().to_string()])
             .status()
@@ -50,7 +50,7 @@ impl Process {
     }
 
     /// Wait (bounded by `limit`) for the process to exit.
-    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let end = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -65,14 +65,14 @@ impl Process {
 
     /// Stop it as an operator would (SIGINT), so every queued log line is written; wait
     /// (bounded) for the exit.
-    pub fn stop(&mut self) -> std::process::ExitStatus {
+    pub(crate) fn stop(&mut self) -> std::process::ExitStatus {
         self.signal("INT");
         self.wait_exit(Duration::from_secs(15))
             .expect("exits on SIGINT")
     }
 
     /// Everything it printed so far, stdout then stderr.
-    pub fn output(&self) -> String {
+    pub(crate) fn output(&self) -> String {
         let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
         format!("{}{}", read(&self.stdout), read(&self.stderr))
     }

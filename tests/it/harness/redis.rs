@@ -8,25 +8,25 @@ use super::{closed_port, eventually};
 
 /// A `redis-server` of the test's own, on a free loopback port, with no persistence; killed
 /// (and its directory removed) when dropped. `.ci/run` installs `redis-server` when missing.
-pub struct RedisServer {
-    pub port: u16,
+pub(crate) struct RedisServer {
+    pub(crate) port: u16,
     child: std::process::Child,
     dir: tempfile::TempDir,
 }
 
 impl RedisServer {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         let port = closed_port();
         Self::start_on(port)
     }
 
     /// A server on `port` (to bring one back where a killed one was).
-    pub fn start_on(port: u16) -> Self {
+    pub(crate) fn start_on(port: u16) -> Self {
         Self::spawn(port, &[])
     }
 
     /// A node of a Redis Cluster, not yet joined ([`RedisCluster`]).
-    pub fn start_cluster_node() -> Self {
+    pub(crate) fn start_cluster_node() -> Self {
         Self::spawn(
             closed_port(),
             &[
@@ -65,7 +65,7 @@ impl RedisServer {
         server
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
@@ -79,19 +79,19 @@ impl RedisServer {
     }
 
     /// A synchronous client, for the test's own look at what the store holds.
-    pub fn client(&self) -> redis::Connection {
+    pub(crate) fn client(&self) -> redis::Connection {
         redis::Client::open(self.url())
             .unwrap()
             .get_connection_with_timeout(Duration::from_secs(2))
             .unwrap()
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Send a signal by name (`STOP`, `CONT`, `KILL`).
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         let ok = std::process::Command::new("kill")
             .args(["-s", name, &self.pid().to_string()])
             .status()
@@ -101,7 +101,7 @@ impl RedisServer {
     }
 
     /// Kill it and wait for it to be gone; the port is free again.
-    pub fn kill(mut self) -> u16 {
+    pub(crate) fn kill(mut self) -> u16 {
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.port
@@ -118,12 +118,12 @@ impl Drop for RedisServer {
 }
 
 /// A Redis Cluster of `n` masters (no replicas), every slot covered; stopped when dropped.
-pub struct RedisCluster {
-    pub nodes: Vec<RedisServer>,
+pub(crate) struct RedisCluster {
+    pub(crate) nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
-    pub fn start(n: usize) -> Self {
+    pub(crate) fn start(n: usize) -> Self {
         let nodes: Vec<RedisServer> = (0..n).map(|_| RedisServer::start_cluster_node()).collect();
         let addrs: Vec<String> = nodes
             .iter()
@@ -153,7 +153,7 @@ impl RedisCluster {
     }
 
     /// Every name held by any node.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         let mut all = Vec::new();
         for n in &self.nodes {
             let names: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut n.client()).unwrap();

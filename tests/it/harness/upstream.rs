@@ -10,7 +10,7 @@ use super::http::{header, read_body, read_head};
 
 /// How the recording upstream answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// `200 {}` with `X-Upstream: yes`.
     Ok,
     /// Read the request, never answer (until the test ends).
@@ -29,39 +29,39 @@ pub enum Mode {
 
 /// One request as the upstream received it.
 #[derive(Clone, Debug)]
-pub struct Seen {
-    pub request_line: String,
+pub(crate) struct Seen {
+    pub(crate) request_line: String,
     /// Lower-cased names.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Seen {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         header(&self.headers, name)
     }
-    pub fn headers_named(&self, name: &str) -> Vec<&str> {
+    pub(crate) fn headers_named(&self, name: &str) -> Vec<&str> {
         self.headers
             .iter()
             .filter(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
             .collect()
     }
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         self.request_line.split(' ').nth(1).unwrap_or("")
     }
 }
 
-pub struct Upstream {
-    pub addr: SocketAddr,
-    pub seen: Arc<Mutex<Vec<Seen>>>,
-    pub connections: Arc<AtomicUsize>,
+pub(crate) struct Upstream {
+    pub(crate) addr: SocketAddr,
+    pub(crate) seen: Arc<Mutex<Vec<Seen>>>,
+    pub(crate) connections: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     released: Arc<AtomicBool>,
 }
 
 impl Upstream {
-    pub fn start(mode: Mode) -> Self {
+    pub(crate) fn start(mode: Mode) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -99,12 +99,12 @@ impl Upstream {
     }
 
     /// Let a held answer ([`Mode::HoldFirst`]) go.
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         self.released.store(true, Ordering::SeqCst);
     }
 
     /// Wait (bounded) until the upstream has received `n` requests.
-    pub fn wait_for(&self, n: usize) {
+    pub(crate) fn wait_for(&self, n: usize) {
         let end = Instant::now() + Duration::from_secs(20);
         while self.count() < n {
             assert!(Instant::now() < end, "the upstream never saw {n} requests");
@@ -112,11 +112,11 @@ impl Upstream {
         }
     }
 
-    pub fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.seen.lock().unwrap().len()
     }
 }

@@ -22,6 +22,7 @@ pub struct Cluster {
     pub redis_url: String,
     /// What every name this fleet writes in Redis starts with.
     pub key_prefix: String,
+    /// How often each replica exchanges its budgets with Redis (`cluster.sync_interval_ms`).
     pub sync_interval: Duration,
     /// The longest one exchange with Redis may take (connect, or answer).
     pub timeout: Duration,

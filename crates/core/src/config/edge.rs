@@ -16,9 +16,9 @@ pub const MAX_HEADER_BYTES: u64 = 1_048_575;
 /// Pingora's own ceiling on the number of header fields.
 pub const MAX_HEADERS: u64 = 256;
 /// The longest deadline a `server` timeout may set, but the idle one (one hour).
-pub const MAX_TIMEOUT_SECONDS: u64 = 3_600;
+pub(crate) const MAX_TIMEOUT_SECONDS: u64 = 3_600;
 /// The longest idle keep-alive (one day).
-pub const MAX_IDLE_SECONDS: u64 = 86_400;
+pub(crate) const MAX_IDLE_SECONDS: u64 = 86_400;
 
 /// What no client may exceed: deadlines for each phase of a connection, caps on heads and
 /// connections, and the proxies whose `X-Forwarded-For` is believed.
@@ -33,11 +33,13 @@ pub struct Server {
     pub body_timeout: Duration,
     /// A client that takes no byte of an answer for this long is dropped.
     pub send_timeout: Duration,
+    /// A TLS handshake on the TLS listener must finish within this long.
     pub tls_handshake_timeout: Duration,
     /// The last request on a connection is answered with `Connection: close` (HTTP/1.1).
     pub max_requests_per_connection: NonZeroU32,
     /// Request line and header fields, in bytes.
     pub max_header_bytes: usize,
+    /// Header fields in a request head; over: `431 headers_too_large`.
     pub max_headers: usize,
     /// Open downstream connections, all listeners together.
     pub max_connections: NonZeroU32,
@@ -62,6 +64,7 @@ impl Server {
 pub struct AuthFailures {
     /// Failed authentications within `window` that block the address...
     pub max_failures: NonZeroU32,
+    /// The span the failures are counted over (`auth_failures.window_seconds`).
     pub window: Duration,
     /// ...for this long: every request is `429 too_many_auth_failures`.
     pub block: Duration,
@@ -72,6 +75,7 @@ pub struct AuthFailures {
 /// The `webhook_set` rule's guard against URLs into private networks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookGuard {
+    /// `false`: a webhook `url` need only be an absolute http(s) URL.
     pub enabled: bool,
     /// `false`: only `https` URLs.
     pub allow_http: bool,

@@ -46,7 +46,7 @@ use super::file::{FileKey, KeyFields};
 
 /// The key list of a file, found and checked; its entries are read again on [`iter`](Self::iter).
 #[derive(Debug)]
-pub struct KeysSection<'a> {
+pub(crate) struct KeysSection<'a> {
     text: &'a str,
     /// Byte offset of each item's first line, then of the end of the section.
     bounds: Vec<usize>,
@@ -56,7 +56,7 @@ pub struct KeysSection<'a> {
 
 /// A file split for the fast path.
 #[derive(Debug)]
-pub struct Split<'a> {
+pub(crate) struct Split<'a> {
     pub keys: KeysSection<'a>,
     /// The file with the key list replaced by one marker entry; lines keep their numbers.
     pub rest: String,
@@ -65,7 +65,7 @@ pub struct Split<'a> {
 
 impl Split<'_> {
     /// Whether serde_yaml read the `keys` of [`Split::rest`] as exactly the marker entry.
-    pub fn is_marker(&self, keys: &[FileKey]) -> bool {
+    pub(crate) fn is_marker(&self, keys: &[FileKey]) -> bool {
         matches!(keys, [k] if k.name == self.marker
             && k.plan == self.marker
             && k.sha256.is_none()
@@ -77,7 +77,7 @@ impl Split<'_> {
 
 impl<'a> KeysSection<'a> {
     /// The entries, in file order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = KeyFields<'a>> + '_ {
+    pub(crate) fn iter(&self) -> impl ExactSizeIterator<Item = KeyFields<'a>> + '_ {
         self.bounds.windows(2).map(|w| {
             item(&self.text[w[0]..w[1]], self.indent)
                 .expect("an item that was read once reads again")
@@ -86,7 +86,7 @@ impl<'a> KeysSection<'a> {
 }
 
 /// Find and read the key list of `text`, or `None` to leave the file to serde_yaml.
-pub fn split(text: &str) -> Option<Split<'_>> {
+pub(crate) fn split(text: &str) -> Option<Split<'_>> {
     let key_line = keys_line(text)?;
     let (line, mut pos) = line_at(text, key_line);
     if !printable_ascii(line) || pos == text.len() {

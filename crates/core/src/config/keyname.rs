@@ -27,6 +27,7 @@ impl KeyName {
     /// The longest name kept without an allocation.
     pub const INLINE: usize = 22;
 
+    /// `name` as a key name, inline when it fits in [`KeyName::INLINE`] bytes.
     pub fn new(name: &str) -> Self {
         if name.len() <= Self::INLINE {
             let mut bytes = [0u8; Self::INLINE];
@@ -40,6 +41,7 @@ impl KeyName {
         }
     }
 
+    /// The name as a string.
     pub fn as_str(&self) -> &str {
         match &self.0 {
             // Always the whole of a `&str` given to `new`, so always UTF-8.

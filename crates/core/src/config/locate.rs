@@ -17,12 +17,12 @@ use yaml_rust2::scanner::Marker;
 
 /// Finds the lines (1-based) of field paths in one YAML document, on demand.
 #[derive(Debug, Clone, Copy)]
-pub struct LineIndex<'a> {
+pub(crate) struct LineIndex<'a> {
     text: &'a str,
 }
 
 impl<'a> LineIndex<'a> {
-    pub fn new(text: &'a str) -> Self {
+    pub(crate) fn new(text: &'a str) -> Self {
         Self { text }
     }
 
@@ -30,12 +30,12 @@ impl<'a> LineIndex<'a> {
     /// reported at the mapping that lacks it). A document the parser cannot read up to `path`
     /// yields `None`: serde_yaml has already reported the syntax error with its own position by
     /// then. (The walk stops once `path` is found, so a break after it goes unnoticed.)
-    pub fn line_of(&self, path: &str) -> Option<usize> {
+    pub(crate) fn line_of(&self, path: &str) -> Option<usize> {
         self.lines_of(&[path])[0]
     }
 
     /// [`LineIndex::line_of`] for several paths, in one walk of the document.
-    pub fn lines_of(&self, paths: &[&str]) -> Vec<Option<usize>> {
+    pub(crate) fn lines_of(&self, paths: &[&str]) -> Vec<Option<usize>> {
         let mut wanted: HashSet<String> = HashSet::new();
         for path in paths {
             let mut p = *path;

@@ -25,6 +25,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroU64};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use cluster::{redact, scrub, Cluster};
@@ -50,11 +51,13 @@ pub const MAX_WINDOW_SECONDS: u32 = 86_400;
 /// A config the gateway refused, with where and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
+    /// The file the problem is in: the config, or the route catalogue it names.
     pub file: PathBuf,
     /// 1-based line, when the problem sits at a place in the file.
     pub line: Option<usize>,
     /// Field path such as `keys[2].sha256`; empty for the file as a whole.
     pub field: String,
+    /// What is wrong, without the file, line and field given apart.
     pub message: String,
 }
 
@@ -77,11 +80,14 @@ impl std::error::Error for ConfigError {}
 /// A problem found by validation, before it is placed in a file and on a line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invalid {
+    /// Field path such as `keys[2].sha256`, by which the problem is placed on a line.
     pub field: String,
+    /// What is wrong with it.
     pub message: String,
 }
 
 impl Invalid {
+    /// A problem with `field` (a field path such as `keys[2].sha256`), saying `message`.
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             field: field.into(),
@@ -102,8 +108,11 @@ impl Invalid {
 /// Something `check` should point out that does not stop the config from loading.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Warning {
+    /// 1-based line of `field`; `None` when it cannot be placed in the file.
     pub line: Option<usize>,
+    /// Field path such as `keys[2].key`.
     pub field: String,
+    /// What `check` says about it.
     pub message: String,
 }
 
@@ -116,22 +125,30 @@ pub struct Config {
     pub source: PathBuf,
     /// Settings bound to the process.
     pub process: Process,
-    /// The edge: deadlines, caps, trusted proxies.
-    pub server: Server,
+    /// The edge: deadlines, caps, trusted proxies. Shared: an HTTP/1.1 connection keeps the
+    /// one it was accepted under for its life.
+    pub server: Arc<Server>,
+    /// The provider requests are forwarded to (`upstream`).
     pub upstream: Upstream,
+    /// The rate-limit window and the body size caps (`limits`).
     pub limits: Limits,
     /// Where the catalogue came from: a file, or `None` for the built-in one.
     pub routes_file: Option<PathBuf>,
+    /// The route catalogue in force: the `routes` file's, or the built-in one.
     pub catalogue: Catalogue,
+    /// The plans, in file order; [`KeySpec::plan`] indexes into them.
     pub plans: Vec<Plan>,
+    /// Requests per window allowed to each partner key (`partner_requests_per_window`).
     pub partner_limit: NonZeroU32,
     /// The customer keys, in file order. [`Policy::new`](crate::policy::Policy::new) moves
     /// them into its key table, so in a compiled policy this list is empty: the keys are held
     /// once, in `Policy::keys`.
     pub keys: Vec<KeySpec>,
+    /// The partner keys, in file order; [`KeySpec::partner`] indexes into them.
     pub partners: Vec<PartnerSpec>,
     /// Blocking of addresses that fail authentication; `None` when the block is absent.
     pub auth_failures: Option<AuthFailures>,
+    /// The `webhook_set` rule's guard against URLs into private networks (`webhook_guard`).
     pub webhook_guard: WebhookGuard,
     /// The digest of the admin listener's bearer token, when one is required.
     pub admin_token: Option<Digest>,
@@ -141,6 +158,7 @@ pub struct Config {
     /// The entries (`keys[3]`, `partners[0]`) whose key is a published demo key
     /// ([`published`]); each also has a warning.
     pub published_keys: Vec<String>,
+    /// What `check` should point out; none of it stops the config from loading.
     pub warnings: Vec<Warning>,
 }
 
@@ -158,54 +176,83 @@ pub struct Config {
 /// These values override the same two settings of a Pingora `--conf` file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Shutdown {
+    /// Phase 1, in seconds: serving on while `/readyz` answers 503 (`shutdown.drain_seconds`).
     pub drain_seconds: u64,
+    /// Phase 2, in seconds: what requests in flight have to finish (`shutdown.grace_seconds`).
     pub grace_seconds: u64,
+    /// Phase 3, in seconds: what the runtimes have to stop (`shutdown.timeout_seconds`).
     pub timeout_seconds: u64,
 }
 
+/// The TLS listener (the `tls` block).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Tls {
+    /// The address it listens on (`tls.listen`).
     pub listen: SocketAddr,
+    /// The certificate (chain) file, PEM, resolved against the config's directory.
     pub cert_file: PathBuf,
+    /// The private key file, PEM, resolved against the config's directory.
     pub key_file: PathBuf,
 }
 
+/// The scheme of `upstream.base_url`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scheme {
+    /// `http://`: plain HTTP to the upstream.
     Http,
+    /// `https://`: TLS to the upstream, its certificate and host name checked.
     Https,
 }
 
+/// The provider the gateway forwards to (the `upstream` block), its `base_url` taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
+    /// `http` or `https`, from the base URL.
     pub scheme: Scheme,
     /// Host name or IP literal (without brackets), used for the connection and for SNI.
     pub host: String,
+    /// The base URL's port, or the scheme's default (80, 443).
     pub port: u16,
     /// The `Host` header value to send (host, plus the port when it is not the default).
     pub authority: String,
     /// Path of the base URL without a trailing slash (`""` for none); prefixed to every route.
     pub base_path: String,
+    /// How long connecting to the upstream may take, TLS handshake included
+    /// (`upstream.connect_timeout_ms`).
     pub connect_timeout: Duration,
+    /// How long one read from (or write to) the upstream may wait; no answer within it is
+    /// `504 upstream_timeout` (`upstream.read_timeout_ms`).
     pub read_timeout: Duration,
+    /// A private CA (PEM) for an https upstream (`upstream.ca_file`, resolved against the
+    /// config's directory); `None` when the field is absent.
     pub ca_file: Option<PathBuf>,
     /// Client-claim header fields forwarded anyway (lower case): the operator's exceptions to
     /// the rule that drops them.
     pub pass_headers: Vec<String>,
 }
 
+/// The `limits` block: the rate-limit window and the body size caps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// The rate-limit window, in seconds (`limits.window_seconds`).
     pub window: NonZeroU32,
+    /// The largest request body, in bytes (`limits.max_body_bytes`); over: `413 body_too_large`.
     pub max_body_bytes: NonZeroU64,
+    /// The largest body, in bytes, that the gateway reads whole and checks (routes with a body
+    /// rule; `limits.max_validated_body_bytes`); over: `413 body_too_large`.
     pub max_validated_body_bytes: NonZeroU64,
 }
 
+/// A plan (one entry of `plans`): the limit and allow-list of the customer keys on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The plan's name (its key under `plans`), as used in headers, logs and metric labels.
     pub name: String,
+    /// The plan's number (`plan_id`): a partner upgrade's `planID` names the plan by it.
     pub plan_id: u32,
+    /// Requests per window allowed to each key on this plan (`requests_per_window`).
     pub limit: NonZeroU32,
+    /// The endpoint allow-list (`allow`).
     pub allow: Allow,
     /// Shadow mode: what the allow-list or the limit would refuse is forwarded and recorded
     /// (`shadow_forbidden`, `shadow_rate_limited`).
@@ -221,9 +268,12 @@ pub enum Allow {
     Only(Vec<RouteIdx>),
 }
 
+/// A customer key (one entry of `keys`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeySpec {
+    /// The key's name (`name`): its label in logs, metrics and the admin API.
     pub name: KeyName,
+    /// SHA-256 of the key, from `sha256`, `key` or `key_env`.
     pub digest: Digest,
     /// Index into [`Config::plans`].
     pub plan: usize,
@@ -231,14 +281,18 @@ pub struct KeySpec {
     pub partner: Option<usize>,
 }
 
+/// A partner key (one entry of `partners`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartnerSpec {
+    /// The partner's name (`name`), which customer keys give as their `partner`.
     pub name: String,
+    /// SHA-256 of the partner's key, from `sha256`, `key` or `key_env`.
     pub digest: Digest,
 }
 
 /// Where `key_env` values come from; the process environment outside tests.
 pub trait Env {
+    /// The value of the variable `name`; `None` when it is not set.
     fn var(&self, name: &str) -> Option<String>;
 }
 
@@ -257,6 +311,8 @@ impl Config {
         Self::load_with_env(path, &ProcessEnv)
     }
 
+    /// [`Config::load`], taking environment variables (`key_env`, `cluster.redis_url_env`)
+    /// from `env`.
     pub fn load_with_env(path: &Path, env: &dyn Env) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             file: path.to_path_buf(),
@@ -326,6 +382,7 @@ impl Config {
         Ok(config)
     }
 
+    /// The plan named `name`, if there is one.
     pub fn plan(&self, name: &str) -> Option<&Plan> {
         self.plans.iter().find(|p| p.name == name)
     }
@@ -484,7 +541,7 @@ fn build(
     Ok(Config {
         source: PathBuf::new(),
         process,
-        server,
+        server: Arc::new(server),
         upstream,
         limits,
         routes_file,

@@ -19,11 +19,16 @@ pub const MAX_SHUTDOWN_SECONDS: u64 = 3_600;
 /// What the process took at start. Field names (as serialized) are those a reload reports.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Process {
+    /// The address the gateway's plain HTTP listener listens on (`listen`).
     pub listen: SocketAddr,
+    /// The address the admin listener listens on (`admin_listen`).
     pub admin_listen: SocketAddr,
+    /// The TLS listener; `None` when the `tls` block is absent.
     pub tls: Option<Tls>,
+    /// The log's format, text or JSON (`log.format`).
     #[serde(rename = "log")]
     pub log_format: LogFormat,
+    /// What SIGTERM does, phase by phase (the `shutdown` block).
     pub shutdown: Shutdown,
     /// Budgets shared across replicas; `None` when the block is absent. The store and its
     /// background exchange are set up with the process.

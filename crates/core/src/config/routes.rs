@@ -29,19 +29,25 @@ pub type RouteIdx = usize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
+    /// The customer API: taken by a customer key (`keys`).
     Customer,
+    /// The Partner API: taken by a partner key (`partners`).
     Partner,
 }
 
 /// The request-body shapes the spec gives (sections 2.1–2.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BodyRule {
+    /// `group_event`: the group event (spec 2.1).
     GroupEvent,
+    /// `webhook_set`: the webhook registration (spec 2.2).
     WebhookSet,
+    /// `service_upgrade`: a partner's service upgrade, `apiKey` and `planID` (spec 2.3).
     ServiceUpgrade,
 }
 
 impl BodyRule {
+    /// The rule's name, as a catalogue's `body` field writes it.
     pub fn name(self) -> &'static str {
         match self {
             BodyRule::GroupEvent => "group_event",
@@ -54,7 +60,9 @@ impl BodyRule {
 /// An HTTP method, or any.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MethodSel {
+    /// Every method (`method: any`).
     Any,
+    /// This one method, by its upper-case token (`GET`, `POST`, ...).
     One(String),
 }
 
@@ -77,12 +85,18 @@ pub enum PathMatch {
     Prefix(String),
 }
 
+/// One operation of the catalogue (an entry of its `routes`).
 #[derive(Clone, Debug)]
 pub struct Route {
+    /// The route id, as used in plans' allow-lists, logs and metric labels.
     pub id: String,
+    /// The method it takes.
     pub method: MethodSel,
+    /// The path it matches.
     pub path: PathMatch,
+    /// Which API it belongs to, and so which credential it takes.
     pub family: Family,
+    /// The rule its request body is checked against; `None`: the body is not checked.
     pub body: Option<BodyRule>,
     /// The spec does not show this path; the catalogue guesses it.
     pub assumed: bool,
@@ -208,10 +222,12 @@ impl Catalogue {
         Self::compile(file).expect("built-in catalogue is valid")
     }
 
+    /// Every route, in file order, with the synthetic `unknown` route last.
     pub fn routes(&self) -> &[Route] {
         &self.routes
     }
 
+    /// The route at `idx` (an index from this catalogue).
     pub fn get(&self, idx: RouteIdx) -> &Route {
         &self.routes[idx]
     }
@@ -221,10 +237,12 @@ impl Catalogue {
         self.routes[..self.unknown].iter().position(|r| r.id == id)
     }
 
+    /// Index of the synthetic route [`UNKNOWN_ROUTE_ID`], for uncatalogued paths under `/v2/`.
     pub fn unknown(&self) -> RouteIdx {
         self.unknown
     }
 
+    /// The Partner API's path prefixes (`partner_prefixes`), lower-cased, each ending in `/`.
     pub fn partner_prefixes(&self) -> &[String] {
         &self.partner_prefixes
     }

@@ -88,7 +88,9 @@ impl Micros {
 /// What the client may know about its budget (the `RateLimit` header fields).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Quota {
+    /// Requests per window: the plan's (or the key's own) limit `L`.
     pub limit: u32,
+    /// The window `W`, in seconds.
     pub window_secs: u32,
     /// Requests that would be admitted right now.
     pub remaining: u32,
@@ -99,6 +101,7 @@ pub struct Quota {
 /// A refused decision: the budget is spent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Denied {
+    /// The budget as the client sees it: nothing remaining.
     pub quota: Quota,
     /// Whole seconds (rounded up, at least 1) until a request would be admitted.
     pub retry_after_secs: u64,
@@ -109,6 +112,7 @@ fn ceil_secs(ns: u64) -> u64 {
 }
 
 impl Rate {
+    /// `limit` requests per `window_secs` seconds.
     pub fn new(limit: NonZeroU32, window_secs: NonZeroU32) -> Self {
         let window = u64::from(window_secs.get()) * NANOS_PER_SEC;
         let interval = window.div_ceil(u64::from(limit.get()));
@@ -157,10 +161,12 @@ impl Rate {
         }
     }
 
+    /// Requests per window (`L`).
     pub fn limit(&self) -> u32 {
         self.limit.get()
     }
 
+    /// The window (`W`), in seconds.
     pub fn window_secs(&self) -> u32 {
         self.window_secs.get()
     }

@@ -13,7 +13,9 @@ use super::refusal::Refusal;
 /// What the request carried in `Authorization`.
 #[derive(Clone, Copy, Debug)]
 pub enum AuthHeader<'a> {
+    /// No `Authorization` field.
     Missing,
+    /// One `Authorization` field, its raw value.
     One(&'a [u8]),
     /// More than one `Authorization` field: ambiguous, refused.
     Many,

@@ -44,7 +44,9 @@ struct Entry {
 /// A block that a failure just started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockStarted {
+    /// The address blocked.
     pub key: ClientKey,
+    /// How long the block lasts (`auth_failures.block_seconds`).
     pub duration: Duration,
 }
 
@@ -66,6 +68,7 @@ fn ceil_secs(ns: u64) -> u64 {
 }
 
 impl FailureTable {
+    /// An empty table.
     pub fn new() -> Self {
         Self::default()
     }
@@ -80,6 +83,7 @@ impl FailureTable {
         self.len.load(Ordering::Relaxed)
     }
 
+    /// Whether no address is tracked.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -31,11 +31,15 @@ use crate::digest::Digest;
 /// What a valid body tells the rest of the request path.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Checked {
+    /// A valid `group_event` body.
     GroupEvent,
+    /// A valid `webhook_set` body.
     WebhookSet,
     /// The customer key the partner wants to act on, hashed at once, and the plan it asks for.
     ServiceUpgrade {
+        /// The digest of the body's `apiKey`.
         target: Digest,
+        /// The body's `planID`, as sent (not yet matched to a plan).
         plan_id: i128,
     },
 }

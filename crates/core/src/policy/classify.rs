@@ -39,6 +39,7 @@ impl From<PathError> for Refusal {
 /// A classified request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Classified<'a> {
+    /// The route matched.
     pub route: RouteIdx,
     /// The path to forward (before the upstream's base path), in the catalogue's spelling for
     /// the matched part.

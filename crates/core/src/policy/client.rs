@@ -21,6 +21,7 @@ use ipnet::IpNet;
 pub struct ClientKey(u128);
 
 impl ClientKey {
+    /// The key of `ip`: an IPv4 (or IPv4-mapped IPv6) address itself, an IPv6 address's /64.
     pub fn of(ip: IpAddr) -> Self {
         match ip {
             IpAddr::V4(v4) => ClientKey(u128::from(v4.to_ipv6_mapped())),
@@ -44,6 +45,7 @@ impl ClientKey {
 /// The client of a request, and where in `X-Forwarded-For` it was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Client {
+    /// The client's address: the peer, or the entry of `X-Forwarded-For` believed.
     pub ip: IpAddr,
     /// Its position in the request's `X-Forwarded-For` entries (all fields, left to right), or
     /// `None` when the client is the peer itself.

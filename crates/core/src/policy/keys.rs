@@ -33,18 +33,29 @@ use crate::limit::RateState;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Credential {
     /// A customer key on a plan (index into `Config::plans`), maybe managed by a partner.
-    Customer { plan: usize, partner: Option<usize> },
+    Customer {
+        /// The plan's index into `Config::plans`.
+        plan: usize,
+        /// The managing partner's index into `Config::partners`; `None`: no partner manages it.
+        partner: Option<usize>,
+    },
     /// A partner key (index into `Config::partners`).
-    Partner { partner: usize },
+    Partner {
+        /// The partner's index into `Config::partners`.
+        partner: usize,
+    },
 }
 
+/// One key in a [`KeyTable`]: its name, who it belongs to, its digest and its budget.
 #[derive(Debug)]
 pub struct KeyEntry {
     /// The operator's label for logs and metrics; never the key.
     pub name: KeyName,
     /// Who the key belongs to as the YAML says; [`KeyEntry::credential`] is what applies.
     pub configured: Credential,
+    /// The SHA-256 of the key.
     pub digest: Digest,
+    /// The key's rate-limit state, carried over a reload that keeps the digest.
     pub rate: Arc<RateState>,
     /// A partner's upgrade in force for this customer key: the plan's index, or
     /// [`NO_OVERRIDE`]. Set when the table is built from the overrides, and when an upgrade
@@ -169,14 +180,17 @@ impl KeyTable {
             .copied()
     }
 
+    /// The entry at `i` (an index from this table; panics past its end).
     pub fn get(&self, i: KeyIdx) -> &KeyEntry {
         &self.entries[i as usize]
     }
 
+    /// Entries: customer keys and partner keys.
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether the table has no entry.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

@@ -56,9 +56,11 @@ pub use refusal::{Code, FieldError, Refusal};
 /// What the policy reads of a request head.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestHead<'a> {
+    /// The method, as sent (methods are case-sensitive).
     pub method: &'a str,
     /// The path, without the query.
     pub path: &'a str,
+    /// The `Authorization` field or fields.
     pub authorization: AuthHeader<'a>,
 }
 
@@ -80,6 +82,7 @@ pub struct Decision<'a> {
     pub block_started: Option<BlockStarted>,
     /// A refusal that the plan's shadow mode turned into a forward (`Forwarded` otherwise).
     pub shadow: Option<Outcome>,
+    /// The request to forward, or why it is refused.
     pub verdict: Result<Forward<'a>, Refusal>,
 }
 
@@ -87,16 +90,21 @@ pub struct Decision<'a> {
 /// first.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Forward<'a> {
+    /// The caller's key.
     pub key: KeyIdx,
     /// The normalized, canonical path (without the upstream's base path or the query).
     pub path: Cow<'a, str>,
+    /// The rule the body must pass before the request is forwarded; `None`: the body is
+    /// forwarded unchecked.
     pub body: Option<BodyRule>,
 }
 
+/// Everything a decision needs, compiled from one config: swapped in whole on a reload.
 #[derive(Debug)]
 pub struct Policy {
     /// The config compiled, except its key list, which [`Policy::new`] moves into `keys`.
     pub config: Config,
+    /// Every configured key, customer and partner, with its rate state.
     pub keys: KeyTable,
     /// Decides on each key's budget: budgets in this process, or shared. Carried over a reload.
     store: Arc<dyn Store>,

@@ -17,6 +17,7 @@ macro_rules! outcomes {
             /// Every outcome, in discriminant order.
             pub const ALL: &'static [Outcome] = &[$(Outcome::$outcome),*];
 
+            /// The outcome's name: the `outcome` label.
             pub fn as_str(self) -> &'static str {
                 match self { $(Outcome::$outcome => $name,)* }
             }
@@ -25,12 +26,19 @@ macro_rules! outcomes {
 }
 
 outcomes! {
+    /// Admitted and forwarded to the upstream.
     Forwarded => "forwarded";
+    /// Refused `401 unauthorized`.
     Unauthorized => "unauthorized";
+    /// Refused with a 403 (`plan_restricted`, `wrong_credential`, `not_your_customer`).
     Forbidden => "forbidden";
+    /// Refused `429 rate_limited`.
     RateLimited => "rate_limited";
+    /// Refused as a malformed request: a 400, 405, 413, 415, 431 or 501.
     Invalid => "invalid";
+    /// Refused `404 unknown_route`.
     NotFound => "not_found";
+    /// The upstream could not be reached or did not answer in time (502, 504).
     UpstreamError => "upstream_error";
     /// Refused because the client address is blocked (failed authentications).
     Blocked => "blocked";

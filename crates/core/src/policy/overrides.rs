@@ -42,6 +42,7 @@ pub type Overrides = HashMap<Digest, Override>;
 /// An upgrade the upstream has yet to accept: which entry, and which plan (an index).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Upgrade {
+    /// The digest of the customer key to upgrade (the body's `apiKey`).
     pub target: Digest,
     /// The plan asked for, as an index into the config's plans.
     pub plan: usize,
@@ -62,6 +63,7 @@ pub enum Dropped {
 }
 
 impl Dropped {
+    /// The reason in words, for the log line.
     pub fn as_str(self) -> &'static str {
         match self {
             Dropped::KeyGone => "the key is no longer in the config",

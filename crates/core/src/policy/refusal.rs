@@ -24,14 +24,17 @@ macro_rules! codes {
             /// Every code, in the order of the table.
             pub const ALL: &'static [Code] = &[$(Code::$code),*];
 
+            /// The HTTP status of the answer.
             pub fn status(self) -> u16 {
                 match self { $(Code::$code => $status,)* }
             }
 
+            /// The code's name: the problem's `code` (`plan_restricted`).
             pub fn as_str(self) -> &'static str {
                 match self { $(Code::$code => $name,)* }
             }
 
+            /// The problem's `title`, the same for every refusal with this code.
             pub fn title(self) -> &'static str {
                 match self { $(Code::$code => $title,)* }
             }
@@ -45,16 +48,30 @@ macro_rules! codes {
 }
 
 codes! {
+    /// No, a malformed, or an unknown bearer key: one answer for every way of failing.
     Unauthorized => 401, "unauthorized", "Unauthorized", Unauthorized;
+    /// The key's plan does not allow this operation.
     PlanRestricted => 403, "plan_restricted", "Operation not in plan", Forbidden;
+    /// A customer key on a partner operation, or a partner key on a customer one.
     WrongCredential => 403, "wrong_credential", "Wrong credential for this operation", Forbidden;
+    /// A partner acts on a customer key that another partner manages, or that the gateway
+    /// does not know.
     NotYourCustomer => 403, "not_your_customer", "Not your customer", Forbidden;
+    /// No route: outside `/v2/`, an unknown partner operation, or a near spelling of a checked
+    /// operation.
     UnknownRoute => 404, "unknown_route", "Unknown route", NotFound;
+    /// An ambiguous path (dot or empty segments, encoded delimiters, …: [`crate::path`]).
     InvalidPath => 400, "invalid_path", "Invalid path", Invalid;
+    /// A checked body that is not one JSON document, or repeats a member name (in any case).
     InvalidJson => 400, "invalid_json", "Invalid JSON", Invalid;
+    /// A checked body with fields that break the spec (listed in `errors`).
     InvalidBody => 400, "invalid_body", "Invalid request body", Invalid;
+    /// A body over the configured cap (`limits.max_body_bytes`, or
+    /// `limits.max_validated_body_bytes` for a checked body).
     BodyTooLarge => 413, "body_too_large", "Request body too large", Invalid;
+    /// A checked operation without `Content-Type: application/json`.
     UnsupportedMediaType => 415, "unsupported_media_type", "Unsupported media type", Invalid;
+    /// Over the key's window limit. With `Retry-After`.
     RateLimited => 429, "rate_limited", "Rate limit exceeded", RateLimited;
     /// The client address is blocked after repeated failed authentications.
     TooManyAuthFailures => 429, "too_many_auth_failures", "Too many failed authentications", Blocked;
@@ -69,7 +86,9 @@ codes! {
     MethodNotAllowed => 405, "method_not_allowed", "Method not allowed", Invalid;
     /// A method the gateway does not know (an extension method, a lower-case or overlong token).
     NotImplemented => 501, "not_implemented", "Method not implemented", Invalid;
+    /// The upstream cannot be reached or breaks the connection.
     UpstreamUnavailable => 502, "upstream_unavailable", "Upstream unavailable", UpstreamError;
+    /// The upstream does not answer in time.
     UpstreamTimeout => 504, "upstream_timeout", "Upstream timeout", UpstreamError;
 }
 
@@ -102,11 +121,14 @@ pub fn problem(status: u16, code: &str, title: &str, detail: &str) -> serde_json
 /// One field that breaks the spec: a JSON Pointer (RFC 6901) and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldError {
+    /// The field, as a JSON Pointer (`/eventOptions/callType`; `""`: the whole document).
     pub pointer: String,
+    /// What is wrong with it.
     pub detail: Cow<'static, str>,
 }
 
 impl FieldError {
+    /// The error `detail` at `pointer`.
     pub fn new(pointer: impl Into<String>, detail: impl Into<Cow<'static, str>>) -> Self {
         Self {
             pointer: pointer.into(),
@@ -115,10 +137,14 @@ impl FieldError {
     }
 }
 
+/// Why a request is refused, and what the answer carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
+    /// The code: fixes the status and the problem's `title`.
     pub code: Code,
+    /// The problem's `detail`, for the client.
     pub detail: Cow<'static, str>,
+    /// The fields that break the spec (`invalid_body` only; empty otherwise).
     pub errors: Vec<FieldError>,
     /// Seconds the client should wait (429 only: `Retry-After`).
     pub retry_after: Option<u64>,
@@ -127,6 +153,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
+    /// A refusal with `code` and `detail`, and nothing else.
     pub fn new(code: Code, detail: impl Into<Cow<'static, str>>) -> Self {
         Self {
             code,
@@ -137,10 +164,12 @@ impl Refusal {
         }
     }
 
+    /// The `401 unauthorized` refusal: the one answer to every failed authentication.
     pub fn unauthorized() -> Self {
         Self::new(Code::Unauthorized, "a valid bearer key is required")
     }
 
+    /// The HTTP status of the answer (the code's).
     pub fn status(&self) -> u16 {
         self.code.status()
     }

@@ -184,7 +184,9 @@ pub static REFUSED_NAMES: [Zone; 4] = [
 /// A row of [`REFUSED_V4`]: `net/prefix`, and what it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct V4Range {
+    /// The network address.
     pub net: Ipv4Addr,
+    /// The prefix length, in bits (0–32).
     pub prefix: u8,
     /// What the range is, and its RFC.
     pub what: &'static str,
@@ -206,6 +208,7 @@ impl V4Range {
             .unwrap_or(0)
     }
 
+    /// Whether `a` is in the range.
     pub fn contains(&self, a: Ipv4Addr) -> bool {
         u32::from(a) & self.mask() == u32::from(self.net)
     }
@@ -252,14 +255,20 @@ pub enum V6Rule {
     /// Refuse them.
     Refuse,
     /// Judge the IPv4 address in bits `at..at + 32` by [`REFUSED_V4`].
-    EmbeddedV4 { at: u8 },
+    EmbeddedV4 {
+        /// Where the IPv4 address starts, in bits from the top (96: the last 32 bits).
+        at: u8,
+    },
 }
 
 /// A row of [`REFUSED_V6`]: `net/prefix`, what is done with it, and what it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct V6Range {
+    /// The network address.
     pub net: Ipv6Addr,
+    /// The prefix length, in bits (0–128).
     pub prefix: u8,
+    /// What the guard does with the range's addresses.
     pub rule: V6Rule,
     /// What the range is, and its RFC.
     pub what: &'static str,
@@ -273,6 +282,7 @@ impl V6Range {
             .unwrap_or(0)
     }
 
+    /// Whether `a` is in the range.
     pub fn contains(&self, a: Ipv6Addr) -> bool {
         u128::from(a) & self.mask() == u128::from(self.net)
     }
@@ -351,8 +361,11 @@ pub enum V6Judgement {
     Refused(&'static V6Range),
     /// In `row`, whose embedded address `embedded` is in the refused IPv4 range `v4`.
     Embedded {
+        /// The row of [`REFUSED_V6`] that contains the address.
         row: &'static V6Range,
+        /// The IPv4 address it embeds.
         embedded: Ipv4Addr,
+        /// The row of [`REFUSED_V4`] that contains `embedded`.
         v4: &'static V4Range,
     },
     /// In no row, and outside [`GLOBAL_UNICAST_V6`]: reserved.

@@ -157,8 +157,11 @@ impl Timing {
 /// A key admitted on since the last exchange: what the syncer needs to report it.
 #[derive(Debug)]
 pub struct Touched {
+    /// The key's digest.
     pub id: Digest,
+    /// The key's view (the packed TAT and hits) and anchor word.
     pub state: Arc<RateState>,
+    /// The key's limit when it was admitted on.
     pub rate: Rate,
 }
 
@@ -201,6 +204,7 @@ impl SharedStore {
         self.fleet.load(Ordering::Relaxed)
     }
 
+    /// Record the replicas the store's heartbeat counted (held at least 1).
     pub fn set_fleet(&self, n: u32) {
         self.fleet.store(n.max(1), Ordering::Relaxed);
     }
@@ -392,9 +396,14 @@ pub fn fleet_key(prefix: &str) -> String {
 /// `tat = max(tat, now, now + floor_us) + hits × interval_us`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Call {
+    /// The key's digest (the store's name for it is [`store_key`]).
     pub id: Digest,
+    /// Requests admitted here since the last report (0 when the call sends a floor).
     pub hits: u64,
+    /// The key's emission interval `T`, in µs.
     pub interval_us: u64,
+    /// How far ahead of the store's `now` its TAT must be at least, in µs: the view's distance
+    /// ahead on the first exchange after an outage, else 0.
     pub floor_us: u64,
 }
 
@@ -403,8 +412,11 @@ pub struct Call {
 /// replicas reported within the last two intervals (their pace, for the lag allowance).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {
+    /// How far the store's TAT is ahead of the store's clock, in µs.
     pub ahead_us: u64,
+    /// Replicas that reported the key within the key horizon, this one included.
     pub replicas: u32,
+    /// Hits the other replicas reported within the last two intervals.
     pub others_recent: u64,
 }
 
@@ -419,6 +431,7 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// Whether there is no call to send.
     pub fn is_empty(&self) -> bool {
         self.calls.is_empty()
     }
@@ -453,6 +466,7 @@ pub struct Syncer {
 }
 
 impl Syncer {
+    /// The request-path half this syncer reconciles.
     pub fn store(&self) -> &Arc<SharedStore> {
         &self.store
     }

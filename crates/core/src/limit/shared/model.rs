@@ -27,6 +27,7 @@ pub struct Model {
 }
 
 impl Model {
+    /// An empty store.
     pub fn new() -> Self {
         Self::default()
     }
