@@ -38,7 +38,7 @@ use prometheus::{IntCounter, IntGauge};
 
 use crate::runtime::live::LivePolicy;
 use conns::{Caps, ConnLimiter};
-use stream::{Deadlines, EdgeStream};
+use stream::EdgeStream;
 
 /// The TLS listener: its port (the listeners are told apart by the local port) and acceptor.
 pub struct TlsListener {
@@ -180,7 +180,8 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
         let accepted = Instant::now();
-        let limits = self.live.load().policy.config.server.clone();
+        // The settings this connection keeps for its life ([`stream::Conn`]).
+        let limits = Arc::clone(&self.live.load().policy.config.server);
         let peer = peer_ip(&stream);
         let tls = self
             .tls
@@ -223,7 +224,7 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
                 }
             }
         };
-        let edge = EdgeStream::new(stream, guard, accepted, Deadlines::of(&limits));
+        let edge = EdgeStream::new(stream, guard, accepted, limits);
         if edge.is_h2() {
             // HTTP/2: Pingora's own connection handling (its streams are tasks of their own).
             return self.app.process_new(Box::new(edge), shutdown).await;

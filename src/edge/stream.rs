@@ -59,33 +59,17 @@ const H2_BODY_GRACE: Duration = Duration::from_millis(250);
 /// head cap ends the connection.
 const HEAD_SLACK: usize = 64 * 1024;
 
-/// The edge limits a connection keeps from the config it was accepted under.
-#[derive(Clone, Copy, Debug)]
-pub struct Deadlines {
-    pub header: Duration,
-    pub idle: Duration,
-    pub body: Duration,
-    pub send: Duration,
-    pub max_header_bytes: usize,
-}
-
-impl Deadlines {
-    pub fn of(s: &Server) -> Self {
-        Self {
-            header: s.header_timeout,
-            idle: s.idle_timeout,
-            body: s.body_timeout,
-            send: s.send_timeout,
-            max_header_bytes: s.max_header_bytes,
-        }
-    }
-}
-
 /// One connection's state, shared by its stream and (HTTP/1.1) the requests on it.
+///
+/// A connection keeps the `server:` settings in force when it was accepted, for its life: its
+/// stream's deadlines and caps and, on HTTP/1.1, what the request path reads of them for
+/// every request on it (header caps, trusted proxies, the checked-body deadline, requests per
+/// connection). A reload applies to connections accepted after it; a kept-alive connection
+/// never runs two versions at once.
 #[derive(Debug)]
 pub struct Conn {
     accepted: Instant,
-    limits: Deadlines,
+    settings: Arc<Server>,
     phase: AtomicU8,
     /// ns since `accepted`; [`NONE`] for none.
     deadline: AtomicU64,
@@ -98,12 +82,12 @@ pub struct Conn {
 }
 
 impl Conn {
-    fn new(accepted: Instant, limits: Deadlines) -> Self {
+    fn new(accepted: Instant, settings: Arc<Server>) -> Self {
         Self {
             accepted,
-            limits,
             phase: AtomicU8::new(HEAD),
-            deadline: AtomicU64::new(limits.header.as_nanos() as u64),
+            deadline: AtomicU64::new(settings.header_timeout.as_nanos() as u64),
+            settings,
             head_bytes: AtomicUsize::new(0),
             requests: AtomicU32::new(0),
             timed_out: AtomicBool::new(false),
@@ -130,7 +114,10 @@ impl Conn {
     pub fn head_done(&self, at: Instant, body_follows: bool) -> u32 {
         self.head_bytes.store(0, Ordering::Relaxed);
         if body_follows {
-            self.enter(BODY, self.at(at) + self.limits.body.as_nanos() as u64);
+            self.enter(
+                BODY,
+                self.at(at) + self.settings.body_timeout.as_nanos() as u64,
+            );
         } else {
             self.enter(OPEN, NONE);
         }
@@ -155,7 +142,15 @@ impl Conn {
     /// The exchange was over at `at`: the connection is idle until the next request's first
     /// byte.
     pub fn exchange_done(&self, at: Instant) {
-        self.enter(IDLE, self.at(at) + self.limits.idle.as_nanos() as u64);
+        self.enter(
+            IDLE,
+            self.at(at) + self.settings.idle_timeout.as_nanos() as u64,
+        );
+    }
+
+    /// The `server:` settings the connection was accepted under (see the type's docs).
+    pub fn settings(&self) -> &Server {
+        &self.settings
     }
 
     /// Whether a deadline ended this connection.
@@ -253,23 +248,24 @@ fn timed_out(what: &'static str) -> io::Error {
 }
 
 impl EdgeStream {
-    /// Wrap `inner`, a connection accepted at `accepted` and admitted with `guard`.
-    pub fn new(inner: Stream, guard: ConnGuard, accepted: Instant, limits: Deadlines) -> Self {
+    /// Wrap `inner`, a connection accepted at `accepted` under `settings` and admitted with
+    /// `guard`.
+    pub fn new(inner: Stream, guard: ConnGuard, accepted: Instant, settings: Arc<Server>) -> Self {
         let h2 = matches!(inner.selected_alpn_proto(), Some(ALPN::H2)).then(|| {
             Box::new(H2 {
                 scan: H2Scan::new(),
                 limits: H2Limits {
-                    header_timeout: limits.header.as_nanos() as u64,
+                    header_timeout: settings.header_timeout.as_nanos() as u64,
                     // A checked body's own deadline (408, answered by the request path)
                     // comes first; the connection is ended only if that did not settle it.
-                    body_timeout: (limits.body + H2_BODY_GRACE).as_nanos() as u64,
-                    max_block_bytes: limits.max_header_bytes,
+                    body_timeout: (settings.body_timeout + H2_BODY_GRACE).as_nanos() as u64,
+                    max_block_bytes: settings.max_header_bytes,
                 },
             })
         });
         Self {
             inner,
-            conn: Arc::new(Conn::new(accepted, limits)),
+            conn: Arc::new(Conn::new(accepted, settings)),
             read_timer: Timer::new(),
             write_timer: Timer::new(),
             write_deadline: NONE,
@@ -340,12 +336,15 @@ impl EdgeStream {
         }
         match conn.phase.load(Ordering::Relaxed) {
             IDLE => {
-                conn.enter(HEAD, conn.now() + conn.limits.header.as_nanos() as u64);
+                conn.enter(
+                    HEAD,
+                    conn.now() + conn.settings.header_timeout.as_nanos() as u64,
+                );
                 conn.head_bytes.store(read.len(), Ordering::Relaxed);
             }
             HEAD => {
                 let n = conn.head_bytes.fetch_add(read.len(), Ordering::Relaxed) + read.len();
-                if n > 2 * conn.limits.max_header_bytes + HEAD_SLACK {
+                if n > 2 * conn.settings.max_header_bytes + HEAD_SLACK {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "request head over server.max_header_bytes",
@@ -384,7 +383,8 @@ impl EdgeStream {
         match r {
             Poll::Pending => {
                 if self.write_deadline == NONE {
-                    self.write_deadline = self.conn.now() + self.conn.limits.send.as_nanos() as u64;
+                    self.write_deadline =
+                        self.conn.now() + self.conn.settings.send_timeout.as_nanos() as u64;
                 }
                 if self
                     .write_timer
@@ -495,7 +495,7 @@ impl AsyncWrite for EdgeStream {
 impl Shutdown for EdgeStream {
     async fn shutdown(&mut self) {
         // Bounded like any write: a client that takes nothing cannot hold the shutdown.
-        let send = self.conn.limits.send;
+        let send = self.conn.settings.send_timeout;
         let _ = tokio::time::timeout(send, self.inner.shutdown()).await;
     }
 }

@@ -47,8 +47,14 @@ pub async fn check(
     check_content_type(req.headers.get(CONTENT_TYPE).map(|v| v.as_bytes()))?;
     check_declared_length(declared, cap)?;
     // The whole body within `body_timeout` of the head (which Pingora had just read when
-    // this request's context was made): else 408, and nothing is forwarded.
-    let within = policy.config.server.body_timeout;
+    // this request's context was made): else 408, and nothing is forwarded. On HTTP/1.1 the
+    // connection's own setting, so this deadline is the one its stream keeps.
+    let within = ctx
+        .conn
+        .as_ref()
+        .map_or(policy.config.server.body_timeout, |c| {
+            c.settings().body_timeout
+        });
     let deadline = ctx.started + within;
     let read = tokio::time::timeout_at(deadline.into(), read_whole(session, cap)).await;
     let body = match read {

@@ -97,9 +97,14 @@ impl Gateway {
     /// connection and its deadlines came before: [`crate::edge`].)
     pub async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<(), Stop> {
         let snap = Arc::clone(ctx.snap.insert(self.live.load()));
-        let edge = &snap.policy.config.server;
         ctx.request_id = self.ids.of(&session.req_header().headers);
         self.begin(session, ctx);
+        // The `server:` settings: those the connection was accepted under on HTTP/1.1 (it
+        // keeps them for its life, as its stream does), the config in force on HTTP/2.
+        let edge = ctx
+            .conn
+            .as_ref()
+            .map_or(&*snap.policy.config.server, |c| c.settings());
         head::check_framing(session.req_header())?;
         let raw = session
             .as_downstream()
@@ -122,7 +127,9 @@ impl Gateway {
     fn begin(&self, session: &mut Session, ctx: &mut Ctx) {
         let Some(conn) = session.stream().and_then(EdgeStream::of).cloned() else {
             // HTTP/2: a stream's answer waits on the client's flow-control window, not on the
-            // socket; a client that grants none for `send_timeout` loses the stream.
+            // socket; a client that grants none for `send_timeout` loses the stream. Pingora's
+            // HTTP/2 session has no way back to its connection, so a stream takes the settings
+            // in force when it opens.
             if let Some(s) = &ctx.snap {
                 session.set_write_timeout(Some(s.policy.config.server.send_timeout));
             }
@@ -130,10 +137,7 @@ impl Gateway {
         };
         let body_follows = !session.is_body_done();
         let n = conn.head_done(ctx.started, body_follows);
-        let max = ctx.snap.as_ref().map_or(u32::MAX, |s| {
-            s.policy.config.server.max_requests_per_connection.get()
-        });
-        if n >= max {
+        if n >= conn.settings().max_requests_per_connection.get() {
             session.set_keepalive(None);
         }
         ctx.conn = Some(conn);

@@ -174,6 +174,81 @@ fn a_checked_body_that_stops_is_408_and_never_forwarded() {
     });
 }
 
+/// A stalled checked body on `s` (a connection already open): its answer, and how long after
+/// the head it came.
+fn stall_a_checked_body(s: &TcpStream) -> (crate::harness::Response, Duration) {
+    let head = "POST /v2/sendGroup HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer pro-key-1\r\n\
+                Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"name\":";
+    let mut w = s.try_clone().unwrap();
+    w.write_all(head.as_bytes()).unwrap();
+    let sent = Instant::now();
+    let r = read_response(&mut BufReader::new(s.try_clone().unwrap()));
+    (r, sent.elapsed())
+}
+
+#[test]
+fn a_kept_alive_connection_keeps_the_server_settings_it_was_accepted_under() {
+    // Accepted under a one-second body deadline; a reload then makes it two. The connection,
+    // kept alive across the reload, runs its next request on one version of `server:` only:
+    // the request path's checked-body deadline is its stream's, so a stalled body is answered
+    // 408 at one second (not cut by the stream while the request path waits for two).
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.yaml");
+    let config = config_for(&up).server(|s| {
+        s.body_timeout_seconds = 1;
+        s.idle_timeout_seconds = 30;
+    });
+    config.write(&path);
+    let gw = Gateway::start_file(&path);
+    let old = connect(&gw);
+    let mut w = old.try_clone().unwrap();
+    w.write_all(get("pro-key-1", "/v2/client/getStatus").as_bytes())
+        .unwrap();
+    let r = read_response(&mut BufReader::new(old.try_clone().unwrap()));
+    assert_eq!(r.status, 200);
+
+    config
+        .clone()
+        .server(|s| s.body_timeout_seconds = 2)
+        .write(&path);
+    gw.live.reload().unwrap();
+    assert_eq!(
+        gw.live.load().policy.config.server.body_timeout.as_secs(),
+        2
+    );
+
+    let (r, took) = stall_a_checked_body(&old);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (408, "request_timeout"),
+        "{r:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(1800),
+        "the connection's own deadline (1 s), not the reloaded one: {took:?}"
+    );
+    assert!(
+        r.json()["detail"].as_str().unwrap().contains("1 s"),
+        "{:?}",
+        r.json()
+    );
+
+    // A connection accepted after the reload runs the new setting.
+    let new = connect(&gw);
+    let (r, took) = stall_a_checked_body(&new);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (408, "request_timeout"),
+        "{r:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(1800) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+    assert_eq!(up.count(), 1, "only the first GET reached the upstream");
+}
+
 #[test]
 fn a_streamed_body_that_stops_ends_the_exchange() {
     let up = Upstream::start(Mode::Ok);
