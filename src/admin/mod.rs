@@ -9,6 +9,8 @@
 //! | `POST /reload` | 200 and a JSON summary when the new config is in force; 422 problem+json with file, line, field and reason when it was refused (the old config keeps serving) |
 //! | `GET /api/overrides` | 200, `{"overrides": [...]}`: the partner upgrades in force (key name, plan, the plan it replaced, partner, when) |
 //! | `DELETE /api/overrides/{key name}` | 204: the key is back on its YAML plan, everywhere the overrides are kept; 404 problem+json when it had no override |
+//! | `GET /api/blocks` | 200, `{"blocks": [...]}`: the addresses auth-failure blocking holds now (`address`, `since`, `until`, `failures`, `listener`; [`blocks`]) |
+//! | `DELETE /api/blocks/{address}` | 204: the address is served again at once, its failures forgotten, with one log line; 404 problem+json when it is not blocked, 400 when it is not an address |
 //!
 //! With `admin_token_sha256` set, every path but `/healthz` and `/readyz` needs
 //! `Authorization: Bearer <token>` (its SHA-256 compared in constant time): else 401
@@ -20,6 +22,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+mod blocks;
 pub mod guard;
 mod usage;
 pub mod view;
@@ -70,6 +73,12 @@ impl Admin {
         match path {
             "/" | "/api/usage" if !get => not_allowed("GET, HEAD"),
             "/" => page(StatusCode::OK),
+            "/api/blocks" if !get => not_allowed("GET, HEAD"),
+            "/api/blocks" => {
+                let body = serde_json::json!({ "blocks": self.blocks() });
+                reply(StatusCode::OK, "application/json", json_bytes(&body))
+            }
+            p if p.starts_with("/api/blocks/") && method != Method::DELETE => not_allowed("DELETE"),
             "/api/usage" => {
                 let search = query.and_then(|q| {
                     form_urlencoded::parse(q.as_bytes())
@@ -81,6 +90,7 @@ impl Admin {
                     self.clock.as_ref(),
                     self.cluster.as_deref(),
                     search.as_deref(),
+                    self.blocks(),
                 );
                 reply(StatusCode::OK, "application/json", json_bytes(&body))
             }
@@ -152,6 +162,53 @@ impl Admin {
 }
 
 impl Admin {
+    /// The blocks in force now, on both listeners.
+    fn blocks(&self) -> Vec<view::BlockRow> {
+        let snap = self.live.load();
+        let now_ms = self.live.usage().now_ms();
+        blocks::rows(
+            &snap.policy.failures,
+            &self.failures,
+            self.clock.now(),
+            now_ms,
+        )
+    }
+
+    /// `DELETE /api/blocks/{address}`: the address served again at once.
+    fn release_block(&self, address: &str) -> Response<Vec<u8>> {
+        let address = percent_decode(address);
+        let snap = self.live.load();
+        let gateway = &snap.policy.failures;
+        match blocks::release(gateway, &self.failures, &address, self.clock.now()) {
+            blocks::Released::Freed(key, listeners) => {
+                self.live
+                    .metrics()
+                    .set_auth_blocked_ips(gateway.blocked_count());
+                tracing::info!(
+                    target: "tollgate::admin",
+                    client = %key.display(),
+                    listeners = %listeners.join(","),
+                    "auth-failure block released by an operator"
+                );
+                let mut r = Response::new(Vec::new());
+                *r.status_mut() = StatusCode::NO_CONTENT;
+                r
+            }
+            blocks::Released::NotBlocked(key) => problem(
+                StatusCode::NOT_FOUND,
+                "not_blocked",
+                "That address is not blocked",
+                &format!("`{}` is not blocked now", key.display()),
+            ),
+            blocks::Released::NotAnAddress => problem(
+                StatusCode::BAD_REQUEST,
+                "not_an_address",
+                "Not an address",
+                "name an IPv4 or IPv6 address, or an IPv6 /64 as `GET /api/blocks` shows it",
+            ),
+        }
+    }
+
     /// `DELETE /api/overrides/{key name}`: the key back on its YAML plan.
     async fn delete_override(&self, name: &str) -> Response<Vec<u8>> {
         let name = percent_decode(name);
@@ -323,10 +380,15 @@ impl pingora::apps::http_app::ServeHttp for Admin {
 impl Admin {
     /// The request past the guards.
     async fn route(&self, method: &Method, path: &str, query: Option<&str>) -> Response<Vec<u8>> {
-        match path.strip_prefix("/api/overrides/") {
-            Some(name) if method == Method::DELETE => self.delete_override(name).await,
-            _ => self.answer(method, path, query),
+        if method == Method::DELETE {
+            if let Some(name) = path.strip_prefix("/api/overrides/") {
+                return self.delete_override(name).await;
+            }
+            if let Some(address) = path.strip_prefix("/api/blocks/") {
+                return self.release_block(address);
+            }
         }
+        self.answer(method, path, query)
     }
 
     /// The admin token: the answer that refuses the request, or `None` when it carries the
@@ -454,7 +516,7 @@ mod tests {
         let served = a.answer(&Method::GET, "/api/usage", Some("key=basic"));
         assert_eq!(served.status(), 200);
         let read: view::UsageView = serde_json::from_slice(served.body()).unwrap();
-        let built = usage::usage_view(&a.live, a.clock.as_ref(), None, Some("basic"));
+        let built = usage::usage_view(&a.live, a.clock.as_ref(), None, Some("basic"), vec![]);
         assert_eq!(read.keys, built.keys);
         assert_eq!(read.config, built.config);
         assert_eq!(read.refusals, built.refusals);

@@ -4,8 +4,8 @@
 //! key, a digest or a body.
 
 use super::view::{
-    AllowView, ClusterView, ConfigView, KeyRefusals, KeyRow, PlanView, RefusalRow, ReloadView,
-    UsageView,
+    AllowView, BlockRow, ClusterView, ConfigView, KeyRefusals, KeyRow, PlanView, RefusalRow,
+    ReloadView, UsageView,
 };
 use crate::clock::Clock;
 use crate::config::Allow;
@@ -22,11 +22,13 @@ const BUSIEST: usize = 20;
 const FOUND: usize = 50;
 
 /// The view of `/api/usage`; `search` narrows the keys to names that contain it (any case).
+/// `blocks` are the blocked addresses ([`super::blocks::rows`]).
 pub(crate) fn usage_view(
     live: &LivePolicy,
     clock: &dyn Clock,
     cluster: Option<&SharedStore>,
     search: Option<&str>,
+    blocks: Vec<BlockRow>,
 ) -> UsageView {
     let snap = live.load();
     let policy = &snap.policy;
@@ -46,6 +48,7 @@ pub(crate) fn usage_view(
         overrides: PlanOverrides::shown(live, policy),
         cluster: cluster.map(|c| cluster_view(c, policy)),
         refusals: refusals(live, policy),
+        blocks,
     }
 }
 

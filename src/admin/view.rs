@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::blocks::BlockRow;
 use crate::overrides::Shown;
 
 /// `GET /api/usage`.
@@ -25,6 +26,9 @@ pub struct UsageView {
     pub cluster: Option<ClusterView>,
     /// The latest refusals, newest first.
     pub refusals: Vec<RefusalRow>,
+    /// The addresses auth-failure blocking holds now (`GET /api/blocks`).
+    #[serde(default)]
+    pub blocks: Vec<BlockRow>,
 }
 
 /// The config in force.

@@ -462,6 +462,73 @@ fn a_blocked_address_gets_429_and_no_key_it_sends_is_evaluated() {
 }
 
 #[test]
+fn an_operator_lists_blocked_addresses_and_releases_one_with_the_admin_token() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(
+        &crate::harness::config_for(&up)
+            .auth_failures(3, 60, 300)
+            .admin_token("the-admin-token"),
+    );
+    let a = gw.config.process.admin_listen;
+    let token = Some("the-admin-token");
+    let blocks = |t| crate::harness::admin_with(a, "GET", "/api/blocks", t);
+    assert_eq!(blocks(token).json()["blocks"], serde_json::json!([]));
+    for _ in 0..3 {
+        assert_eq!(call_from(&gw, "127.0.0.2", "wrong-key", "").status, 401);
+    }
+    assert_eq!(call_from(&gw, "127.0.0.2", "pro-key-1", "").status, 429);
+    // Listed (the token applies), with when it began and ends and the failures that did it.
+    assert_eq!(blocks(None).status, 401);
+    let listed = blocks(token);
+    assert_eq!(listed.status, 200);
+    let rows = listed.json()["blocks"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let row = &rows[0];
+    assert_eq!(row["address"], "127.0.0.2");
+    assert_eq!(row["failures"], 3);
+    assert_eq!(row["listener"], "gateway");
+    let instant = |v: &serde_json::Value| {
+        time::OffsetDateTime::parse(
+            v.as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        instant(&row["until"]) - instant(&row["since"]),
+        time::Duration::seconds(300)
+    );
+    // The usage view (the page, `top`) shows the same rows.
+    let usage = crate::harness::admin_with(a, "GET", "/api/usage", token).json();
+    assert_eq!(usage["blocks"], serde_json::Value::Array(rows.clone()));
+    // Released: not without the token; with it, at once, and the address is served again.
+    let delete = |path: &str, t| crate::harness::admin_with(a, "DELETE", path, t);
+    assert_eq!(delete("/api/blocks/127.0.0.2", None).status, 401);
+    assert_eq!(call_from(&gw, "127.0.0.2", "pro-key-1", "").status, 429);
+    assert_eq!(delete("/api/blocks/127.0.0.2", token).status, 204);
+    assert_eq!(call_from(&gw, "127.0.0.2", "pro-key-1", "").status, 200);
+    assert_eq!(blocks(token).json()["blocks"], serde_json::json!([]));
+    let page = crate::harness::admin_with(a, "GET", "/metrics", token);
+    let page = String::from_utf8(page.body.clone()).unwrap();
+    assert_eq!(metric(&page, "tollgate_auth_blocked_ips"), Some(0.0));
+    // Its failures were forgotten: two more wrong keys do not block it again.
+    for _ in 0..2 {
+        assert_eq!(call_from(&gw, "127.0.0.2", "wrong-key", "").status, 401);
+    }
+    assert_eq!(call_from(&gw, "127.0.0.2", "pro-key-1", "").status, 200);
+    // Not blocked, not an address, other methods.
+    let r = delete("/api/blocks/127.0.0.2", token);
+    assert_eq!((r.status, r.code()), (404, "not_blocked".to_string()));
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    let r = delete("/api/blocks/not-an-address", token);
+    assert_eq!((r.status, r.code()), (400, "not_an_address".to_string()));
+    let r = crate::harness::admin_with(a, "POST", "/api/blocks", token);
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD")));
+    let r = crate::harness::admin_with(a, "GET", "/api/blocks/127.0.0.2", token);
+    assert_eq!((r.status, r.header("allow")), (405, Some("DELETE")));
+}
+
+#[test]
 fn behind_a_trusted_proxy_the_forwarded_client_is_blocked_and_forwarded() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::start(

@@ -108,3 +108,25 @@ impl Anchor {
         self.origin_ms + at.saturating_duration_since(self.origin).as_millis() as u64
     }
 }
+
+/// `unix_ms` as an RFC 3339 instant in UTC, to the second: `2026-11-25T19:40:00Z` (the
+/// operator's API; out of range reads as the epoch).
+pub fn rfc3339(unix_ms: u64) -> String {
+    let secs = i64::try_from(unix_ms / 1000).unwrap_or(0);
+    let at =
+        time::OffsetDateTime::from_unix_timestamp(secs).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    at.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod rfc3339_tests {
+    use super::rfc3339;
+
+    #[test]
+    fn instants_are_written_in_utc_to_the_second() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_795_635_600_999), "2026-11-25T19:40:00Z");
+        assert_eq!(rfc3339(u64::MAX), "1970-01-01T00:00:00Z");
+    }
+}

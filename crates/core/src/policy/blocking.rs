@@ -38,7 +38,25 @@ struct Entry {
     tat: Nanos,
     /// The block's end, or 0 when not blocked.
     blocked_until: Nanos,
+    /// When the block in force began (meaningful while `blocked_until` is set).
+    blocked_since: Nanos,
+    /// Failed authentications counted since the entry was made.
+    failures: u32,
     last_seen: Nanos,
+}
+
+/// An address that blocking holds now ([`FailureTable::blocks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// The address (or IPv6 /64) blocked.
+    pub key: ClientKey,
+    /// When the block began.
+    pub since: Nanos,
+    /// When it ends.
+    pub until: Nanos,
+    /// Failed authentications from the address that the table counted (those that started
+    /// the block, and any before it still remembered).
+    pub failures: u32,
 }
 
 /// A block that a failure just started.
@@ -111,6 +129,7 @@ impl FailureTable {
             if e.blocked_until > now {
                 return None;
             }
+            e.failures = e.failures.saturating_add(1);
             // Up to `max_failures - 1` conform; the `max_failures`-th within the window does
             // not, and blocks.
             if let Some(Ok(next)) = rate.map(|r| r.admit(e.tat, now)) {
@@ -119,6 +138,7 @@ impl FailureTable {
             }
             let was_blocked = e.blocked_until != 0;
             e.blocked_until = now + p.block.as_nanos() as u64;
+            e.blocked_since = now;
             if !was_blocked {
                 self.blocked.fetch_add(1, Ordering::Relaxed);
             }
@@ -145,6 +165,8 @@ impl FailureTable {
                 let mut e = Entry {
                     tat: 0,
                     blocked_until: 0,
+                    blocked_since: 0,
+                    failures: 0,
                     last_seen: now,
                 };
                 let started = count(&mut e);
@@ -152,6 +174,41 @@ impl FailureTable {
                 started
             }
         }
+    }
+
+    /// The addresses blocked at `now`, the longest-blocked first.
+    pub fn blocks(&self, now: Nanos) -> Vec<Block> {
+        if self.blocked.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
+        let mut v: Vec<Block> = self
+            .entries
+            .iter()
+            .filter(|r| r.value().blocked_until > now)
+            .map(|r| Block {
+                key: *r.key(),
+                since: r.value().blocked_since,
+                until: r.value().blocked_until,
+                failures: r.value().failures,
+            })
+            .collect();
+        v.sort_by_key(|b| (b.since, b.key));
+        v
+    }
+
+    /// Release `key` at once, as an operator does: its block ends and its failures are
+    /// forgotten (the next wrong key from it is its first). `false` when it was not blocked
+    /// at `now` (nothing changes).
+    pub fn release(&self, key: ClientKey, now: Nanos) -> bool {
+        let was_blocked = self
+            .entries
+            .remove_if(&key, |_, e| e.blocked_until > now)
+            .is_some();
+        if was_blocked {
+            self.len.fetch_sub(1, Ordering::Relaxed);
+            self.blocked.fetch_sub(1, Ordering::Relaxed);
+        }
+        was_blocked
     }
 
     /// Reserve room for one more entry, evicting the least recently seen when full.
@@ -289,6 +346,44 @@ mod tests {
         assert_eq!(t.sweep(end), vec![a]);
         assert_eq!(t.sweep(end + SEC), vec![]);
         assert_eq!((t.blocked_count(), t.len()), (0, 0));
+    }
+
+    #[test]
+    fn blocks_are_listed_with_their_failures_and_released_at_once() {
+        let t = FailureTable::new();
+        let p = params(3, 60, 300, 100);
+        let (a, b) = (key("192.0.2.1"), key("2001:db8:1:2::7"));
+        assert_eq!(t.blocks(0), vec![]);
+        for _ in 0..3 {
+            t.failed(a, 10 * SEC, &p);
+        }
+        for _ in 0..3 {
+            t.failed(b, 20 * SEC, &p);
+        }
+        // Failures while blocked are not counted.
+        t.failed(a, 30 * SEC, &p);
+        let want = |key, since: u64| Block {
+            key,
+            since: since * SEC,
+            until: (since + 300) * SEC,
+            failures: 3,
+        };
+        assert_eq!(t.blocks(30 * SEC), vec![want(a, 10), want(b, 20)]);
+        // Released: not blocked, not listed, its failures forgotten (two more do not block).
+        assert!(t.release(a, 40 * SEC));
+        assert_eq!(t.blocked(a, 40 * SEC), None);
+        assert_eq!(t.blocks(40 * SEC), vec![want(b, 20)]);
+        assert_eq!((t.blocked_count(), t.len()), (1, 1));
+        assert_eq!(t.failed(a, 41 * SEC, &p), None);
+        assert_eq!(t.failed(a, 41 * SEC, &p), None);
+        assert_eq!(t.blocked(a, 41 * SEC), None);
+        // Not blocked (or no longer): nothing to release, nothing changes.
+        assert!(!t.release(a, 42 * SEC));
+        assert!(!t.release(key("192.0.2.99"), 42 * SEC));
+        assert!(!t.release(b, 320 * SEC), "its block is over");
+        assert_eq!(t.blocks(320 * SEC), vec![]);
+        assert_eq!(t.sweep(320 * SEC), vec![b]);
+        assert_eq!(t.blocked_count(), 0);
     }
 
     #[test]

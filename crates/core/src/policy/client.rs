@@ -32,6 +32,21 @@ impl ClientKey {
         }
     }
 
+    /// The key an operator names as [`ClientKey::display`] writes it (`192.0.2.7`,
+    /// `2001:db8:1:2::/64`), or by any address it stands for (`2001:db8:1:2::5`); `None` for
+    /// anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text, None),
+        };
+        let ip: IpAddr = addr.parse().ok()?;
+        match (ip, prefix) {
+            (_, None) | (IpAddr::V6(_), Some("64")) => Some(ClientKey::of(ip)),
+            _ => None,
+        }
+    }
+
     /// The address or network the key stands for, for logs: `192.0.2.7` or `2001:db8:1:2::/64`.
     pub fn display(&self) -> String {
         let v6 = Ipv6Addr::from(self.0);
@@ -116,6 +131,28 @@ mod tests {
     fn of(peer: &str, xff: &[&str], trusted: &[&str]) -> Client {
         let values: Vec<&[u8]> = xff.iter().map(|v| v.as_bytes()).collect();
         client(ip(peer), values.iter().copied(), &nets(trusted))
+    }
+
+    #[test]
+    fn an_operator_names_a_key_as_it_is_displayed_or_by_an_address_it_covers() {
+        for (text, shown) in [
+            ("192.0.2.7", Some("192.0.2.7")),
+            ("::ffff:192.0.2.7", Some("192.0.2.7")),
+            ("2001:db8:1:2::/64", Some("2001:db8:1:2::/64")),
+            ("2001:db8:1:2::5", Some("2001:db8:1:2::/64")),
+            ("2001:db8:1:2::5/64", Some("2001:db8:1:2::/64")),
+            ("2001:db8:1:2::/48", None),
+            ("192.0.2.7/32", None),
+            ("192.0.2", None),
+            ("example.com", None),
+            ("", None),
+        ] {
+            assert_eq!(
+                ClientKey::parse(text).map(|k| k.display()).as_deref(),
+                shown,
+                "{text}"
+            );
+        }
     }
 
     #[test]
