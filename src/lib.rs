@@ -11,11 +11,12 @@
 //! | — | admit the connection: caps, TLS handshake, a deadline for every phase | [`edge`] | the connection is closed |
 //! | 0 | framing: one `Host`, one `Content-Length`, only `chunked` | [`proxy::head::check_framing`] | 400 `bad_request` |
 //! | 0 | head caps; the client address; no upgrades | [`proxy::head::check_size`], [`proxy::head::client`], [`proxy::head::strip_upgrade`] | 431 `headers_too_large` |
+//! | 0 | the method: only `GET HEAD POST PUT PATCH DELETE OPTIONS` | [`policy::method`] | 405 `method_not_allowed`, 501 `not_implemented` |
 //! | 0 | the client address is not blocked | [`policy::blocking`] | 429 `too_many_auth_failures` |
 //! | 1 | authenticate the bearer key | [`policy::authenticate`] | 401 `unauthorized` |
-//! | 2 | classify method + path into a route | [`policy::classify`] | 400 `invalid_path`, 404 `unknown_route` |
+//! | 2 | classify method + normalized path into a route; a checked operation only by its own method and spelling | [`policy::classify`], [`path`] | 400 `invalid_path`, 404 `unknown_route`, 405 `method_not_allowed` |
 //! | 3 | authorize: credential kind, then the plan's allow-list | [`policy::authorize`] | 403 `wrong_credential`, `plan_restricted` |
-//! | 4 | limit: the key's budget | [`limit`] (through [`limit::Store`]) | 429 `rate_limited` |
+//! | 4 | limit: the key's budget (GCRA, one compare-and-swap) | [`limit`] (through [`limit::Store`]) | 429 `rate_limited` |
 //! | 5 | check the body, before any upstream connection, within the body deadline | [`proxy::body`], [`policy::body`], [`policy::webhook`] | 413, 415, 408 `request_timeout`, 400 `invalid_json` / `invalid_body`, 403 `not_your_customer` |
 //! | 6 | forward: target, headers, peer | [`proxy::head`], [`proxy::upstream`] | 502 `upstream_unavailable`, 504 `upstream_timeout` ([`proxy::answer`]) |
 //! | 7 | record: one access line, the metrics | [`proxy::Gateway`]'s `logging`, [`runtime::metrics`] | — |
