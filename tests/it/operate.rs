@@ -364,6 +364,56 @@ fn a_block_starts_and_ends_with_one_log_line_each_and_the_access_line_names_the_
 }
 
 #[test]
+fn an_operator_releasing_a_block_is_one_log_line_and_the_block_never_ends_twice() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_for(&up).auth_failures(2, 60, 300);
+    let (path, listen, admin_addr) = write_config(dir.path(), &config);
+    let mut p = Process::spawn(
+        dir.path(),
+        "gw",
+        &["run", "--config", path.to_str().unwrap()],
+        &[("TOLLGATE_LOG", "info")],
+    );
+    wait_ready(admin_addr, 200);
+    for _ in 0..2 {
+        assert_eq!(
+            post(listen, "wrong-key", "/v2/sendMessage/", MESSAGE).status,
+            401
+        );
+    }
+    assert_eq!(
+        post(listen, "pro-key-1", "/v2/sendMessage/", MESSAGE).status,
+        429
+    );
+    assert_eq!(
+        admin(admin_addr, "DELETE", "/api/blocks/127.0.0.1").status,
+        204
+    );
+    assert_eq!(
+        post(listen, "pro-key-1", "/v2/sendMessage/", MESSAGE).status,
+        200
+    );
+    assert_eq!(
+        admin(admin_addr, "DELETE", "/api/blocks/127.0.0.1").status,
+        404
+    );
+    p.stop();
+    let out = p.output();
+    let released: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("auth-failure block released by an operator"))
+        .collect();
+    assert_eq!(released.len(), 1, "{out}");
+    assert!(
+        released[0].contains("client=127.0.0.1") && released[0].contains("listeners=gateway"),
+        "{out}"
+    );
+    // Released, so the sweep has no block to end.
+    assert!(!out.contains("auth-failure block ended"), "{out}");
+}
+
+#[test]
 fn sighup_reloads_the_file_and_a_refused_one_keeps_the_old_config() {
     let up = Upstream::start(Mode::Ok);
     let dir = tempfile::tempdir().unwrap();
