@@ -420,6 +420,7 @@ fn the_shell_scripts_parse() {
     for script in [
         deploy().join("systemd/upgrade.sh"),
         repo().join("scripts/validate-deploy.sh"),
+        repo().join("scripts/check-image.sh"),
     ] {
         let out = Command::new("bash")
             .arg("-n")
@@ -499,6 +500,56 @@ fn the_placeholder_secret_holds_only_placeholders_and_does_not_load() {
         !resources.contains(&"secret.yaml"),
         "kustomization.yaml must not apply the placeholder Secret over real keys"
     );
+}
+
+#[test]
+fn the_admin_token_is_wired_from_the_configmap_to_the_scrapers() {
+    // The ConfigMap's config sets the token's digest: every admin path but /healthz and
+    // /readyz (the probes') needs `Authorization: Bearer <token>`.
+    let cfg = Config::parse(
+        &configmap_gateway_yaml(),
+        Path::new("deploy/k8s/gateway.yaml"),
+        &TestEnv,
+    )
+    .unwrap();
+    let digest = cfg
+        .admin_token
+        .expect("the ConfigMap's config must set admin_token_sha256");
+
+    // The token itself: a placeholder Secret that the PodMonitor sends. Its placeholder must
+    // not be the token the ConfigMap accepts.
+    let secret = k8s("Secret", "tollgate-admin-token");
+    assert!(secret.get("data").is_none(), "use stringData");
+    let monitor = k8s("PodMonitor", "tollgate");
+    let auth = at(&monitor, "spec.podMetricsEndpoints.0.authorization");
+    assert_eq!(str_at(auth, "type"), "Bearer");
+    assert_eq!(
+        str_at(auth, "credentials.name"),
+        str_at(&secret, "metadata.name")
+    );
+    let key = str_at(auth, "credentials.key");
+    let placeholder = str_at(&secret, &format!("stringData.{key}"));
+    assert_eq!(placeholder, "REPLACE_ME");
+    assert_ne!(
+        digest,
+        tollgate::digest::Digest::of(placeholder.as_bytes()),
+        "the ConfigMap must not accept the placeholder token"
+    );
+
+    // Both scrape configs send the token, read from a file on the Prometheus server.
+    for file in [
+        "prometheus/prometheus.yml",
+        "prometheus/prometheus-kubernetes.yml",
+    ] {
+        for job in seq_at(&yaml(file), "scrape_configs") {
+            let a = at(job, "authorization");
+            assert_eq!(str_at(a, "type"), "Bearer", "{file}");
+            assert!(
+                str_at(a, "credentials_file").starts_with('/'),
+                "{file}: an absolute credentials_file"
+            );
+        }
+    }
 }
 
 #[test]

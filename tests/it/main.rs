@@ -10,6 +10,7 @@ mod cli;
 mod cluster;
 mod demo;
 mod deploy;
+mod docnames;
 mod edge;
 mod edge_h2;
 mod gateway;
