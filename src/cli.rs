@@ -1,10 +1,19 @@
-//! The command line: `run`, `demo`, `check`, `hash-key`.
+//! The command line: `run`, `demo`, `stand-in`, `check`, `hash-key`, `top`.
+//!
+//! Every flag's help says what it does (`tollgate <command> --help`). `run` takes Pingora's own
+//! flags too (its `Opt`, flattened: `-u/--upgrade`, `-d/--daemon`, `-t/--test`, `-c/--conf` and
+//! the hidden `--nocapture`); Pingora's help for them speaks of "a pingora-based service" or
+//! reads like Tollgate's `--config`, so [`Command::Run`] replaces it ([`pingora_help`]) with
+//! text that starts `Pingora:` and says what the flag does in Tollgate. Names, short forms and
+//! behaviour are Pingora's, unchanged (a public contract: scripts and the systemd unit use
+//! them); the tests below hold every flag to a description and the list of flags to the one
+//! here.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Arg, Parser, Subcommand};
 
 use crate::config::routes::{Family, MethodSel, PathMatch};
 use crate::config::{Allow, Config, Scheme};
@@ -24,10 +33,45 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Pingora's `--upgrade`, as Tollgate uses it.
+const UPGRADE_HELP: &str = "Pingora: take the listening sockets over from the running \
+    process, through the upgrade_sock that --conf sets (zero-downtime upgrade: then send the old \
+    process SIGQUIT)";
+/// Pingora's `--daemon`.
+const DAEMON_HELP: &str = "Pingora: fork into the background (pid_file and error_log as \
+    --conf sets them); also on when --conf says `daemon: true`";
+/// Pingora's `--test`: it acts only in Pingora's bootstrap, which `run` calls for `--upgrade`.
+const TEST_HELP: &str = "Pingora: with --upgrade, exit 0 once the config has loaded, before \
+    taking the sockets over (a dry run of an upgrade); without --upgrade it changes nothing";
+/// Pingora's `--conf`: not Tollgate's config.
+const CONF_HELP: &str = "Pingora: a settings file for Pingora itself (YAML: threads, pid_file, \
+    upgrade_sock, error_log, daemon, user/group), not Tollgate's --config; its \
+    grace_period_seconds and graceful_shutdown_timeout_seconds give way to the `shutdown` \
+    block of --config";
+/// Pingora's hidden `--nocapture`.
+const NOCAPTURE_HELP: &str =
+    "Pingora: ignored (accepted so that a stray `cargo test` flag does not stop the process)";
+
+/// An argument of Pingora's `Opt` with `help` in place of Pingora's text (the short help, and
+/// no long help, so `-h` and `--help` say the same).
+fn pingora_help(help: &'static str) -> impl FnOnce(Arg) -> Arg {
+    move |a| a.help(help).long_help(None::<&str>)
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Serve with the config in FILE. Pingora's own flags (--upgrade, --daemon, --conf) apply.
+    /// Serve with the config in FILE. Pingora's own flags (--upgrade, --daemon, --test, --conf;
+    /// their help starts "Pingora:") apply.
+    #[command(
+        mut_arg("upgrade", pingora_help(UPGRADE_HELP)),
+        mut_arg("daemon", pingora_help(DAEMON_HELP)),
+        mut_arg("test", pingora_help(TEST_HELP)),
+        mut_arg("conf", |a| pingora_help(CONF_HELP)(a).value_name("PINGORA_YAML")),
+        mut_arg("nocapture", pingora_help(NOCAPTURE_HELP))
+    )]
     Run {
+        /// Tollgate's config (YAML: listeners, upstream, plans, keys, partners), read again on
+        /// SIGHUP and on POST /reload to the admin listener.
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
         /// Serve a config that holds the demo's published keys (a local trial, never real
@@ -50,12 +94,15 @@ pub enum Command {
         admin_port: u16,
     },
     /// Serve only the demo's stand-in upstream (every request: `200 {}`), for load tests.
+    /// SIGTERM or SIGINT stops it at once (no grace period).
     StandIn {
-        #[arg(long, default_value = "127.0.0.1:8081")]
+        /// The address to serve on, host:port.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8081")]
         listen: String,
     },
     /// Validate a config without serving: print a summary, or the error with file, line, field.
     Check {
+        /// Tollgate's config (YAML) to validate, as `run --config` would load it.
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
@@ -67,7 +114,8 @@ pub enum Command {
         /// The admin listener, http://host:port.
         #[arg(long, default_value = "http://127.0.0.1:9091")]
         admin: String,
-        /// Print one frame as text and exit.
+        /// Print one frame as plain text and exit: as wide as the terminal (everything, when
+        /// stdout is not a terminal), every row, no escape sequences.
         #[arg(long)]
         once: bool,
     },
@@ -93,9 +141,7 @@ pub fn dispatch(cli: Cli) -> ExitCode {
             }
         },
         Command::StandIn { listen } => {
-            let conf = server::default_server_conf();
-            let mut server = pingora::server::Server::new_with_opt_and_conf(None, conf);
-            crate::demo::add_stand_in(&mut server, &listen);
+            let server = crate::demo::stand_in_server(&listen);
             println!("stand-in upstream on http://{listen}");
             server.run_forever()
         }
@@ -493,4 +539,160 @@ pub fn summary(cfg: &Config) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The arguments clap adds by itself.
+    fn generated(a: &Arg) -> bool {
+        matches!(a.get_id().as_str(), "help" | "version")
+    }
+
+    /// `(command path, argument)` for every argument of `cmd` and its subcommands, recursively.
+    fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<(String, Arg)>) {
+        for a in cmd.get_arguments().filter(|a| !generated(a)) {
+            out.push((path.to_string(), a.clone()));
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    fn all_args() -> Vec<(String, Arg)> {
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut out = Vec::new();
+        walk(&cmd, "tollgate", &mut out);
+        out
+    }
+
+    fn text(s: Option<&clap::builder::StyledStr>) -> String {
+        s.map(|s| s.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_says_what_it_does() {
+        let args = all_args();
+        assert!(args.len() >= 14, "{}", args.len());
+        for (path, a) in &args {
+            let help = text(a.get_help());
+            assert!(
+                help.trim().len() >= 10,
+                "`{path} --{}` has no description: {help:?}",
+                a.get_id()
+            );
+            if let Some(long) = a.get_long_help() {
+                assert!(!long.to_string().trim().is_empty(), "{path} {}", a.get_id());
+            }
+        }
+    }
+
+    /// Pingora's flags, taken from Pingora's own `Opt`: each is still there under `run` with
+    /// its name, short form and visibility, and its help (short and long) starts `Pingora:`;
+    /// no other flag's does.
+    #[test]
+    fn pingora_flags_are_labelled_as_pingora() {
+        let mut opt = pingora::prelude::Opt::command();
+        opt.build();
+        let theirs: Vec<&Arg> = opt.get_arguments().filter(|a| !generated(a)).collect();
+        assert!(theirs.len() >= 4, "{theirs:?}");
+        let args = all_args();
+        for p in &theirs {
+            let id = p.get_id().as_str();
+            let (_, a) = args
+                .iter()
+                .find(|(path, a)| path == "tollgate run" && a.get_id() == id)
+                .unwrap_or_else(|| panic!("Pingora's --{id} is not under `run`"));
+            assert_eq!(
+                (a.get_long(), a.get_short(), a.is_hide_set()),
+                (p.get_long(), p.get_short(), p.is_hide_set()),
+                "--{id}"
+            );
+            for help in [text(a.get_help()), text(a.get_long_help())] {
+                if !help.is_empty() {
+                    assert!(help.starts_with("Pingora: "), "--{id}: {help}");
+                }
+            }
+            assert_ne!(
+                text(a.get_help()),
+                text(p.get_help()),
+                "--{id}: Pingora's text"
+            );
+        }
+        let conf = text(
+            args.iter()
+                .find(|(path, a)| path == "tollgate run" && a.get_id() == "conf")
+                .map(|(_, a)| a)
+                .unwrap()
+                .get_help(),
+        );
+        assert!(
+            conf.contains("not Tollgate's --config") && conf.contains("threads"),
+            "{conf}"
+        );
+        for (path, a) in &args {
+            if !theirs.iter().any(|p| p.get_id() == a.get_id()) {
+                assert!(
+                    !text(a.get_help()).contains("Pingora:"),
+                    "{path} --{}",
+                    a.get_id()
+                );
+            }
+        }
+    }
+
+    /// Flag names are a public contract (scripts, the systemd unit, the docs): this list
+    /// changes only on purpose.
+    #[test]
+    fn the_flags_are_those_documented() {
+        let mut got: Vec<String> = all_args()
+            .iter()
+            .map(|(path, a)| {
+                let short = a.get_short().map(|c| format!("-{c}/")).unwrap_or_default();
+                let long = a.get_long().unwrap_or("?");
+                format!("{path} {short}--{long}")
+            })
+            .collect();
+        got.sort();
+        let mut want = vec![
+            "tollgate run --config",
+            "tollgate run --allow-demo-keys",
+            "tollgate run -u/--upgrade",
+            "tollgate run -d/--daemon",
+            "tollgate run --nocapture",
+            "tollgate run -t/--test",
+            "tollgate run -c/--conf",
+            "tollgate demo --port",
+            "tollgate demo --upstream-port",
+            "tollgate demo --admin-port",
+            "tollgate stand-in --listen",
+            "tollgate check --config",
+            "tollgate top --admin",
+            "tollgate top --once",
+        ];
+        want.sort_unstable();
+        assert_eq!(got, want);
+    }
+
+    /// `run --help` as an operator reads it: every line of an option has a description.
+    #[test]
+    fn run_help_describes_every_option() {
+        let mut cmd = Cli::command();
+        let run = cmd.find_subcommand_mut("run").unwrap();
+        let help = run.render_help().to_string();
+        assert!(help.contains("--conf <PINGORA_YAML>"), "{help}");
+        assert!(!help.contains("pingora-based service"), "{help}");
+        for line in help.lines().filter(|l| l.trim_start().starts_with('-')) {
+            let words: Vec<&str> = line.split("  ").filter(|w| !w.trim().is_empty()).collect();
+            assert!(words.len() >= 2, "no description: {line:?}\n{help}");
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! `tollgate demo`: the gateway with `policies/demo.yaml` in front of an embedded stand-in for
-//! the provider, plus curl lines that show each kind of answer.
+//! the provider, plus curl lines that show each kind of answer; and `tollgate stand-in`, that
+//! stand-in alone ([`stand_in_server`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use async_trait::async_trait;
 use http::Response;
 use pingora::apps::http_app::{HttpServer, ServeHttp};
 use pingora::protocols::http::ServerSession;
+use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
 use pingora::services::listening::Service;
 
@@ -46,6 +48,35 @@ pub fn add_stand_in(server: &mut Server, addr: &str) {
     );
     svc.add_tcp(addr);
     server.add_service(svc);
+}
+
+/// Pingora's settings for `tollgate stand-in`: those of `run` without `--conf` (one worker
+/// thread per CPU), and no wait on SIGTERM.
+///
+/// On SIGTERM Pingora stops accepting, then sleeps `grace_period_seconds` whatever is in
+/// flight (its default: 300 s), then gives each service's runtime
+/// `graceful_shutdown_timeout_seconds` (default 5 s) to stop. The stand-in answers `200 {}` at
+/// once and keeps nothing, so a request cut by its exit is lost to no one; a load script that
+/// stops it with SIGTERM (`kill`) must not wait five minutes. Both are 0: on SIGTERM it exits
+/// as on SIGINT, within a few ms (`tests/it/standin.rs` holds it to 1 s). The runtimes'
+/// timeout only bounds work on tokio's blocking pool (tasks are dropped at their next await
+/// either way), and the stand-in has none, so 0 loses nothing a larger value would keep.
+/// SIGQUIT, Pingora's upgrade hand-over (of no use to the stand-in), is not changed: it still
+/// takes Pingora's fixed ~10 s (5 s trying the upgrade socket, 5 s before the listeners close).
+pub fn stand_in_server_conf() -> ServerConf {
+    ServerConf {
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(0),
+        ..server::default_server_conf()
+    }
+}
+
+/// `tollgate stand-in`: a Pingora server with only the stand-in, on `addr`, with
+/// [`stand_in_server_conf`]; `run_forever` it.
+pub fn stand_in_server(addr: &str) -> Server {
+    let mut server = Server::new_with_opt_and_conf(None, stand_in_server_conf());
+    add_stand_in(&mut server, addr);
+    server
 }
 
 /// The demo config, listening on `port` with the stand-in on `upstream_port` and the admin
@@ -102,4 +133,17 @@ pub fn run(port: u16, upstream_port: u16, admin_port: u16) -> Result<(), SetupEr
     println!("Ctrl-C stops the demo.");
     built.run();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stand_in_does_not_wait_on_sigterm() {
+        let conf = stand_in_server_conf();
+        assert_eq!(conf.grace_period_seconds, Some(0));
+        assert_eq!(conf.graceful_shutdown_timeout_seconds, Some(0));
+        assert_eq!(conf.threads, server::default_server_conf().threads);
+    }
 }

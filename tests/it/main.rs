@@ -17,6 +17,7 @@ mod gateway;
 mod operate;
 mod overrides;
 mod shadow;
+mod standin;
 mod tls;
 mod usage;
 mod webhook;
