@@ -28,13 +28,7 @@ const SYNC_MS: u64 = 20;
 /// The tests that judge timing (admissions per window, latency while Redis is stopped) run one
 /// at a time: on a two-core machine, two fleets of debug-built gateways at once starve each
 /// other's exchanges, and a late exchange is not what these tests are about.
-static TIMED: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    TIMED
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use crate::harness::one_fleet as one_at_a_time;
 
 /// Redis's timeout in the accuracy tests: an exchange that took longer than the product's
 /// 100 ms default (a debug build on a loaded CI machine) would mark the store down and turn an

@@ -49,6 +49,16 @@ pub(crate) fn closed_port() -> u16 {
     }
 }
 
+/// One fleet of replicas at a time across the wire tests (`cluster.rs`, `fleet_demo.rs`): on
+/// two cores, two fleets at once starve each other's exchanges with Redis and turn accuracy
+/// tests into outage tests.
+pub(crate) fn one_fleet() -> std::sync::MutexGuard<'static, ()> {
+    static FLEET: Mutex<()> = Mutex::new(());
+    FLEET
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Poll (bounded) until `f` holds.
 pub(crate) fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(20);
