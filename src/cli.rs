@@ -3,7 +3,7 @@
 //! Every flag's help says what it does (`tollgate <command> --help`). `run` takes Pingora's own
 //! flags too (its `Opt`, flattened: `-u/--upgrade`, `-d/--daemon`, `-t/--test`, `-c/--conf` and
 //! the hidden `--nocapture`); Pingora's help for them speaks of "a pingora-based service" or
-//! reads like Tollgate's `--config`, so [`Command::Run`] replaces it ([`pingora_help`]) with
+//! reads like Tollgate's `--config`, so [`Command::Run`] replaces it (`pingora_help`) with
 //! text that starts `Pingora:` and says what the flag does in Tollgate. Names, short forms and
 //! behaviour are Pingora's, unchanged (a public contract: scripts and the systemd unit use
 //! them); the tests below hold every flag to a description and the list of flags to the one

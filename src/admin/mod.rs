@@ -9,7 +9,7 @@
 //! | `POST /reload` | 200 and a JSON summary when the new config is in force; 422 problem+json with file, line, field and reason when it was refused (the old config keeps serving) |
 //! | `GET /api/overrides` | 200, `{"overrides": [...]}`: the partner upgrades in force (key name, plan, the plan it replaced, partner, when) |
 //! | `DELETE /api/overrides/{key name}` | 204: the key is back on its YAML plan, everywhere the overrides are kept; 404 problem+json when it had no override |
-//! | `GET /api/blocks` | 200, `{"blocks": [...]}`: the addresses auth-failure blocking holds now (`address`, `since`, `until`, `failures`, `listener`; [`blocks`]) |
+//! | `GET /api/blocks` | 200, `{"blocks": [...]}`: the addresses auth-failure blocking holds now (`address`, `since`, `until`, `failures`, `listener`; `admin/blocks.rs`) |
 //! | `DELETE /api/blocks/{address}` | 204: the address is served again at once, its failures forgotten, with one log line; 404 problem+json when it is not blocked, 400 when it is not an address |
 //!
 //! With `admin_token_sha256` set, every path but `/healthz` and `/readyz` needs
