@@ -10,7 +10,7 @@
 //! | `GET /api/overrides` | 200, `{"overrides": [...]}`: the partner upgrades in force (key name, plan, the plan it replaced, partner, when) |
 //! | `DELETE /api/overrides/{key name}` | 204: the key is back on its YAML plan, everywhere the overrides are kept; 404 problem+json when it had no override |
 //! | `GET /api/blocks` | 200, `{"blocks": [...]}`: the addresses auth-failure blocking holds now (`address`, `since`, `until`, `failures`, `listener`; `admin/blocks.rs`) |
-//! | `DELETE /api/blocks/{address}` | 204: the address is served again at once, its failures forgotten, with one log line; 404 problem+json when it is not blocked, 400 when it is not an address |
+//! | `DELETE /api/blocks/{address}` | 204: the address is served again at once, its failures forgotten, with one log line; 404 problem+json when it is not blocked (also when it is not an address, which the detail says) |
 //!
 //! With `admin_token_sha256` set, every path but `/healthz` and `/readyz` needs
 //! `Authorization: Bearer <token>` (its SHA-256 compared in constant time): else 401
@@ -200,11 +200,12 @@ impl Admin {
                 "That address is not blocked",
                 &format!("`{}` is not blocked now", key.display()),
             ),
+            // Nothing that is not an address is ever blocked: the same 404, saying why.
             blocks::Released::NotAnAddress => problem(
-                StatusCode::BAD_REQUEST,
-                "not_an_address",
-                "Not an address",
-                "name an IPv4 or IPv6 address, or an IPv6 /64 as `GET /api/blocks` shows it",
+                StatusCode::NOT_FOUND,
+                "not_blocked",
+                "That address is not blocked",
+                "not an address: name an IPv4 or IPv6 address, or an IPv6 /64 as `GET /api/blocks` shows it",
             ),
         }
     }
