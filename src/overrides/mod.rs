@@ -21,7 +21,6 @@ pub mod sync;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +29,7 @@ use crate::digest::Digest;
 use crate::policy::keys::KeyIdx;
 use crate::policy::overrides::{Override, Overrides, Upgrade};
 use crate::policy::Policy;
-use crate::runtime::live::{Forget, LivePolicy};
+use crate::runtime::live::{unix_ms, Forget, LivePolicy};
 pub use sync::OverrideSync;
 
 /// Where the overrides are kept.
@@ -249,12 +248,6 @@ fn show<'o>(records: impl Iterator<Item = &'o Override>, plans: &[Plan]) -> Vec<
 
 fn json(o: &Override) -> String {
     serde_json::to_string(o).expect("an override serializes")
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Where `state.path` resolves, for messages.

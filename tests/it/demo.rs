@@ -72,10 +72,7 @@ fn uniq_counts(out: &str) -> Vec<(u32, String)> {
 
 #[test]
 fn demo_prints_curl_lines_that_show_each_answer() {
-    if !Path::new("/usr/bin/curl").exists()
-        && Command::new("curl").arg("--version").output().is_err()
-    {
-        eprintln!("SKIPPED demo_prints_curl_lines_that_show_each_answer: curl is not installed");
+    if crate::harness::curl_missing("demo_prints_curl_lines_that_show_each_answer") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -79,17 +79,9 @@ fn bash(dir: &Path, script: &str, env: &[(&str, &str)], limit: Duration) -> Stri
     stdout
 }
 
-fn curl_installed() -> bool {
-    let ok = Command::new("curl").arg("--version").output().is_ok();
-    if !ok {
-        eprintln!("SKIPPED: curl is not installed");
-    }
-    ok
-}
-
 #[test]
 fn the_readme_quick_start_does_what_it_prints() {
-    if !curl_installed() {
+    if crate::harness::curl_missing("the_readme_quick_start_does_what_it_prints") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -153,7 +145,7 @@ fn the_readme_quick_start_does_what_it_prints() {
 
 #[test]
 fn the_blocked_address_example_does_what_it_prints() {
-    if !curl_installed() {
+    if crate::harness::curl_missing("the_blocked_address_example_does_what_it_prints") {
         return;
     }
     let up = Upstream::start(Mode::Ok);

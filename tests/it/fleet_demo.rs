@@ -166,11 +166,7 @@ fn tools_present(test: &str) -> bool {
         .arg("--version")
         .output()
         .expect("redis-server is installed (.ci/run installs it: apt-get install redis-server)");
-    if Command::new("curl").arg("--version").output().is_err() {
-        eprintln!("SKIPPED {test}: curl is not installed");
-        return false;
-    }
-    true
+    !crate::harness::curl_missing(test)
 }
 
 #[test]

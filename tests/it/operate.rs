@@ -307,15 +307,17 @@ fn post(addr: SocketAddr, key: &str, path: &str, body: &str) -> crate::harness::
     send_raw(addr, &raw)
 }
 
-#[test]
-fn a_block_starts_and_ends_with_one_log_line_each_and_the_access_line_names_the_client() {
-    let up = Upstream::start(Mode::Ok);
-    let dir = tempfile::tempdir().unwrap();
-    // The real binary and its real clock: a one-second block.
-    let config = config_for(&up).auth_failures(2, 60, 1);
-    let (path, listen, admin_addr) = write_config(dir.path(), &config);
-    let mut p = Process::spawn(
-        dir.path(),
+/// The real binary in `dir` in front of `up`, blocking an address for `block_secs` after two
+/// wrong keys, and 127.0.0.1 blocked that way: the process, its listener and admin listener.
+fn blocked_after_two_wrong_keys(
+    dir: &Path,
+    up: &Upstream,
+    block_secs: u64,
+) -> (Process, SocketAddr, SocketAddr) {
+    let config = config_for(up).auth_failures(2, 60, block_secs);
+    let (path, listen, admin_addr) = write_config(dir, &config);
+    let p = Process::spawn(
+        dir,
         "gw",
         &["run", "--config", path.to_str().unwrap()],
         &[("TOLLGATE_LOG", "info")],
@@ -331,6 +333,15 @@ fn a_block_starts_and_ends_with_one_log_line_each_and_the_access_line_names_the_
         post(listen, "pro-key-1", "/v2/sendMessage/", MESSAGE).status,
         429
     );
+    (p, listen, admin_addr)
+}
+
+#[test]
+fn a_block_starts_and_ends_with_one_log_line_each_and_the_access_line_names_the_client() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    // The real binary and its real clock: a one-second block.
+    let (mut p, listen, _) = blocked_after_two_wrong_keys(dir.path(), &up, 1);
     eventually("the block ends and is swept", || {
         p.output().contains("auth-failure block ended")
     });
@@ -367,25 +378,7 @@ fn a_block_starts_and_ends_with_one_log_line_each_and_the_access_line_names_the_
 fn an_operator_releasing_a_block_is_one_log_line_and_the_block_never_ends_twice() {
     let up = Upstream::start(Mode::Ok);
     let dir = tempfile::tempdir().unwrap();
-    let config = config_for(&up).auth_failures(2, 60, 300);
-    let (path, listen, admin_addr) = write_config(dir.path(), &config);
-    let mut p = Process::spawn(
-        dir.path(),
-        "gw",
-        &["run", "--config", path.to_str().unwrap()],
-        &[("TOLLGATE_LOG", "info")],
-    );
-    wait_ready(admin_addr, 200);
-    for _ in 0..2 {
-        assert_eq!(
-            post(listen, "wrong-key", "/v2/sendMessage/", MESSAGE).status,
-            401
-        );
-    }
-    assert_eq!(
-        post(listen, "pro-key-1", "/v2/sendMessage/", MESSAGE).status,
-        429
-    );
+    let (mut p, listen, admin_addr) = blocked_after_two_wrong_keys(dir.path(), &up, 300);
     assert_eq!(
         admin(admin_addr, "DELETE", "/api/blocks/127.0.0.1").status,
         204

@@ -59,6 +59,19 @@ pub(crate) fn one_fleet() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Whether curl is missing, saying so for `test` (the suite skips what needs curl when it is
+/// missing; `.ci/run`'s machines have it).
+pub(crate) fn curl_missing(test: &str) -> bool {
+    let missing = std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_err();
+    if missing {
+        eprintln!("SKIPPED {test}: curl is not installed");
+    }
+    missing
+}
+
 /// Poll (bounded) until `f` holds.
 pub(crate) fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(20);
