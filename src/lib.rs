@@ -46,7 +46,7 @@
 //!
 //! | concept | its name here | in the config and metrics |
 //! |---|---|---|
-//! | budgets kept by every replica of a fleet together | *shared budgets*: [`limit::SharedStore`] (the views), [`shared::BudgetSync`] (the exchange) | the `cluster:` block, `tollgate_cluster_*` |
+//! | budgets kept by every replica of a fleet together | *shared budgets*: [`limit::SharedStore`] (the leases), [`shared::BudgetSync`] (the exchange) | the `cluster:` block, `tollgate_cluster_*` |
 //! | a plan given by a partner's upgrade, kept and spread | *override*: [`policy::overrides::Override`], [`overrides::PlanOverrides`] (where it is kept) | `state.path`, `cluster:`; `tollgate_plan_overrides` |
 //! | a connection's edge state (phase, deadlines) | [`edge::stream::Conn`] | the `server:` block |
 //! | a connection to Redis | [`redis::Client`] | `cluster.redis_url` |

@@ -159,12 +159,15 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     live.forget_with(Arc::clone(&overrides) as Arc<dyn crate::runtime::live::Forget>);
     let health = Arc::new(Health::default());
     let edge_limits = live.load().policy.config.server.clone();
-    let gateway = Gateway::new(
+    let mut gateway = Gateway::new(
         Arc::clone(&live),
         Arc::clone(&health),
         Arc::clone(&clock),
         Arc::clone(&overrides),
     );
+    if let Some((_, sync)) = &cluster {
+        gateway = gateway.with_settling(sync.settling());
+    }
     let mut proxy = pingora::proxy::http_proxy(&server.configuration, gateway);
     let mut options = HttpServerOptions::default();
     // An HTTP/2 connection with no open stream closes after the idle timeout (HTTP/1.1 idle

@@ -70,6 +70,8 @@ pub struct Gateway {
     /// Where an accepted partner upgrade is kept.
     overrides: Arc<PlanOverrides>,
     ids: RequestIds,
+    /// With shared budgets: how a request without a lease waits for the store.
+    settling: Option<Arc<crate::shared::Settling>>,
 }
 
 impl Gateway {
@@ -85,7 +87,14 @@ impl Gateway {
             clock,
             overrides,
             ids: RequestIds::new(),
+            settling: None,
         }
+    }
+
+    /// Budgets are shared: a request whose key has no lease here waits with `settling`.
+    pub fn with_settling(mut self, settling: Arc<crate::shared::Settling>) -> Self {
+        self.settling = Some(settling);
+        self
     }
 
     pub fn live(&self) -> &Arc<LivePolicy> {
@@ -113,7 +122,7 @@ impl Gateway {
         head::check_size(session.req_header(), raw, edge)?;
         ctx.client = head::client(session.client_addr(), &session.req_header().headers, edge);
         head::strip_upgrade(session.req_header_mut());
-        let forward = self.decide(session, ctx, &snap.policy)?;
+        let forward = self.decide(session, ctx, &snap.policy).await?;
         ctx.upstream_path =
             head::upstream_target(session.req_header(), &snap.target.base_path, &forward.path);
         let (key, rule) = (forward.key, forward.body);
@@ -145,7 +154,7 @@ impl Gateway {
 
     /// Steps 0–4 ([`Policy::decide_for`](crate::policy::Policy::decide_for)): auth-failure
     /// block → authenticate → classify → authorize → limit.
-    fn decide<'s>(
+    async fn decide<'s>(
         &self,
         session: &'s Session,
         ctx: &mut Ctx,
@@ -158,7 +167,10 @@ impl Gateway {
             authorization: head::auth_header(&req.headers),
         };
         let client = ctx.client.map(|c| c.ip);
-        let decision = policy.decide_for(&head, client, self.clock.now());
+        let mut decision = policy.decide_waiting(&head, client, self.clock.now(), true);
+        if decision.unsettled {
+            decision = Box::pin(self.settled(policy, &head, client)).await;
+        }
         if let Some(b) = decision.block_started {
             self.live
                 .metrics()
@@ -179,6 +191,30 @@ impl Gateway {
             ctx.outcome = shadow;
         }
         decision.verdict
+    }
+
+    /// A request that its key's lease could not decide: wait for the shared store's exchange
+    /// that carries it (at most `cluster.timeout_ms` in all) and decide again; with no answer
+    /// in time, decide on what this replica knows (`limit / N`). Boxed at the call: only these
+    /// requests carry this future's state.
+    async fn settled<'s>(
+        &self,
+        policy: &crate::policy::Policy,
+        head: &RequestHead<'s>,
+        client: Option<std::net::IpAddr>,
+    ) -> crate::policy::Decision<'s> {
+        let Some(settling) = &self.settling else {
+            return policy.decide_waiting(head, client, self.clock.now(), false);
+        };
+        let deadline = tokio::time::Instant::now() + settling.timeout();
+        loop {
+            let answered = settling.wait(deadline).await;
+            let wait = answered && tokio::time::Instant::now() < deadline;
+            let d = policy.decide_waiting(head, client, self.clock.now(), wait);
+            if !d.unsettled {
+                return d;
+            }
+        }
     }
 }
 

@@ -2,47 +2,30 @@
 -- tollgate_core::limit::shared::model::Model::budget). One key, or a batch of keys in one slot.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now_ms = math.floor(now / 1000)
-local me = 'r' .. ARGV[1]
-local horizon = tonumber(ARGV[2])
-local recent = tonumber(ARGV[3])
-local packed = ARGV[4]
+local horizon = tonumber(ARGV[1])
+local packed = ARGV[2]
 local at_arg = 1
 local out = {}
 for k = 1, #KEYS do
   local key = KEYS[k]
-  local hits, interval, floor
-  hits, interval, floor, at_arg = struct.unpack('<I8I8I8', packed, at_arg)
-  local all = redis.call('HGETALL', key)
-  local tat = 0
-  local n = 1
-  local others = 0
-  for i = 1, #all, 2 do
-    local f = all[i]
-    if f == 't' then
-      tat = tonumber(all[i + 1])
-    elseif f ~= me and string.byte(f, 1) == 114 then
-      local v = all[i + 1]
-      local sep = string.find(v, ':', 1, true)
-      local at = tonumber(sep and string.sub(v, 1, sep - 1) or v)
-      if at + horizon >= now_ms then
-        n = n + 1
-        if sep and at + recent >= now_ms then
-          others = others + tonumber(string.sub(v, sep + 1))
-        end
-      else
-        redis.call('HDEL', key, f)
-      end
-    end
-  end
+  local want, give, debt, interval, limit, floor
+  want, give, debt, interval, limit, floor, at_arg = struct.unpack('<I8I8I8I8I8I8', packed, at_arg)
+  if interval < 1 then interval = 1 end
+  local tat = tonumber(redis.call('HGET', key, 't') or '0')
   if tat < now then tat = now end
   if tat < now + floor then tat = now + floor end
-  tat = tat + hits * interval
-  redis.call('HSET', key, 't', string.format('%.0f', tat), me, string.format('%.0f', now_ms) .. ':' .. hits)
+  tat = tat + debt * interval
+  tat = tat - give * interval
+  if tat < now then tat = now end
+  local room = math.floor((now + limit * interval - tat) / interval)
+  if room < 0 then room = 0 end
+  local granted = want
+  if granted > room then granted = room end
+  tat = tat + granted * interval
+  redis.call('HSET', key, 't', string.format('%.0f', tat))
   local ahead = tat - now
   redis.call('PEXPIRE', key, math.floor((ahead + 999) / 1000) + horizon)
+  out[#out + 1] = granted
   out[#out + 1] = ahead
-  out[#out + 1] = n
-  out[#out + 1] = others
 end
 return struct.pack('<' .. string.rep('I8', #out), unpack(out))

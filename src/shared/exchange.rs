@@ -11,8 +11,8 @@ use super::BudgetSync;
 use crate::limit::shared::{store_key, Batch, Call, Reply, Settled};
 use crate::redis::{within, Client, StoreError};
 
-/// A budget call's answer: the script's `{ahead, n, others}`, or why there is none.
-type Answer = Result<(u64, u32, u64), StoreError>;
+/// A budget call's answer: the script's `{granted, ahead}`, or why there is none.
+type Answer = Result<Reply, StoreError>;
 
 /// Keys per budget script call to a single Redis (Redis runs a script alone: a batch of 128
 /// keeps each well under a millisecond).
@@ -22,26 +22,18 @@ const BATCH: usize = 128;
 const CHUNK: usize = 1024;
 
 impl BudgetSync {
-    /// One heartbeat and every pending key, within `timeout`.
+    /// One heartbeat (at a tick: `N`) and every pending key, within `timeout`.
     pub(super) async fn exchange(
         &self,
         client: &Client,
         calls: &[Call],
-    ) -> (Result<u32, StoreError>, Vec<Option<Reply>>) {
+        tick: bool,
+    ) -> (Result<Option<u32>, StoreError>, Vec<Option<Reply>>) {
         let deadline = tokio::time::Instant::now() + self.cfg.timeout;
-        let horizon = self.timing.fleet_horizon().as_millis() as u64;
-        self.metrics.calls.inc();
-        let mut beat = self.heartbeat.evalsha(&[&self.fleet_key]);
-        beat.arg(&self.replica).arg(horizon);
-        let fleet = match within(deadline, &self.cfg.redis_url, client.query::<u32>(&beat)).await {
-            Err(StoreError::NoScript) => {
-                let reload = async {
-                    client.load(&self.heartbeat).await?;
-                    client.query::<u32>(&beat).await
-                };
-                within(deadline, &self.cfg.redis_url, reload).await
-            }
-            r => r,
+        let fleet = if tick {
+            self.beat(client, deadline).await.map(Some)
+        } else {
+            Ok(None)
         };
         if fleet.is_err() {
             return (fleet, Vec::new());
@@ -55,11 +47,7 @@ impl BudgetSync {
             };
             for a in answers {
                 match a {
-                    Ok((ahead_us, replicas, others_recent)) => replies.push(Some(Reply {
-                        ahead_us,
-                        replicas,
-                        others_recent,
-                    })),
+                    Ok(reply) => replies.push(Some(reply)),
                     Err(e) => {
                         failure.get_or_insert(e);
                         replies.push(None);
@@ -71,6 +59,28 @@ impl BudgetSync {
             }
         }
         (failure.map_or(fleet, Err), replies)
+    }
+
+    /// The heartbeat: this replica is alive; how many are.
+    async fn beat(
+        &self,
+        client: &Client,
+        deadline: tokio::time::Instant,
+    ) -> Result<u32, StoreError> {
+        let horizon = self.timing.fleet_horizon().as_millis() as u64;
+        self.metrics.calls.inc();
+        let mut beat = self.heartbeat.evalsha(&[&self.fleet_key]);
+        beat.arg(&self.replica).arg(horizon);
+        match within(deadline, &self.cfg.redis_url, client.query::<u32>(&beat)).await {
+            Err(StoreError::NoScript) => {
+                let reload = async {
+                    client.load(&self.heartbeat).await?;
+                    client.query::<u32>(&beat).await
+                };
+                within(deadline, &self.cfg.redis_url, reload).await
+            }
+            r => r,
+        }
     }
 
     /// The budget names of `chunk`'s keys, from the cache or computed.
@@ -95,13 +105,9 @@ impl BudgetSync {
     /// The budget call for `batch` (one key, or several in one slot or on a single Redis).
     fn budget_call(&self, batch: &[Call], names: &[Arc<str>]) -> redis::Cmd {
         let horizon = self.timing.key_horizon().as_millis() as u64;
-        let recent = self.timing.recent().as_millis() as u64;
         let keys: Vec<&str> = names.iter().map(|n| &**n).collect();
         let mut cmd = self.budget.evalsha(&keys);
-        cmd.arg(&self.replica)
-            .arg(horizon)
-            .arg(recent)
-            .arg(pack_calls(batch));
+        cmd.arg(horizon).arg(pack_calls(batch));
         cmd
     }
 
@@ -231,7 +237,7 @@ impl BudgetSync {
     pub(super) fn settle(
         &self,
         batch: Batch,
-        outcome: Result<u32, StoreError>,
+        outcome: Result<Option<u32>, StoreError>,
         replies: &[Option<Reply>],
         started: Instant,
     ) -> bool {
@@ -243,7 +249,7 @@ impl BudgetSync {
             .observe(started.elapsed().as_secs_f64());
         self.metrics.sync_keys.observe(keys as f64);
         let ok = outcome.is_ok() && settled.failed == 0;
-        if let Ok(n) = outcome {
+        if let Ok(Some(n)) = outcome {
             self.store.set_fleet(n);
             self.metrics.replicas.set(i64::from(n));
         }

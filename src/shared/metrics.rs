@@ -13,6 +13,8 @@ pub(super) struct SharedMetrics {
     pub(super) sync_keys: Histogram,
     pub(super) calls: IntCounter,
     pub(super) errors: IntCounter,
+    pub(super) parked: IntCounter,
+    pub(super) settle_seconds: Histogram,
 }
 
 impl SharedMetrics {
@@ -55,6 +57,21 @@ impl SharedMetrics {
             "Exchanges with the shared store that failed or timed out.",
         )
         .expect("valid metric");
+        let parked = IntCounter::new(
+            "tollgate_cluster_parked_total",
+            "Requests that waited for an exchange with the shared store (no lease here for their key), counted when the exchange is sent.",
+        )
+        .expect("valid metric");
+        let settle_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "tollgate_cluster_settle_wait_seconds",
+                "How long each request that waited for an exchange with the shared store waited (at most cluster.timeout_ms).",
+            )
+            .buckets(vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+            ]),
+        )
+        .expect("valid metric");
         for c in [
             Box::new(up.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(replicas.clone()),
@@ -62,6 +79,8 @@ impl SharedMetrics {
             Box::new(sync_keys.clone()),
             Box::new(calls.clone()),
             Box::new(errors.clone()),
+            Box::new(parked.clone()),
+            Box::new(settle_seconds.clone()),
         ] {
             metrics.register(c);
         }
@@ -73,6 +92,8 @@ impl SharedMetrics {
             sync_keys,
             calls,
             errors,
+            parked,
+            settle_seconds,
         }
     }
 }

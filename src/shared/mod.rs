@@ -1,18 +1,21 @@
-//! Shared budgets: the background half of [`SharedStore`], keeping the replicas' views of
-//! every key's budget in step through Redis (the `cluster` block).
+//! Shared budgets: the background half of [`SharedStore`], keeping every key's leases (the
+//! requests Redis granted this replica) in step through Redis (the `cluster` block).
 //!
-//! The request path decides on local views (`tollgate_core::limit::shared`) and never waits
-//! for Redis. This room is one Pingora background service, [`BudgetSync`], that every
-//! `sync_interval`:
+//! The request path decides on a key's lease (`tollgate_core::limit::shared`); a request whose
+//! key has no lease here parks: it asks this room for an exchange at once and waits for it
+//! ([`Settling`], at most `timeout_ms`). This room is one Pingora background service,
+//! [`BudgetSync`], that every `sync_interval` (a tick) and whenever a request parks (an urgent
+//! exchange):
 //!
-//! 1. sends this replica's heartbeat (`heartbeat.lua` on `<prefix>:fleet`, a sorted set of
-//!    replica ids by their last heartbeat), which answers how many replicas are alive: `N`;
-//! 2. sends each key admitted on since the last exchange to `budget.lua` on
-//!    `<prefix>:b:{<hash>}` (to a single Redis 128 keys per call and every call of the exchange
-//!    in one pipeline; to a Redis Cluster one key per call, one slot each, all in flight
-//!    together), which applies the hits to the fleet's TAT with Redis's clock and answers the
-//!    distance ahead and the replicas on the key ([`exchange`]);
-//! 3. settles the answers: views re-anchored, hits of unanswered calls given back.
+//! 1. at a tick, sends this replica's heartbeat (`heartbeat.lua` on `<prefix>:fleet`, a sorted
+//!    set of replica ids by their last heartbeat), which answers how many replicas are alive:
+//!    `N`;
+//! 2. sends each key with something to say (requests parked, a lease to top up or give back, a
+//!    debt, a floor) to `budget.lua` on `<prefix>:b:{<hash>}` (to a single Redis 128 keys per
+//!    call and every call of the exchange in one pipeline; to a Redis Cluster one key per call,
+//!    one slot each, all in flight together), which grants what the budget has room for with
+//!    Redis's clock and answers the grant and the distance ahead ([`exchange`]);
+//! 3. settles the answers (leases grown, views renewed) and wakes the requests parked for it.
 //!
 //! Every script call touches one slot (on a Redis Cluster one key; the budget names carry a
 //! hash tag), reads the time with `TIME` (replicas' clocks never matter), and sets an expiry on
@@ -23,9 +26,9 @@
 //! on, each replica enforcing `limit / N` on its own (`tollgate_cluster_store_up 0`, `/readyz`
 //! says `degraded`, one log line). A circuit breaker then waits 2, 4, 8 … intervals (at most
 //! [`MAX_BACKOFF`]) between attempts, so a dead Redis costs one timeout per backoff, not one per
-//! interval. The first exchange that succeeds brings sharing back (one log line), sending each
-//! pending key's view as a floor so that what was admitted while down is neither lost nor
-//! counted twice.
+//! interval. While down, no request parks. The first exchange that succeeds brings sharing
+//! back (one log line), sending each pending key's view as a floor so that what was admitted
+//! while down is neither lost nor counted twice.
 //!
 //! | module | what |
 //! |---|---|
@@ -38,6 +41,7 @@ mod metrics;
 pub mod script;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -73,6 +77,7 @@ pub struct BudgetSync {
     budget: Lua,
     heartbeat: Lua,
     metrics: SharedMetrics,
+    settling: Arc<Settling>,
     /// Each key's budget name in the store, computed once (a SHA-256 and a hex string per
     /// key per exchange were half of the exchange's CPU). At most [`NAMES`] entries: past
     /// that it starts again, so memory stays bounded whatever the number of keys.
@@ -93,6 +98,14 @@ impl BudgetSync {
             window,
         };
         let (store, syncer) = SharedStore::new(timing);
+        let shared_metrics = SharedMetrics::new(metrics);
+        let settling = Arc::new(Settling {
+            urgent: tokio::sync::Notify::new(),
+            begun: AtomicU64::new(0),
+            done: tokio::sync::watch::Sender::new(0),
+            timeout: cfg.timeout,
+            waits: shared_metrics.settle_seconds.clone(),
+        });
         let svc = Self {
             fleet_key: fleet_key(&cfg.key_prefix),
             cfg,
@@ -103,10 +116,16 @@ impl BudgetSync {
             replica: replica_id(),
             budget: Lua::new(script::BUDGET_LUA),
             heartbeat: Lua::new(script::HEARTBEAT_LUA),
-            metrics: SharedMetrics::new(metrics),
+            metrics: shared_metrics,
+            settling,
             names: Mutex::default(),
         };
         (store, svc)
+    }
+
+    /// What a request parked on this store waits with.
+    pub fn settling(&self) -> Arc<Settling> {
+        Arc::clone(&self.settling)
     }
 
     fn syncer(&self) -> std::sync::MutexGuard<'_, Syncer> {
@@ -114,10 +133,20 @@ impl BudgetSync {
         self.syncer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One round: connect if needed, exchange, settle. Whether it succeeded.
-    async fn round(&self, client: &mut Option<Client>) -> bool {
+    /// One round: connect if needed, exchange, settle, and wake the requests parked for it.
+    /// `tick`: the interval's round (with the heartbeat); otherwise an urgent one, for
+    /// requests parked. Whether it succeeded.
+    async fn round(&self, client: &mut Option<Client>, tick: bool) -> bool {
+        let number = self.settling.begun.fetch_add(1, Ordering::AcqRel) + 1;
+        let ok = self.exchange_round(client, tick).await;
+        self.settling.done.send_replace(number);
+        ok
+    }
+
+    async fn exchange_round(&self, client: &mut Option<Client>, tick: bool) -> bool {
         let started = std::time::Instant::now();
-        let batch = self.syncer().begin(self.clock.now());
+        let batch = self.syncer().begin(self.clock.now(), tick);
+        self.metrics.parked.inc_by(batch.parked());
         if client.is_none() {
             match crate::redis::connect(&self.cfg).await {
                 Ok(c) => *client = Some(c),
@@ -127,7 +156,11 @@ impl BudgetSync {
         let Some(c) = client.as_ref() else {
             return false;
         };
-        let (outcome, replies) = self.exchange(c, &batch.calls).await;
+        if !tick && batch.is_empty() {
+            // Nothing parked after all (decided by an earlier answer).
+            return self.settle(batch, Ok(None), &[], started);
+        }
+        let (outcome, replies) = self.exchange(c, &batch.calls, tick).await;
         let ok = self.settle(batch, outcome, &replies, started);
         if !ok {
             // A cluster connection is rebuilt from scratch after a failure; the single
@@ -149,16 +182,20 @@ impl BackgroundService for BudgetSync {
         let mut failures = 0u32;
         let mut next_try = tokio::time::Instant::now();
         loop {
-            tokio::select! {
-                _ = tick.tick() => {}
+            let ticked = tokio::select! {
+                _ = tick.tick() => true,
+                _ = self.settling.urgent.notified() => false,
                 _ = shutdown.changed() => break,
-            }
+            };
             if tokio::time::Instant::now() < next_try {
-                // The breaker is open: no call; keep only keys with something to say.
-                self.syncer().hold(self.clock.now());
+                // The breaker is open: no call (requests decide on `limit / N` and do not
+                // park); keep only keys with something to say.
+                if ticked {
+                    self.syncer().hold(self.clock.now());
+                }
                 continue;
             }
-            if self.round(&mut client).await {
+            if self.round(&mut client, ticked).await {
                 failures = 0;
             } else {
                 failures = failures.saturating_add(1);
@@ -172,8 +209,43 @@ impl BackgroundService for BudgetSync {
         }
         // Leaving: report what was admitted since the last exchange, if the store answers.
         if failures == 0 && client.is_some() {
-            self.round(&mut client).await;
+            self.round(&mut client, true).await;
         }
+    }
+}
+
+/// How a request that a replica cannot decide from its lease waits for the exchange that
+/// carries it (see `tollgate_core::limit::shared`): it wakes the syncer for an urgent round
+/// and waits, at most `cluster.timeout_ms`, until a round that began after it parked has
+/// settled. A parked request holds no thread: Pingora's request filter is async.
+pub struct Settling {
+    urgent: tokio::sync::Notify,
+    /// Rounds begun, and (in the channel) the last one settled.
+    begun: AtomicU64,
+    done: tokio::sync::watch::Sender<u64>,
+    timeout: Duration,
+    waits: prometheus::Histogram,
+}
+
+impl Settling {
+    /// The longest a request waits (`cluster.timeout_ms`).
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Wait until a round that began after this call has settled, or until `deadline`
+    /// (whether the round settled in time). The key's `want` was counted before this call,
+    /// so that round carries it.
+    pub async fn wait(&self, deadline: tokio::time::Instant) -> bool {
+        let started = tokio::time::Instant::now();
+        let mut done = self.done.subscribe();
+        let need = self.begun.load(Ordering::Acquire) + 1;
+        self.urgent.notify_one();
+        let settled = tokio::time::timeout_at(deadline, done.wait_for(|d| *d >= need))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        self.waits.observe(started.elapsed().as_secs_f64());
+        settled
     }
 }
 

@@ -31,6 +31,8 @@ const METRICS: &[&str] = &[
     "tollgate_cluster_sync_keys",
     "tollgate_cluster_redis_calls_total",
     "tollgate_cluster_sync_errors_total",
+    "tollgate_cluster_parked_total",
+    "tollgate_cluster_settle_wait_seconds",
     "tollgate_connections",
     "tollgate_connections_refused_total",
     "tollgate_auth_blocked_ips",
@@ -1365,8 +1367,8 @@ fn the_dashboard_uses_a_datasource_variable_and_quantiles_over_rates() {
         }
     }
     assert_eq!(
-        quantile_panels, 3,
-        "request latency, upstream latency and cluster sync duration panels"
+        quantile_panels, 4,
+        "request latency, upstream latency, cluster sync duration and waits for the store"
     );
 }
 

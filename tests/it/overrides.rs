@@ -408,6 +408,42 @@ fn with_a_cluster_every_replica_applies_an_upgrade_within_a_second_and_keeps_it(
 }
 
 #[test]
+fn upgraded_through_one_replica_a_key_bursts_on_another_as_one_process_would() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = |_: usize| {
+        crate::harness::config_for(&up)
+            .cluster(&redis.url(), &format!("ub{}", redis.port), 100)
+            .listen(format!("127.0.0.1:{}", crate::harness::closed_port()))
+            .admin_listen(format!("127.0.0.1:{}", crate::harness::closed_port()))
+    };
+    let (a, b) = (config(0), config(1));
+    let (_pa, la, _) = spawn(dir.path(), "a", &a);
+    let (_pb, lb, _) = spawn(dir.path(), "b", &b);
+    // Basic: a few requests on each replica first (the key has a budget share on both).
+    for addr in [la, lb] {
+        let r = send_raw(
+            addr,
+            b"GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer acme-customer-key\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(upgrade(la, "acme-customer-key", 2).status, 200);
+    eventually("replica b applies the upgrade", || {
+        post(lb, "acme-customer-key", "/v2/settings/webhook/set", HOOK).status == 200
+    });
+    // Standard's limit is far above this burst: one process admits every request of it.
+    let statuses: Vec<u16> = (0..30)
+        .map(|_| post(lb, "acme-customer-key", "/v2/settings/webhook/set", HOOK).status)
+        .collect();
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "after the upgrade through replica a, a burst on replica b: {statuses:?}"
+    );
+}
+
+#[test]
 fn check_warns_when_upgrades_are_kept_nowhere_and_lists_those_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gw.yaml");

@@ -105,6 +105,9 @@ pub struct Denied {
     pub quota: Quota,
     /// Whole seconds (rounded up, at least 1) until a request would be admitted.
     pub retry_after_secs: u64,
+    /// Not decided yet: a shared store needs its answer on this key first (the request may
+    /// wait for it, then be decided again with [`Store::acquire_now`](super::Store::acquire_now)).
+    pub unsettled: bool,
 }
 
 fn ceil_secs(ns: u64) -> u64 {
@@ -147,6 +150,7 @@ impl Rate {
                 reset_secs: secs,
             },
             retry_after_secs: secs,
+            unsettled: false,
         }
     }
 
@@ -193,6 +197,7 @@ impl Rate {
                 reset_secs: secs,
             },
             retry_after_secs: secs,
+            unsettled: false,
         })
     }
 

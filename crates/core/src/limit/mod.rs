@@ -4,11 +4,13 @@
 //! |---|---|---|
 //! | the algorithm | [`gcra`] | [`Rate`]: GCRA arithmetic on a key's theoretical arrival time; [`Quota`] and [`Denied`] for the answer |
 //! | the state store | [`store`] | [`RateState`] per key, beside its key-table entry; the [`Store`] seam; [`LocalStore`], one compare-and-swap per decision |
-//! | budgets shared across replicas | [`shared`] | [`SharedStore`]: the same one compare-and-swap on a view of the fleet's budget; [`Syncer`], the I/O-free half that reconciles views with Redis in the background |
+//! | budgets shared across replicas | [`shared`] | [`SharedStore`]: one compare-and-swap on a lease of requests Redis granted, or the request waits for an exchange ([`Denied::unsettled`]); [`Syncer`], the I/O-free half that tops leases up and gives them back through Redis in the background |
 //! | the clock | [`crate::clock`] | monotonic nanoseconds, injected so tests move time by hand |
 //!
 //! The policy holds one `Store` and calls it from `decide()`; a store that shares budgets
-//! across replicas implements the same trait and needs no change to the decision.
+//! across replicas implements the same trait; the one thing it adds is the answer "not yet"
+//! ([`Denied::unsettled`]), which the runtime turns into a wait ([`Store::acquire_now`] after
+//! it).
 
 pub mod gcra;
 pub mod shared;

@@ -39,7 +39,9 @@ impl RateState {
 /// request path, once per authenticated request.
 pub trait Store: Send + Sync + fmt::Debug {
     /// Take one request from the budget of the key whose digest is `id` (what names it beyond
-    /// this process) and whose state here is `state`, or refuse.
+    /// this process) and whose state here is `state`, or refuse. A store that shares budgets
+    /// may answer [`Denied::unsettled`]: ask again when its next exchange has settled, or
+    /// decide at once with [`Store::acquire_now`].
     fn acquire(
         &self,
         id: &Digest,
@@ -47,6 +49,18 @@ pub trait Store: Send + Sync + fmt::Debug {
         rate: &Rate,
         now: Nanos,
     ) -> Result<Quota, Denied>;
+
+    /// As [`Store::acquire`], but never [`Denied::unsettled`]: decided now on what is known
+    /// here (a request that waited for a shared store's answer and got none in time).
+    fn acquire_now(
+        &self,
+        id: &Digest,
+        state: &Arc<RateState>,
+        rate: &Rate,
+        now: Nanos,
+    ) -> Result<Quota, Denied> {
+        self.acquire(id, state, rate, now)
+    }
 
     /// The budget as it stands, without taking from it (for answers refused before the limit
     /// step, which still carry the rate-limit headers).

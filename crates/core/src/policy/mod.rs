@@ -84,6 +84,9 @@ pub struct Decision<'a> {
     pub shadow: Option<Outcome>,
     /// The request to forward, or why it is refused.
     pub verdict: Result<Forward<'a>, Refusal>,
+    /// The limit step is not decided yet: a shared store needs its next exchange for this key
+    /// ([`Policy::decide_waiting`]). The verdict is then a placeholder 429, not to be sent.
+    pub unsettled: bool,
 }
 
 /// An admitted request: whose it is, where to send it, and whether its body must be checked
@@ -209,7 +212,22 @@ impl Policy {
         client: Option<IpAddr>,
         now: Nanos,
     ) -> Decision<'a> {
+        self.decide_waiting(req, client, now, false)
+    }
+
+    /// As [`Policy::decide_for`]; with `wait`, a shared store may leave the limit step
+    /// undecided ([`Decision::unsettled`]): the caller waits for the store's next exchange
+    /// (at most `cluster.timeout_ms`) and decides again, with `wait` false once the time is
+    /// up.
+    pub fn decide_waiting<'a>(
+        &self,
+        req: &RequestHead<'a>,
+        client: Option<IpAddr>,
+        now: Nanos,
+        wait: bool,
+    ) -> Decision<'a> {
         let mut d = Decision {
+            unsettled: false,
             key: None,
             credential: None,
             route: None,
@@ -219,7 +237,7 @@ impl Policy {
             verdict: Err(Refusal::unauthorized()),
         };
         let client = client.map(ClientKey::of);
-        d.verdict = self.steps(req, client, now, &mut d);
+        d.verdict = self.steps(req, client, now, wait, &mut d);
         // Refused before the limit step: the budget is reported, not spent.
         if let (Some(key), Some(credential), None) = (d.key, d.credential, d.quota) {
             let rate = &self.limit(credential).rate;
@@ -235,6 +253,7 @@ impl Policy {
         req: &RequestHead<'a>,
         client: Option<ClientKey>,
         now: Nanos,
+        wait: bool,
         d: &mut Decision<'a>,
     ) -> Result<Forward<'a>, Refusal> {
         method::check_method(req.method)?;
@@ -269,8 +288,18 @@ impl Policy {
             d.shadow = Some(Outcome::ShadowForbidden);
         }
         let rate = &self.limit(credential).rate;
-        match self.store.acquire(&entry.digest, &entry.rate, rate, now) {
+        let decided = if wait {
+            self.store.acquire(&entry.digest, &entry.rate, rate, now)
+        } else {
+            self.store
+                .acquire_now(&entry.digest, &entry.rate, rate, now)
+        };
+        match decided {
             Ok(quota) => d.quota = Some(quota),
+            Err(denied) if denied.unsettled => {
+                d.unsettled = true;
+                return Err(rate_limited(denied));
+            }
             Err(denied) if shadow => {
                 d.quota = Some(denied.quota);
                 d.shadow.get_or_insert(Outcome::ShadowRateLimited);

@@ -1,83 +1,59 @@
-//! Budgets shared across replicas: every decision local, one atomic operation; the replicas
-//! reconcile through a store (Redis) in the background.
+//! Budgets shared across replicas: every admission reserved in a store (Redis) the replicas
+//! share, so that the fleet admits what one process would; hot keys decide on a local lease
+//! with one atomic operation and never wait.
 //!
-//! # The design
+//! # The design: leases
 //!
-//! Each replica keeps, per key, a *view* of the fleet's GCRA: a theoretical arrival time in µs
-//! of this process's clock, packed in one word with the count of requests admitted here since
-//! the last reconciliation (`view << 16 | hits`). A decision is one compare-and-swap on that
-//! word, as in [`LocalStore`](super::LocalStore), except that an admitted request moves the
-//! view by `cost × T` rather than `T`:
+//! The store keeps each key's GCRA: its theoretical arrival time (TAT), on the store's clock.
+//! A replica never admits a request the store has not counted. It holds, per key, a *lease*:
+//! requests the store has already admitted for it (the TAT moved by `T` for each) and that it
+//! has not yet used. A decision ([`SharedStore`]'s `acquire`) is:
 //!
-//! - **fresh** (the key was reconciled within `2 × sync_interval + timeout`): `cost` is the
-//!   number of replicas that admitted the key within the key horizon, as the store counted them
-//!   at the last reconciliation. With `n` replicas sharing a key evenly, each charging `n × T`
-//!   keeps the fleet's pace at `1/T` between reconciliations. Until the second answer after a
-//!   cold spell (*warming*), `cost` is at least `N` and the cold cap applies: the first answer
-//!   may not count replicas that started on the key in the same interval, whose reports were
-//!   still on their way;
-//! - **cold** (never reconciled here, or not lately): `cost` is the fleet's size `N` (replicas
-//!   whose heartbeat the store saw lately), and at most `cap = max(1, ⌊L / 20N⌋, ⌈S / T⌉)`
-//!   requests are admitted here until the key is reconciled (those of an exchange in flight
-//!   count until its answer): a replica that has not seen a key lately cannot know that the
-//!   others have spent its budget, and the cap bounds what it can give away (`⌈S / T⌉`, one
-//!   interval's share at the full rate, is there so that a client sending evenly is never held
-//!   by it). A replica alone in the fleet (`N = 1`) has no cap;
-//! - **degraded** (the store unreachable): `cost` is `N` and there is no cap: each replica
-//!   enforces `L / N` on its own, which is the fallback the contract names.
+//! 1. **from the lease**: one compare-and-swap takes one; admitted, no wait (a hot key);
+//! 2. **refused here**: no lease, and the store's TAT as last answered (the *view*) says the
+//!    budget has no room yet; refused with the time until it has, no call (a spent key costs
+//!    the store at most one call per `T` and replica, however hard it is hammered);
+//! 3. **parked** ([`Denied::unsettled`]): no lease and maybe room; the request asks the store
+//!    for one (`want`), the runtime runs an exchange at once and the request waits for its
+//!    answer, at most `cluster.timeout_ms`, then is decided again: from the lease the answer
+//!    brought, or refused (the store had no room), or, with no answer in time, as if the store
+//!    were down;
+//! 4. **degraded** (the store unreachable, or no answer within the timeout): `L / N` on the
+//!    view, each admission charging `N × T`; what is admitted so is sent to the store later
+//!    (as a *debt* of requests, or after an outage as the view's distance ahead, a *floor*).
 //!
-//! The first admission after a reconciliation sends the key to the [`Syncer`] (a lock-free
-//! channel send, once per key per interval). Every `sync_interval` the syncer takes each
-//! touched key's hits (an atomic `fetch_and`) and sends them to the store, which applies, in
-//! one single-key script and with the store's own clock, `tat = max(tat, now) + hits × T` and
-//! answers how far `tat` is ahead of its `now`, how many replicas admitted the key within the
-//! horizon, and what the others last reported. The replica re-anchors its view there:
-//! `view = now + ahead + lag × T + p × n × T`, where `p` is what it admitted while the answer
-//! was on its way and `lag` the lag allowance ([`SharedStore`]'s `anchor`). Clocks never cross the wire (only
-//! distances from each side's own `now`), so the replicas' clocks need not agree with each
-//! other or with the store's.
+//! The [`Syncer`] reconciles in the background. Every `sync_interval` (a *tick*) and at once
+//! when a request parks (an *urgent* exchange), one call per key that has something to say
+//! sends: the requests parked (`want`) plus what tops the lease up to its *target*; at a tick,
+//! the lease beyond the target (given back: the store's TAT moves back by `T` each); the debt;
+//! the floor. The store's script applies, with its own clock, `tat = max(tat, now, now +
+//! floor) + debt × T`, `tat = max(now, tat − give × T)`, grants `g = min(want, room)` with
+//! `room = ⌊(now + L·T − tat) / T⌋`, moves `tat` by `g × T`, and answers `g` and `tat − now`.
+//! Only distances from each side's own `now` cross the wire: clocks need not agree.
 //!
-//! When the store comes back after an outage, the first exchange for each key sends the view's
-//! distance ahead of `now` as a *floor* instead of its hits (`tat = max(tat, now + floor)`):
-//! what was admitted under `L / N` is neither forgotten (which would let the fleet admit a
-//! second window's worth) nor counted twice.
+//! The target is one and a half times the key's recent pace here (its admissions per
+//! interval, a maximum that decays by ⅛ an interval), at most `max(1, L / 2N)`: enough for a
+//! key that keeps its pace never to wait, small enough that leases held unused elsewhere cost
+//! little when the budget runs out. A key idle for about 1.5 s gives its whole lease back.
 //!
 //! # Accuracy, and why
 //!
-//! Against one process that sees the merged traffic, the fleet can admit more than it only
-//! where a replica decides on a view that lacks admissions made elsewhere:
+//! *Upper bound, by construction*: every admission while the store answers was granted by the
+//! store's GCRA, which counts every grant once. The fleet's admissions are that GCRA's, each
+//! used at most a lease's life later (about one interval): a window can hold what one process
+//! admits plus the lease used late, and with the store down `N × (L / N)`, as before.
 //!
-//! 1. *Lag.* A fresh view lacks what the other replicas admitted since their last exchange and
-//!    this one's: at most one interval plus a round trip of the fleet's traffic. While the
-//!    budget is spent that traffic is at most the fleet's pace `1/T`, so the excess held at any
-//!    instant is at most `(S + rtt) / T` requests, `L × (S + rtt) / W` (1 % of `L` at the
-//!    defaults); it is charged to the store when it is reported and repaid by every replica's
-//!    next view, so it does not accumulate from window to window.
-//! 2. *Cold replicas.* A replica that has not reconciled a key admits at most `cap` requests
-//!    on it before it has: at most `N × cap` in all, `max(N, L / 20, N × S / T)`: 5 % of `L`, or
-//!    `N × S / W` = 3 % for three replicas at the defaults, or `N` requests for small limits.
-//! 3. *Weights that lag the split.* `n` counts the replicas that served the key within the
-//!    horizon, not their shares: a replica with a small share charges more than its share
-//!    (under-admitting), one with a large share less, and the store's TAT, which counts every
-//!    admission once, corrects both at each exchange (again within the lag of 1.).
+//! *Lower bound*: the fleet refuses what one process admits only where the store had no room
+//! because of requests granted but not used: leases held elsewhere (at most the targets, about
+//! 1.5 intervals of the fleet's pace, given back at the next tick), requests parked whose
+//! client left, and tokens the store counted for an answer that was lost. From idle, no lease
+//! is held: a burst on any split is granted as it arrives, each request waiting for one
+//! exchange (a round trip) or two.
 //!
-//! Summed, a window can hold about `N × cap + L × (S + rtt) / W` more than one process would
-//! admit, and the long-run rate is the store's, `1/T` (every admission is charged to the store
-//! exactly once). Why fresh means two intervals and not longer: a view anchored a second ago
-//! misses a burst admitted elsewhere since, and would give away its room a second time.
-//!
-//! `sim.rs` checks the contract's figures on a discrete-event model of this code against
-//! `model::Model` (the store's scripts), with 3 seeds per case by default. With 8 seeds the
-//! worst window over one process was 2.5 % of `L` (1 replica: one request of 40), 7.5 % (2),
-//! 10.0 % (3), 17.5 % (5) and 40 % (10, at `L` = 40, where the floor of one request per cold
-//! replica is 10 of 40); the long run within 0.41 % for up to 3 replicas and 1.46 % for 10;
-//! no refusal at 90 % evenly.
-//!
-//! What the fleet admits *less* than one process: a burst from idle that lands on cold
-//! replicas is admitted `cap` at a time until the key is reconciled (within one interval);
-//! the rest of the burst gets `Retry-After: 1`.
+//! `sim.rs` checks both on a discrete-event model of this code against `model::Model` (the
+//! store's script), with 3 seeds per case by default.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -92,20 +68,17 @@ pub mod model;
 #[cfg(test)]
 mod sim;
 
-/// Bits of the packed word that count admissions since the last exchange.
+/// Bits of the view word (`RateState::tat`) that count admissions since the last tick.
 const HIT_BITS: u32 = 16;
 const HIT_MAX: u64 = (1 << HIT_BITS) - 1;
-/// The anchor word (`RateState::aux`): `anchored_ms + 1` (0: never) above [`WARMING`] (the
-/// first answer after a cold spell) and [`FLIGHT`] (a cold key's exchange in flight), and 16 low
-/// bits holding the key's replica count once anchored, or while `FLIGHT` is set the hits that
-/// exchange took.
-const N_BITS: u32 = 16;
-const N_MAX: u64 = (1 << N_BITS) - 1;
-const FLIGHT: u64 = 1 << N_BITS;
-/// Set by the first answer after a cold spell: `n` may not count replicas whose reports were
-/// on their way, so until the next answer the key costs `N`.
-const WARMING: u64 = 1 << (N_BITS + 1);
-const ANCHOR_SHIFT: u32 = N_BITS + 2;
+/// The lease word (`RateState::aux`): the lease (24 bits), the requests parked since the last
+/// exchange (`want`, 16 bits) and the admissions made without the store (`debt`, 16 bits).
+const LEASE_MAX: u64 = (1 << 24) - 1;
+const WANT_SHIFT: u32 = 24;
+const DEBT_SHIFT: u32 = 40;
+const FIELD_MAX: u64 = (1 << 16) - 1;
+const WANT_MASK: u64 = FIELD_MAX << WANT_SHIFT;
+const DEBT_MASK: u64 = FIELD_MAX << DEBT_SHIFT;
 
 fn pack(view_us: u64, hits: u64) -> u64 {
     (view_us << HIT_BITS) | hits
@@ -115,37 +88,35 @@ fn unpack(word: u64) -> (u64, u64) {
     (word >> HIT_BITS, word & HIT_MAX)
 }
 
+fn lease(aux: u64) -> u64 {
+    aux & LEASE_MAX
+}
+
+fn want(aux: u64) -> u64 {
+    (aux >> WANT_SHIFT) & FIELD_MAX
+}
+
+fn debt(aux: u64) -> u64 {
+    (aux >> DEBT_SHIFT) & FIELD_MAX
+}
+
 /// The timings a shared store and its syncer work to (from `cluster:` and `limits:`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
     /// `cluster.sync_interval_ms`: how often each replica reconciles.
     pub sync_interval: Duration,
-    /// `cluster.timeout_ms`: the longest one exchange with the store may take.
+    /// `cluster.timeout_ms`: the longest one exchange with the store may take, and the
+    /// longest a request waits for one.
     pub timeout: Duration,
     /// `limits.window_seconds`.
     pub window: Duration,
 }
 
 impl Timing {
-    /// How long a key's anchor counts as fresh: two intervals and a slow exchange, so that a
-    /// key this replica admits on at least every other interval stays fresh.
-    ///
-    /// Longer would trust views that miss a burst elsewhere: the simulation (`sim.rs`, the
-    /// `HotBursts` loads) puts a window at 42 % over one process with 1 s, 7.5 % with this.
-    pub fn fresh(&self) -> Duration {
-        2 * self.sync_interval + self.timeout
-    }
-
-    /// How far back the store counts the replicas that admitted a key: a window, and at least
-    /// ten intervals.
+    /// How long the store keeps an idle key's entry past its TAT: a window, and at least ten
+    /// intervals.
     pub fn key_horizon(&self) -> Duration {
         self.window.max(10 * self.sync_interval)
-    }
-
-    /// How far back the store sums the other replicas' last reports for the lag allowance: two
-    /// intervals.
-    pub fn recent(&self) -> Duration {
-        2 * self.sync_interval
     }
 
     /// How far back the store counts the fleet's heartbeats: ten intervals, and at least 1 s.
@@ -154,25 +125,24 @@ impl Timing {
     }
 }
 
-/// A key admitted on since the last exchange: what the syncer needs to report it.
+/// A key the request path handed to the syncer: admitted on since the last tick, or parked.
 #[derive(Debug)]
 pub struct Touched {
     /// The key's digest.
     pub id: Digest,
-    /// The key's view (the packed TAT and hits) and anchor word.
+    /// The key's view and lease words.
     pub state: Arc<RateState>,
-    /// The key's limit when it was admitted on.
+    /// The key's limit when it was decided on.
     pub rate: Rate,
 }
 
-/// The shared store's request-path half: decisions on the views (see the module's docs).
+/// The shared store's request-path half: decisions on the leases (see the module's docs).
 #[derive(Debug)]
 pub struct SharedStore {
     /// Replicas whose heartbeat the store saw within the fleet horizon (0: no heartbeat yet).
     fleet: AtomicU32,
     /// Whether the last exchange with the store succeeded.
     up: AtomicBool,
-    fresh_ms: u64,
     sync_us: u64,
     touched: mpsc::Sender<Touched>,
 }
@@ -183,17 +153,17 @@ impl SharedStore {
         let (tx, rx) = mpsc::channel();
         let store = Arc::new(Self {
             fleet: AtomicU32::new(0),
-            // Until the first exchange says otherwise, keys are cold (capped) rather than
-            // degraded (uncapped): a replica that joins a fleet does not give away budgets.
+            // Until the first exchange says otherwise, requests ask the store (and wait at
+            // most the timeout) rather than admit on `L / N`.
             up: AtomicBool::new(true),
-            fresh_ms: timing.fresh().as_millis() as u64,
             sync_us: (timing.sync_interval.as_micros() as u64).max(1),
             touched: tx,
         });
         let syncer = Syncer {
             store: Arc::clone(&store),
             rx,
-            pending: Vec::new(),
+            held: Vec::new(),
+            incoming: Vec::new(),
             recovering: false,
         };
         (store, syncer)
@@ -214,110 +184,121 @@ impl SharedStore {
         self.up.load(Ordering::Relaxed)
     }
 
-    /// The cost of one admission, in intervals, and how many may be admitted before the next
-    /// exchange (`u64::MAX`: no cap), for a key whose anchor word is `aux`.
+    /// Tell the syncer about the key (it holds the receiver for the process's life).
+    fn hand_over(&self, id: &Digest, state: &Arc<RateState>, rate: &Rate) {
+        let _ = self.touched.send(Touched {
+            id: *id,
+            state: Arc::clone(state),
+            rate: *rate,
+        });
+    }
+
+    /// Count one admission in the view word's hits (the key's pace); the first since the last
+    /// tick hands the key to the syncer. The view, as it was.
     #[inline]
-    fn weigh(&self, aux: u64, now_us: u64, interval_us: u64, limit: u32) -> (u64, u64) {
-        // 0 until the first heartbeat: one, as far as anyone knows, but maybe not alone.
-        let seen = self.fleet.load(Ordering::Relaxed);
-        let fleet = u64::from(seen.max(1));
-        if !self.up.load(Ordering::Relaxed) {
-            return (fleet, u64::MAX);
-        }
-        let fresh = self.is_fresh(aux, now_us);
-        if fresh && aux & WARMING == 0 {
-            return (aux & N_MAX, u64::MAX);
-        }
-        if seen == 1 {
-            // Alone in the fleet: nobody else spends the budget.
-            return (1, u64::MAX);
-        }
-        let cap = (u64::from(limit) / (20 * fleet))
-            .max(self.sync_us.div_ceil(interval_us))
-            .max(1);
-        if fresh {
-            // Warming: the view holds the fleet's budget now, but the others' first reports
-            // may still be on their way; `N` a request and the cold cap until the next answer.
-            return ((aux & N_MAX).max(fleet), cap);
-        }
-        // What an exchange in flight took counts against the cap until its answer comes.
-        let in_flight = if aux & FLIGHT != 0 { aux & N_MAX } else { 0 };
-        (fleet, cap.saturating_sub(in_flight))
-    }
-
-    #[inline]
-    fn is_fresh(&self, aux: u64, now_us: u64) -> bool {
-        let anchored = aux >> ANCHOR_SHIFT;
-        anchored != 0 && aux & FLIGHT == 0 && now_us / 1000 + 1 < anchored + self.fresh_ms
-    }
-
-    /// Take the hits admitted since the last exchange (they go to the store). On a cold key
-    /// they stay counted against its cap until the answer.
-    fn take(&self, state: &RateState, now_us: u64) -> u64 {
-        let hits = state.tat().fetch_and(!HIT_MAX, Ordering::AcqRel) & HIT_MAX;
-        if hits > 0 && !self.is_fresh(state.aux().load(Ordering::Acquire), now_us) {
-            let _ = state
-                .aux()
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
-                    let before = if a & FLIGHT != 0 { a & N_MAX } else { 0 };
-                    let anchored = a >> ANCHOR_SHIFT << ANCHOR_SHIFT;
-                    Some(anchored | FLIGHT | (before + hits).min(N_MAX))
-                });
-        }
-        hits
-    }
-
-    /// Give back hits that did not reach the store.
-    fn restore(&self, state: &RateState, hits: u64) {
-        let _ = state
-            .aux()
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
-                (a & FLIGHT != 0).then_some(a >> ANCHOR_SHIFT << ANCHOR_SHIFT)
-            });
-        if hits == 0 {
-            return;
-        }
-        let _ = state
+    fn hit(&self, id: &Digest, state: &Arc<RateState>, rate: &Rate) -> u64 {
+        let before = state
             .tat()
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
                 let (view, h) = unpack(w);
-                Some(pack(view, (h + hits).min(HIT_MAX)))
-            });
+                Some(pack(view, (h + 1).min(HIT_MAX)))
+            })
+            .unwrap_or_else(|w| w);
+        if before & HIT_MAX == 0 {
+            self.hand_over(id, state, rate);
+        }
+        unpack(before).0
     }
 
-    /// How far (µs) the view is ahead of `now_us`.
-    fn ahead(&self, state: &RateState, now_us: u64) -> u64 {
-        unpack(state.tat().load(Ordering::Acquire))
-            .0
-            .saturating_sub(now_us)
+    /// The budget a client sees: its lease here and the room the store last reported.
+    fn quota(&self, view: u64, lease: u64, rate: &Rate, now_us: u64) -> Quota {
+        let mut q = rate.quota_us(view, now_us);
+        q.remaining = q
+            .remaining
+            .saturating_add(u32::try_from(lease).unwrap_or(u32::MAX));
+        q
     }
 
-    /// Re-anchor the view on the store's answer.
-    ///
-    /// The answer lacks what the other replicas admitted since their own last reports. The view
-    /// is charged that as a *lag allowance*: the larger of the others' last reports (the
-    /// store's `others_recent`, the hits they reported within the last two intervals: their
-    /// pace) and `n − 1` times this replica's own report (their pace if they are ramping up as
-    /// this one is, in a burst). It is what keeps replicas from each taking their share of the
-    /// same room; in a steady state it is at most one interval's worth of pessimism, which the
-    /// next answer replaces.
-    fn anchor(&self, state: &RateState, rate: &Rate, now_us: u64, reply: Reply, reported: u64) {
-        let n = u64::from(reply.replicas).clamp(1, N_MAX);
-        let interval = rate.micros().interval;
-        let lag = reply.others_recent.max((n - 1) * reported) * interval;
-        let _ = state
-            .tat()
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                let (_, p) = unpack(w);
-                Some(pack(now_us + reply.ahead_us + lag + p * n * interval, p))
-            });
-        // An exchange that took a cold key's hits (FLIGHT) ends its cold spell: warming.
-        let cold = state.aux().load(Ordering::Acquire) & FLIGHT != 0;
-        let warming = if cold { WARMING } else { 0 };
-        state.aux().store(
-            ((now_us / 1000 + 1) << ANCHOR_SHIFT) | warming | n,
-            Ordering::Release,
-        );
+    fn decide(
+        &self,
+        id: &Digest,
+        state: &Arc<RateState>,
+        rate: &Rate,
+        now: Nanos,
+        wait: bool,
+    ) -> Result<Quota, Denied> {
+        let now = now / 1000;
+        let m = rate.micros();
+        // 1. From the lease: the store counted it already.
+        let mut aux = state.aux().load(Ordering::Acquire);
+        while lease(aux) > 0 {
+            match state.aux().compare_exchange_weak(
+                aux,
+                aux - 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    let view = self.hit(id, state, rate);
+                    return Ok(self.quota(view, lease(aux) - 1, rate, now));
+                }
+                Err(actual) => aux = actual,
+            }
+        }
+        let up = self.up.load(Ordering::Relaxed);
+        let mut cur = state.tat().load(Ordering::Acquire);
+        if up {
+            // 2. No room as the store last said: refused here, without a call.
+            let view = unpack(cur).0;
+            if let Err(over) = m.admit(view, now, 1) {
+                return Err(rate.denied_after_us(over));
+            }
+            // 3. Maybe room: ask the store, and wait for its answer.
+            if wait {
+                let before = state
+                    .aux()
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                        Some(if want(a) < FIELD_MAX {
+                            a + (1 << WANT_SHIFT)
+                        } else {
+                            a
+                        })
+                    })
+                    .unwrap_or_else(|a| a);
+                if want(before) == 0 {
+                    self.hand_over(id, state, rate);
+                }
+                let mut d = rate.denied_after_us(self.sync_us);
+                d.unsettled = true;
+                return Err(d);
+            }
+        }
+        // 4. Degraded: `L / N` on the view, owed to the store.
+        let cost = u64::from(self.fleet.load(Ordering::Relaxed).max(1));
+        loop {
+            let (view, hits) = unpack(cur);
+            let next = m
+                .admit(view, now, cost)
+                .map_err(|over| rate.denied_after_us(over))?;
+            let word = pack(next, (hits + 1).min(HIT_MAX));
+            match state
+                .tat()
+                .compare_exchange_weak(cur, word, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let _ = state
+                        .aux()
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                            (debt(a) < FIELD_MAX).then_some(a + (1 << DEBT_SHIFT))
+                        });
+                    if hits == 0 {
+                        self.hand_over(id, state, rate);
+                    }
+                    return Ok(rate.quota_us(next, now));
+                }
+                Err(actual) => cur = actual,
+            }
+        }
     }
 }
 
@@ -329,43 +310,23 @@ impl Store for SharedStore {
         rate: &Rate,
         now: Nanos,
     ) -> Result<Quota, Denied> {
-        let now = now / 1000;
-        let m = rate.micros();
-        let aux = state.aux().load(Ordering::Acquire);
-        let (cost, cap) = self.weigh(aux, now, m.interval, rate.limit());
-        let mut cur = state.tat().load(Ordering::Acquire);
-        loop {
-            let (view, hits) = unpack(cur);
-            if hits >= cap {
-                return Err(rate.denied_after_us(self.sync_us));
-            }
-            let next = m
-                .admit(view, now, cost)
-                .map_err(|over| rate.denied_after_us(over))?;
-            let word = pack(next, (hits + 1).min(HIT_MAX));
-            match state
-                .tat()
-                .compare_exchange_weak(cur, word, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    if hits == 0 {
-                        // The first admission since the last exchange: the syncer learns of
-                        // the key (it holds the receiver for the process's life).
-                        let _ = self.touched.send(Touched {
-                            id: *id,
-                            state: Arc::clone(state),
-                            rate: *rate,
-                        });
-                    }
-                    return Ok(rate.quota_us(next, now));
-                }
-                Err(actual) => cur = actual,
-            }
-        }
+        self.decide(id, state, rate, now, true)
+    }
+
+    fn acquire_now(
+        &self,
+        id: &Digest,
+        state: &Arc<RateState>,
+        rate: &Rate,
+        now: Nanos,
+    ) -> Result<Quota, Denied> {
+        self.decide(id, state, rate, now, false)
     }
 
     fn peek(&self, state: &RateState, rate: &Rate, now: Nanos) -> Quota {
-        rate.quota_us(unpack(state.tat().load(Ordering::Acquire)).0, now / 1000)
+        let view = unpack(state.tat().load(Ordering::Acquire)).0;
+        let lease = lease(state.aux().load(Ordering::Acquire));
+        self.quota(view, lease, rate, now / 1000)
     }
 }
 
@@ -392,42 +353,45 @@ pub fn fleet_key(prefix: &str) -> String {
     format!("{prefix}:fleet")
 }
 
-/// One key's report to the store: the store's script runs it as
-/// `tat = max(tat, now, now + floor_us) + hits × interval_us`.
+/// One key's call to the store: the script runs it as `tat = max(tat, now, now + floor) +
+/// debt × T`; `tat = max(now, tat − give × T)`; `g = min(want, room)`; `tat += g × T`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Call {
     /// The key's digest (the store's name for it is [`store_key`]).
     pub id: Digest,
-    /// Requests admitted here since the last report (0 when the call sends a floor).
-    pub hits: u64,
+    /// Requests asked for: those parked, and what tops the lease up to its target.
+    pub want: u64,
+    /// Requests of the lease given back (granted earlier, not used).
+    pub give: u64,
+    /// Requests admitted here without the store (no answer in time).
+    pub debt: u64,
     /// The key's emission interval `T`, in µs.
     pub interval_us: u64,
+    /// The key's limit `L` (the store's room is `L·T` past its `now`).
+    pub limit: u64,
     /// How far ahead of the store's `now` its TAT must be at least, in µs: the view's distance
     /// ahead on the first exchange after an outage, else 0.
     pub floor_us: u64,
 }
 
-/// The store's answer to a [`Call`]: how far its TAT is ahead of its clock, how many replicas
-/// admitted the key within the key horizon (this one included), and how many hits the other
-/// replicas reported within the last two intervals (their pace, for the lag allowance).
+/// The store's answer to a [`Call`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {
-    /// How far the store's TAT is ahead of the store's clock, in µs.
+    /// Requests granted: the lease grows by them.
+    pub granted: u64,
+    /// How far the store's TAT is ahead of the store's clock after the call, in µs.
     pub ahead_us: u64,
-    /// Replicas that reported the key within the key horizon, this one included.
-    pub replicas: u32,
-    /// Hits the other replicas reported within the last two intervals.
-    pub others_recent: u64,
 }
 
 /// One exchange's worth of keys.
 #[derive(Debug, Default)]
 pub struct Batch {
-    entries: Vec<Touched>,
-    taken: Vec<u64>,
+    entries: Vec<Held>,
     /// What to send, one call per key.
     pub calls: Vec<Call>,
     recovering: bool,
+    /// Requests parked whose `want` this exchange carries.
+    parked: u64,
 }
 
 impl Batch {
@@ -436,32 +400,54 @@ impl Batch {
         self.calls.is_empty()
     }
 
-    /// Hits taken for this exchange.
-    pub fn hits(&self) -> u64 {
-        self.taken.iter().sum()
+    /// Requests asked for in this exchange (parked ones and lease top-ups).
+    pub fn wanted(&self) -> u64 {
+        self.calls.iter().map(|c| c.want).sum()
+    }
+
+    /// Requests parked that this exchange carries.
+    pub fn parked(&self) -> u64 {
+        self.parked
     }
 }
 
 /// What an exchange settled.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Settled {
-    /// Keys re-anchored.
+    /// Keys answered.
     pub keys: usize,
-    /// Keys whose call did not reach the store (kept for the next exchange).
+    /// Keys whose call did not reach the store, or whose answer did not come back.
     pub failed: usize,
+    /// Requests granted.
+    pub granted: u64,
 }
 
-/// The shared store's background half: collects the touched keys, makes each exchange's
-/// calls, and settles the answers. It does no I/O: the runtime (or a test) carries the calls
-/// to the store and back.
+/// A key the syncer keeps: its pace here and its lease's target.
+#[derive(Debug)]
+struct Held {
+    t: Touched,
+    /// Admissions here in the interval before the last tick (the target counts the last
+    /// two).
+    pace: u64,
+    target: u64,
+    /// What the call in flight carries (given back on a failure).
+    give: u64,
+    debt: u64,
+}
+
+/// The shared store's background half: collects the keys, makes each exchange's calls, and
+/// settles the answers. It does no I/O: the runtime (or a test) carries the calls to the
+/// store and back.
 #[derive(Debug)]
 pub struct Syncer {
     store: Arc<SharedStore>,
     rx: mpsc::Receiver<Touched>,
-    /// Keys touched and not yet reported.
-    pending: Vec<Touched>,
+    /// Keys with a pace or a lease here (kept until both are gone).
+    held: Vec<Held>,
+    /// Keys handed over since the last exchange.
+    incoming: Vec<Held>,
     /// The store was unreachable since the last complete exchange: the next exchange sends
-    /// each key's view as a floor rather than its hits.
+    /// each key's view as a floor rather than its debt.
     recovering: bool,
 }
 
@@ -473,83 +459,208 @@ impl Syncer {
 
     fn drain(&mut self) {
         while let Ok(t) = self.rx.try_recv() {
-            self.pending.push(t);
+            self.incoming.push(Held {
+                t,
+                pace: 0,
+                target: 0,
+                give: 0,
+                debt: 0,
+            });
         }
     }
 
-    /// Keys waiting to be reported.
+    /// Keys kept (with a pace, a lease, or something to say; a key handed over again since
+    /// the last tick counts twice until then).
     pub fn pending(&mut self) -> usize {
         self.drain();
-        self.pending.len()
+        self.held.len() + self.incoming.len()
     }
 
-    /// The calls of the next exchange, at `now` of the limiter's clock: each touched key's
-    /// hits, taken (a key is reported once however many times it was sent).
-    pub fn begin(&mut self, now: Nanos) -> Batch {
+    /// The calls of the next exchange, at `now` of the limiter's clock. `tick`: the exchange
+    /// of an interval (paces and targets are updated, leases beyond their target given back);
+    /// otherwise an urgent one, for requests parked.
+    pub fn begin(&mut self, now: Nanos, tick: bool) -> Batch {
         self.drain();
-        let now_us = now / 1000;
-        // A key can be pending more than once (sent again after a failed exchange). Pointers
-        // hash with foldhash: they are not the client's to choose.
-        let mut seen: HashSet<*const RateState, foldhash::fast::RandomState> =
-            HashSet::with_capacity_and_hasher(self.pending.len(), Default::default());
-        let n = self.pending.len();
         let mut batch = Batch {
             recovering: self.recovering,
-            entries: Vec::with_capacity(n),
-            taken: Vec::with_capacity(n),
-            calls: Vec::with_capacity(n),
+            ..Batch::default()
         };
-        // Drained in place: `pending` keeps its capacity for the next interval's keys.
-        let mut pending = std::mem::take(&mut self.pending);
-        for t in pending.drain(..) {
-            if !seen.insert(Arc::as_ptr(&t.state)) {
-                continue;
-            }
-            let hits = self.store.take(&t.state, now_us);
-            let (hits_sent, floor_us) = if self.recovering {
-                (0, self.store.ahead(&t.state, now_us))
-            } else {
-                (hits, 0)
-            };
-            if hits_sent == 0 && floor_us == 0 {
-                // Nothing to say: an idle view, or a key already reported.
-                continue;
-            }
-            batch.calls.push(Call {
-                id: t.id,
-                hits: hits_sent,
-                interval_us: t.rate.micros().interval,
-                floor_us,
-            });
-            batch.taken.push(hits);
-            batch.entries.push(t);
+        if tick {
+            self.held.append(&mut self.incoming);
+            self.tick(now, &mut batch);
+        } else {
+            self.urgent(&mut batch);
         }
-        self.pending = pending;
         batch
+    }
+
+    /// An urgent exchange: only the keys handed over since the last exchange (a request
+    /// parked, or a first admission since the tick), each asking for its parked requests, so
+    /// that its cost follows the requests that wait, not the keys held.
+    fn urgent(&mut self, batch: &mut Batch) {
+        let mut seen: HashSet<*const RateState, foldhash::fast::RandomState> =
+            HashSet::with_capacity_and_hasher(self.incoming.len(), Default::default());
+        for h in std::mem::take(&mut self.incoming) {
+            if !seen.insert(Arc::as_ptr(&h.t.state)) {
+                continue;
+            }
+            let state = &h.t.state;
+            let mask = if self.recovering {
+                WANT_MASK
+            } else {
+                WANT_MASK | DEBT_MASK
+            };
+            let taken = state.aux().fetch_and(!mask, Ordering::AcqRel);
+            let (parked, debt) = (want(taken), if self.recovering { 0 } else { debt(taken) });
+            if parked == 0 && debt == 0 {
+                self.held.push(h);
+                continue;
+            }
+            self.push_call(batch, h, parked, parked, 0, debt, 0);
+        }
+    }
+
+    /// A tick: every key held, its pace and target renewed, its lease topped up or given back.
+    fn tick(&mut self, now: Nanos, batch: &mut Batch) {
+        let now_us = now / 1000;
+        let fleet = u64::from(self.store.fleet().max(1));
+        // A key can be handed over more than once (every interval's first admission, a request
+        // parked); the first, which carries its pace, is kept, with the latest limit (a plan
+        // changed by an override or a reload). Pointers hash with foldhash: they are not the
+        // client's to choose.
+        let mut latest: HashMap<*const RateState, Rate, foldhash::fast::RandomState> =
+            HashMap::with_capacity_and_hasher(self.held.len(), Default::default());
+        for h in &self.held {
+            latest.insert(Arc::as_ptr(&h.t.state), h.t.rate);
+        }
+        let mut seen: HashSet<*const RateState, foldhash::fast::RandomState> =
+            HashSet::with_capacity_and_hasher(self.held.len(), Default::default());
+        let held = std::mem::take(&mut self.held);
+        let mut kept = Vec::with_capacity(held.len());
+        for mut h in held {
+            let ptr = Arc::as_ptr(&h.t.state);
+            if !seen.insert(ptr) {
+                continue;
+            }
+            if let Some(rate) = latest.get(&ptr) {
+                h.t.rate = *rate;
+            }
+            let state = &h.t.state;
+            let hits = state.tat().fetch_and(!HIT_MAX, Ordering::AcqRel) & HIT_MAX;
+            let pace = hits.max(h.pace);
+            h.pace = hits;
+            // One and a half intervals at the pace of the last two, at most `L / 20N`.
+            let cap = (u64::from(h.t.rate.limit()) / (20 * fleet)).max(1);
+            h.target = (pace * 3).div_ceil(2).min(cap);
+            let taken = state
+                .aux()
+                .fetch_and(!(WANT_MASK | DEBT_MASK), Ordering::AcqRel);
+            let parked = want(taken);
+            let owed = debt(taken);
+            // What the lease holds beyond its target goes back.
+            let mut give = 0;
+            let mut have = lease(taken);
+            if have > h.target {
+                let _ = state
+                    .aux()
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                        give = lease(a).saturating_sub(h.target);
+                        have = lease(a) - give;
+                        Some(a - give)
+                    });
+            }
+            let floor_us = if self.recovering {
+                unpack(state.tat().load(Ordering::Acquire))
+                    .0
+                    .saturating_sub(now_us)
+            } else {
+                0
+            };
+            // After an outage the floor carries what was admitted without the store.
+            let debt = if self.recovering { 0 } else { owed };
+            let ask = parked + h.target.saturating_sub(have);
+            if ask == 0 && give == 0 && debt == 0 && floor_us == 0 {
+                if h.pace > 0 || have > 0 {
+                    kept.push(h);
+                }
+                continue;
+            }
+            self.push_call(batch, h, ask, parked, give, debt, floor_us);
+        }
+        self.held.append(&mut kept);
+    }
+
+    /// Add `h`'s call to `batch`.
+    #[allow(clippy::too_many_arguments)]
+    fn push_call(
+        &self,
+        batch: &mut Batch,
+        mut h: Held,
+        want: u64,
+        parked: u64,
+        give: u64,
+        debt: u64,
+        floor_us: u64,
+    ) {
+        batch.parked += parked;
+        batch.calls.push(Call {
+            id: h.t.id,
+            want,
+            give,
+            debt,
+            interval_us: h.t.rate.micros().interval,
+            limit: u64::from(h.t.rate.limit()),
+            floor_us,
+        });
+        h.give = give;
+        h.debt = debt;
+        batch.entries.push(h);
     }
 
     /// Settle `batch` with an answer per call (`None`, or none at all past the end of
     /// `replies`: it did not reach the store, or its answer did not come back): answered keys
-    /// are re-anchored at `now`; the others get their hits back and are kept for the next
-    /// exchange. A call that reached the store but whose answer was lost is counted again
-    /// next time: the error is toward refusing, never toward admitting.
+    /// get their grant and a new view; the others get their debt back for the next exchange.
+    /// A lost answer's grant and give-back are not restored: whether the store applied them
+    /// is unknown, and the error must be toward refusing, never toward admitting.
     pub fn finish(&mut self, batch: Batch, replies: &[Option<Reply>], now: Nanos) -> Settled {
         let now_us = now / 1000;
         let mut settled = Settled::default();
-        for (i, (t, hits)) in batch.entries.into_iter().zip(batch.taken).enumerate() {
+        for (i, h) in batch.entries.into_iter().enumerate() {
+            let state = &h.t.state;
             match replies.get(i).copied().flatten() {
                 Some(reply) => {
-                    let reported = if batch.recovering { 0 } else { hits };
-                    self.store
-                        .anchor(&t.state, &t.rate, now_us, reply, reported);
+                    let _ = state
+                        .aux()
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                            let l = (lease(a) + reply.granted).min(LEASE_MAX);
+                            Some(a - lease(a) + l)
+                        });
+                    let _ = state
+                        .tat()
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                            Some(pack(now_us + reply.ahead_us, unpack(w).1))
+                        });
                     settled.keys += 1;
+                    settled.granted += reply.granted;
                 }
                 None => {
-                    self.store.restore(&t.state, hits);
-                    self.pending.push(t);
+                    let d = h.debt;
+                    let _ = state
+                        .aux()
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                            Some(
+                                a - (debt(a) << DEBT_SHIFT)
+                                    + ((debt(a) + d).min(FIELD_MAX) << DEBT_SHIFT),
+                            )
+                        });
                     settled.failed += 1;
                 }
             }
+            self.held.push(Held {
+                give: 0,
+                debt: 0,
+                ..h
+            });
         }
         if settled.failed == 0 && batch.recovering {
             self.recovering = false;
@@ -568,19 +679,24 @@ impl Syncer {
         (was != up).then_some(up)
     }
 
-    /// While no exchange is tried (the store is down and the breaker open): keys whose view has
-    /// drained are dropped (a later admission sends them again), so what is kept is bounded by
-    /// the keys active within a window.
+    /// While no exchange is tried (the store is down and the breaker open): keys with neither
+    /// a lease nor a view ahead of `now` are dropped (a later admission hands them over
+    /// again), so what is kept is bounded by the keys active within a window.
     pub fn hold(&mut self, now: Nanos) {
         self.drain();
+        self.held.append(&mut self.incoming);
         let now_us = now / 1000;
-        let store = &self.store;
-        self.pending.retain(|t| {
-            if store.ahead(&t.state, now_us) > 0 {
+        self.held.retain(|h| {
+            let state = &h.t.state;
+            if unpack(state.tat().load(Ordering::Acquire)).0 > now_us
+                || lease(state.aux().load(Ordering::Acquire)) > 0
+            {
                 return true;
             }
-            store.take(&t.state, now_us);
-            store.restore(&t.state, 0);
+            state.tat().fetch_and(!HIT_MAX, Ordering::AcqRel);
+            state
+                .aux()
+                .fetch_and(!(WANT_MASK | DEBT_MASK), Ordering::AcqRel);
             false
         });
     }
@@ -613,6 +729,14 @@ mod tests {
         Digest([n; 32])
     }
 
+    fn reply(granted: u64, ahead_us: u64) -> Option<Reply> {
+        Some(Reply { granted, ahead_us })
+    }
+
+    fn lease_of(s: &RateState) -> u64 {
+        lease(s.aux().load(Ordering::Relaxed))
+    }
+
     #[test]
     fn store_names_hold_neither_the_key_nor_its_digest() {
         let key = "sk_live_secret";
@@ -627,195 +751,241 @@ mod tests {
     }
 
     #[test]
-    fn the_packed_word_holds_a_view_and_a_count() {
+    fn the_packed_words_hold_a_view_a_count_and_a_lease() {
         let w = pack(123_456_789, 42);
         assert_eq!(unpack(w), (123_456_789, 42));
         assert_eq!(
             unpack(pack((1 << 48) - 1, HIT_MAX)),
             ((1 << 48) - 1, HIT_MAX)
         );
+        let aux = 7 | (3 << WANT_SHIFT) | (FIELD_MAX << DEBT_SHIFT);
+        assert_eq!((lease(aux), want(aux), debt(aux)), (7, 3, FIELD_MAX));
+        assert_eq!(lease(LEASE_MAX | WANT_MASK | DEBT_MASK), LEASE_MAX);
     }
 
     #[test]
-    fn a_cold_key_is_capped_until_it_is_reconciled() {
+    fn a_key_without_a_lease_parks_and_the_answer_decides_it() {
         let (store, mut syncer) = SharedStore::new(timing());
         store.set_fleet(3);
-        let r = rate(1000); // T = 10 ms; cap = max(1000 / 60, 100 ms / 10 ms) = 16
+        let r = rate(40); // T = 250 ms
         let s = Arc::<RateState>::default();
-        let admitted = (0..100)
-            .filter(|_| store.acquire(&id(1), &s, &r, 5 * SEC).is_ok())
-            .count();
-        assert_eq!(admitted, 16);
-        // Each of them cost N = 3 intervals.
-        assert_eq!(
-            unpack(s.tat().load(Ordering::Relaxed)).0,
-            5_000_000 + 16 * 3 * 10_000
-        );
-        // Reconciled: the store counted 16 hits, one replica.
-        let batch = syncer.begin(5 * SEC);
-        assert_eq!(batch.calls.len(), 1);
-        assert_eq!(batch.calls[0].hits, 16);
-        assert_eq!(batch.calls[0].interval_us, 10_000);
-        let settled = syncer.finish(
-            batch,
-            &[Some(Reply {
-                ahead_us: 160_000,
-                replicas: 1,
-                others_recent: 0,
-            })],
-            5 * SEC,
-        );
-        assert_eq!(settled.keys, 1);
-        // Warming (the first answer after a cold spell): the view holds the fleet's budget,
-        // but the others' first reports may have been on their way: N = 3 a request and the
-        // cap again, until the next answer.
-        let warming = (0..2000)
-            .filter(|_| store.acquire(&id(1), &s, &r, 5 * SEC).is_ok())
-            .count();
-        assert_eq!(warming, 16);
-        assert_eq!(
-            unpack(s.tat().load(Ordering::Relaxed)).0,
-            5_000_000 + 160_000 + 16 * 3 * 10_000
-        );
-        // The next answer: alone on the key, cost 1; the rest of the budget.
-        let batch = syncer.begin(5 * SEC);
-        assert_eq!(batch.calls[0].hits, 16);
-        syncer.finish(
-            batch,
-            &[Some(Reply {
-                ahead_us: 32 * 10_000,
-                replicas: 1,
-                others_recent: 0,
-            })],
-            5 * SEC,
-        );
-        let more = (0..2000)
-            .filter(|_| store.acquire(&id(1), &s, &r, 5 * SEC).is_ok())
-            .count();
-        assert_eq!(more, 1000 - 32);
-    }
-
-    #[test]
-    fn a_fresh_key_charges_each_admission_by_the_replicas_on_it() {
-        let (store, mut syncer) = SharedStore::new(timing());
-        let r = rate(90); // T = 111,112 µs
-        let s = Arc::<RateState>::default();
-        // Two answers: the first after a cold spell only warms the key up.
-        for _ in 0..2 {
-            store.acquire(&id(1), &s, &r, SEC).unwrap();
-            let batch = syncer.begin(SEC);
-            syncer.finish(
-                batch,
-                &[Some(Reply {
-                    ahead_us: 111_112,
-                    replicas: 3,
-                    others_recent: 0,
-                })],
-                SEC,
-            );
-        }
-        // 89 left in the fleet; this replica, one of three, gets a third of them until the
-        // next exchange.
-        let here = (0..100)
-            .filter(|_| store.acquire(&id(1), &s, &r, SEC).is_ok())
-            .count();
-        assert_eq!(here, 29);
-    }
-
-    #[test]
-    fn hits_admitted_while_an_exchange_is_on_its_way_stay_in_the_view() {
-        let (store, mut syncer) = SharedStore::new(timing());
-        let r = rate(100); // T = 100 ms
-        let s = Arc::<RateState>::default();
+        // Three requests, no lease: each waits for the store, none is admitted on a guess.
         for _ in 0..3 {
-            store.acquire(&id(1), &s, &r, SEC).unwrap();
+            let d = store.acquire(&id(1), &s, &r, SEC).unwrap_err();
+            assert!(d.unsettled);
         }
-        let batch = syncer.begin(SEC);
-        assert_eq!(batch.hits(), 3);
-        // Two more before the answer, which counts the three only.
-        syncer.set_up(true);
-        for _ in 0..2 {
-            store.acquire(&id(1), &s, &r, SEC).unwrap();
-        }
-        syncer.finish(
-            batch,
-            &[Some(Reply {
-                ahead_us: 300_000,
-                replicas: 2,
-                others_recent: 0,
-            })],
-            SEC + MS,
+        let batch = syncer.begin(SEC, false);
+        assert_eq!((batch.calls.len(), batch.parked()), (1, 3));
+        assert_eq!(
+            (
+                batch.calls[0].want,
+                batch.calls[0].limit,
+                batch.calls[0].interval_us
+            ),
+            (3, 40, 250_000)
         );
-        let (view, hits) = unpack(s.tat().load(Ordering::Relaxed));
-        assert_eq!(hits, 2);
-        // The answer, the lag allowance (the other replica taken to admit as this one did:
-        // 3 intervals), and the two in flight at n = 2.
-        assert_eq!(view, 1_001_000 + 300_000 + 3 * 100_000 + 2 * 2 * 100_000);
-        // And those two go with the next exchange.
-        let next = syncer.begin(SEC + 2 * MS);
-        assert_eq!(next.calls.len(), 1);
-        assert_eq!(next.calls[0].hits, 2);
+        // Granted: the three take the lease, a fourth parks again.
+        let settled = syncer.finish(batch, &[reply(3, 750_000)], SEC);
+        assert_eq!((settled.keys, settled.granted), (1, 3));
+        for left in (0..3).rev() {
+            let q = store.acquire(&id(1), &s, &r, SEC).unwrap();
+            assert_eq!(q.remaining, 37 + left);
+        }
+        assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
+        // The store had no room: refused, and until the view says there is room again, no
+        // request parks (a spent key costs the store nothing).
+        let batch = syncer.begin(SEC, false);
+        assert_eq!(batch.calls[0].want, 1);
+        syncer.finish(batch, &[reply(0, 10_000_000)], SEC);
+        let d = store.acquire(&id(1), &s, &r, SEC).unwrap_err();
+        assert!(!d.unsettled);
+        assert_eq!(d.retry_after_secs, 1);
+        let d = store.acquire(&id(1), &s, &r, SEC + 200 * MS).unwrap_err();
+        assert!(!d.unsettled, "still within the view's spent budget");
+        assert!(
+            store
+                .acquire(&id(1), &s, &r, SEC + 250 * MS)
+                .unwrap_err()
+                .unsettled
+        );
     }
 
     #[test]
-    fn a_failed_exchange_gives_the_hits_back_and_the_next_sends_the_view_as_a_floor() {
+    fn a_key_with_a_pace_keeps_a_lease_and_never_parks_and_gives_it_back_when_idle() {
+        let (store, mut syncer) = SharedStore::new(timing());
+        store.set_fleet(1);
+        let r = rate(1000); // T = 10 ms; the target's cap is L / 20N = 50
+        let s = Arc::<RateState>::default();
+        assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
+        let batch = syncer.begin(SEC, false);
+        syncer.finish(batch, &[reply(1, 10_000)], SEC);
+        store.acquire(&id(1), &s, &r, SEC).unwrap();
+        // A tick: one admission in the interval, a target of 2 (one and a half, rounded up).
+        let batch = syncer.begin(SEC + 100 * MS, true);
+        assert_eq!((batch.calls[0].want, batch.calls[0].give), (2, 0));
+        syncer.finish(batch, &[reply(2, 20_000)], SEC + 100 * MS);
+        assert_eq!(lease_of(&s), 2);
+        // Two in the next interval: taken from the lease, no wait.
+        for _ in 0..2 {
+            store.acquire(&id(1), &s, &r, SEC + 150 * MS).unwrap();
+        }
+        let batch = syncer.begin(SEC + 200 * MS, true);
+        assert_eq!(batch.calls[0].want, 3, "the pace is now 2: a target of 3");
+        syncer.finish(batch, &[reply(3, 30_000)], SEC + 200 * MS);
+        // Quiet: the target follows the last two intervals' pace (2, then 0: 3), then 0.
+        let batch = syncer.begin(SEC + 300 * MS, true);
+        assert!(batch.is_empty(), "{batch:?}");
+        syncer.finish(batch, &[], SEC + 300 * MS);
+        let batch = syncer.begin(SEC + 400 * MS, true);
+        assert_eq!((batch.calls[0].want, batch.calls[0].give), (0, 3));
+        syncer.finish(batch, &[reply(0, 0)], SEC + 400 * MS);
+        assert_eq!(lease_of(&s), 0);
+        // Nothing left to say: the key is dropped.
+        let batch = syncer.begin(SEC + 500 * MS, true);
+        assert!(batch.is_empty());
+        assert_eq!(syncer.pending(), 0);
+    }
+
+    #[test]
+    fn a_lease_target_is_capped_at_a_twentieth_of_the_limit_per_replica() {
         let (store, mut syncer) = SharedStore::new(timing());
         store.set_fleet(2);
-        let r = rate(100); // T = 100 ms; cold cap max(100 / 40, 1) = 2
+        let r = rate(1000); // cap: 1000 / 40 = 25
         let s = Arc::<RateState>::default();
-        for _ in 0..2 {
-            store.acquire(&id(1), &s, &r, SEC).unwrap();
+        assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
+        let batch = syncer.begin(SEC, false);
+        syncer.finish(batch, &[reply(1, 0)], SEC);
+        store.acquire(&id(1), &s, &r, SEC).unwrap();
+        let batch = syncer.begin(SEC, false);
+        assert!(
+            batch.is_empty(),
+            "an urgent exchange sends only what is parked"
+        );
+        syncer.finish(batch, &[], SEC);
+        // 100 parked at once: all asked for, and the target on top at the tick.
+        for _ in 0..100 {
+            assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
         }
-        let batch = syncer.begin(SEC);
+        let batch = syncer.begin(SEC + 100 * MS, true);
+        assert_eq!(batch.calls[0].want, 100 + 2);
+        syncer.finish(batch, &[reply(102, 0)], SEC + 100 * MS);
+        for _ in 0..100 {
+            store.acquire(&id(1), &s, &r, SEC + 100 * MS).unwrap();
+        }
+        let batch = syncer.begin(SEC + 200 * MS, true);
+        assert_eq!(
+            batch.calls[0].want,
+            25 - 2,
+            "topped up to the cap, not to 150"
+        );
+    }
+
+    #[test]
+    fn a_key_whose_plan_changes_asks_with_its_new_limit() {
+        let (store, mut syncer) = SharedStore::new(timing());
+        store.set_fleet(1);
+        let (basic, standard) = (rate(40), rate(70));
+        let s = Arc::<RateState>::default();
+        assert!(
+            store
+                .acquire(&id(1), &s, &basic, SEC)
+                .unwrap_err()
+                .unsettled
+        );
+        let batch = syncer.begin(SEC, false);
+        syncer.finish(batch, &[reply(1, 250_000)], SEC);
+        store.acquire(&id(1), &s, &basic, SEC).unwrap();
+        let batch = syncer.begin(SEC + 100 * MS, true);
+        assert_eq!((batch.calls[0].want, batch.calls[0].limit), (2, 40));
+        syncer.finish(batch, &[reply(2, 750_000)], SEC + 100 * MS);
+        // Upgraded (an override, or a reload): the interval's first admission hands the key
+        // over with its new limit, and the next tick asks with it.
+        store
+            .acquire(&id(1), &s, &standard, SEC + 150 * MS)
+            .unwrap();
+        let batch = syncer.begin(SEC + 200 * MS, true);
+        assert_eq!(
+            (batch.calls[0].limit, batch.calls[0].interval_us),
+            (70, standard.micros().interval)
+        );
+    }
+
+    #[test]
+    fn no_answer_in_time_decides_on_limit_over_n_and_owes_it_to_the_store() {
+        let (store, mut syncer) = SharedStore::new(timing());
+        store.set_fleet(2);
+        let r = rate(100); // T = 100 ms; L / N = 50
+        let s = Arc::<RateState>::default();
+        assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
+        // The wait ran out: decided now, at N × T.
+        let admitted = (0..100)
+            .filter(|_| store.acquire_now(&id(1), &s, &r, SEC).is_ok())
+            .count();
+        assert_eq!(admitted, 50);
+        // The next exchange carries the debt (and the request still parked).
+        let batch = syncer.begin(SEC, false);
+        assert_eq!((batch.calls[0].want, batch.calls[0].debt), (1, 50));
+        // Lost: the debt is kept for the next tick (with the lease's target for the pace, 50
+        // in the interval, capped at L / 20N = 2); the grant, unknown, is not assumed.
+        assert_eq!(syncer.finish(batch, &[None], SEC).failed, 1);
+        assert!(
+            syncer.begin(SEC, false).is_empty(),
+            "urgent: nothing parked"
+        );
+        let batch = syncer.begin(SEC + 100 * MS, true);
+        assert_eq!((batch.calls[0].want, batch.calls[0].debt), (2, 50));
+    }
+
+    #[test]
+    fn with_the_store_down_each_replica_enforces_its_share_and_sends_a_floor_after() {
+        let (store, mut syncer) = SharedStore::new(timing());
+        store.set_fleet(2);
+        let r = rate(100);
+        let s = Arc::<RateState>::default();
+        assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
+        let batch = syncer.begin(SEC, false);
         assert_eq!(syncer.finish(batch, &[], SEC).failed, 1);
         assert_eq!(syncer.set_up(false), Some(false));
-        assert_eq!(unpack(s.tat().load(Ordering::Relaxed)).1, 2);
-        // Degraded: L / N = 50 here, no cap.
+        // Degraded: L / N = 50 here, no waiting.
         let down = (0..100)
             .filter(|_| store.acquire(&id(1), &s, &r, SEC).is_ok())
             .count();
-        assert_eq!(down, 50 - 2);
-        // Back: the view (a full window ahead: 50 admissions at cost 2) is the floor.
-        let batch = syncer.begin(SEC);
+        assert_eq!(down, 50);
+        // Back: the view (a full window ahead: 50 admissions at cost 2) is the floor, and the
+        // debt is not sent as well.
+        let batch = syncer.begin(SEC, true);
         assert_eq!(batch.calls.len(), 1);
-        assert_eq!(batch.calls[0].hits, 0);
-        assert_eq!(batch.calls[0].floor_us, 10 * 1_000_000);
-        syncer.finish(
-            batch,
-            &[Some(Reply {
-                ahead_us: 10_000_000,
-                replicas: 1,
-                others_recent: 0,
-            })],
-            SEC,
+        assert_eq!(
+            (batch.calls[0].floor_us, batch.calls[0].debt),
+            (10 * 1_000_000, 0)
         );
+        syncer.finish(batch, &[reply(0, 10_000_000)], SEC);
         assert_eq!(syncer.set_up(true), Some(true));
-        // Recovered: later exchanges send hits again.
+        // Recovered: later admissions park again, and exchanges send no floor.
         let later = 11 * SEC;
-        store.acquire(&id(1), &s, &r, later).unwrap();
-        let batch = syncer.begin(later);
-        assert_eq!((batch.calls[0].hits, batch.calls[0].floor_us), (1, 0));
+        assert!(store.acquire(&id(1), &s, &r, later).unwrap_err().unsettled);
+        let batch = syncer.begin(later, false);
+        assert_eq!((batch.calls[0].want, batch.calls[0].floor_us), (1, 0));
     }
 
     #[test]
-    fn a_key_is_sent_once_per_exchange_and_drained_keys_are_dropped_while_down() {
+    fn drained_keys_are_dropped_while_the_store_is_down() {
         let (store, mut syncer) = SharedStore::new(timing());
-        let r = rate(100); // T = 100 ms; cold cap max(100 / 20, 1) = 5
+        store.set_fleet(1);
+        let r = rate(100);
         let (a, b) = (Arc::<RateState>::default(), Arc::<RateState>::default());
-        let admitted = (0..10)
-            .filter(|_| store.acquire(&id(1), &a, &r, SEC).is_ok())
-            .count();
-        assert_eq!(admitted, 5);
+        syncer.set_up(false);
+        for _ in 0..5 {
+            store.acquire(&id(1), &a, &r, SEC).unwrap();
+        }
         store.acquire(&id(2), &b, &r, SEC).unwrap();
         assert_eq!(syncer.pending(), 2);
-        syncer.set_up(false);
         // a's view is 500 ms ahead, b's 100 ms: at 1.2 s only a still has something to say.
         syncer.hold(SEC + 200 * MS);
         assert_eq!(syncer.pending(), 1);
         syncer.hold(3 * SEC);
         assert_eq!(syncer.pending(), 0);
-        // Its hits went with it, so its next admission sends it again.
-        assert_eq!(unpack(a.tat().load(Ordering::Relaxed)).1, 0);
+        // Its count went with it, so its next admission hands it over again.
         store.acquire(&id(1), &a, &r, 3 * SEC).unwrap();
         assert_eq!(syncer.pending(), 1);
     }

@@ -7,13 +7,10 @@ use std::collections::HashMap;
 use super::{Call, Reply};
 use crate::digest::Digest;
 
-/// One budget entry: the fleet's TAT (µs of the store's clock) and, per replica, when it last
-/// reported the key (ms).
-#[derive(Debug, Default, Clone)]
+/// One budget entry: the fleet's TAT (µs of the store's clock) and when it expires (ms).
+#[derive(Debug, Default, Clone, Copy)]
 struct Entry {
     tat: u64,
-    /// Replica → (when it last reported, in ms; the hits of that report).
-    replicas: HashMap<u64, (u64, u64)>,
     expires_ms: u64,
 }
 
@@ -32,40 +29,28 @@ impl Model {
         Self::default()
     }
 
-    /// The budget script: `tat = max(tat, now, now + floor) + hits × interval`; note the
-    /// replica and its hits; count the replicas that reported within `horizon_ms` and forget
-    /// the others; sum the hits the others reported within `recent_ms`; the entry expires
-    /// `horizon_ms` after its TAT.
-    pub fn budget(
-        &mut self,
-        now_us: u64,
-        call: &Call,
-        replica: u64,
-        horizon_ms: u64,
-        recent_ms: u64,
-    ) -> Reply {
+    /// The budget script: `tat = max(tat, now, now + floor) + debt × T`; `tat = max(now, tat −
+    /// give × T)`; grant `g = min(want, ⌊(now + L·T − tat) / T⌋)` and `tat += g × T`; the
+    /// entry expires `horizon_ms` after its TAT.
+    pub fn budget(&mut self, now_us: u64, call: &Call, horizon_ms: u64) -> Reply {
         let now_ms = now_us / 1000;
         let e = self.budgets.entry(call.id).or_default();
         if e.expires_ms != 0 && now_ms >= e.expires_ms {
             *e = Entry::default();
         }
+        let t = call.interval_us.max(1);
         let mut tat = e.tat.max(now_us).max(now_us + call.floor_us);
-        tat += call.hits * call.interval_us;
+        tat += call.debt * t;
+        tat = tat.saturating_sub(call.give * t).max(now_us);
+        let room = (now_us + call.limit * t).saturating_sub(tat) / t;
+        let granted = call.want.min(room);
+        tat += granted * t;
         e.tat = tat;
-        e.replicas.insert(replica, (now_ms, call.hits));
-        e.replicas.retain(|_, (at, _)| *at + horizon_ms >= now_ms);
-        let others_recent = e
-            .replicas
-            .iter()
-            .filter(|(r, (at, _))| **r != replica && *at + recent_ms >= now_ms)
-            .map(|(_, (_, h))| h)
-            .sum();
         let ahead = tat - now_us;
         e.expires_ms = now_ms + ahead.div_ceil(1000) + horizon_ms;
         Reply {
+            granted,
             ahead_us: ahead,
-            replicas: e.replicas.len() as u32,
-            others_recent,
         }
     }
 
