@@ -184,11 +184,11 @@ fn fleet_demo_keeps_its_promise_and_leaves_nothing_running() {
         let last = out.lines().last().unwrap_or_default();
         let (passed, promised) = last
             .strip_prefix("passed ")
-            .and_then(|l| l.split_once(" of 60, as promised (at most "))
+            .and_then(|l| l.split_once(" of 60, as promised (at least 40, at most "))
             .and_then(|(p, m)| Some((p.parse::<u32>().ok()?, m.strip_suffix(')')?)))
             .and_then(|(p, m)| Some((p, m.parse::<u32>().ok()?)))
             .unwrap_or_else(|| panic!("no promise line at the end: {ctx}"));
-        assert!(passed <= promised, "{ctx}");
+        assert!((40..=promised).contains(&passed), "{ctx}");
         // The ceiling is 40 and what refills during the burst, and 4; that is below 60 as
         // long as the burst takes less than 4 s: sharing shows.
         assert!(promised < 60, "a burst too slow to show sharing: {ctx}");
