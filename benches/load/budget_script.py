@@ -8,11 +8,13 @@
 Starts a redis-server of its own on a free port of 127.0.0.1 (pinned to CPU 1 when there are two,
 the client to CPU 0), loads the budget script (src/shared/budget.lua), and sends what one replica's
 exchanges send: `--keys` budget names (as the gateway names them: a prefix and 32 hex digits),
-`--batch` keys per EVALSHA, every call of a round in one pipeline, one hit per key per round, for
-`--rounds` rounds. Prints Redis's CPU time (utime + stime from /proc, all its threads) per key
-reported. Both argument layouts are understood: a script that unpacks its numbers with
-`struct.unpack` gets them packed (three little-endian 64-bit words a key), an older one gets
-three arguments a key.
+`--batch` keys per EVALSHA, every call of a round in one pipeline, one request per key per round
+(a hit, or with leases one request asked for), for `--rounds` rounds. Prints Redis's CPU time
+(utime + stime from /proc, all its threads) per key reported. Three argument layouts are
+understood: the lease script (`ARGV[1]` the horizon, `ARGV[2]` six little-endian 64-bit words a
+key: want, give, debt, interval, limit, floor), the packed view script before it (replica,
+horizon, recent, then three words a key: hits, interval, floor), and an older one with three
+arguments a key.
 """
 
 import argparse
@@ -93,6 +95,7 @@ def main():
     a = ap.parse_args()
     lua = script_of(a.rev)
     packed = "struct.unpack" in lua
+    leases = "'<I8I8I8I8I8I8'" in lua
     two = (os.cpu_count() or 1) >= 2
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -120,6 +123,12 @@ def main():
             calls = []
             for at in range(0, a.keys, a.batch):
                 keys = names[at:at + a.batch]
+                if leases:
+                    args = ["EVALSHA", sha, len(keys)] + keys + [10000]
+                    args.append(struct.pack("<%dQ" % (6 * len(keys)),
+                                            *([1, 0, 0, 66667, 150, 0] * len(keys))))
+                    calls.append(resp(*args))
+                    continue
                 args = ["EVALSHA", sha, len(keys)] + keys + ["0123456789abcdef", 10000, 200]
                 if packed:
                     args.append(struct.pack("<%dQ" % (3 * len(keys)), *([1, 66667, 0] * len(keys))))
@@ -141,7 +150,7 @@ def main():
     tck = os.sysconf("SC_CLK_TCK")
     per_key = (c1 - c0) / tck * 1e6 / (a.rounds * a.keys)
     print("script: %s (%s arguments); %d keys, %d per call, %d rounds in %.2f s"
-          % (a.rev or "working tree", "packed" if packed else "per-key", a.keys, a.batch, a.rounds, t1 - t0))
+          % (a.rev or "working tree", "leases" if leases else "packed" if packed else "per-key", a.keys, a.batch, a.rounds, t1 - t0))
     print("redis CPU per key reported: %.2f µs" % per_key)
 
 
