@@ -53,6 +53,7 @@ use crate::clock::Clock;
 use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::limit::shared::fleet_key;
+use crate::limit::shared::Batch;
 use crate::limit::{SharedStore, Syncer, Timing};
 use crate::redis::{Client, Lua};
 use crate::runtime::metrics::Metrics;
@@ -135,18 +136,32 @@ impl BudgetSync {
 
     /// One round: connect if needed, exchange, settle, and wake the requests parked for it.
     /// `tick`: the interval's round (with the heartbeat); otherwise an urgent one, for
-    /// requests parked. Whether it succeeded.
-    async fn round(&self, client: &mut Option<Client>, tick: bool) -> bool {
+    /// requests parked. Whether it succeeded; `None` for an urgent round with nothing to
+    /// send (its requests were decided by an earlier answer), which says nothing of the store.
+    async fn round(&self, client: &mut Option<Client>, tick: bool) -> Option<bool> {
         let number = self.settling.begun.fetch_add(1, Ordering::AcqRel) + 1;
         let ok = self.exchange_round(client, tick).await;
         self.settling.done.send_replace(number);
         ok
     }
 
-    async fn exchange_round(&self, client: &mut Option<Client>, tick: bool) -> bool {
+    async fn exchange_round(&self, client: &mut Option<Client>, tick: bool) -> Option<bool> {
         let started = std::time::Instant::now();
         let batch = self.syncer().begin(self.clock.now(), tick);
+        if !tick && batch.is_empty() {
+            return None;
+        }
         self.metrics.parked.inc_by(batch.parked());
+        Some(self.exchange_batch(client, tick, batch, started).await)
+    }
+
+    async fn exchange_batch(
+        &self,
+        client: &mut Option<Client>,
+        tick: bool,
+        batch: Batch,
+        started: std::time::Instant,
+    ) -> bool {
         if client.is_none() {
             match crate::redis::connect(&self.cfg).await {
                 Ok(c) => *client = Some(c),
@@ -156,10 +171,6 @@ impl BudgetSync {
         let Some(c) = client.as_ref() else {
             return false;
         };
-        if !tick && batch.is_empty() {
-            // Nothing parked after all (decided by an earlier answer).
-            return self.settle(batch, Ok(None), &[], started);
-        }
         let (outcome, replies) = self.exchange(c, &batch.calls, tick).await;
         let ok = self.settle(batch, outcome, &replies, started);
         if !ok {
@@ -187,15 +198,23 @@ impl BackgroundService for BudgetSync {
                 _ = self.settling.urgent.notified() => false,
                 _ = shutdown.changed() => break,
             };
+            if !ticked && !self.store.is_up() {
+                // Down: the ticks try the store again. A request that parked just before the
+                // store went down is woken to decide on `limit / N`.
+                self.settling.pass();
+                continue;
+            }
             if tokio::time::Instant::now() < next_try {
                 // The breaker is open: no call (requests decide on `limit / N` and do not
                 // park); keep only keys with something to say.
-                if ticked {
-                    self.syncer().hold(self.clock.now());
-                }
+                self.syncer().hold(self.clock.now());
+                self.settling.pass();
                 continue;
             }
-            if self.round(&mut client, ticked).await {
+            let Some(ok) = self.round(&mut client, ticked).await else {
+                continue;
+            };
+            if ok {
                 failures = 0;
             } else {
                 failures = failures.saturating_add(1);
@@ -209,7 +228,7 @@ impl BackgroundService for BudgetSync {
         }
         // Leaving: report what was admitted since the last exchange, if the store answers.
         if failures == 0 && client.is_some() {
-            self.round(&mut client, true).await;
+            let _ = self.round(&mut client, true).await;
         }
     }
 }
@@ -228,6 +247,12 @@ pub struct Settling {
 }
 
 impl Settling {
+    /// A round that sends nothing: the requests waiting are woken to decide again.
+    fn pass(&self) {
+        let number = self.begun.fetch_add(1, Ordering::AcqRel) + 1;
+        self.done.send_replace(number);
+    }
+
     /// The longest a request waits (`cluster.timeout_ms`).
     pub fn timeout(&self) -> Duration {
         self.timeout

@@ -569,6 +569,8 @@ fn check(replicas: usize) {
     // Under one process from idle: bursts within 5 ms, and bursts spread over 300 ms.
     let (mut worst_cold, mut worst_spread, mut worst_under) = (0f64, 0f64, 0f64);
     let (mut parks, mut requests, mut admitted, mut calls, mut timeouts) = (0, 0, 0, 0, 0);
+    // The same at 90 % evenly: a client within its limit.
+    let (mut steady_parks, mut steady_requests, mut steady_calls) = (0, 0, 0);
     let mut waits = Vec::new();
     for case in cases(replicas) {
         let mut out = run(&case);
@@ -596,6 +598,11 @@ fn check(replicas: usize) {
             && (excess * 20 >= i64::from(case.limit) || short >= 0.05)
         {
             eprintln!("{case:?}: excess {excess}, from idle {short:.3} under");
+        }
+        if matches!(case.load, Load::Paced(f) if f < 1.0) {
+            steady_parks += out.parks;
+            steady_requests += out.fleet.len() + out.fleet_refused;
+            steady_calls += out.calls;
         }
         parks += out.parks;
         timeouts += out.timeouts;
@@ -627,7 +634,7 @@ fn check(replicas: usize) {
         "a request waited out the timeout with the store up"
     );
     eprintln!(
-        "{replicas} replicas: worst window {:.1} % of the limit over one process; from idle, {:.1} % under it at worst ({:.1} % bursts within 5 ms, {:.1} % spread over 300 ms); worst long run {:.2} % off; {parks} of {requests} requests parked ({:.1} %), waits p50 {:.2} ms p99 {:.2} ms max {:.2} ms; {:.3} store calls per admitted request",
+        "{replicas} replicas: worst window {:.1} % of the limit over one process; from idle, {:.1} % under it at worst ({:.1} % bursts within 5 ms, {:.1} % spread over 300 ms); worst long run {:.2} % off; {parks} of {requests} requests parked ({:.1} %), waits p50 {:.2} ms p99 {:.2} ms max {:.2} ms; {:.3} store calls per admitted request; at 90 % evenly {:.1} % parked, {:.3} calls per admitted request",
         worst_share * 100.0,
         worst_under * 100.0,
         worst_cold * 100.0,
@@ -638,6 +645,8 @@ fn check(replicas: usize) {
         quantile_ms(&mut waits, 0.99),
         quantile_ms(&mut waits, 1.0),
         calls as f64 / admitted as f64,
+        steady_parks as f64 * 100.0 / steady_requests as f64,
+        steady_calls as f64 / steady_requests as f64,
     );
 }
 
