@@ -13,6 +13,11 @@
 #   TOLLGATE=/tmp/tollgate-before SETUPS="G" benches/load/instructions.sh
 #                                                # count another build of the gateway (an A/B of a
 #                                                # tuning step: the binary of the commit before)
+#   KEYS=10 KEY_PLAN=bench SETUPS="G Gc" benches/load/instructions.sh
+#                                                # hot keys: 10 keys in rotation (default 1000),
+#                                                # on the bench plan (1,000,000 per window; pro's
+#                                                # 150 per 10 s would refuse them), so that with
+#                                                # cluster on each keeps its lease and never parks
 #
 # Why: on this VM the wall-clock CPU µs per request of run.sh moves ±10 % between repetitions,
 # more than the 1 µs the P0/G goal is about. Callgrind counts the instructions the proxy runs
@@ -39,6 +44,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
 N=${N:-5000}
 W=${W:-1000}
+KEYS=${KEYS:-1000}
+KEY_PLAN=${KEY_PLAN:-pro}
 SETUPS=${SETUPS:-"P0 G P0v Gv"}
 OUT=${OUT:-$ROOT/target/instructions/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
@@ -58,8 +65,10 @@ trap on_exit_cleanup EXIT
 
 read -r D_PORT N1_PORT G_PORT G_ADMIN_PORT P0_PORT R_PORT < <(free_ports 6)
 [ -n "${R_PORT:-}" ] || die "no 6 free ports found"
-python3 "$HERE/gen.py" --dir "$TMP" --keys 1000 --d-port "$D_PORT" --n1-port "$N1_PORT" \
+python3 "$HERE/gen.py" --dir "$TMP" --keys "$KEYS" --d-port "$D_PORT" --n1-port "$N1_PORT" \
   --g-port "$G_PORT" --g-admin-port "$G_ADMIN_PORT"
+# The generated keys' plan (gen.py writes `plan: pro }` on each of their lines).
+[ "$KEY_PLAN" = pro ] || sed -i "s/, plan: pro }\$/, plan: $KEY_PLAN }/" "$TMP/tollgate.yaml"
 "$NGINX" -p "$TMP/nginx-d" -c "$TMP/nginx-d/nginx.conf" -e "$TMP/nginx-d/error.log" \
   -g 'daemon off;' >"$OUT/nginx.out" 2>&1 &
 PIDS+=($!)
@@ -85,11 +94,11 @@ esac
 # client.py PORT PATH BODY_FILE W N CTL: W warm-up requests, then `CTL on`, N requests, `CTL off`.
 cat > "$TMP/client.py" <<'EOF'
 import socket, subprocess, sys, time
-port, path, body_file, warm, n, pid = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+port, path, body_file, warm, n, pid, keys = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
 body = open(body_file, "rb").read()
 def req(i):
     return (b"POST %s HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer bench-key-%05d\r\n"
-            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (path.encode(), i % 1000, len(body))) + body
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (path.encode(), i % keys, len(body))) + body
 def connect():
     for _ in range(300):
         try:
@@ -160,7 +169,7 @@ for s in $SETUPS; do
   TOLLGATE_LOG=warn valgrind --tool=callgrind --instr-atstart=no --separate-threads="$threads" \
     --callgrind-out-file="$OUT/callgrind.$s.%p" "${cmd[@]}" >"$OUT/$s.out" 2>&1 &
   pid=$!
-  python3 "$TMP/client.py" "$port" "$(cat "$TMP/path-$route")" "$TMP/body-$route.json" "$W" "$N" "$pid"
+  python3 "$TMP/client.py" "$port" "$(cat "$TMP/path-$route")" "$TMP/body-$route.json" "$W" "$N" "$pid" "$KEYS"
   kill -INT "$pid"; wait "$pid" 2>/dev/null || true
   if [ "$threads" = no ]; then
     dumps=("$OUT"/callgrind."$s".*.1)
