@@ -24,7 +24,8 @@ pub struct Cluster {
     pub key_prefix: String,
     /// How often each replica exchanges its budgets with Redis (`cluster.sync_interval_ms`).
     pub sync_interval: Duration,
-    /// The longest one exchange with Redis may take (connect, or answer).
+    /// The longest one exchange with Redis may take (connect, or answer), and the longest a
+    /// request whose key has no lease on this replica waits for one.
     pub timeout: Duration,
 }
 

@@ -22,26 +22,28 @@
 //!    view, each admission charging `N × T`; what is admitted so is sent to the store later
 //!    (as a *debt* of requests, or after an outage as the view's distance ahead, a *floor*).
 //!
-//! The [`Syncer`] reconciles in the background. Every `sync_interval` (a *tick*) and at once
-//! when a request parks (an *urgent* exchange), one call per key that has something to say
-//! sends: the requests parked (`want`) plus what tops the lease up to its *target*; at a tick,
-//! the lease beyond the target (given back: the store's TAT moves back by `T` each); the debt;
-//! the floor. The store's script applies, with its own clock, `tat = max(tat, now, now +
+//! The [`Syncer`] reconciles in the background. Every `sync_interval` (a *tick*), one call per
+//! key held that has something to say sends: the requests parked and what tops the lease up to
+//! its *target* (`want`); the lease beyond the target (`give`: the store's TAT moves back by
+//! `T` each); the debt; the floor. At once when a request parks (an *urgent* exchange), only
+//! the keys handed over since the last exchange are sent, each with its parked requests (and
+//! its debt), so that an urgent exchange costs what waits, not what is held. The store's script applies, with its own clock, `tat = max(tat, now, now +
 //! floor) + debt × T`, `tat = max(now, tat − give × T)`, grants `g = min(want, room)` with
 //! `room = ⌊(now + L·T − tat) / T⌋`, moves `tat` by `g × T`, and answers `g` and `tat − now`.
 //! Only distances from each side's own `now` cross the wire: clocks need not agree.
 //!
-//! The target is one and a half times the key's recent pace here (its admissions per
-//! interval, a maximum that decays by ⅛ an interval), at most `max(1, L / 2N)`: enough for a
-//! key that keeps its pace never to wait, small enough that leases held unused elsewhere cost
-//! little when the budget runs out. A key idle for about 1.5 s gives its whole lease back.
+//! The target is one and a half times the key's pace here (its admissions in the busier of the
+//! last two intervals), at most `cap = max(1, L / 20N)`: enough for a key that keeps its pace
+//! never to wait, small enough that leases held unused elsewhere cost little when the budget
+//! runs out. A key quiet for two intervals gives its whole lease back.
 //!
 //! # Accuracy, and why
 //!
 //! *Upper bound, by construction*: every admission while the store answers was granted by the
 //! store's GCRA, which counts every grant once. The fleet's admissions are that GCRA's, each
-//! used at most a lease's life later (about one interval): a window can hold what one process
-//! admits plus the lease used late, and with the store down `N × (L / N)`, as before.
+//! used some time after its grant: a window holds the grants made within it and at most the
+//! leases outstanding when it began, `N × cap` = `max(N, L / 20)`; with the store down,
+//! `N × (L / N)`, as before.
 //!
 //! *Lower bound*: the fleet refuses what one process admits only where the store had no room
 //! because of requests granted but not used: leases held elsewhere (at most the targets, about
