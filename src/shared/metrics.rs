@@ -32,7 +32,7 @@ impl SharedMetrics {
         let sync_seconds = Histogram::with_opts(
             HistogramOpts::new(
                 "tollgate_cluster_sync_seconds",
-                "Time of each exchange with the shared store (heartbeat and keys), successful or not.",
+                "Time of each exchange with the shared store (at each interval with the heartbeat, and at once for requests that wait), successful or not.",
             )
             .buckets(vec![
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -42,14 +42,14 @@ impl SharedMetrics {
         let sync_keys = Histogram::with_opts(
             HistogramOpts::new(
                 "tollgate_cluster_sync_keys",
-                "Keys reported to the shared store per exchange.",
+                "Keys sent to the shared store per exchange (leases topped up or given back, requests parked).",
             )
             .buckets(vec![0.0, 1.0, 10.0, 100.0, 1000.0, 10_000.0, 100_000.0]),
         )
         .expect("valid metric");
         let calls = IntCounter::new(
             "tollgate_cluster_redis_calls_total",
-            "Script calls sent to the shared store (one heartbeat per exchange; one per key on a Redis Cluster, one per 128 keys on a single Redis).",
+            "Script calls sent to the shared store (one heartbeat per interval; one per key on a Redis Cluster, one per 128 keys of an exchange on a single Redis).",
         )
         .expect("valid metric");
         let errors = IntCounter::new(

@@ -27,8 +27,9 @@
 //! its *target* (`want`); the lease beyond the target (`give`: the store's TAT moves back by
 //! `T` each); the debt; the floor. At once when a request parks (an *urgent* exchange), only
 //! the keys handed over since the last exchange are sent, each with its parked requests (and
-//! its debt), so that an urgent exchange costs what waits, not what is held. The store's script applies, with its own clock, `tat = max(tat, now, now +
-//! floor) + debt × T`, `tat = max(now, tat − give × T)`, grants `g = min(want, room)` with
+//! its debt), so that an urgent exchange costs what waits, not what is held. The store's
+//! script applies, with its own clock, `tat = max(tat, now, now + floor) + debt × T`,
+//! `tat = max(now, tat − give × T)`, grants `g = min(want, room)` with
 //! `room = ⌊(now + L·T − tat) / T⌋`, moves `tat` by `g × T`, and answers `g` and `tat − now`.
 //! Only distances from each side's own `now` cross the wire: clocks need not agree.
 //!
@@ -46,9 +47,9 @@
 //! `N × (L / N)`, as before.
 //!
 //! *Lower bound*: the fleet refuses what one process admits only where the store had no room
-//! because of requests granted but not used: leases held elsewhere (at most the targets, about
-//! 1.5 intervals of the fleet's pace, given back at the next tick), requests parked whose
-//! client left, and tokens the store counted for an answer that was lost. From idle, no lease
+//! because of requests granted but not used: leases held elsewhere (at most `N × cap`, given
+//! back at the first tick beyond their target), the grants for parked requests whose client
+//! left (given back the same way), and tokens the store counted for an answer that was lost. From idle, no lease
 //! is held: a burst on any split is granted as it arrives, each request waiting for one
 //! exchange (a round trip) or two.
 //!

@@ -291,9 +291,8 @@ fn run(case: &Case) -> Outcome {
             rep.tick_due = false;
         }
     };
-    // Admit (or refuse) request `i` on the fleet at `t`.
-    let decided = |out: &mut Outcome, i: usize, r: usize, t: u64, ok: bool| {
-        let _ = i;
+    // A request decided on replica `r` at `t`: admitted or refused.
+    let decided = |out: &mut Outcome, r: usize, t: u64, ok: bool| {
         if ok {
             out.fleet.push(t);
             if down(t) {
@@ -309,7 +308,7 @@ fn run(case: &Case) -> Outcome {
                 let r = trace[i].1;
                 let rep = &mut replicas[r];
                 match rep.store.acquire(&id, &rep.state, &rate, rep.now(t)) {
-                    Ok(_) => decided(&mut out, i, r, t, true),
+                    Ok(_) => decided(&mut out, r, t, true),
                     Err(d) if d.unsettled => {
                         out.parks += 1;
                         parked.insert(
@@ -327,7 +326,7 @@ fn run(case: &Case) -> Outcome {
                             push(&mut events, t + rng.between(100_000, MS), Event::Apply(r));
                         }
                     }
-                    Err(_) => decided(&mut out, i, r, t, false),
+                    Err(_) => decided(&mut out, r, t, false),
                 }
                 // One process on the same traffic.
                 let tat = single.tat().load(std::sync::atomic::Ordering::Relaxed);
@@ -404,7 +403,7 @@ fn run(case: &Case) -> Outcome {
                         Ok(_) => {
                             parked.remove(&i);
                             out.waits.push(t - p.since);
-                            decided(&mut out, i, r, t, true);
+                            decided(&mut out, r, t, true);
                         }
                         Err(d) if d.unsettled => {
                             rep.urgent = true;
@@ -413,7 +412,7 @@ fn run(case: &Case) -> Outcome {
                         Err(_) => {
                             parked.remove(&i);
                             out.waits.push(t - p.since);
-                            decided(&mut out, i, r, t, false);
+                            decided(&mut out, r, t, false);
                         }
                     }
                 }
@@ -432,7 +431,7 @@ fn run(case: &Case) -> Outcome {
                         .is_ok();
                     out.waits.push(t - p.since);
                     out.timeouts += 1;
-                    decided(&mut out, i, p.replica, t, ok);
+                    decided(&mut out, p.replica, t, ok);
                 }
             }
         }
