@@ -513,6 +513,38 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_store_may_leave_the_limit_step_to_the_caller() {
+        let timing = crate::limit::Timing {
+            sync_interval: std::time::Duration::from_millis(100),
+            timeout: std::time::Duration::from_millis(100),
+            window: std::time::Duration::from_secs(10),
+        };
+        let (store, _syncer) = crate::limit::SharedStore::new(timing);
+        store.set_fleet(2);
+        let p = Policy::with_store(testing::config(), None, store);
+        let send = head("POST", "/v2/sendMessage/", "Bearer basic-key-1");
+        // Waiting allowed: no lease here, so the store is asked; nothing is decided or spent.
+        let d = p.decide_waiting(&send, None, 0, true);
+        assert!(d.unsettled);
+        assert_eq!(
+            code(&d),
+            Some(Code::RateLimited),
+            "a placeholder, not to be sent"
+        );
+        assert!(d.key.is_some() && d.quota.is_some());
+        // An earlier step still refuses first, and never waits.
+        let d = p.decide_waiting(&head("GET", "/v2/x", "Bearer nope"), None, 0, true);
+        assert!(!d.unsettled);
+        assert_eq!(code(&d), Some(Code::Unauthorized));
+        // The wait is over with no answer: decided on limit / N here.
+        let d = p.decide_waiting(&send, None, 0, false);
+        assert!(!d.unsettled);
+        assert!(d.verdict.is_ok());
+        // `decide` never waits.
+        assert!(!p.decide(&send, 0).unsettled);
+    }
+
+    #[test]
     fn steps_run_in_the_contract_order() {
         let p = Policy::new(testing::config(), None);
         // Unauthenticated beats an invalid path and an unknown route.
