@@ -31,22 +31,36 @@ pub(crate) fn write(dir: &Path, name: &str, text: &str) -> String {
 }
 
 /// A port nothing listens on (bound, then released), never one handed out before in this
-/// test binary: tests run in parallel, and the kernel may offer a port another test was just
-/// given and has not bound yet.
+/// test binary: tests run in parallel, and a port handed out twice would be bound twice.
+///
+/// Drawn from 20000–32767, below Linux's ephemeral range (32768–60999): a port the kernel
+/// offers for binding to port 0 is one it also gives outgoing connections as their source
+/// port, so between this function's release and the server's bind, one of the suite's own
+/// client connections could take it (seen once in `scripts/fleet-demo.sh`, which picked its
+/// ports the same way).
 pub(crate) fn closed_port() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
     static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if !given.contains(&port) {
+    // A different sequence in each test binary run: the standard library's random hasher
+    // seeds and the process id.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    let mut x = h.finish();
+    for _ in 0..100_000 {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let port = 20_000 + ((x >> 33) % 12_768) as u16;
+        if given.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             given.push(port);
             return port;
         }
     }
+    panic!("no free loopback port in 20000-32767")
 }
 
 /// One fleet of replicas at a time across the wire tests (`cluster.rs`, `fleet_demo.rs`): on
