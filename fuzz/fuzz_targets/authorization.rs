@@ -9,8 +9,8 @@
 //!   case-insensitive `Bearer` and a space;
 //! - `authenticate` finds a key exactly when the token is one of the config's keys (an oracle
 //!   kept here: the plain test keys and who they belong to), and finds *that* key;
-//! - a missing field and several fields are refused whatever else, with the same refusal as
-//!   every other failure (nothing tells a client why).
+//! - a missing field and several fields are refused whatever else, with the same reason as
+//!   every other failure of a token no key has (`unknown`, and no key).
 
 #![no_main]
 
@@ -19,9 +19,10 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use tollgate_core::digest::is_token68;
-use tollgate_core::policy::authenticate::{authenticate, bearer_token, AuthHeader};
-use tollgate_core::policy::keys::KeyTable;
-use tollgate_core::policy::Refusal;
+use tollgate_core::policy::authenticate::{
+    authenticate, bearer_token, AuthHeader, NotAuthenticated,
+};
+use tollgate_core::policy::keys::{KeyRefusal, KeyTable};
 
 /// The plain keys of `testing::CONFIG_YAML`, and the name of the key or partner each is.
 const KEYS: [(&str, &str); 7] = [
@@ -55,7 +56,11 @@ fn fixture() -> &'static Fixture {
 
 fuzz_target!(|data: &[u8]| {
     let f = fixture();
-    let unauthorized = Refusal::unauthorized();
+    // No key is expired, suspended or revoked here: every failure is `unknown`, of no key.
+    let unauthorized = NotAuthenticated {
+        reason: KeyRefusal::Unknown,
+        key: None,
+    };
 
     let token = bearer_token(data);
     if let Some(t) = token {
@@ -88,13 +93,13 @@ fuzz_target!(|data: &[u8]| {
 
     let expected = token.and_then(|t| f.names.get(t).copied());
     match (authenticate(&f.table, AuthHeader::One(data)), expected) {
-        (Ok(i), Some(name)) => assert_eq!(
+        (Ok((i, _)), Some(name)) => assert_eq!(
             f.table.get(i).name.as_str(),
             name,
             "{:?} authenticated as the wrong key",
             String::from_utf8_lossy(data)
         ),
-        (Ok(i), None) => panic!(
+        (Ok((i, _)), None) => panic!(
             "{:?} authenticated as {:?}, which is no key of the config",
             String::from_utf8_lossy(data),
             f.table.get(i).name.as_str()
@@ -109,7 +114,7 @@ fuzz_target!(|data: &[u8]| {
     // One field or none: the same refusal, whatever the value.
     assert_eq!(
         authenticate(&f.table, AuthHeader::Missing),
-        Err(unauthorized.clone())
+        Err(unauthorized)
     );
     assert_eq!(authenticate(&f.table, AuthHeader::Many), Err(unauthorized));
 });

@@ -105,6 +105,7 @@ fn check(body: &[u8], guard: &WebhookGuard) {
                     BodyRule::GroupEvent => matches!(checked, Checked::GroupEvent),
                     BodyRule::WebhookSet => matches!(checked, Checked::WebhookSet),
                     BodyRule::ServiceUpgrade => matches!(checked, Checked::ServiceUpgrade { .. }),
+                    BodyRule::ServiceKey => matches!(checked, Checked::ServiceKey { .. }),
                 };
                 assert!(expected, "{}: checked as {checked:?}", rule.name());
             }

@@ -10,10 +10,11 @@ use tollgate_core::policy::Refusal;
 pub const MAX_BODY: u64 = 64 * 1024;
 
 /// Every rule with a body check.
-pub const RULES: [BodyRule; 3] = [
+pub const RULES: [BodyRule; 4] = [
     BodyRule::GroupEvent,
     BodyRule::WebhookSet,
     BodyRule::ServiceUpgrade,
+    BodyRule::ServiceKey,
 ];
 
 /// `check_body` as the gateway calls it, under `guard` (the `webhook_set` rule's URL guard).

@@ -119,9 +119,46 @@ pub fn rfc3339(unix_ms: u64) -> String {
         .unwrap_or_default()
 }
 
+/// The wall clock now, in ms since the Unix epoch (expiry and rotation deadlines, which the
+/// operator writes as instants; never a rate-limit window).
+pub fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// An RFC 3339 instant in UTC (`Z` or `+00:00`), in ms since the Unix epoch; `None` for any
+/// other text, another offset, or an instant before the epoch.
+pub fn parse_rfc3339_utc(text: &str) -> Option<u64> {
+    let at =
+        time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    if !at.offset().is_utc() {
+        return None;
+    }
+    u64::try_from(at.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
 #[cfg(test)]
 mod rfc3339_tests {
-    use super::rfc3339;
+    use super::{parse_rfc3339_utc, rfc3339};
+
+    #[test]
+    fn only_utc_instants_are_read() {
+        assert_eq!(parse_rfc3339_utc("1970-01-01T00:00:01Z"), Some(1000));
+        assert_eq!(
+            parse_rfc3339_utc("2026-11-25T19:40:00.5+00:00"),
+            Some(1_795_635_600_500)
+        );
+        for bad in [
+            "2026-11-25T19:40:00+01:00",
+            "2026-11-25",
+            "2026-11-25 19:40:00",
+            "1969-12-31T23:59:59Z",
+            "",
+        ] {
+            assert_eq!(parse_rfc3339_utc(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn instants_are_written_in_utc_to_the_second() {

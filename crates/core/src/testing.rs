@@ -60,6 +60,11 @@ pub fn credential(cfg: &Config, name: &str) -> Credential {
         return Credential::Customer {
             plan: k.plan,
             partner: k.partner,
+            limit: k
+                .extra
+                .as_ref()
+                .and_then(|e| e.limit)
+                .map_or(0, |n| n.get()),
         };
     }
     let partner = cfg
@@ -226,7 +231,17 @@ impl TestConfig {
             key_env: None,
             plan: plan.into(),
             partner: None,
+            previous: Vec::new(),
+            expires_at: None,
+            requests_per_window: None,
+            quota: None,
         });
+        self
+    }
+
+    /// Edit the entry of the key named `name` (rotation, expiry, its own limit or quota).
+    pub fn key_with(mut self, name: &str, edit: impl FnOnce(&mut FileKey)) -> Self {
+        edit(self.key_mut(name));
         self
     }
 

@@ -574,10 +574,11 @@ proptest! {
 // 3. check_body
 // ---------------------------------------------------------------------------------------------
 
-const RULES: [BodyRule; 3] = [
+const RULES: [BodyRule; 4] = [
     BodyRule::GroupEvent,
     BodyRule::WebhookSet,
     BodyRule::ServiceUpgrade,
+    BodyRule::ServiceKey,
 ];
 const MAX: u64 = 64 * 1024;
 /// The webhook URL guard of a config without a `webhook_guard` block.
@@ -598,6 +599,7 @@ fn known_pointers(rule: BodyRule) -> &'static [&'static str] {
         ],
         BodyRule::WebhookSet => &["", "/url", "/signing", "/webhookKey"],
         BodyRule::ServiceUpgrade => &["", "/apiKey", "/planID"],
+        BodyRule::ServiceKey => &["", "/apiKey"],
     }
 }
 

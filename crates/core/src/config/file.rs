@@ -254,7 +254,7 @@ impl<'de> Deserialize<'de> for FileAllow {
 
 /// One entry of `keys`: a customer key. The key is given by exactly one of `sha256`, `key`
 /// and `key_env`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileKey {
     /// The key's label in logs and metrics, unique among keys; the key itself is never logged.
@@ -273,9 +273,49 @@ pub struct FileKey {
     /// The name of the partner that manages this key; absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partner: Option<String>,
+    /// Rotation: earlier digests that authenticate as this key until their `until`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous: Vec<FilePrevious>,
+    /// From this instant (RFC 3339, UTC) the key is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// The key's own window limit (its plan's allow-list still applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_window: Option<u32>,
+    /// The key's own quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<super::QuotaSpec>,
+}
+
+/// A quota: `{ requests: N, per: day|month }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileQuota {
+    /// Requests per period (at least 1).
+    pub requests: u64,
+    /// The calendar period, in UTC.
+    pub per: super::Period,
+}
+
+/// One earlier digest of a key (`keys[i].previous[j]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilePrevious {
+    /// The earlier key's SHA-256, 64 hex characters.
+    pub sha256: String,
+    /// Until this instant (RFC 3339, UTC) it still authenticates.
+    pub until: String,
 }
 
 impl FileKey {
+    /// Whether the entry uses any field beyond the six the fast reader knows.
+    pub fn has_extras(&self) -> bool {
+        !self.previous.is_empty()
+            || self.expires_at.is_some()
+            || self.requests_per_window.is_some()
+            || self.quota.is_some()
+    }
+
     /// This entry's fields, borrowed.
     pub fn fields(&self) -> KeyFields<'_> {
         KeyFields {
@@ -285,6 +325,7 @@ impl FileKey {
             key_env: self.key_env.as_deref(),
             plan: &self.plan,
             partner: self.partner.as_deref(),
+            file: self.has_extras().then_some(self),
         }
     }
 }
@@ -305,6 +346,9 @@ pub struct KeyFields<'a> {
     pub plan: &'a str,
     /// `partner`: the managing partner's name, when given.
     pub partner: Option<&'a str>,
+    /// The whole entry, when it has fields beyond these (`previous`, `expires_at`,
+    /// `requests_per_window`, `quota`: only serde_yaml reads those).
+    pub file: Option<&'a FileKey>,
 }
 
 /// One entry of `partners`: a partner key. The key is given by exactly one of `sha256`, `key`
@@ -436,6 +480,8 @@ pub enum FileBody {
     WebhookSet,
     /// `service_upgrade`: the partner's service upgrade body (spec 2.3).
     ServiceUpgrade,
+    /// `service_key`: a partner's lifecycle operation on one customer key (`apiKey`).
+    ServiceKey,
 }
 
 impl FileBody {
@@ -446,6 +492,7 @@ impl FileBody {
             FileBody::GroupEvent => Some(BodyRule::GroupEvent),
             FileBody::WebhookSet => Some(BodyRule::WebhookSet),
             FileBody::ServiceUpgrade => Some(BodyRule::ServiceUpgrade),
+            FileBody::ServiceKey => Some(BodyRule::ServiceKey),
         }
     }
 }
@@ -476,6 +523,14 @@ pub struct FileRoute {
     /// default `false`. Marked in `tollgate check`'s summary.
     #[serde(default)]
     pub assumed: bool,
+    /// What a 2xx from the upstream does at the edge: `upgrade`, `suspend`, `resume` or
+    /// `delete` (partner routes with a `service_upgrade` or `service_key` body). A route with
+    /// a `service_upgrade` body and no `effect` upgrades, as in part two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<super::routes::Effect>,
+    /// The body field naming the customer key; default `apiKey`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_field: Option<String>,
     /// The spec sections the route comes from: a note for readers, not used by the gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<String>,

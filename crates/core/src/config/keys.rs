@@ -11,8 +11,11 @@ use std::hash::BuildHasher;
 
 use super::file::{self, FilePartner, KeyFields};
 use super::keyname::{KeyName, MAX_KEYS};
-use super::{check_name, fast, published, Env, Invalid, KeySpec, PartnerSpec, Plan, Warning};
+use super::{
+    check_name, fast, published, Env, Invalid, KeyExtra, KeySpec, PartnerSpec, Plan, Warning,
+};
 use crate::digest::{is_token68, Digest};
+use std::num::NonZeroU32;
 
 /// The partners, in file order, and their names' positions.
 pub(super) fn partners(
@@ -214,14 +217,48 @@ impl KeyCheck<'_> {
                     ));
                 }
             }
+            let extra = match fk.file {
+                Some(f) => Some(Box::new(key_extra(i, f, warnings)?)),
+                None => None,
+            };
             keys.push(KeySpec {
                 name: KeyName::new(fk.name),
                 digest,
                 plan,
                 partner,
+                extra,
             });
         }
+        self.previous_digests(&keys)?;
         Ok(keys)
+    }
+
+    /// A `previous` digest must be no other key's, no partner's, and not given twice: it
+    /// authenticates as its own key only.
+    fn previous_digests(&self, keys: &[KeySpec]) -> Result<(), Invalid> {
+        if keys.iter().all(|k| k.extra.is_none()) {
+            return Ok(());
+        }
+        let mut owner: HashMap<Digest, String> = HashMap::with_capacity(keys.len());
+        for (j, p) in self.partners.iter().enumerate() {
+            owner.insert(p.digest, format!("partners[{j}] ({})", p.name));
+        }
+        for (k, key) in keys.iter().enumerate() {
+            owner.insert(key.digest, format!("keys[{k}] ({})", key.name));
+        }
+        for (i, key) in keys.iter().enumerate() {
+            let Some(extra) = &key.extra else { continue };
+            for (j, (d, _)) in extra.previous.iter().enumerate() {
+                let at = format!("keys[{i}].previous[{j}]");
+                if let Some(other) = owner.insert(*d, at.clone()) {
+                    return Err(Invalid::new(
+                        format!("{at}.sha256"),
+                        format!("is the same key as {other}: a previous digest authenticates as its own key only"),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether two keys share a name, or two keys or a key and a partner share a digest.
@@ -241,6 +278,71 @@ impl KeyCheck<'_> {
             |a, b| digest(a) == digest(b),
         )
     }
+}
+
+/// The fields of `keys[i]` beyond its digest, plan and partner, checked.
+fn key_extra(
+    i: usize,
+    f: &file::FileKey,
+    warnings: &mut Vec<Warning>,
+) -> Result<KeyExtra, Invalid> {
+    let instant = |field: String, text: &str| {
+        crate::clock::parse_rfc3339_utc(text).ok_or_else(|| {
+            Invalid::new(
+                field,
+                "must be an RFC 3339 instant in UTC, such as `2026-12-01T00:00:00Z`",
+            )
+        })
+    };
+    let mut previous = Vec::with_capacity(f.previous.len());
+    for (j, p) in f.previous.iter().enumerate() {
+        let at = format!("keys[{i}].previous[{j}]");
+        let d = Digest::from_hex(&p.sha256).ok_or_else(|| {
+            Invalid::new(
+                format!("{at}.sha256"),
+                "must be 64 hexadecimal characters (the SHA-256 of the earlier key)",
+            )
+        })?;
+        previous.push((d, instant(format!("{at}.until"), &p.until)?));
+    }
+    let expires_ms = match &f.expires_at {
+        None => None,
+        Some(t) => {
+            let field = format!("keys[{i}].expires_at");
+            let ms = instant(field.clone(), t)?;
+            if ms <= crate::clock::wall_ms() {
+                warnings.push(Warning {
+                    line: None,
+                    field,
+                    message: "is already past: the key is refused".into(),
+                });
+            }
+            Some(ms)
+        }
+    };
+    let limit = match f.requests_per_window {
+        None => None,
+        Some(n) => Some(NonZeroU32::new(n).ok_or_else(|| {
+            Invalid::new(
+                format!("keys[{i}].requests_per_window"),
+                "must be at least 1",
+            )
+        })?),
+    };
+    if let Some(q) = &f.quota {
+        if q.requests == 0 {
+            return Err(Invalid::new(
+                format!("keys[{i}].quota.requests"),
+                "must be at least 1",
+            ));
+        }
+    }
+    Ok(KeyExtra {
+        previous,
+        expires_ms,
+        limit,
+        quota: f.quota,
+    })
 }
 
 /// Whether two of `n` items are equal (`eq`), given a `hash` of each: sorts the hashes and

@@ -279,7 +279,92 @@ pub struct KeySpec {
     pub plan: usize,
     /// Index into [`Config::partners`].
     pub partner: Option<usize>,
+    /// Rotation, expiry, the key's own limit and quota; `None` for the usual key (a million
+    /// keys without them cost nothing more).
+    pub extra: Option<Box<KeyExtra>>,
 }
+
+/// What a key may have beyond a digest, a plan and a partner.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyExtra {
+    /// Earlier digests that still authenticate as this key, each until an instant (ms since
+    /// the Unix epoch).
+    pub previous: Vec<(Digest, u64)>,
+    /// From this instant (ms since the Unix epoch) the key is refused.
+    pub expires_ms: Option<u64>,
+    /// The key's own window limit.
+    pub limit: Option<NonZeroU32>,
+    /// The key's own quota.
+    pub quota: Option<QuotaSpec>,
+}
+
+/// A calendar period in UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Period {
+    /// From 00:00 UTC to the next.
+    Day,
+    /// From 00:00 UTC on the first day of a month to the next.
+    Month,
+}
+
+impl Period {
+    /// `day` or `month`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Period::Day => "day",
+            Period::Month => "month",
+        }
+    }
+
+    /// The first instant (ms since the Unix epoch) after the UTC calendar period that holds
+    /// `now_ms`: the next midnight, or the first of the next month.
+    pub fn end_after(self, now_ms: u64) -> u64 {
+        let secs = i64::try_from(now_ms / 1000).unwrap_or(0);
+        let Ok(now) = time::OffsetDateTime::from_unix_timestamp(secs) else {
+            return now_ms;
+        };
+        let day = now.date();
+        let next = match self {
+            Period::Day => day.next_day(),
+            Period::Month => {
+                let (y, m) = match day.month() {
+                    time::Month::December => (day.year() + 1, time::Month::January),
+                    m => (day.year(), m.next()),
+                };
+                time::Date::from_calendar_date(y, m, 1).ok()
+            }
+        };
+        next.map_or(now_ms, |d| {
+            u64::try_from(d.midnight().assume_utc().unix_timestamp()).unwrap_or(0) * 1000
+        })
+    }
+}
+
+#[cfg(test)]
+mod period_tests {
+    use super::Period;
+    use crate::clock::rfc3339;
+
+    #[test]
+    fn periods_end_at_the_next_utc_midnight_or_first_of_the_month() {
+        let now = 1_795_635_600_000; // 2026-11-25T19:40:00Z
+        assert_eq!(rfc3339(Period::Day.end_after(now)), "2026-11-26T00:00:00Z");
+        assert_eq!(
+            rfc3339(Period::Month.end_after(now)),
+            "2026-12-01T00:00:00Z"
+        );
+        let dec = 1_798_675_200_000; // 2026-12-31T00:00:00Z
+        assert_eq!(
+            rfc3339(Period::Month.end_after(dec)),
+            "2027-01-01T00:00:00Z"
+        );
+        assert_eq!(rfc3339(Period::Day.end_after(dec)), "2027-01-01T00:00:00Z");
+    }
+}
+
+/// A quota: so many requests per calendar period (as the file writes it: `{requests, per}`).
+pub use file::FileQuota as QuotaSpec;
 
 /// A partner key (one entry of `partners`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -44,6 +44,35 @@ pub enum BodyRule {
     WebhookSet,
     /// `service_upgrade`: a partner's service upgrade, `apiKey` and `planID` (spec 2.3).
     ServiceUpgrade,
+    /// `service_key`: a partner's lifecycle operation on one customer key, `apiKey` a
+    /// non-empty string.
+    ServiceKey,
+}
+
+/// What a partner route does at the edge when the upstream answers 2xx (`effect`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// Move the customer key to the plan whose `plan_id` is the body's `planID`.
+    Upgrade,
+    /// Suspend the customer key.
+    Suspend,
+    /// Resume it.
+    Resume,
+    /// Delete it: revoke its digests for good.
+    Delete,
+}
+
+impl Effect {
+    /// The `action` label of `tollgate_admin_changes_total`.
+    pub fn action(self) -> &'static str {
+        match self {
+            Effect::Upgrade => "upgrade",
+            Effect::Suspend => "partner_suspend",
+            Effect::Resume => "partner_resume",
+            Effect::Delete => "partner_delete",
+        }
+    }
 }
 
 impl BodyRule {
@@ -53,6 +82,7 @@ impl BodyRule {
             BodyRule::GroupEvent => "group_event",
             BodyRule::WebhookSet => "webhook_set",
             BodyRule::ServiceUpgrade => "service_upgrade",
+            BodyRule::ServiceKey => "service_key",
         }
     }
 }
@@ -100,6 +130,10 @@ pub struct Route {
     pub body: Option<BodyRule>,
     /// The spec does not show this path; the catalogue guesses it.
     pub assumed: bool,
+    /// What a 2xx from the upstream does at the edge (partner routes).
+    pub effect: Option<Effect>,
+    /// The body field naming the customer key (`apiKey` unless the route says another).
+    pub key_field: Option<String>,
 }
 
 /// Compiled catalogue: routes plus case-folded lookup tables.
@@ -204,6 +238,8 @@ impl Catalogue {
             family: Family::Customer,
             body: None,
             assumed: false,
+            effect: None,
+            key_field: None,
         });
         Ok(Self {
             routes,
@@ -452,6 +488,38 @@ fn compile_route(fr: FileRoute, at: &str, partner_prefixes: &[String]) -> Result
         return Err(Invalid::new(format!("{at}.family"), msg));
     }
     let body = fr.body.rule();
+    let effect = match (fr.effect, body) {
+        (None, Some(BodyRule::ServiceUpgrade)) => Some(Effect::Upgrade),
+        (None, _) => None,
+        (Some(Effect::Upgrade), Some(BodyRule::ServiceUpgrade)) => Some(Effect::Upgrade),
+        (Some(Effect::Upgrade), _) => {
+            return Err(Invalid::new(
+                format!("{at}.effect"),
+                "`upgrade` needs `body: service_upgrade` (the body's planID names the plan)",
+            ))
+        }
+        (Some(e), Some(BodyRule::ServiceKey | BodyRule::ServiceUpgrade)) => Some(e),
+        (Some(_), _) => {
+            return Err(Invalid::new(
+                format!("{at}.effect"),
+                "an effect needs a body that names the customer key (`body: service_key`)",
+            ))
+        }
+    };
+    if effect.is_some() && family != Family::Partner {
+        return Err(Invalid::new(
+            format!("{at}.effect"),
+            "only a partner route acts on a customer key",
+        ));
+    }
+    if let Some(f) = &fr.key_field {
+        if effect.is_none() || f.is_empty() {
+            return Err(Invalid::new(
+                format!("{at}.key_field"),
+                "names the body field holding the customer key, on a route with an `effect`",
+            ));
+        }
+    }
     Ok(Route {
         id: fr.id,
         method,
@@ -459,6 +527,8 @@ fn compile_route(fr: FileRoute, at: &str, partner_prefixes: &[String]) -> Result
         family,
         body,
         assumed: fr.assumed,
+        effect,
+        key_field: fr.key_field,
     })
 }
 

@@ -5,10 +5,8 @@
 //! all produce the same refusal, and looking a key up never creates state, so unknown keys
 //! cannot grow memory.
 
-use super::keys::{Digest, KeyIdx, KeyTable};
+use super::keys::{Alias, Digest, Found, KeyIdx, KeyRefusal, KeyTable, Live};
 use crate::digest::is_token68;
-
-use super::refusal::Refusal;
 
 /// What the request carried in `Authorization`.
 #[derive(Clone, Copy, Debug)]
@@ -37,21 +35,72 @@ pub fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     is_token68(token).then_some(token)
 }
 
-/// The caller's entry, or `401 unauthorized` — the same answer for every way of failing.
-pub fn authenticate(table: &KeyTable, header: AuthHeader<'_>) -> Result<KeyIdx, Refusal> {
-    let AuthHeader::One(value) = header else {
-        return Err(Refusal::unauthorized());
+/// Why authentication failed: the reason (for logs and metrics only) and, for a known key
+/// that is refused, which one. The client gets the same 401 whatever it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotAuthenticated {
+    /// Why.
+    pub reason: KeyRefusal,
+    /// The key, when the token is a known key's that is expired, suspended or revoked.
+    pub key: Option<KeyIdx>,
+}
+
+impl NotAuthenticated {
+    const UNKNOWN: Self = Self {
+        reason: KeyRefusal::Unknown,
+        key: None,
     };
-    let token = bearer_token(value).ok_or_else(Refusal::unauthorized)?;
-    table
-        .lookup(&Digest::of(token))
-        .ok_or_else(Refusal::unauthorized)
+}
+
+/// The caller's entry and what is in force for it ([`Live`]), or why not — one 401 for
+/// every way of failing ([`super::Refusal::unauthorized`]).
+///
+/// A digest in force costs one table lookup and one branch on the key's [`Live`] word; only
+/// a digest that is no key's is looked for among the `previous` digests.
+#[inline]
+pub fn authenticate(
+    table: &KeyTable,
+    header: AuthHeader<'_>,
+) -> Result<(KeyIdx, Live), NotAuthenticated> {
+    let AuthHeader::One(value) = header else {
+        return Err(NotAuthenticated::UNKNOWN);
+    };
+    let token = bearer_token(value).ok_or(NotAuthenticated::UNKNOWN)?;
+    let digest = Digest::of(token);
+    let (key, alias) = match table.lookup(&digest) {
+        Some(k) => (k, None),
+        None => match table.resolve(&digest) {
+            Some(Found::Alias(a)) => (table.alias(a).key, Some(table.alias(a))),
+            _ => return Err(NotAuthenticated::UNKNOWN),
+        },
+    };
+    let live = table.get(key).live();
+    if !live.is_plain() {
+        if let Some(reason) = live.refused() {
+            // Revoked digests first: a revoked alias stays revoked whatever its key's state.
+            let reason = match alias.and_then(Alias::refused) {
+                Some(KeyRefusal::Revoked) => KeyRefusal::Revoked,
+                _ => reason,
+            };
+            return Err(NotAuthenticated {
+                reason,
+                key: Some(key),
+            });
+        }
+    }
+    if let Some(reason) = alias.and_then(Alias::refused) {
+        return Err(NotAuthenticated {
+            reason,
+            key: Some(key),
+        });
+    }
+    Ok((key, live))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::refusal::Code;
+    use crate::policy::refusal::{Code, Refusal};
 
     #[test]
     fn token68_grammar() {
@@ -94,9 +143,9 @@ mod tests {
             AuthHeader::One(b"Bearer not-a-known-key"),
         ] {
             let r = authenticate(&table, h).unwrap_err();
-            assert_eq!(r, Refusal::unauthorized());
+            assert_eq!(r, NotAuthenticated::UNKNOWN);
         }
-        let i = authenticate(&table, AuthHeader::One(b"Bearer basic-key-1")).unwrap();
+        let (i, _) = authenticate(&table, AuthHeader::One(b"Bearer basic-key-1")).unwrap();
         assert_eq!(table.get(i).name, "basic-1");
         assert_eq!(Refusal::unauthorized().code, Code::Unauthorized);
     }

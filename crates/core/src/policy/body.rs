@@ -42,6 +42,11 @@ pub enum Checked {
         /// The body's `planID`, as sent (not yet matched to a plan).
         plan_id: i128,
     },
+    /// The customer key a partner's lifecycle operation names, hashed at once.
+    ServiceKey {
+        /// The digest of the body's `apiKey` (or the route's `key_field`).
+        target: Digest,
+    },
 }
 
 /// Check `body` against `rule`. `max` is the validated-body cap in bytes; `guard` is the
@@ -51,6 +56,21 @@ pub fn check_body(
     body: &[u8],
     max: u64,
     guard: &WebhookGuard,
+) -> Result<Checked, Refusal> {
+    check_body_with(rule, body, max, guard, API_KEY)
+}
+
+/// The field of a partner's body that names the customer key, unless the route says another.
+pub const API_KEY: &str = "apiKey";
+
+/// [`check_body`], with the customer key of `service_upgrade` and `service_key` in the field
+/// `key_field` (a route's `key_field`).
+pub fn check_body_with(
+    rule: BodyRule,
+    body: &[u8],
+    max: u64,
+    guard: &WebhookGuard,
+    key_field: &str,
 ) -> Result<Checked, Refusal> {
     if body.len() as u64 > max {
         return Err(Refusal::new(
@@ -75,12 +95,15 @@ pub fn check_body(
             Checked::WebhookSet
         }
         BodyRule::ServiceUpgrade => {
-            let (target, plan_id) = service_upgrade(&obj, &mut errors);
+            let (target, plan_id) = service_upgrade(&obj, key_field, &mut errors);
             Checked::ServiceUpgrade {
                 target: target.unwrap_or(Digest([0; 32])),
                 plan_id: plan_id.unwrap_or(0),
             }
         }
+        BodyRule::ServiceKey => Checked::ServiceKey {
+            target: service_key(&obj, key_field, &mut errors).unwrap_or(Digest([0; 32])),
+        },
     };
     if errors.is_empty() {
         Ok(checked)
@@ -439,12 +462,17 @@ fn webhook_set(obj: &Object<'_>, guard: &WebhookGuard, errors: &mut Vec<FieldErr
     }
 }
 
+/// The customer key a partner's body names (a non-empty string), hashed at once.
+fn service_key(obj: &Object<'_>, key_field: &str, errors: &mut Vec<FieldError>) -> Option<Digest> {
+    string_field(obj, "", key_field, true, true, errors).map(|k| Digest::of(k.as_bytes()))
+}
+
 fn service_upgrade(
     obj: &Object<'_>,
+    key_field: &str,
     errors: &mut Vec<FieldError>,
 ) -> (Option<Digest>, Option<i128>) {
-    let target =
-        string_field(obj, "", "apiKey", true, true, errors).map(|k| Digest::of(k.as_bytes()));
+    let target = service_key(obj, key_field, errors);
     let mut plan_id = None;
     match obj.get("planID") {
         None => errors.push(FieldError::new("/planID", "is required")),

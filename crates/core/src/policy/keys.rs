@@ -18,14 +18,15 @@
 //! most 7/8 full): about 130 bytes per key in all. `cargo bench -p tollgate-core --bench keys` measures it
 //! (docs/keyscale.md).
 
+use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
 
 use crate::config::keyname::KeyName;
-use crate::config::Config;
+use crate::config::{Config, KeyExtra};
 pub use crate::digest::Digest;
 use crate::limit::RateState;
 
@@ -38,12 +39,141 @@ pub enum Credential {
         plan: usize,
         /// The managing partner's index into `Config::partners`; `None`: no partner manages it.
         partner: Option<usize>,
+        /// The key's own window limit (`requests_per_window` of the key, or set live); 0: its
+        /// plan's.
+        limit: u32,
     },
     /// A partner key (index into `Config::partners`).
     Partner {
         /// The partner's index into `Config::partners`.
         partner: usize,
     },
+}
+
+/// The state of a key, as the admin API and `tollgate_keys{state}` name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KeyState {
+    /// Authenticates.
+    Active,
+    /// Past its `expires_at` (or, for a `previous` digest, its `until`).
+    Expired,
+    /// Suspended by an operator or its partner, until resumed.
+    Suspended,
+    /// Revoked for good.
+    Revoked,
+}
+
+impl KeyState {
+    /// Every state, in the gauge's order.
+    pub const ALL: [KeyState; 4] = [
+        KeyState::Active,
+        KeyState::Expired,
+        KeyState::Suspended,
+        KeyState::Revoked,
+    ];
+
+    /// `active`, `expired`, `suspended` or `revoked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Active => "active",
+            KeyState::Expired => "expired",
+            KeyState::Suspended => "suspended",
+            KeyState::Revoked => "revoked",
+        }
+    }
+}
+
+/// Why a bearer token did not authenticate (`tollgate_key_refusals_total{reason}`); the client
+/// gets the same 401 whatever it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyRefusal {
+    /// No key, a malformed one, or one no entry has.
+    Unknown,
+    /// An expired key, or a `previous` digest past its `until`.
+    Expired,
+    /// A suspended key.
+    Suspended,
+    /// A revoked key (or digest).
+    Revoked,
+}
+
+impl KeyRefusal {
+    /// `unknown`, `expired`, `suspended` or `revoked`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyRefusal::Unknown => "unknown",
+            KeyRefusal::Expired => "expired",
+            KeyRefusal::Suspended => "suspended",
+            KeyRefusal::Revoked => "revoked",
+        }
+    }
+}
+
+/// A flag of [`Live`]: past `expires_at`.
+pub const EXPIRED: u64 = 1 << 16;
+/// A flag of [`Live`]: suspended.
+pub const SUSPENDED: u64 = 1 << 17;
+/// A flag of [`Live`]: revoked.
+pub const REVOKED: u64 = 1 << 18;
+const FLAGS: u64 = EXPIRED | SUSPENDED | REVOKED;
+const PLAN_MASK: u64 = 0xffff;
+const LIMIT_SHIFT: u32 = 32;
+
+/// Everything about a key that changes while it serves, in one word read once per request:
+/// a plan override (bits 0–15, the plan's index + 1), the state flags ([`EXPIRED`],
+/// [`SUSPENDED`], [`REVOKED`]) and a live window limit (bits 32–63). A key with no change in
+/// force reads 0: the request path takes one branch for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Live(pub u64);
+
+impl Live {
+    /// Whether nothing is in force.
+    #[inline]
+    pub fn is_plain(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Why the key is refused, if it is (revoked first, then suspended, then expired).
+    #[inline]
+    pub fn refused(self) -> Option<KeyRefusal> {
+        if self.0 & FLAGS == 0 {
+            None
+        } else if self.0 & REVOKED != 0 {
+            Some(KeyRefusal::Revoked)
+        } else if self.0 & SUSPENDED != 0 {
+            Some(KeyRefusal::Suspended)
+        } else {
+            Some(KeyRefusal::Expired)
+        }
+    }
+
+    /// The state these flags make.
+    pub fn state(self) -> KeyState {
+        match self.refused() {
+            None | Some(KeyRefusal::Unknown) => KeyState::Active,
+            Some(KeyRefusal::Expired) => KeyState::Expired,
+            Some(KeyRefusal::Suspended) => KeyState::Suspended,
+            Some(KeyRefusal::Revoked) => KeyState::Revoked,
+        }
+    }
+
+    /// The plan override, if any (a plan index).
+    #[inline]
+    pub fn plan(self) -> Option<usize> {
+        match self.0 & PLAN_MASK {
+            0 => None,
+            p => Some(p as usize - 1),
+        }
+    }
+
+    /// The live window limit, if any.
+    #[inline]
+    pub fn limit(self) -> Option<u32> {
+        match (self.0 >> LIMIT_SHIFT) as u32 {
+            0 => None,
+            n => Some(n),
+        }
+    }
 }
 
 /// One key in a [`KeyTable`]: its name, who it belongs to, its digest and its budget.
@@ -57,28 +187,44 @@ pub struct KeyEntry {
     pub digest: Digest,
     /// The key's rate-limit state, carried over a reload that keeps the digest.
     pub rate: Arc<RateState>,
-    /// A partner's upgrade in force for this customer key: the plan's index, or
-    /// [`NO_OVERRIDE`]. Set when the table is built from the overrides, and when an upgrade
-    /// succeeds (one atomic store: the very next request sees it).
-    plan_override: AtomicU32,
+    /// What changes while it serves ([`Live`]): set when the table is built from the changes
+    /// kept, when a change is made here or read from another replica, and when its
+    /// `expires_at` passes (one atomic store: the very next request sees it).
+    live: AtomicU64,
 }
 
-/// [`KeyEntry`]'s `plan_override` when there is none.
-pub const NO_OVERRIDE: u32 = u32::MAX;
+/// The plan override value of a plan index.
+fn plan_bits(plan: Option<usize>) -> u64 {
+    plan.map_or(0, |p| (p as u64 + 1) & PLAN_MASK)
+}
 
 impl KeyEntry {
+    /// What is in force now (read once per request).
+    #[inline]
+    pub fn live(&self) -> Live {
+        Live(self.live.load(Ordering::Relaxed))
+    }
+
     /// Who the key belongs to now: the YAML's credential with any plan override applied.
     #[inline]
     pub fn credential(&self) -> Credential {
+        self.credential_with(self.live())
+    }
+
+    /// The credential with `live` applied (a plan override, a live limit).
+    #[inline]
+    pub fn credential_with(&self, live: Live) -> Credential {
         match self.configured {
-            Credential::Customer { plan, partner } => {
-                let o = self.plan_override.load(Ordering::Relaxed);
-                Credential::Customer {
-                    plan: if o == NO_OVERRIDE { plan } else { o as usize },
-                    partner,
-                }
-            }
-            partner => partner,
+            Credential::Customer {
+                plan,
+                partner,
+                limit,
+            } if !live.is_plain() => Credential::Customer {
+                plan: live.plan().unwrap_or(plan),
+                partner,
+                limit: live.limit().unwrap_or(limit),
+            },
+            configured => configured,
         }
     }
 
@@ -92,18 +238,82 @@ impl KeyEntry {
 
     /// The plan override in force, if any (a plan index).
     pub fn plan_override(&self) -> Option<usize> {
-        let o = self.plan_override.load(Ordering::Relaxed);
-        (o != NO_OVERRIDE).then_some(o as usize)
+        self.live().plan()
     }
 
     /// Put a customer key on `plan` (an index into the config's plans), or back on its
     /// YAML plan (`None`). Partner keys have no plan: nothing changes.
     pub fn set_plan_override(&self, plan: Option<usize>) {
         if matches!(self.configured, Credential::Customer { .. }) {
-            let v = plan.map_or(NO_OVERRIDE, |p| p as u32);
-            self.plan_override.store(v, Ordering::Relaxed);
+            self.update(|v| (v & !PLAN_MASK) | plan_bits(plan));
         }
     }
+
+    /// Set or clear state flags ([`EXPIRED`], [`SUSPENDED`], [`REVOKED`]); whether that
+    /// changed them.
+    pub fn set_flag(&self, flag: u64, on: bool) -> bool {
+        let flag = flag & FLAGS;
+        let before = self.update(|v| if on { v | flag } else { v & !flag });
+        before & flag != if on { flag } else { 0 }
+    }
+
+    /// Set a customer key's live window limit, or take it off (`None`: the YAML's).
+    pub fn set_live_limit(&self, limit: Option<u32>) {
+        if matches!(self.configured, Credential::Customer { .. }) {
+            let bits = u64::from(limit.unwrap_or(0)) << LIMIT_SHIFT;
+            self.update(|v| (v & !(u64::MAX << LIMIT_SHIFT)) | bits);
+        }
+    }
+
+    /// Change the word; what it was.
+    fn update(&self, f: impl Fn(u64) -> u64) -> u64 {
+        match self
+            .live
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(f(v)))
+        {
+            Ok(v) | Err(v) => v,
+        }
+    }
+}
+
+/// A `previous` digest of a key (rotation): it authenticates as its key until `until_ms`.
+#[derive(Debug)]
+pub struct Alias {
+    /// The earlier digest.
+    pub digest: Digest,
+    /// The key it authenticates as.
+    pub key: KeyIdx,
+    /// Until when (ms since the Unix epoch).
+    pub until_ms: u64,
+    /// [`EXPIRED`] and [`REVOKED`], shifted down by 16.
+    flags: AtomicU8,
+}
+
+impl Alias {
+    /// Why this digest is refused, whatever its key's state, if it is.
+    pub fn refused(&self) -> Option<KeyRefusal> {
+        Live(u64::from(self.flags.load(Ordering::Relaxed)) << 16).refused()
+    }
+
+    /// Set or clear [`EXPIRED`] or [`REVOKED`]; whether that changed them.
+    pub fn set_flag(&self, flag: u64, on: bool) -> bool {
+        let bit = ((flag & (EXPIRED | REVOKED)) >> 16) as u8;
+        let before = if on {
+            self.flags.fetch_or(bit, Ordering::Relaxed)
+        } else {
+            self.flags.fetch_and(!bit, Ordering::Relaxed)
+        };
+        before & bit != if on { bit } else { 0 }
+    }
+}
+
+/// What a digest names in a [`KeyTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// A key's digest in force.
+    Key(KeyIdx),
+    /// A `previous` digest (an index into the table's aliases).
+    Alias(u32),
 }
 
 /// Index of an entry in its [`KeyTable`].
@@ -114,6 +324,14 @@ pub type KeyIdx = u32;
 #[derive(Debug, Default)]
 pub struct KeyTable {
     entries: Box<[KeyEntry]>,
+    /// The `previous` digests, looked up only when a digest is no key's in force (so keys
+    /// without them cost nothing more).
+    aliases: Box<[Alias]>,
+    alias_index: HashTable<u32>,
+    /// What the YAML gives beyond digest, plan and partner, by entry.
+    extras: HashMap<KeyIdx, Box<KeyExtra>>,
+    /// Instants at which an entry expires or an alias stops, sorted.
+    deadlines: Box<[(u64, Found)]>,
     /// Entry positions by a hash of the whole digest ([`Digest::folded`]). (Not of its first
     /// bytes alone: digests written by hand or by a test generator, such as `000…001`,
     /// `000…002`, share those.)
@@ -128,17 +346,38 @@ impl KeyTable {
     pub fn build(config: &Config, previous: Option<&KeyTable>) -> Self {
         let mut carry = Carry { previous, shift: 0 };
         let mut entries = Vec::with_capacity(config.keys.len() + config.partners.len());
+        let mut extras = HashMap::new();
+        let mut aliases = Vec::new();
+        let mut deadlines = Vec::new();
         for (i, k) in config.keys.iter().enumerate() {
+            let extra = k.extra.as_deref();
             entries.push(KeyEntry {
                 name: k.name.clone(),
                 configured: Credential::Customer {
                     plan: k.plan,
                     partner: k.partner,
+                    limit: extra.and_then(|e| e.limit).map_or(0, |n| n.get()),
                 },
                 digest: k.digest,
                 rate: carry.rate(i, &k.digest),
-                plan_override: AtomicU32::new(NO_OVERRIDE),
+                live: AtomicU64::new(0),
             });
+            if let Some(e) = extra {
+                let at = i as KeyIdx;
+                if let Some(ms) = e.expires_ms {
+                    deadlines.push((ms, Found::Key(at)));
+                }
+                for &(digest, until_ms) in &e.previous {
+                    deadlines.push((until_ms, Found::Alias(aliases.len() as u32)));
+                    aliases.push(Alias {
+                        digest,
+                        key: at,
+                        until_ms,
+                        flags: AtomicU8::new(0),
+                    });
+                }
+                extras.insert(at, Box::new(e.clone()));
+            }
         }
         for (i, p) in config.partners.iter().enumerate() {
             let at = entries.len();
@@ -147,12 +386,23 @@ impl KeyTable {
                 configured: Credential::Partner { partner: i },
                 digest: p.digest,
                 rate: carry.rate(at, &p.digest),
-                plan_override: AtomicU32::new(NO_OVERRIDE),
+                live: AtomicU64::new(0),
             });
         }
+        deadlines.sort_unstable_by_key(|d| d.0);
         let entries = entries.into_boxed_slice();
         let hasher = foldhash::fast::RandomState::default();
         let hash = |d: &Digest| hasher.hash_one(d.folded());
+        let mut alias_index = HashTable::with_capacity(aliases.len());
+        for (i, a) in aliases.iter().enumerate() {
+            alias_index
+                .entry(
+                    hash(&a.digest),
+                    |&j| aliases[j as usize].digest == a.digest,
+                    |&j| hash(&aliases[j as usize].digest),
+                )
+                .or_insert(i as u32);
+        }
         let mut index = HashTable::with_capacity(entries.len());
         for (i, e) in entries.iter().enumerate() {
             // The config refuses a digest given twice; should one slip through, the first wins.
@@ -166,9 +416,74 @@ impl KeyTable {
         }
         Self {
             entries,
+            aliases: aliases.into_boxed_slice(),
+            alias_index,
+            extras,
+            deadlines: deadlines.into_boxed_slice(),
             index,
             hasher,
         }
+    }
+
+    /// What `d` names: a key's digest in force, else a `previous` digest (constant-time
+    /// comparisons throughout).
+    pub fn resolve(&self, d: &Digest) -> Option<Found> {
+        if let Some(k) = self.lookup(d) {
+            return Some(Found::Key(k));
+        }
+        if self.aliases.is_empty() {
+            return None;
+        }
+        self.alias_index
+            .find(self.hasher.hash_one(d.folded()), |&i| {
+                self.aliases[i as usize].digest.ct_eq(d)
+            })
+            .map(|&i| Found::Alias(i))
+    }
+
+    /// The alias at `i` (an index from this table).
+    pub fn alias(&self, i: u32) -> &Alias {
+        &self.aliases[i as usize]
+    }
+
+    /// Every alias, with its index.
+    pub fn aliases(&self) -> impl ExactSizeIterator<Item = (u32, &Alias)> + '_ {
+        self.aliases.iter().enumerate().map(|(i, a)| (i as u32, a))
+    }
+
+    /// The aliases of the key `k`.
+    pub fn aliases_of(&self, k: KeyIdx) -> impl Iterator<Item = &Alias> + '_ {
+        self.aliases.iter().filter(move |a| a.key == k)
+    }
+
+    /// What the YAML gives the entry `k` beyond digest, plan and partner.
+    pub fn extra(&self, k: KeyIdx) -> Option<&KeyExtra> {
+        self.extras.get(&k).map(|b| &**b)
+    }
+
+    /// Mark what has expired at `wall_ms` (ms since the Unix epoch), and clear what has not
+    /// (the wall clock may step back): whether anything changed, and the next instant at which
+    /// something expires.
+    pub fn expire(&self, wall_ms: u64) -> (bool, Option<u64>) {
+        let mut changed = false;
+        for &(at, target) in self.deadlines.iter() {
+            let past = at <= wall_ms;
+            changed |= match target {
+                Found::Key(k) => self.get(k).set_flag(EXPIRED, past),
+                Found::Alias(a) => self.alias(a).set_flag(EXPIRED, past),
+            };
+        }
+        let next = self.deadlines.partition_point(|d| d.0 <= wall_ms);
+        (changed, self.deadlines.get(next).map(|d| d.0))
+    }
+
+    /// How many customer and partner keys are in each state, in [`KeyState::ALL`]'s order.
+    pub fn states(&self) -> [usize; 4] {
+        let mut n = [0; 4];
+        for e in self.entries.iter() {
+            n[e.live().state() as usize] += 1;
+        }
+        n
     }
 
     /// The entry with this digest; every digest comparison is constant-time.

@@ -26,6 +26,8 @@ pub mod body;
 pub mod classify;
 pub mod client;
 pub mod keys;
+#[cfg(test)]
+mod lifecycle_tests;
 pub mod method;
 pub mod outcome;
 pub mod overrides;
@@ -39,14 +41,14 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::clock::Nanos;
-use crate::config::routes::{BodyRule, RouteIdx};
+use crate::config::routes::{BodyRule, Effect, RouteIdx};
 use crate::config::Config;
 use crate::digest::Digest;
 use crate::limit::{LocalStore, Quota, Rate, Store};
-use authenticate::{authenticate, AuthHeader};
+use authenticate::{authenticate, AuthHeader, NotAuthenticated};
 use authorize::authorize;
 use blocking::{BlockStarted, FailureTable};
-use body::{check_body, Checked};
+use body::Checked;
 use classify::classify;
 use client::ClientKey;
 use keys::{Credential, KeyIdx, KeyTable};
@@ -87,6 +89,9 @@ pub struct Decision<'a> {
     /// The limit step is not decided yet: a shared store needs its next exchange for this key
     /// ([`Policy::decide_waiting`]). The verdict is then a placeholder 429, not to be sent.
     pub unsettled: bool,
+    /// Why authentication failed, when it did (for the access line and
+    /// `tollgate_key_refusals_total`; the client's 401 is the same whatever it is).
+    pub not_authenticated: Option<NotAuthenticated>,
 }
 
 /// An admitted request: whose it is, where to send it, and whether its body must be checked
@@ -228,6 +233,7 @@ impl Policy {
     ) -> Decision<'a> {
         let mut d = Decision {
             unsettled: false,
+            not_authenticated: None,
             key: None,
             credential: None,
             route: None,
@@ -240,8 +246,8 @@ impl Policy {
         d.verdict = self.steps(req, client, now, wait, &mut d);
         // Refused before the limit step: the budget is reported, not spent.
         if let (Some(key), Some(credential), None) = (d.key, d.credential, d.quota) {
-            let rate = &self.limit(credential).rate;
-            d.quota = Some(self.store.peek(&self.keys.get(key).rate, rate, now));
+            let rate = self.rate(credential);
+            d.quota = Some(self.store.peek(&self.keys.get(key).rate, &rate, now));
         }
         d
     }
@@ -263,17 +269,18 @@ impl Policy {
                 return Err(too_many_auth_failures(secs));
             }
         }
-        let key = match authenticate(&self.keys, req.authorization) {
-            Ok(key) => *d.key.insert(key),
-            Err(r) => {
+        let (key, live) = match authenticate(&self.keys, req.authorization) {
+            Ok((key, live)) => (*d.key.insert(key), live),
+            Err(why) => {
+                d.not_authenticated = Some(why);
                 if let Some((client, p)) = blocking {
                     d.block_started = self.failures.failed(client, now, p);
                 }
-                return Err(r);
+                return Err(Refusal::unauthorized());
             }
         };
         let entry = self.keys.get(key);
-        let credential = *d.credential.insert(entry.credential());
+        let credential = *d.credential.insert(entry.credential_with(live));
         let classified = classify(&self.config.catalogue, req.method, req.path)?;
         let route = self.config.catalogue.get(*d.route.insert(classified.route));
         // Shadow mode: the plan's own refusals (allow-list, limit) are recorded, not enforced.
@@ -287,12 +294,12 @@ impl Policy {
             }
             d.shadow = Some(Outcome::ShadowForbidden);
         }
-        let rate = &self.limit(credential).rate;
+        let rate = self.rate(credential);
         let decided = if wait {
-            self.store.acquire(&entry.digest, &entry.rate, rate, now)
+            self.store.acquire(&entry.digest, &entry.rate, &rate, now)
         } else {
             self.store
-                .acquire_now(&entry.digest, &entry.rate, rate, now)
+                .acquire_now(&entry.digest, &entry.rate, &rate, now)
         };
         match decided {
             Ok(quota) => d.quota = Some(quota),
@@ -316,27 +323,45 @@ impl Policy {
         })
     }
 
-    /// Check a fully read body for a route with a body rule (after [`Policy::decide`] admitted
-    /// the request). For a service upgrade, also refuse a partner acting on a customer key that
-    /// another partner manages, and a plan no plan has; the upgrade to apply if the upstream
-    /// accepts it ([`overrides`]).
+    /// Check a fully read body for the route `route` (one with a body rule, after
+    /// [`Policy::decide`] admitted the request). For a partner's operation on a customer key
+    /// (an `effect`), also refuse a partner acting on a key that is not its customer's, and
+    /// an upgrade to a plan no plan has; what to do at the edge if the upstream accepts it
+    /// ([`overrides`]).
     pub fn check_request_body(
         &self,
         key: KeyIdx,
-        rule: BodyRule,
+        route: RouteIdx,
         body: &[u8],
-    ) -> Result<Option<overrides::Upgrade>, Refusal> {
-        match check_body(
+    ) -> Result<Option<overrides::Pending>, Refusal> {
+        let route = self.config.catalogue.get(route);
+        let Some(rule) = route.body else {
+            return Ok(None);
+        };
+        let checked = body::check_body_with(
             rule,
             body,
             self.config.limits.max_validated_body_bytes.get(),
             &self.config.webhook_guard,
-        )? {
-            Checked::ServiceUpgrade { target, plan_id } => {
-                self.may_act_on(key, &target)?;
-                self.upgrade(target, plan_id).map(Some)
-            }
-            Checked::GroupEvent | Checked::WebhookSet => Ok(None),
+            route.key_field.as_deref().unwrap_or(body::API_KEY),
+        )?;
+        let target = match checked {
+            Checked::ServiceUpgrade { target, .. } | Checked::ServiceKey { target } => target,
+            Checked::GroupEvent | Checked::WebhookSet => return Ok(None),
+        };
+        self.may_act_on(key, &target)?;
+        match (route.effect, checked) {
+            (Some(Effect::Upgrade), Checked::ServiceUpgrade { target, plan_id }) => self
+                .upgrade(target, plan_id)
+                .map(|u| Some(overrides::Pending::Upgrade(u))),
+            (Some(effect), _) => Ok(Some(overrides::Pending::Lifecycle {
+                effect,
+                target,
+                key: self.keys.lookup(&target).filter(|&k| {
+                    matches!(self.keys.get(k).configured, Credential::Customer { .. })
+                }),
+            })),
+            (None, _) => Ok(None),
         }
     }
 
@@ -374,6 +399,19 @@ impl Policy {
         }
     }
 
+    /// The window rate of `c`: the key's own limit when it has one, else its plan's (or the
+    /// partners').
+    #[inline]
+    pub fn rate(&self, c: Credential) -> Rate {
+        match c {
+            Credential::Customer { limit, .. } if limit != 0 => Rate::new(
+                std::num::NonZeroU32::new(limit).unwrap_or(std::num::NonZeroU32::MIN),
+                self.config.limits.window,
+            ),
+            _ => self.limit(c).rate,
+        }
+    }
+
     /// The name of the caller's rate-limit policy: its plan, or `partner`.
     pub fn policy_name(&self, key: KeyIdx) -> &str {
         self.policy_name_of(self.keys.get(key).credential())
@@ -390,15 +428,30 @@ impl Policy {
     /// The budget of `key` at `now`, without taking from it (for the operator's view).
     pub fn budget(&self, key: KeyIdx, now: Nanos) -> Quota {
         let entry = self.keys.get(key);
-        let rate = &self.limit(entry.credential()).rate;
-        self.store.peek(&entry.rate, rate, now)
+        let rate = self.rate(entry.credential());
+        self.store.peek(&entry.rate, &rate, now)
     }
 
     /// The `RateLimit-Policy` and `RateLimit` field values (draft-ietf-httpapi-ratelimit-headers)
-    /// for a caller with `credential` and `quota`, both as [`Policy::decide`] gave them: the
-    /// first is shared, built with the config; the second is the only per-request allocation.
-    pub fn rate_limit_headers(&self, credential: Credential, quota: &Quota) -> (Bytes, Bytes) {
-        let Limit { rate, fields } = self.limit(credential);
+    /// for the key `key` with `credential` and `quota`, both as [`Policy::decide`] gave them:
+    /// the first is shared, built with the config; the second is the only per-request
+    /// allocation. A key with its own window limit has a policy of its own, named by the key
+    /// (`"shop-42";q=500;w=10`), built for its answer.
+    pub fn rate_limit_headers(
+        &self,
+        key: KeyIdx,
+        credential: Credential,
+        quota: &Quota,
+    ) -> (Bytes, Bytes) {
+        let own;
+        let Limit { rate, fields } = match credential {
+            Credential::Customer { limit, .. } if limit != 0 => {
+                let name = self.keys.get(key).name.as_str();
+                own = Limit::new(name, self.rate(credential));
+                &own
+            }
+            _ => self.limit(credential),
+        };
         debug_assert_eq!(
             (quota.limit, quota.window_secs),
             (rate.limit(), rate.window_secs()),
@@ -626,7 +679,8 @@ mod tests {
         }
         let d = p.decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0);
         assert_eq!(d.quota.unwrap().remaining, 39);
-        let (policy, state) = p.rate_limit_headers(d.credential.unwrap(), &d.quota.unwrap());
+        let (policy, state) =
+            p.rate_limit_headers(d.key.unwrap(), d.credential.unwrap(), &d.quota.unwrap());
         assert_eq!(policy, "\"basic\";q=40;w=10");
         assert_eq!(state, "\"basic\";r=39;t=1");
     }
@@ -658,7 +712,8 @@ mod tests {
         let key = d.key.unwrap();
         let pro = p.plan_by_id(3).unwrap();
         p.keys.get(key).set_plan_override(Some(pro));
-        let (policy, state) = p.rate_limit_headers(d.credential.unwrap(), &d.quota.unwrap());
+        let (policy, state) =
+            p.rate_limit_headers(d.key.unwrap(), d.credential.unwrap(), &d.quota.unwrap());
         assert_eq!(policy, "\"basic\";q=40;w=10");
         assert_eq!(state, "\"basic\";r=39;t=1");
         assert_eq!(p.policy_name_of(d.credential.unwrap()), "basic");
@@ -700,7 +755,8 @@ mod tests {
         let p = Policy::new(testing::config(), None);
         let acme = p.keys.lookup(&Digest::of(b"acme-partner-key")).unwrap();
         let body = |k: &str| format!(r#"{{"apiKey":"{k}","planID":3}}"#);
-        let ok = |k: &str| p.check_request_body(acme, BodyRule::ServiceUpgrade, body(k).as_bytes());
+        let upgrade = p.config.catalogue.find("service_upgrade").unwrap();
+        let ok = |k: &str| p.check_request_body(acme, upgrade, body(k).as_bytes());
         assert!(ok("acme-customer-key").is_ok());
         assert!(
             ok("basic-key-1").is_ok(),
