@@ -52,6 +52,14 @@ const CONF_HELP: &str = "Pingora: a settings file for Pingora itself (YAML: thre
 const NOCAPTURE_HELP: &str =
     "Pingora: ignored (accepted so that a stray `cargo test` flag does not stop the process)";
 
+/// What `run --help` adds after the flags: the admin listener's API, in short.
+const RUN_AFTER_HELP: &str = "The admin listener (admin_listen) serves /metrics, /healthz, \
+    /readyz, POST /reload, the usage page at /, and changes keys live, on every replica: \
+    GET /api/keys/NAME; POST /api/keys/NAME/suspend, /resume, /revoke; POST /api/keys/revoke \
+    with {\"key\": \"<the leaked secret>\"}; PUT or DELETE /api/keys/NAME/limit \
+    ({\"requests_per_window\": N}) and /quota ({\"requests\": N, \"per\": \"day\"|\"month\"}). \
+    See docs/operations.md.";
+
 /// An argument of Pingora's `Opt` with `help` in place of Pingora's text (the short help, and
 /// no long help, so `-h` and `--help` say the same).
 fn pingora_help(help: &'static str) -> impl FnOnce(Arg) -> Arg {
@@ -62,6 +70,7 @@ fn pingora_help(help: &'static str) -> impl FnOnce(Arg) -> Arg {
 pub enum Command {
     /// Serve with the config in FILE. Pingora's own flags (--upgrade, --daemon, --test, --conf;
     /// their help starts "Pingora:") apply.
+    #[command(after_long_help = RUN_AFTER_HELP)]
     #[command(
         mut_arg("upgrade", pingora_help(UPGRADE_HELP)),
         mut_arg("daemon", pingora_help(DAEMON_HELP)),
@@ -275,8 +284,8 @@ fn hash_key() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// What `check` says of partner upgrades: where they are kept, those in force when the store
-/// can be read, and a warning when they are kept nowhere.
+/// What `check` says of partner upgrades and keys changed live: where they are kept, those in
+/// force when the store can be read, and a warning when they are kept nowhere.
 fn overrides_summary(cfg: &Config) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
@@ -287,19 +296,17 @@ fn overrides_summary(cfg: &Config) -> String {
                 "  overrides     kept in the cluster's Redis ({})",
                 c.redacted_url()
             );
-            crate::overrides::check::read_redis(c, &cfg.plans).map_err(|e| e.to_string())
+            crate::overrides::check::read_redis(c).map_err(|e| e.to_string())
         }
         (None, Some(p)) => {
             let _ = writeln!(s, "  overrides     kept in {}", p.display());
-            crate::overrides::check::read_state(p, &cfg.plans).map_err(|e| e.to_string())
+            crate::overrides::check::read_state(p).map_err(|e| e.to_string())
         }
         (None, None) => {
-            if !cfg.partners.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "warning: partner upgrades last until the process stops: set `state.path` (one process) or `cluster` (several)"
-                );
-            }
+            let _ = writeln!(
+                s,
+                "warning: partner upgrades and keys changed live (suspend, revoke, limit, quota) last until the process stops: set `state.path` (one process) or `cluster` (several)"
+            );
             return s;
         }
     };
@@ -308,7 +315,7 @@ fn overrides_summary(cfg: &Config) -> String {
             let _ = writeln!(s, "  overrides     none in force");
         }
         Ok(list) => {
-            for o in list {
+            for o in crate::overrides::check::upgrades(&list, &cfg.plans) {
                 let _ = writeln!(
                     s,
                     "  override      {} on {} (plan_id {}; the YAML says {}) by {}",
@@ -318,6 +325,32 @@ fn overrides_summary(cfg: &Config) -> String {
                     o.replaced,
                     o.partner.as_deref().unwrap_or("-")
                 );
+            }
+            for o in &list {
+                let mut changes = Vec::new();
+                if let Some(c) = &o.revoked {
+                    changes.push(format!("revoked by {}", c.by));
+                }
+                if let Some(c) = &o.suspended {
+                    changes.push(format!("suspended by {}", c.by));
+                }
+                if let Some(l) = &o.limit {
+                    changes.push(format!(
+                        "limit {} by {}",
+                        l.requests_per_window, l.change.by
+                    ));
+                }
+                if let Some(q) = &o.quota {
+                    changes.push(format!(
+                        "quota {} per {} by {}",
+                        q.quota.requests,
+                        q.quota.per.as_str(),
+                        q.change.by
+                    ));
+                }
+                if !changes.is_empty() {
+                    let _ = writeln!(s, "  key change    {}: {}", o.key, changes.join(", "));
+                }
             }
         }
         Err(e) => {

@@ -219,6 +219,12 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
             admin_failures,
         },
     ));
+    server.add_service(background_service(
+        "tollgate key expiry",
+        crate::runtime::lifecycle::Expiry {
+            live: Arc::clone(&live),
+        },
+    ));
     if let Some((_, svc)) = cluster {
         server.add_service(background_service("tollgate cluster sync", svc));
     }

@@ -277,6 +277,9 @@ pub fn screen(
             if !u.blocks.is_empty() {
                 sections.push(blocks_section(u));
             }
+            if !u.key_changes.is_empty() {
+                sections.push(changes_section(u));
+            }
             sections.push(refusals_section(u));
             let room = height.map(|h| h.saturating_sub(lines.len()));
             let given = match room {
@@ -440,6 +443,32 @@ fn blocks_section(u: &UsageView) -> Section {
             ],
         ),
         noun: "addresses",
+        empty: "none",
+        keep: 2,
+    }
+}
+
+/// Keys changed live and keys past their expiry (`key_changes`), newest first.
+fn changes_section(u: &UsageView) -> Section {
+    let c = &u.key_changes;
+    let time = |t: &str| t.get(..19).unwrap_or(t).replace('T', " ");
+    let columns = vec![
+        Column::text("key", 0, 12, c.iter().map(|c| c.key.clone())),
+        Column::text("change", 1, 9, c.iter().map(|c| c.change.clone())),
+        Column::text("by", 2, 8, c.iter().map(|c| c.by.clone())),
+        Column::number("since (UTC)", 3, c.iter().map(|c| time(&c.since)).collect()),
+        Column::text(
+            "detail",
+            4,
+            6,
+            c.iter().map(|c| or_dash(c.detail.as_deref())),
+        ),
+    ];
+    Section {
+        title: "Keys changed live".into(),
+        notes: vec!["one key: GET /api/keys/{name}"],
+        table: Table::new(columns, ["key", "change", "detail", "by", "since (UTC)"]),
+        noun: "changes",
         empty: "none",
         keep: 2,
     }

@@ -10,6 +10,7 @@
 //! | `GET /api/overrides` | 200, `{"overrides": [...]}`: the partner upgrades in force (key name, plan, the plan it replaced, partner, when) |
 //! | `DELETE /api/overrides/{key name}` | 204: the key is back on its YAML plan, everywhere the overrides are kept; 404 problem+json when it had no override |
 //! | `GET /api/blocks` | 200, `{"blocks": [...]}`: the addresses auth-failure blocking holds now (`address`, `since`, `until`, `failures`, `listener`; `admin/blocks.rs`) |
+//! | `GET /api/keys/{name}`, `POST /api/keys/{name}/suspend\|resume\|revoke`, `POST /api/keys/revoke`, `PUT\|DELETE /api/keys/{name}/limit\|quota` | keys that change live ([`keys`]) |
 //! | `DELETE /api/blocks/{address}` | 204: the address is served again at once, its failures forgotten, with one log line; 404 problem+json when it is not blocked (also when it is not an address, which the detail says) |
 //!
 //! With `admin_token_sha256` set, every path but `/healthz` and `/readyz` needs
@@ -24,6 +25,7 @@ use std::time::Instant;
 
 mod blocks;
 pub mod guard;
+pub mod keys;
 mod usage;
 pub mod view;
 
@@ -320,14 +322,17 @@ impl pingora::apps::http_app::ServeHttp for Admin {
         if let Some(c) = &conn {
             c.head_done(Instant::now(), !session.is_body_done());
         }
-        // Read and drop any body, so the connection stays usable; close it if there is more.
-        let mut read = 0;
+        // Read the body (the key operations take one), up to a cap; past it, the rest is
+        // not read and the connection is closed.
+        let mut body: Vec<u8> = Vec::new();
+        let mut too_large = false;
         while let Ok(Some(chunk)) = session.read_request_body().await {
-            read += chunk.len();
-            if read > MAX_ADMIN_BODY {
+            if body.len() + chunk.len() > MAX_ADMIN_BODY {
                 session.set_keepalive(None);
+                too_large = true;
                 break;
             }
+            body.extend_from_slice(&chunk);
         }
         if let Some(c) = &conn {
             c.body_done();
@@ -360,10 +365,16 @@ impl pingora::apps::http_app::ServeHttp for Admin {
         } else {
             match config.admin_token {
                 Some(want) if !open => match self.token_refusal(req, client, &want) {
-                    None => self.route(&method, &path, query.as_deref()).await,
+                    None => {
+                        self.route(&method, &path, query.as_deref(), &body, too_large)
+                            .await
+                    }
                     Some(refused) => refused,
                 },
-                _ => self.route(&method, &path, query.as_deref()).await,
+                _ => {
+                    self.route(&method, &path, query.as_deref(), &body, too_large)
+                        .await
+                }
             }
         };
         let len = r.body().len();
@@ -380,7 +391,25 @@ impl pingora::apps::http_app::ServeHttp for Admin {
 
 impl Admin {
     /// The request past the guards.
-    async fn route(&self, method: &Method, path: &str, query: Option<&str>) -> Response<Vec<u8>> {
+    async fn route(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        body: &[u8],
+        too_large: bool,
+    ) -> Response<Vec<u8>> {
+        if let Some(rest) = path.strip_prefix("/api/keys/") {
+            if too_large {
+                return problem(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    "The body is too large",
+                    &format!("the admin listener reads at most {MAX_ADMIN_BODY} bytes"),
+                );
+            }
+            return keys::route(self, method, rest, body).await;
+        }
         if method == Method::DELETE {
             if let Some(name) = path.strip_prefix("/api/overrides/") {
                 return self.delete_override(name).await;
@@ -487,7 +516,7 @@ mod tests {
         assert_eq!(a.answer(&Method::GET, "/healthz", None).status(), 200);
         let m = a.answer(&Method::GET, "/metrics", None);
         assert_eq!(m.status(), 200);
-        assert!(body(&m).contains("tollgate_keys 7"));
+        assert!(body(&m).contains("tollgate_keys{state=\"active\"} 7"));
         assert_eq!(a.answer(&Method::GET, "/readyz", None).status(), 503);
         let r = a.answer(&Method::POST, "/metrics", None);
         assert_eq!(r.status(), 405);

@@ -49,6 +49,7 @@ pub(crate) fn usage_view(
         cluster: cluster.map(|c| cluster_view(c, policy)),
         refusals: refusals(live, policy),
         blocks,
+        key_changes: super::keys::changes(live, policy),
     }
 }
 
@@ -187,5 +188,6 @@ fn key_row(policy: &Policy, k: KeyIdx, c: &KeyCounts, now: u64) -> KeyRow {
         shadowed: c.shadowed,
         budget_left: budget.remaining,
         limit: budget.limit,
+        state: entry.live().state().as_str().to_string(),
     }
 }

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use super::blocks::BlockRow;
+pub use super::keys::ChangeRow;
 use crate::overrides::Shown;
 
 /// `GET /api/usage`.
@@ -29,6 +30,10 @@ pub struct UsageView {
     /// The addresses auth-failure blocking holds now (`GET /api/blocks`).
     #[serde(default)]
     pub blocks: Vec<BlockRow>,
+    /// Keys changed live (suspended, revoked, a limit or quota of their own, upgraded) and
+    /// keys past their `expires_at`, newest first.
+    #[serde(default)]
+    pub key_changes: Vec<ChangeRow>,
 }
 
 /// The config in force.
@@ -91,6 +96,9 @@ pub struct KeyRow {
     pub shadowed: u64,
     pub budget_left: u32,
     pub limit: u32,
+    /// `active`, `expired`, `suspended` or `revoked`.
+    #[serde(default)]
+    pub state: String,
 }
 
 /// A key's refusals of the last minute, by outcome.

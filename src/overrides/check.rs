@@ -9,18 +9,18 @@ use crate::config::{Cluster, Plan};
 use crate::policy::overrides::Override;
 use crate::redis::{connect, within, StoreError};
 
-/// The overrides kept at `state.path`.
-pub fn read_state(path: &Path, plans: &[Plan]) -> Result<Vec<Shown>, disk::DiskError> {
+/// The records kept at `state.path` (upgrades and key changes).
+pub fn read_state(path: &Path) -> Result<Vec<Override>, disk::DiskError> {
     if !path.exists() {
         return Ok(Vec::new());
     }
     let db = disk::open_read_only(path)?;
     let set = disk::read_all(&db)?;
-    Ok(show(set.values(), plans))
+    Ok(sorted(set.into_values()))
 }
 
-/// The overrides kept in the cluster's Redis, with a runtime of its own (`check` has none).
-pub fn read_redis(cfg: &Cluster, plans: &[Plan]) -> Result<Vec<Shown>, StoreError> {
+/// The records kept in the cluster's Redis, with a runtime of its own (`check` has none).
+pub fn read_redis(cfg: &Cluster) -> Result<Vec<Override>, StoreError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -33,16 +33,33 @@ pub fn read_redis(cfg: &Cluster, plans: &[Plan]) -> Result<Vec<Shown>, StoreErro
         cmd.arg(redis_set::set_key(&cfg.key_prefix));
         let pairs: HashMap<String, String> =
             within(deadline, &cfg.redis_url, client.query(&cmd)).await?;
-        Ok(shown_of_fields(&pairs, plans))
+        Ok(records_of_fields(&pairs))
     })
 }
 
-/// The overrides of a Redis set (field → JSON), shown: one each, whatever their number.
-fn shown_of_fields(pairs: &HashMap<String, String>, plans: &[Plan]) -> Vec<Shown> {
-    let records: Vec<Override> = pairs
-        .values()
-        .filter_map(|v| serde_json::from_str::<Override>(v).ok())
-        .collect();
+/// The records of a Redis set (field → one part as JSON), each digest's parts merged: one
+/// record per digest, whatever their number.
+fn records_of_fields(pairs: &HashMap<String, String>) -> Vec<Override> {
+    let mut by_hash: HashMap<&str, Override> = HashMap::new();
+    for (f, v) in pairs {
+        let Some((hash, _)) = redis_set::split_field(f) else {
+            continue;
+        };
+        if let Ok(o) = serde_json::from_str::<Override>(v) {
+            by_hash.entry(hash).or_default().merge(o);
+        }
+    }
+    sorted(by_hash.into_values())
+}
+
+fn sorted(records: impl Iterator<Item = Override>) -> Vec<Override> {
+    let mut v: Vec<Override> = records.collect();
+    v.sort_by(|a, b| a.key.cmp(&b.key));
+    v
+}
+
+/// The upgrades among `records`, as `check` shows them.
+pub fn upgrades(records: &[Override], plans: &[Plan]) -> Vec<Shown> {
     show(records.iter(), plans)
 }
 
@@ -58,16 +75,16 @@ mod tests {
         let pairs: HashMap<String, String> = (0..300)
             .map(|i| {
                 let o = Override {
-                    plan_id: 3,
-                    replaced: 1,
-                    key: format!("shop-{i:03}"),
-                    partner: None,
+                    plan_id: Some(3),
+                    replaced: Some(1),
                     at_ms: i,
+                    ..Override::named(&format!("shop-{i:03}"))
                 };
-                (format!("field-{i}"), serde_json::to_string(&o).unwrap())
+                let field = redis_set::field(&crate::digest::Digest::of(&i.to_be_bytes()));
+                (field, serde_json::to_string(&o).unwrap())
             })
             .collect();
-        let shown = shown_of_fields(&pairs, &plans);
+        let shown = upgrades(&records_of_fields(&pairs), &plans);
         assert_eq!(shown.len(), 300);
         assert_eq!(shown[0].key, "shop-000");
         assert_eq!(shown[299].key, "shop-299");

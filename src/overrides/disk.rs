@@ -76,24 +76,34 @@ pub fn read_all(db: &impl ReadableDatabase) -> Result<Overrides, DiskError> {
     Ok(set)
 }
 
-/// Write one override (or its removal); durable when it returns (redb's default durability):
-/// an acknowledged change is a kept one.
-pub fn write(db: &redb::Database, d: &Digest, record: Option<&Override>) -> Result<(), DiskError> {
+/// Write records (or their removal, `None`) in one transaction; durable when it returns
+/// (redb's default durability): all of them are kept, or none.
+pub fn write_all(
+    db: &redb::Database,
+    records: &[(Digest, Option<Override>)],
+) -> Result<(), DiskError> {
     let txn = db.begin_write().map_err(store)?;
     {
         let mut table = txn.open_table(TABLE).map_err(store)?;
-        match record {
-            Some(o) => {
-                table
-                    .insert(&d.0[..], super::json(o).as_bytes())
-                    .map_err(store)?;
-            }
-            None => {
-                table.remove(&d.0[..]).map_err(store)?;
+        for (d, record) in records {
+            match record {
+                Some(o) => {
+                    table
+                        .insert(&d.0[..], super::json(o).as_bytes())
+                        .map_err(store)?;
+                }
+                None => {
+                    table.remove(&d.0[..]).map_err(store)?;
+                }
             }
         }
     }
     txn.commit().map_err(store)
+}
+
+/// Write one record (or its removal).
+pub fn write(db: &redb::Database, d: &Digest, record: Option<&Override>) -> Result<(), DiskError> {
+    write_all(db, &[(*d, record.cloned())])
 }
 
 #[cfg(test)]
@@ -106,11 +116,11 @@ mod tests {
         let path = dir.path().join("state.db");
         let db = open(&path).unwrap();
         let o = Override {
-            plan_id: 2,
-            replaced: 1,
-            key: "k".into(),
+            plan_id: Some(2),
+            replaced: Some(1),
             partner: Some("p".into()),
             at_ms: 7,
+            ..Override::named("k")
         };
         let d = Digest([3; 32]);
         write(&db, &d, Some(&o)).unwrap();

@@ -10,9 +10,14 @@
 //! | `state.path` | an embedded, crash-safe database on local disk ([`disk`]) | this process |
 //! | neither | memory | this process, until it stops (`check` warns) |
 //!
-//! An upgrade the upstream accepted is written before its answer goes back to the partner: an
-//! acknowledged upgrade is a kept one. A write that fails is logged; the override still applies
-//! in this process. `tollgate check` reads what is kept through [`check`].
+//! Part three keeps the changes of keys that change live in the same records (suspension,
+//! revocation, a live limit or quota: [`Part`]), by the same stores and the same sync.
+//!
+//! An operator's change ([`PlanOverrides::change`]) is kept before it is applied and
+//! acknowledged: a store that cannot keep it refuses it, and nothing is applied anywhere. An
+//! upgrade or lifecycle operation the upstream accepted is written before its answer goes
+//! back to the partner; a write that fails is logged, and the change still applies in this
+//! process. `tollgate check` reads what is kept through [`check`].
 
 pub mod check;
 pub mod disk;
@@ -24,10 +29,11 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::routes::Effect;
 use crate::config::{Cluster, Plan};
 use crate::digest::Digest;
-use crate::policy::keys::KeyIdx;
-use crate::policy::overrides::{Override, Overrides, Upgrade};
+use crate::policy::keys::{Found, KeyIdx};
+use crate::policy::overrides::{Action, ChangeRefused, Drop, Override, Overrides, Part, Upgrade};
 use crate::policy::Policy;
 use crate::runtime::live::{unix_ms, Forget, LivePolicy};
 pub use sync::OverrideSync;
@@ -50,13 +56,39 @@ pub enum KeepError {
     Task(String),
 }
 
+/// Why a change to a key was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// No key has that name (or that secret).
+    #[error("no such key")]
+    NotFound,
+    /// The change cannot be made to that key.
+    #[error(transparent)]
+    Refused(#[from] ChangeRefused),
+    /// The store could not keep it: nothing was applied.
+    #[error("not kept ({0}): nothing was changed")]
+    NotKept(#[from] KeepError),
+}
+
+/// Which key a change is for.
+#[derive(Clone, Copy, Debug)]
+pub enum Target<'a> {
+    /// By its name.
+    Name(&'a str),
+    /// By the digest of its secret (any of its digests in force).
+    Digest(&'a Digest),
+}
+
 /// Where the overrides are kept, and (with Redis) the version this process last applied.
 pub struct PlanOverrides {
     backend: Backend,
     version: Mutex<String>,
+    /// Changes made here, one at a time (each reads the records in force, keeps the new ones,
+    /// then applies them).
+    serial: tokio::sync::Mutex<()>,
 }
 
-/// What `check`, the admin API and the page show of one override.
+/// What `check`, the admin API and the page show of one upgrade.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shown {
     pub key: String,
@@ -96,6 +128,7 @@ impl PlanOverrides {
         Self {
             backend,
             version: Mutex::new(String::new()),
+            serial: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -110,9 +143,18 @@ impl PlanOverrides {
         *self.version.lock().unwrap_or_else(|e| e.into_inner()) = v;
     }
 
+    /// Where changes are kept, in words (`memory`, `disk`, `redis`).
+    pub fn kind(&self) -> &'static str {
+        match self.backend {
+            Backend::Memory => "memory",
+            Backend::Disk(_) => "disk",
+            Backend::Redis(_) => "redis",
+        }
+    }
+
     /// The upstream accepted `upgrade` from the key `by`, decided on `decided` (the policy of
-    /// the request): apply it on that policy and on the one in force now, keep it, log it.
-    /// What changed, for the access line (`from->to` plan names).
+    /// the request): apply it, keep it, log it. What changed, for the access line (`from->to`
+    /// plan names).
     pub async fn upgraded(
         &self,
         live: &LivePolicy,
@@ -120,34 +162,29 @@ impl PlanOverrides {
         upgrade: &Upgrade,
         by: KeyIdx,
     ) -> Option<String> {
-        let now = live.load();
+        let _one = self.serial.lock().await;
         let (kept, before) = decided.apply_upgrade(upgrade, by, unix_ms())?;
         let from = decided.config.plans[before].name.clone();
         let to = decided.config.plans[upgrade.plan].name.clone();
-        live.with_overrides(|set| {
-            match &kept {
-                Some(o) => set.insert(upgrade.target, o.clone()),
-                None => set.remove(&upgrade.target),
-            };
-        });
-        if !std::ptr::eq(&now.policy, decided) {
-            // A reload came in between: the policy in force gets it too.
-            let one: Overrides = kept.iter().map(|o| (upgrade.target, o.clone())).collect();
-            now.policy.apply_overrides(&one);
-            if kept.is_none() {
-                if let Some(k) = now.policy.keys.lookup(&upgrade.target) {
-                    now.policy.keys.get(k).set_plan_override(None);
-                }
-            }
-        }
-        let partner = kept.as_ref().and_then(|o| o.partner.clone());
         let key = decided
             .keys
             .get(upgrade.key.unwrap_or_default())
             .name
             .as_str()
             .to_string();
-        if let Err(why) = self.keep(&upgrade.target, kept.as_ref()).await {
+        let partner = kept.as_ref().and_then(|o| o.partner.clone());
+        let mut record = live
+            .with_overrides(|set| set.get(&upgrade.target).cloned())
+            .unwrap_or_else(|| Override::named(&key));
+        record.clear(Part::Plan);
+        if let Some(o) = kept {
+            record.merge(o);
+        }
+        let change = [(upgrade.target, Part::Plan, record)];
+        live.put_records(&change);
+        let result = self.keep(&change).await;
+        live.metrics().admin_change("upgrade", result.is_ok());
+        if let Err(why) = result {
             tracing::error!(
                 target: "tollgate::overrides",
                 key = %key,
@@ -166,34 +203,145 @@ impl PlanOverrides {
         Some(format!("{from}->{to}"))
     }
 
-    /// Write one override (or its removal) where overrides are kept; returns when it is.
-    async fn keep(&self, digest: &Digest, record: Option<&Override>) -> Result<(), KeepError> {
+    /// Make `action` on the key `target`, by `by` (`admin`, or `partner:<name>`): keep it
+    /// where changes are kept, then apply it here (and, through the store, on every replica).
+    /// The key's name.
+    ///
+    /// An operator's change that cannot be kept is refused and applied nowhere ([`ChangeError::
+    /// NotKept`]); a partner's (`apply_unkept`), which the upstream has already accepted, is
+    /// applied here all the same, and the failure logged.
+    pub async fn change(
+        &self,
+        live: &LivePolicy,
+        target: Target<'_>,
+        action: Action,
+        by: &str,
+        apply_unkept: bool,
+    ) -> Result<String, ChangeError> {
+        let _one = self.serial.lock().await;
+        let snap = live.load();
+        let keys = &snap.policy.keys;
+        let k = match target {
+            Target::Name(name) => keys.find_by_name(name),
+            Target::Digest(d) => match keys.resolve(d) {
+                Some(Found::Key(k)) => Some(k),
+                Some(Found::Alias(a)) => Some(keys.alias(a).key),
+                None => None,
+            },
+        }
+        .ok_or(ChangeError::NotFound)?;
+        let name = keys.get(k).name.as_str().to_string();
+        let changes =
+            live.with_overrides(|set| snap.policy.change(k, &action, by, unix_ms(), set))?;
+        let kept = self.keep(&changes).await;
+        if let Err(why) = &kept {
+            tracing::error!(
+                target: "tollgate::keys",
+                key = %name,
+                action = %action.name(),
+                by = %by,
+                error = %why,
+                "key change not kept"
+            );
+            if !apply_unkept {
+                return Err(ChangeError::NotKept(kept.unwrap_err()));
+            }
+        }
+        live.put_records(&changes);
+        tracing::info!(
+            target: "tollgate::keys",
+            key = %name,
+            action = %action.name(),
+            by = %by,
+            "key changed"
+        );
+        Ok(name)
+    }
+
+    /// The upstream accepted a partner's lifecycle operation (`effect`) on the customer key
+    /// whose digest is `target`: apply it, keep it (a failure to keep it is logged: the
+    /// provider has done it, so the edge does it too), count it. The action, for the access
+    /// line; `None` when the key is not one of this config's.
+    pub async fn partner_effect(
+        &self,
+        live: &LivePolicy,
+        effect: Effect,
+        target: &Digest,
+        by: &str,
+    ) -> Option<&'static str> {
+        let action = match effect {
+            Effect::Suspend => Action::Suspend(None),
+            Effect::Resume => Action::Resume,
+            Effect::Delete => Action::Revoke,
+            Effect::Upgrade => return None,
+        };
+        let done = self
+            .change(live, Target::Digest(target), action, by, true)
+            .await;
+        live.metrics().admin_change(effect.action(), done.is_ok());
+        match done {
+            Ok(_) => Some(effect.action()),
+            Err(why) => {
+                tracing::warn!(target: "tollgate::keys", by = %by, action = %effect.action(), error = %why, "partner's change not applied at the edge");
+                None
+            }
+        }
+    }
+
+    /// Keep the records `changes` name (each digest's whole record, the part changed named)
+    /// where overrides are kept; returns when they are, all of them or none.
+    async fn keep(&self, changes: &[(Digest, Part, Override)]) -> Result<(), KeepError> {
         match &self.backend {
             Backend::Memory => Ok(()),
             Backend::Disk(db) => {
-                let (db, d, r) = (Arc::clone(db), *digest, record.cloned());
-                tokio::task::spawn_blocking(move || disk::write(&db, &d, r.as_ref()))
+                let db = Arc::clone(db);
+                let records: Vec<(Digest, Option<Override>)> = changes
+                    .iter()
+                    .map(|(d, _, o)| (*d, (!o.is_empty()).then(|| o.clone())))
+                    .collect();
+                tokio::task::spawn_blocking(move || disk::write_all(&db, &records))
                     .await
                     .map_err(|e| KeepError::Task(e.to_string()))?
                     .map_err(KeepError::from)
             }
-            Backend::Redis(r) => Ok(r.write(digest, record).await?),
+            Backend::Redis(r) => {
+                let parts: Vec<(String, Option<String>)> = changes
+                    .iter()
+                    .map(|(d, part, o)| {
+                        (
+                            redis_set::part_field(d, *part),
+                            o.only(*part).as_ref().map(json),
+                        )
+                    })
+                    .collect();
+                Ok(r.write(&parts).await?)
+            }
         }
     }
 
     /// `DELETE /api/overrides/{name}`: the key back on its YAML plan. Whether it had one.
     pub async fn remove(&self, live: &LivePolicy, name: &str) -> Result<bool, KeepError> {
+        let _one = self.serial.lock().await;
         let snap = live.load();
-        let Some(digest) = snap.policy.clear_override(name) else {
+        let Some(k) = snap.policy.keys.find_by_name(name) else {
             return Ok(false);
         };
-        let had = live.with_overrides(|set| set.remove(&digest).is_some());
-        self.keep(&digest, None).await?;
+        let digest = snap.policy.keys.get(k).digest;
+        let Some(mut record) = live
+            .with_overrides(|set| set.get(&digest).cloned())
+            .filter(|o| o.has(Part::Plan))
+        else {
+            return Ok(false);
+        };
+        record.clear(Part::Plan);
+        let change = [(digest, Part::Plan, record)];
+        self.keep(&change).await?;
+        live.put_records(&change);
         tracing::info!(target: "tollgate::overrides", key = %name, "plan override removed by the operator");
-        Ok(had)
+        Ok(true)
     }
 
-    /// The overrides in force, for the admin API and the page.
+    /// The upgrades in force, for the admin API and the page.
     pub fn shown(live: &LivePolicy, policy: &Policy) -> Vec<Shown> {
         live.with_overrides(|set| show(set.values(), &policy.config.plans))
     }
@@ -205,17 +353,17 @@ impl PlanOverrides {
 }
 
 impl Forget for PlanOverrides {
-    /// Remove overrides a reload dropped from where they are kept: the disk at once; Redis
-    /// through the next poll (a reload is not async): forgetting the version makes it read
-    /// the whole set again, apply it to this config, and delete what this config drops.
-    fn forget(&self, dropped: Vec<Digest>) {
+    /// Rewrite what a reload dropped where it is kept: the disk at once; Redis through the
+    /// next poll (a reload is not async): forgetting the version makes it read the whole set
+    /// again, apply it to this config, and delete what this config drops.
+    fn forget(&self, drops: &[Drop]) {
         match &self.backend {
             Backend::Memory => {}
             Backend::Disk(db) => {
-                for d in &dropped {
-                    if let Err(e) = disk::write(db, d, None) {
-                        tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
-                    }
+                let records: Vec<(Digest, Option<Override>)> =
+                    drops.iter().map(|d| (d.digest, d.after.clone())).collect();
+                if let Err(e) = disk::write_all(db, &records) {
+                    tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
                 }
             }
             Backend::Redis(_) => self.set_version(String::new()),
@@ -223,7 +371,8 @@ impl Forget for PlanOverrides {
     }
 }
 
-/// `records` as shown, sorted by key name; a plan no plan has any more is shown by its id.
+/// The upgrades among `records`, as shown, sorted by key name; a plan no plan has any more is
+/// shown by its id.
 fn show<'o>(records: impl Iterator<Item = &'o Override>, plans: &[Plan]) -> Vec<Shown> {
     let name = |id: u32| {
         plans
@@ -232,14 +381,17 @@ fn show<'o>(records: impl Iterator<Item = &'o Override>, plans: &[Plan]) -> Vec<
             .map_or_else(|| format!("plan_id {id}"), |p| p.name.clone())
     };
     let mut v: Vec<Shown> = records
-        .map(|o| Shown {
-            key: o.key.clone(),
-            plan: name(o.plan_id),
-            plan_id: o.plan_id,
-            replaced: name(o.replaced),
-            replaced_plan_id: o.replaced,
-            partner: o.partner.clone(),
-            at_ms: o.at_ms,
+        .filter_map(|o| {
+            let (plan_id, replaced) = (o.plan_id?, o.replaced.unwrap_or(0));
+            Some(Shown {
+                key: o.key.clone(),
+                plan: name(plan_id),
+                plan_id,
+                replaced: name(replaced),
+                replaced_plan_id: replaced,
+                partner: o.partner.clone(),
+                at_ms: o.at_ms,
+            })
         })
         .collect();
     v.sort_by(|a, b| a.key.cmp(&b.key));

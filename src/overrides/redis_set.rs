@@ -1,8 +1,11 @@
-//! Overrides in Redis (with the `cluster` block): one hash `{<prefix>:ov}:set` (field: a hash
-//! of the key's digest; value: the override as JSON, with the key's *name*) and a version
-//! counter `{<prefix>:ov}:v`; both expire 30 days after the last replica touched them.
-//! `write.lua` changes one override and bumps the version; `poll.lua` answers the version and,
-//! when it moved, the whole set. Both keys share a hash tag: one slot on a Redis Cluster.
+//! Overrides in Redis (with the `cluster` block): one hash `{<prefix>:ov}:set` and a version
+//! counter `{<prefix>:ov}:v`; both expire 30 days after the last replica touched them. Each
+//! part of a key's record ([`Part`]) is a field of its own: a hash of the digest, then the
+//! part's suffix (none for an upgrade, as in part two; `:s`, `:r`, `:l`, `:q`), its value
+//! that part as JSON, with the key's *name*. Two replicas changing two parts of one key never
+//! overwrite each other. `write.lua` changes parts and bumps the version in one step;
+//! `poll.lua` answers the version and, when it moved, the whole set. Both keys share a hash
+//! tag: one slot on a Redis Cluster.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,7 +13,7 @@ use std::time::Duration;
 use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::limit::shared::hashed;
-use crate::policy::overrides::Override;
+use crate::policy::overrides::Part;
 use crate::redis::{connect, within, Client, Lua, StoreError};
 
 /// How long the overrides stay in Redis after the last replica touched them.
@@ -74,19 +77,18 @@ impl RedisSet {
         r
     }
 
-    /// Write one override (or its removal) and bump the version; returns when Redis has it.
-    pub async fn write(
-        &self,
-        digest: &Digest,
-        record: Option<&Override>,
-    ) -> Result<(), StoreError> {
+    /// Write parts of overrides (each `(field, JSON)` put, or deleted when the JSON is
+    /// `None`) and bump the version, all in one script: all of them are kept, or none.
+    /// Returns when Redis has them.
+    pub async fn write(&self, parts: &[(String, Option<String>)]) -> Result<(), StoreError> {
         let ttl = TTL.as_millis() as u64;
-        let f = field(digest);
-        let json = record.map(super::json).unwrap_or_default();
-        let op = if record.is_some() { "put" } else { "del" };
         let _: i64 = self
             .call(&self.write, |c| {
-                c.arg(op).arg(&f).arg(&json).arg(ttl);
+                c.arg(ttl);
+                for (f, json) in parts {
+                    let op = if json.is_some() { "put" } else { "del" };
+                    c.arg(op).arg(f).arg(json.as_deref().unwrap_or(""));
+                }
             })
             .await?;
         Ok(())
@@ -124,6 +126,19 @@ pub fn set_key(prefix: &str) -> String {
 /// The name of a key's override in Redis: a hash of its digest under a label of its own.
 pub fn field(d: &Digest) -> String {
     hashed(b"tollgate-cluster-override:", d)
+}
+
+/// The name of one part of a digest's record in Redis.
+pub fn part_field(d: &Digest, part: Part) -> String {
+    let mut f = field(d);
+    f.push_str(part.suffix());
+    f
+}
+
+/// A field split into the digest's hash and the part it holds (`None`: not a field of ours).
+pub fn split_field(f: &str) -> Option<(&str, Part)> {
+    let (hash, suffix) = f.split_at_checked(32)?;
+    Some((hash, Part::of_suffix(suffix)?))
 }
 
 #[cfg(test)]

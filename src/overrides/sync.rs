@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use super::redis_set::field;
+use super::redis_set::{field, part_field, split_field};
 use super::{Backend, PlanOverrides};
 use crate::policy::overrides::{Override, Overrides};
 use crate::policy::Policy;
@@ -33,22 +33,21 @@ impl OverrideSync {
         let Some(pairs) = polled.pairs else {
             return Ok(());
         };
+        // Serialized with the changes made here: a change kept but not yet applied here is
+        // applied before this set is put in force (it is in the set).
+        let _one = self.overrides.serial.lock().await;
         let snap = self.live.load();
-        let policy = &snap.policy;
-        let mut set = from_fields(policy, &pairs);
-        // Keys that lost their override elsewhere go back to their YAML plan here.
-        for (_, e) in policy.keys.iter() {
-            if e.plan_override().is_some() && !set.contains_key(&e.digest) {
-                e.set_plan_override(None);
-            }
+        let mut set = from_fields(&snap.policy, &pairs);
+        let dropped = self.live.replace_overrides(&mut set);
+        for d in &dropped {
+            tracing::info!(target: "tollgate::overrides", key = %d.before.key, reason = d.why.as_str(), "override dropped");
+            let gone: Vec<(String, Option<String>)> = d
+                .parts
+                .iter()
+                .map(|&p| (part_field(&d.digest, p), None))
+                .collect();
+            let _ = r.write(&gone).await;
         }
-        let dropped = policy.apply_overrides(&set);
-        for (d, o, why) in &dropped {
-            set.remove(d);
-            tracing::info!(target: "tollgate::overrides", key = %o.key, reason = why.as_str(), "plan override dropped");
-            let _ = r.write(d, None).await;
-        }
-        self.live.with_overrides(|in_force| *in_force = set);
         // After a drop, read everything again next time (what was deleted is gone by then).
         self.overrides.set_version(if dropped.is_empty() {
             polled.version
@@ -59,24 +58,52 @@ impl OverrideSync {
     }
 }
 
-/// The overrides of Redis's `pairs` (field → JSON) for the keys of `policy`. Fields are hashes
-/// of digests and each record names its key: a key counts when its name is the record's and
-/// its digest hashes to the field. One pass over the keys, whatever the number of overrides.
+/// The records of Redis's `pairs` (field → one part as JSON) for the digests of `policy`'s
+/// keys and their `previous` digests. Fields are hashes of digests and each part names its
+/// key: a digest counts when its key's name is the part's and it hashes to the field. One
+/// pass over the keys, whatever the number of records; only a revocation whose key's name is
+/// in no entry any more (a renamed or removed key) makes every digest be hashed, so that it
+/// still finds its digest.
 fn from_fields(policy: &Policy, pairs: &HashMap<String, String>) -> Overrides {
-    let mut by_name: HashMap<String, Vec<(&str, Override)>> = HashMap::new();
+    let mut by_hash: HashMap<&str, Override> = HashMap::new();
     for (f, v) in pairs {
-        if let Ok(o) = serde_json::from_str::<Override>(v) {
-            by_name.entry(o.key.clone()).or_default().push((f, o));
-        }
-    }
-    let mut set = Overrides::new();
-    for (_, e) in policy.keys.iter() {
-        let Some(records) = by_name.get(e.name.as_str()) else {
+        let Some((hash, _)) = split_field(f) else {
             continue;
         };
-        let f = field(&e.digest);
-        if let Some((_, o)) = records.iter().find(|(rf, _)| *rf == f) {
-            set.insert(e.digest, o.clone());
+        if let Ok(o) = serde_json::from_str::<Override>(v) {
+            by_hash.entry(hash).or_default().merge(o);
+        }
+    }
+    let mut by_name: HashMap<String, Vec<&str>> = HashMap::new();
+    for (hash, o) in &by_hash {
+        by_name.entry(o.key.clone()).or_default().push(hash);
+    }
+    let keys = &policy.keys;
+    let digests = keys
+        .iter()
+        .map(|(k, e)| (k, e.digest))
+        .chain(keys.aliases().map(|(_, a)| (a.key, a.digest)));
+    let mut set = Overrides::new();
+    for (k, d) in digests {
+        let Some(hashes) = by_name.get(keys.get(k).name.as_str()) else {
+            continue;
+        };
+        let f = field(&d);
+        if let Some(&h) = hashes.iter().find(|&&h| h == f) {
+            if let Some(o) = by_hash.remove(h) {
+                set.insert(d, o);
+            }
+        }
+    }
+    if by_hash.values().any(|o| o.revoked.is_some()) {
+        let digests = keys
+            .iter()
+            .map(|(_, e)| e.digest)
+            .chain(keys.aliases().map(|(_, a)| a.digest));
+        for d in digests {
+            if let Some(o) = by_hash.remove(field(&d).as_str()) {
+                set.insert(d, o);
+            }
         }
     }
     set

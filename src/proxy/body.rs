@@ -39,10 +39,10 @@ pub async fn check(
     let req = session.req_header();
     let declared = declared_length(&req.headers)?;
     ctx.declared = declared;
-    let Some(rule) = rule else {
+    if rule.is_none() {
         check_declared_length(declared, limits.max_body_bytes.get())?;
         return Ok(());
-    };
+    }
     let cap = limits.max_validated_body_bytes.get();
     check_content_type(req.headers.get(CONTENT_TYPE).map(|v| v.as_bytes()))?;
     check_declared_length(declared, cap)?;
@@ -70,7 +70,11 @@ pub async fn check(
     if let Some(conn) = &ctx.conn {
         conn.body_done();
     }
-    ctx.upgrade = policy.check_request_body(key, rule, &body)?;
+    // A route with a body rule was classified: `ctx.route` is set.
+    let route = ctx
+        .route
+        .ok_or_else(|| Refusal::new(Code::InvalidBody, "no route"))?;
+    ctx.pending = policy.check_request_body(key, route, &body)?;
     ctx.checked_body = Some(body.len());
     ctx.reframe_body = !framed_as(&session.req_header().headers, body.len());
     Ok(())

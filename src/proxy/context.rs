@@ -9,9 +9,10 @@ use http::HeaderValue;
 use crate::config::routes::RouteIdx;
 use crate::edge::stream::Conn;
 use crate::limit::Quota;
+use crate::policy::authenticate::NotAuthenticated;
 use crate::policy::client::Client;
 use crate::policy::keys::{Credential, KeyIdx};
-use crate::policy::overrides::Upgrade;
+use crate::policy::overrides::Pending;
 use crate::policy::Outcome;
 use crate::runtime::live::Snapshot;
 
@@ -52,10 +53,17 @@ pub struct Ctx {
     pub streamed: u64,
     pub upstream_started: Option<Instant>,
     pub upstream_elapsed: Option<Duration>,
-    /// A service upgrade whose body was checked: applied if the upstream accepts it.
-    pub upgrade: Option<Upgrade>,
+    /// A partner's operation on a customer key whose body was checked (an upgrade, a
+    /// suspension, ...): applied if the upstream accepts it.
+    pub pending: Option<Pending>,
     /// The plan change an accepted upgrade made (`from->to`), for the access line.
     pub upgraded: Option<String>,
+    /// The lifecycle change an accepted partner operation made (`partner_suspend`, ...), for
+    /// the access line.
+    pub changed: Option<&'static str>,
+    /// Why authentication failed, when it did (the access line's `reason`, and the key's name
+    /// for a known key that is refused).
+    pub not_authenticated: Option<NotAuthenticated>,
     /// The refusal's code, when the gateway answered one.
     pub code: Option<crate::policy::Code>,
 }
@@ -81,8 +89,10 @@ impl Ctx {
             streamed: 0,
             upstream_started: None,
             upstream_elapsed: None,
-            upgrade: None,
+            pending: None,
             upgraded: None,
+            changed: None,
+            not_authenticated: None,
             code: None,
         }
     }
@@ -104,12 +114,22 @@ impl Ctx {
         }
     }
 
-    /// The operator's name for the caller's key (`-` before authentication); never the key.
+    /// The operator's name for the caller's key (`-` before authentication, or when the key
+    /// is unknown); never the key. A known key refused as expired, suspended or revoked is
+    /// named (the client's 401 does not say so; the operator's log does).
     pub fn key_name(&self) -> &str {
-        match (&self.snap, self.key) {
+        let key = self
+            .key
+            .or_else(|| self.not_authenticated.and_then(|n| n.key));
+        match (&self.snap, key) {
             (Some(s), Some(k)) => &s.policy.keys.get(k).name,
             _ => "-",
         }
+    }
+
+    /// Why authentication failed, for the access line (`None` when it did not).
+    pub fn reason(&self) -> Option<&'static str> {
+        self.not_authenticated.map(|n| n.reason.as_str())
     }
 
     /// The upstream leg's duration, closed now if it is still open.

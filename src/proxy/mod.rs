@@ -36,6 +36,7 @@ use pingora::{Error, ErrorType, Result};
 use crate::clock::Clock;
 use crate::edge::stream::EdgeStream;
 use crate::overrides::PlanOverrides;
+use crate::policy::overrides::Pending;
 use crate::policy::{Forward, Refusal, RequestHead};
 use crate::runtime::lifecycle::Health;
 use crate::runtime::live::LivePolicy;
@@ -170,6 +171,10 @@ impl Gateway {
         let mut decision = policy.decide_waiting(&head, client, self.clock.now(), true);
         if decision.unsettled {
             decision = Box::pin(self.settled(policy, &head, client)).await;
+        }
+        if let Some(why) = decision.not_authenticated {
+            self.live.metrics().key_refused(why.reason);
+            ctx.not_authenticated = Some(why);
         }
         if let Some(b) = decision.block_started {
             self.live
@@ -331,12 +336,21 @@ impl ProxyHttp for Gateway {
         if resp.status.is_success() {
             // A partner's upgrade the upstream accepted: in force from the next request, and
             // kept before the partner hears of it (an acknowledged upgrade is a kept one).
-            if let (Some(upgrade), Some(snap), Some(key)) = (ctx.upgrade.take(), &ctx.snap, ctx.key)
-            {
-                ctx.upgraded = self
-                    .overrides
-                    .upgraded(&self.live, &snap.policy, &upgrade, key)
-                    .await;
+            match (ctx.pending.take(), &ctx.snap, ctx.key) {
+                (Some(Pending::Upgrade(upgrade)), Some(snap), Some(key)) => {
+                    ctx.upgraded = self
+                        .overrides
+                        .upgraded(&self.live, &snap.policy, &upgrade, key)
+                        .await;
+                }
+                (Some(Pending::Lifecycle { effect, target, .. }), Some(snap), Some(key)) => {
+                    let by = format!("partner:{}", snap.policy.keys.get(key).name);
+                    ctx.changed = self
+                        .overrides
+                        .partner_effect(&self.live, effect, &target, &by)
+                        .await;
+                }
+                _ => {}
             }
         }
         resp.insert_header("X-Request-Id", ctx.request_id.clone())?;
@@ -417,6 +431,9 @@ impl ProxyHttp for Gateway {
             duration_ms = total.as_secs_f64() * 1e3,
             upstream_ms = ctx.upstream_elapsed.map(|d| d.as_secs_f64() * 1e3),
             upgrade = ctx.upgraded.as_deref(),
+            change = ctx.changed.map(tracing::field::display),
+            // `reason=suspended`, as the contract writes it.
+            reason = ctx.reason().map(tracing::field::display),
             "request"
         );
     }

@@ -188,6 +188,28 @@ impl BackgroundService for BlockSweeper {
     }
 }
 
+/// Keys that expire (`expires_at`) and `previous` digests that stop (`until`): marked on the
+/// policy in force at their instant on the wall clock. It sleeps until the next one, and at
+/// most a second (a reload may bring new ones, and the wall clock may step either way).
+pub struct Expiry {
+    pub live: Arc<LivePolicy>,
+}
+
+#[async_trait]
+impl BackgroundService for Expiry {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        loop {
+            let now = crate::clock::wall_ms();
+            let next = self.live.expire(now);
+            let wait = next.map_or(1000, |at| at.saturating_sub(now).clamp(1, 1000));
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
 /// Marks the process ready once the gateway's listener accepts a TCP connection.
 pub struct ReadinessProbe {
     pub health: Arc<Health>,

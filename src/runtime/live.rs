@@ -27,7 +27,7 @@ use super::upstream::Target;
 use crate::config::{self, Config, ConfigError};
 use crate::digest::Digest;
 use crate::limit::{LocalStore, Store};
-use crate::policy::overrides::Overrides;
+use crate::policy::overrides::{Drop, Override, Overrides, Part};
 use crate::policy::Policy;
 use crate::usage::Usage;
 
@@ -84,7 +84,7 @@ pub struct LivePolicy {
 /// Where the overrides in force are kept: told what a compile dropped (a reload that changed
 /// those keys in the YAML), to forget it there too.
 pub trait Forget: Send + Sync {
-    fn forget(&self, dropped: Vec<Digest>);
+    fn forget(&self, drops: &[Drop]);
 }
 
 impl LivePolicy {
@@ -158,8 +158,56 @@ impl LivePolicy {
     pub fn with_overrides<R>(&self, f: impl FnOnce(&mut Overrides) -> R) -> R {
         let mut set = self.in_force.lock().unwrap_or_else(|e| e.into_inner());
         let r = f(&mut set);
-        self.metrics.set_plan_overrides(set.len());
+        self.metrics.set_plan_overrides(upgrades(&set));
         r
+    }
+
+    /// Put records just kept in force: in the set every later snapshot is compiled with, and
+    /// on the policy in force now. Serialized with reloads, so that no reload compiled before
+    /// the change replaces the policy after it.
+    pub fn put_records(&self, changes: &[(Digest, Part, Override)]) {
+        let _serial = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let snap = self.current.load();
+        self.with_overrides(|set| {
+            for (d, _, o) in changes {
+                if o.is_empty() {
+                    set.remove(d);
+                } else {
+                    set.insert(*d, o.clone());
+                }
+                snap.policy.apply_record(d, o);
+            }
+        });
+        self.metrics.set_key_states(&snap.policy);
+    }
+
+    /// Put `set` (every record kept, as another replica may have changed any) in force in
+    /// place of the set in force; what the policy in force drops of it is taken out of `set`
+    /// and returned (to be logged and forgotten where it is kept).
+    pub fn replace_overrides(&self, set: &mut Overrides) -> Vec<Drop> {
+        let _serial = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let snap = self.current.load();
+        let drops = snap.policy.apply_overrides(set);
+        for d in &drops {
+            match &d.after {
+                Some(o) => set.insert(d.digest, o.clone()),
+                None => set.remove(&d.digest),
+            };
+        }
+        self.with_overrides(|in_force| in_force.clone_from(set));
+        self.metrics.set_key_states(&snap.policy);
+        drops
+    }
+
+    /// Mark what has expired at the wall clock's `wall_ms` on the policy in force; the next
+    /// instant at which something expires.
+    pub fn expire(&self, wall_ms: u64) -> Option<u64> {
+        let snap = self.current.load();
+        let (changed, next) = snap.policy.keys.expire(wall_ms);
+        if changed {
+            self.metrics.set_key_states(&snap.policy);
+        }
+        next
     }
 
     /// From now on, refuse a reload to a config that holds a published demo key.
@@ -190,7 +238,7 @@ impl LivePolicy {
             let mut snapshot = compile(c, Ok(&old.policy), &self.metrics)?;
             let dropped = apply_in_force(&snapshot.policy, &self.in_force, &self.metrics);
             if let (false, Some(keeper)) = (dropped.is_empty(), self.forget.get()) {
-                keeper.forget(dropped);
+                keeper.forget(&dropped);
             }
             snapshot.generation = old.generation + 1;
             let snapshot = Arc::new(snapshot);
@@ -236,23 +284,34 @@ impl LivePolicy {
     }
 }
 
-/// Put the overrides in force on `policy`; drop (one log line each) and return those that no
-/// longer apply to it.
-fn apply_in_force(policy: &Policy, in_force: &Mutex<Overrides>, metrics: &Metrics) -> Vec<Digest> {
+/// Put the overrides in force on `policy` (and mark what has expired); drop (one log line
+/// each) and return what no longer applies to it.
+fn apply_in_force(policy: &Policy, in_force: &Mutex<Overrides>, metrics: &Metrics) -> Vec<Drop> {
     let mut set = in_force.lock().unwrap_or_else(|e| e.into_inner());
-    let dropped = policy.apply_overrides(&set);
-    for (digest, o, why) in &dropped {
-        set.remove(digest);
+    policy.keys.expire(crate::clock::wall_ms());
+    let drops = policy.apply_overrides(&set);
+    for d in &drops {
+        match &d.after {
+            Some(o) => set.insert(d.digest, o.clone()),
+            None => set.remove(&d.digest),
+        };
+        let parts: Vec<&str> = d.parts.iter().map(|p| p.name()).collect();
         tracing::info!(
             target: "tollgate::overrides",
-            key = %o.key,
-            plan_id = o.plan_id,
-            reason = why.as_str(),
-            "plan override dropped"
+            key = %d.before.key,
+            dropped = %parts.join(","),
+            reason = d.why.as_str(),
+            "override dropped"
         );
     }
-    metrics.set_plan_overrides(set.len());
-    dropped.into_iter().map(|(d, ..)| d).collect()
+    metrics.set_plan_overrides(upgrades(&set));
+    metrics.set_key_states(policy);
+    drops
+}
+
+/// The records of `set` that hold an upgrade (`tollgate_plan_overrides`).
+fn upgrades(set: &Overrides) -> usize {
+    set.values().filter(|o| o.has(Part::Plan)).count()
 }
 
 /// Compile `config` into a snapshot, carrying rate state and the store over from the policy
@@ -381,7 +440,7 @@ mod tests {
         let path = dir.path().join("gw.yaml");
         TestConfig::new().write(&path);
         let live = LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap();
-        assert!(metrics_text(&live).contains("tollgate_keys 7"));
+        assert!(metrics_text(&live).contains("tollgate_keys{state=\"active\"} 7"));
 
         // One key fewer, and a new listen address (which cannot move without a restart).
         TestConfig::new()
@@ -390,12 +449,12 @@ mod tests {
             .write(&path);
         let r = live.reload().unwrap();
         assert_eq!(r.restart_required, vec!["listen"]);
-        assert!(metrics_text(&live).contains("tollgate_keys 6"));
+        assert!(metrics_text(&live).contains("tollgate_keys{state=\"active\"} 6"));
 
         // An upstream that cannot be resolved is refused like a syntax error.
         let bad = TestConfig::new().upstream("http://no-such-host.invalid:9");
         let err = live.replace(bad.try_parse()).err().unwrap();
         assert_eq!(err.field, "upstream", "{err}");
-        assert!(metrics_text(&live).contains("tollgate_keys 6"));
+        assert!(metrics_text(&live).contains("tollgate_keys{state=\"active\"} 6"));
     }
 }

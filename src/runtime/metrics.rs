@@ -8,7 +8,9 @@
 //! | `tollgate_request_duration_seconds` | histogram | `route` |
 //! | `tollgate_upstream_duration_seconds` | histogram | `route` |
 //! | `tollgate_config_reloads_total` | counter | `result` (`success`, `error`) |
-//! | `tollgate_keys` | gauge | — |
+//! | `tollgate_keys` | gauge | `state` (`active`, `expired`, `suspended`, `revoked`) |
+//! | `tollgate_key_refusals_total` | counter | `reason` (`unknown`, `expired`, `suspended`, `revoked`) |
+//! | `tollgate_admin_changes_total` | counter | `action` (`suspend`, `resume`, `revoke`, `limit`, `quota`, `upgrade`, `partner_suspend`, `partner_resume`, `partner_delete`), `result` (`applied`, `refused`) |
 //! | `tollgate_connections` | gauge | `listener` (`http`, `tls`) |
 //! | `tollgate_connections_refused_total` | counter | `reason` (`max_connections`, `max_connections_per_ip`) |
 //! | `tollgate_auth_blocked_ips` | gauge | — |
@@ -32,7 +34,7 @@ use prometheus::{
 };
 
 use crate::config::routes::RouteIdx;
-use crate::policy::keys::Credential;
+use crate::policy::keys::{Credential, KeyRefusal, KeyState};
 use crate::policy::{Outcome, Policy};
 
 /// Histogram buckets for a proxy, in seconds: 100 µs (a refusal answered at the edge) to
@@ -54,7 +56,9 @@ pub struct Metrics {
     upstream_duration: HistogramVec,
     reload_success: IntCounter,
     reload_error: IntCounter,
-    keys: IntGauge,
+    keys: [IntGauge; 4],
+    key_refusals: [IntCounter; 4],
+    admin_changes: IntCounterVec,
     connections: IntGaugeVec,
     connections_refused: IntCounterVec,
     auth_blocked_ips: IntGauge,
@@ -105,9 +109,36 @@ impl Metrics {
             &["result"],
         )
         .expect("valid metric");
-        let keys = IntGauge::new(
-            "tollgate_keys",
-            "Keys in the config in force (customer and partner).",
+        let keys_vec = IntGaugeVec::new(
+            Opts::new(
+                "tollgate_keys",
+                "Keys in the config in force (customer and partner), by state.",
+            ),
+            &["state"],
+        )
+        .expect("valid metric");
+        let keys = KeyState::ALL.map(|s| keys_vec.with_label_values(&[s.as_str()]));
+        let refusals_vec = IntCounterVec::new(
+            Opts::new(
+                "tollgate_key_refusals_total",
+                "Presented keys that did not authenticate, by reason (the client's 401 is the same for all).",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
+        let key_refusals = [
+            KeyRefusal::Unknown,
+            KeyRefusal::Expired,
+            KeyRefusal::Suspended,
+            KeyRefusal::Revoked,
+        ]
+        .map(|r| refusals_vec.with_label_values(&[r.as_str()]));
+        let admin_changes = IntCounterVec::new(
+            Opts::new(
+                "tollgate_admin_changes_total",
+                "Changes to keys by the admin API and partners' operations, by action and result.",
+            ),
+            &["action", "result"],
         )
         .expect("valid metric");
         let build = IntGaugeVec::new(
@@ -148,7 +179,9 @@ impl Metrics {
             Box::new(request_duration.clone()),
             Box::new(upstream_duration.clone()),
             Box::new(reloads.clone()),
-            Box::new(keys.clone()),
+            Box::new(keys_vec),
+            Box::new(refusals_vec),
+            Box::new(admin_changes.clone()),
             Box::new(build),
             Box::new(connections.clone()),
             Box::new(connections_refused.clone()),
@@ -166,6 +199,8 @@ impl Metrics {
             reload_success: reloads.with_label_values(&["success"]),
             reload_error: reloads.with_label_values(&["error"]),
             keys,
+            key_refusals,
+            admin_changes,
             connections,
             connections_refused,
             auth_blocked_ips,
@@ -183,12 +218,39 @@ impl Metrics {
         self.connections_refused.with_label_values(&[reason])
     }
 
-    /// `tollgate_auth_blocked_ips`.
-    /// `tollgate_plan_overrides`: the overrides in force.
+    /// `tollgate_plan_overrides`: the upgrades in force.
     pub fn set_plan_overrides(&self, n: usize) {
         self.plan_overrides.set(n as i64);
     }
 
+    /// `tollgate_keys{state}`: `policy`'s keys by state.
+    pub fn set_key_states(&self, policy: &Policy) {
+        for (g, n) in self.keys.iter().zip(policy.keys.states()) {
+            g.set(n as i64);
+        }
+    }
+
+    /// `tollgate_key_refusals_total{reason}`.
+    pub fn key_refused(&self, reason: KeyRefusal) {
+        let i = match reason {
+            KeyRefusal::Unknown => 0,
+            KeyRefusal::Expired => 1,
+            KeyRefusal::Suspended => 2,
+            KeyRefusal::Revoked => 3,
+        };
+        self.key_refusals[i].inc();
+    }
+
+    /// `tollgate_admin_changes_total{action,result}`: a change applied, or refused (any 4xx,
+    /// or 503 when it could not be kept).
+    pub fn admin_change(&self, action: &str, applied: bool) {
+        let result = if applied { "applied" } else { "refused" };
+        self.admin_changes
+            .with_label_values(&[action, result])
+            .inc();
+    }
+
+    /// `tollgate_auth_blocked_ips`.
     pub fn set_auth_blocked_ips(&self, n: usize) {
         self.auth_blocked_ips.set(n as i64);
     }
@@ -230,7 +292,7 @@ impl Metrics {
     /// The label handles for `policy`'s routes and plans; sets `tollgate_keys` to its key count.
     pub fn meters(&self, policy: &Policy) -> Meters {
         let config = &policy.config;
-        self.keys.set(policy.keys.len() as i64);
+        self.set_key_states(policy);
         let mut routes: Vec<String> = config
             .catalogue
             .routes()
@@ -382,7 +444,7 @@ mod tests {
         let p = policy();
         let meters = m.meters(&p);
         let out = text(&m);
-        assert!(out.contains("tollgate_keys 7"), "{out}");
+        assert!(out.contains("tollgate_keys{state=\"active\"} 7"), "{out}");
         assert!(out.contains("tollgate_build_info{version="), "{out}");
         assert!(!out.contains("tollgate_requests_total{"), "{out}");
 

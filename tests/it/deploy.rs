@@ -37,6 +37,8 @@ const METRICS: &[&str] = &[
     "tollgate_connections_refused_total",
     "tollgate_auth_blocked_ips",
     "tollgate_plan_overrides",
+    "tollgate_key_refusals_total",
+    "tollgate_admin_changes_total",
 ];
 
 /// The values each fixed label can take; route and plan values come from the config.
@@ -57,10 +59,35 @@ const LABEL_VALUES: &[(&str, &[&str])] = &[
             "timeout",
         ],
     ),
-    ("reason", &["max_connections", "max_connections_per_ip"]),
+    (
+        "reason",
+        &[
+            "max_connections",
+            "max_connections_per_ip",
+            "unknown",
+            "expired",
+            "suspended",
+            "revoked",
+        ],
+    ),
     ("listener", &["http", "tls"]),
     ("class", &["1xx", "2xx", "3xx", "4xx", "5xx"]),
-    ("result", &["success", "error"]),
+    ("result", &["success", "error", "applied", "refused"]),
+    ("state", &["active", "expired", "suspended", "revoked"]),
+    (
+        "action",
+        &[
+            "suspend",
+            "resume",
+            "revoke",
+            "limit",
+            "quota",
+            "upgrade",
+            "partner_suspend",
+            "partner_resume",
+            "partner_delete",
+        ],
+    ),
 ];
 
 /// The artifacts operators are pointed at; losing one should fail loudly.

@@ -21,8 +21,8 @@ use clap::CommandFactory;
 use serde::de::DeserializeOwned;
 use tollgate::config::file::{
     FileAuthFailures, FileCatalogue, FileCluster, FileConfig, FileKey, FileLimits, FileLog,
-    FilePartner, FilePlan, FileRoute, FileServer, FileShutdown, FileState, FileTls, FileUpstream,
-    FileWebhookGuard,
+    FilePartner, FilePlan, FilePrevious, FileQuota, FileRoute, FileServer, FileShutdown, FileState,
+    FileTls, FileUpstream, FileWebhookGuard,
 };
 
 use crate::harness::{metrics_page, Gateway, Mode, Upstream};
@@ -102,6 +102,8 @@ fn config_blocks() -> Vec<Block> {
         "limits" => FileLimits,
         "plans.*" => FilePlan,
         "keys" => FileKey,
+        "keys.previous" => FilePrevious,
+        "keys.quota" => FileQuota,
         "partners" => FilePartner,
         "log" => FileLog,
         "shutdown" => FileShutdown,
@@ -240,7 +242,9 @@ impl Vocab {
         let root_fields = &blocks.iter().find(|b| b.at.is_empty()).unwrap().fields;
         let mut sections = BTreeMap::new();
         for b in &blocks {
-            if b.at.is_empty() || b.at.starts_with("routes file") {
+            // Nested blocks (`keys.previous`) add their fields to the vocabulary, not sections.
+            let nested = b.at.contains('.') && !b.at.ends_with(".*");
+            if b.at.is_empty() || b.at.starts_with("routes file") || nested {
                 continue;
             }
             let (name, by_name) = match b.at.strip_suffix(".*") {

@@ -87,7 +87,7 @@ fn admin_listener_serves_health_readiness_and_metrics_of_real_traffic() {
             r#"tollgate_request_duration_seconds_bucket{route="send_message",le="60"}"#,
             3.0,
         ),
-        ("tollgate_keys", 7.0),
+        (r#"tollgate_keys{state="active"}"#, 7.0),
     ];
     for (series, value) in want {
         assert_eq!(metric(&page, series), Some(value), "{series} in\n{page}");
@@ -536,6 +536,7 @@ fn key(name: &str, plan: &str, secret: impl FnOnce(&mut FileKey)) -> FileKey {
         key_env: None,
         plan: plan.into(),
         partner: None,
+        ..FileKey::default()
     };
     secret(&mut k);
     k
