@@ -16,6 +16,7 @@ mod edge;
 mod edge_h2;
 mod fleet_demo;
 mod gateway;
+mod keys;
 mod operate;
 mod overrides;
 mod shadow;

@@ -1,0 +1,571 @@
+//! Keys that change live, on the wire: the admin API (suspend, resume, revoke, revoke by the
+//! secret, a key's own limit and quota), partners' lifecycle operations at the edge, expiry
+//! and rotation, and what survives a restart, a `SIGKILL` and a reload, alone (`state.path`)
+//! and as a fleet (Redis).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::harness::{
+    admin, config_for, eventually, metric, metrics_page, send_raw, wait_ready, Gateway, Mode,
+    Process, RedisServer, Response, TestConfig, Upstream,
+};
+
+/// `METHOD path` with a JSON body on the admin listener at `addr`.
+fn admin_json(addr: SocketAddr, method: &str, path: &str, body: &str) -> Response {
+    let raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+/// `GET /v2/client/getStatus` with `key` on the gateway at `addr`.
+fn call(addr: SocketAddr, key: &str) -> Response {
+    let raw = format!(
+        "GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+/// A partner's `POST` of `{"apiKey": customer}` to `path`.
+fn partner(addr: SocketAddr, partner_key: &str, path: &str, customer: &str) -> Response {
+    let body = format!(r#"{{"apiKey":"{customer}"}}"#);
+    let raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {partner_key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+/// The answer's problem body without what differs between any two answers.
+fn problem(r: &Response) -> serde_json::Value {
+    let mut v = r.json();
+    v.as_object_mut().unwrap().remove("instance");
+    v
+}
+
+fn state(addr: SocketAddr, name: &str) -> serde_json::Value {
+    let r = admin(addr, "GET", &format!("/api/keys/{name}"));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()
+}
+
+#[test]
+fn an_operator_suspends_resumes_and_revokes_a_key_and_each_refusal_is_the_one_401() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let a = gw.config.process.admin_listen;
+    let s = state(a, "basic-1");
+    assert_eq!(
+        (
+            s["state"].as_str(),
+            s["plan"].as_str(),
+            s["requests_per_window"].as_u64()
+        ),
+        (Some("active"), Some("basic"), Some(40))
+    );
+    assert!(!s
+        .to_string()
+        .contains(&tollgate::digest::Digest::of(b"basic-key-1").to_hex()));
+    let unknown = call(gw.addr, "no-such-key");
+    assert_eq!(unknown.status, 401);
+
+    let r = admin_json(
+        a,
+        "POST",
+        "/api/keys/basic-1/suspend",
+        r#"{"reason":"unpaid invoice"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["state"], "suspended");
+    assert_eq!(r.json()["overrides"][0]["by"], "admin");
+    assert_eq!(r.json()["overrides"][0]["detail"], "unpaid invoice");
+    let refused = call(gw.addr, "basic-key-1");
+    assert_eq!(refused.status, 401);
+    assert_eq!(problem(&refused), problem(&unknown), "no oracle");
+    assert_eq!(
+        refused.header("www-authenticate"),
+        unknown.header("www-authenticate")
+    );
+    assert!(refused.header("www-authenticate").is_some());
+    assert_eq!(refused.header("ratelimit-policy"), None);
+    assert_eq!(refused.header("ratelimit"), None);
+
+    // Resumed: served again, from the next request.
+    let r = admin(a, "POST", "/api/keys/basic-1/resume");
+    assert_eq!(
+        (r.status, r.json()["state"].as_str()),
+        (200, Some("active"))
+    );
+    assert_eq!(call(gw.addr, "basic-key-1").status, 200);
+
+    // Revoked: for good; a resume is refused.
+    assert_eq!(admin(a, "POST", "/api/keys/basic-1/revoke").status, 200);
+    assert_eq!(problem(&call(gw.addr, "basic-key-1")), problem(&unknown));
+    let r = admin(a, "POST", "/api/keys/basic-1/resume");
+    assert_eq!((r.status, r.code().as_str()), (409, "key_revoked"));
+    assert_eq!(state(a, "basic-1")["state"], "revoked");
+
+    let r = admin(a, "POST", "/api/keys/nobody/suspend");
+    assert_eq!((r.status, r.code().as_str()), (404, "unknown_key"));
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(admin(a, "GET", "/api/keys/basic-1/suspend").status, 405);
+
+    let page = metrics_page(a);
+    for (series, want) in [
+        (r#"tollgate_key_refusals_total{reason="unknown"}"#, 1.0),
+        (r#"tollgate_key_refusals_total{reason="suspended"}"#, 1.0),
+        (r#"tollgate_key_refusals_total{reason="revoked"}"#, 1.0),
+        (
+            r#"tollgate_admin_changes_total{action="suspend",result="applied"}"#,
+            1.0,
+        ),
+        (
+            r#"tollgate_admin_changes_total{action="suspend",result="refused"}"#,
+            1.0,
+        ),
+        (
+            r#"tollgate_admin_changes_total{action="resume",result="applied"}"#,
+            1.0,
+        ),
+        (
+            r#"tollgate_admin_changes_total{action="resume",result="refused"}"#,
+            1.0,
+        ),
+        (
+            r#"tollgate_admin_changes_total{action="revoke",result="applied"}"#,
+            1.0,
+        ),
+        (r#"tollgate_keys{state="revoked"}"#, 1.0),
+        (r#"tollgate_keys{state="active"}"#, 6.0),
+    ] {
+        assert_eq!(metric(&page, series), Some(want), "{series}\n{page}");
+    }
+    // The view: the change, by whom; the refusals are no key's.
+    let u = admin(a, "GET", "/api/usage").json();
+    let changes = u["key_changes"].as_array().unwrap();
+    assert_eq!(changes[0]["key"], "basic-1");
+    assert_eq!(changes[0]["change"], "revoked");
+}
+
+#[test]
+fn a_key_of_its_own_limit_and_quota_set_live_and_taken_back() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let a = gw.config.process.admin_listen;
+    for (body, pointer) in [
+        ("{}", "/requests_per_window"),
+        (r#"{"requests_per_window":0}"#, "/requests_per_window"),
+        (r#"{"requests_per_window":"5"}"#, "/requests_per_window"),
+    ] {
+        let r = admin_json(a, "PUT", "/api/keys/basic-1/limit", body);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_body"),
+            "{body}"
+        );
+        assert_eq!(r.json()["errors"][0]["pointer"], pointer);
+    }
+    assert_eq!(
+        admin_json(a, "PUT", "/api/keys/basic-1/limit", "{").code(),
+        "invalid_json"
+    );
+    let r = admin_json(
+        a,
+        "PUT",
+        "/api/keys/basic-1/limit",
+        r#"{"requests_per_window":3}"#,
+    );
+    assert_eq!(
+        (r.status, r.json()["requests_per_window"].as_u64()),
+        (200, Some(3))
+    );
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| call(gw.addr, "basic-key-1").status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    let r = call(gw.addr, "basic-key-1");
+    assert_eq!(r.header("ratelimit-policy"), Some("\"basic-1\";q=3;w=10"));
+    assert_eq!(admin(a, "DELETE", "/api/keys/basic-1/limit").status, 200);
+    let r = call(gw.addr, "basic-key-1");
+    assert_eq!(r.header("ratelimit-policy"), Some("\"basic\";q=40;w=10"));
+
+    let r = admin_json(
+        a,
+        "PUT",
+        "/api/keys/pro-1/quota",
+        r#"{"requests":1000,"per":"week"}"#,
+    );
+    assert_eq!(r.json()["errors"][0]["pointer"], "/per");
+    let r = admin_json(
+        a,
+        "PUT",
+        "/api/keys/pro-1/quota",
+        r#"{"requests":1000,"per":"month"}"#,
+    );
+    assert_eq!(r.status, 200);
+    let q = &r.json()["quota"];
+    assert_eq!(
+        (q["requests"].as_u64(), q["per"].as_str()),
+        (Some(1000), Some("month"))
+    );
+    assert!(
+        q["resets_at"].as_str().unwrap().ends_with("-01T00:00:00Z"),
+        "{q}"
+    );
+    assert_eq!(
+        admin(a, "DELETE", "/api/keys/pro-1/quota").json()["quota"],
+        serde_json::Value::Null
+    );
+    // A partner key has no limit of its own.
+    let r = admin_json(
+        a,
+        "PUT",
+        "/api/keys/acme/limit",
+        r#"{"requests_per_window":3}"#,
+    );
+    assert_eq!((r.status, r.code().as_str()), (400, "not_a_customer_key"));
+}
+
+#[test]
+fn partners_suspend_resume_and_delete_their_customers_at_the_edge() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let a = gw.config.process.admin_listen;
+    let r = partner(
+        gw.addr,
+        "acme-partner-key",
+        "/v2/service/suspend",
+        "acme-customer-key",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        call(gw.addr, "acme-customer-key").status,
+        401,
+        "the next request"
+    );
+    let s = state(a, "acme-customer");
+    assert_eq!(
+        (s["state"].as_str(), s["overrides"][0]["by"].as_str()),
+        (Some("suspended"), Some("partner:acme"))
+    );
+    let r = partner(
+        gw.addr,
+        "acme-partner-key",
+        "/v2/service/resume",
+        "acme-customer-key",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(call(gw.addr, "acme-customer-key").status, 200);
+    // Another partner's customer, a key the gateway does not know: 403, not forwarded.
+    let before = up.count();
+    for (who, customer) in [
+        ("globex-partner-key", "acme-customer-key"),
+        ("acme-partner-key", "a-key-nobody-has"),
+        ("acme-partner-key", "ACME-CUSTOMER-KEY"),
+    ] {
+        let r = partner(gw.addr, who, "/v2/service/delete", customer);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (403, "not_your_customer"),
+            "{who} {customer}"
+        );
+    }
+    assert_eq!(up.count(), before, "not forwarded");
+    assert_eq!(call(gw.addr, "acme-customer-key").status, 200);
+    let r = partner(gw.addr, "acme-partner-key", "/v2/service/delete", "");
+    assert_eq!(
+        (r.status, r.json()["errors"][0]["pointer"].as_str()),
+        (400, Some("/apiKey"))
+    );
+    // Deleted: revoked for good.
+    assert_eq!(
+        partner(
+            gw.addr,
+            "acme-partner-key",
+            "/v2/service/delete",
+            "acme-customer-key"
+        )
+        .status,
+        200
+    );
+    assert_eq!(call(gw.addr, "acme-customer-key").status, 401);
+    assert_eq!(state(a, "acme-customer")["state"], "revoked");
+    let page = metrics_page(a);
+    for (series, want) in [
+        (
+            r#"tollgate_admin_changes_total{action="partner_suspend",result="applied"}"#,
+            1.0,
+        ),
+        (
+            r#"tollgate_admin_changes_total{action="partner_resume",result="applied"}"#,
+            1.0,
+        ),
+        (
+            r#"tollgate_admin_changes_total{action="partner_delete",result="applied"}"#,
+            1.0,
+        ),
+    ] {
+        assert_eq!(metric(&page, series), Some(want), "{series}");
+    }
+}
+
+#[test]
+fn a_partner_operation_the_upstream_refuses_changes_nothing() {
+    let up = Upstream::start(Mode::Status(409));
+    let gw = Gateway::with(&up);
+    let r = partner(
+        gw.addr,
+        "acme-partner-key",
+        "/v2/service/suspend",
+        "acme-customer-key",
+    );
+    assert_eq!(r.status, 409);
+    assert_eq!(
+        state(gw.config.process.admin_listen, "acme-customer")["state"],
+        "active"
+    );
+}
+
+/// An RFC 3339 instant `ms` from now.
+fn in_ms(ms: u64) -> String {
+    let at = std::time::SystemTime::now() + Duration::from_millis(ms);
+    let t = time::OffsetDateTime::from(at);
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap()
+}
+
+#[test]
+fn a_key_expires_and_a_previous_digest_stops_at_their_instant() {
+    let up = Upstream::start(Mode::Ok);
+    let config = config_for(&up)
+        .key_with("basic-1", |k| k.expires_at = Some(in_ms(1500)))
+        .key_with("pro-1", |k| {
+            k.previous.push(tollgate::config::file::FilePrevious {
+                sha256: tollgate::digest::Digest::of(b"old-pro-key").to_hex(),
+                until: in_ms(1500),
+            })
+        });
+    let gw = Gateway::start(&config);
+    let a = gw.config.process.admin_listen;
+    let started = Instant::now();
+    assert_eq!(call(gw.addr, "basic-key-1").status, 200);
+    let old = call(gw.addr, "old-pro-key");
+    assert_eq!(old.status, 200, "the previous key is the same key");
+    assert_eq!(old.header("ratelimit-policy"), Some("\"pro\";q=150;w=10"));
+    assert_eq!(call(gw.addr, "pro-key-1").remaining(), 148, "one budget");
+    eventually("the key expires", || {
+        call(gw.addr, "basic-key-1").status == 401
+    });
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "not before its instant"
+    );
+    eventually("the previous digest stops", || {
+        call(gw.addr, "old-pro-key").status == 401
+    });
+    assert_eq!(call(gw.addr, "pro-key-1").status, 200);
+    assert_eq!(state(a, "basic-1")["state"], "expired");
+    let page = metrics_page(a);
+    assert_eq!(
+        metric(&page, r#"tollgate_keys{state="expired"}"#),
+        Some(1.0)
+    );
+    assert!(metric(&page, r#"tollgate_key_refusals_total{reason="expired"}"#).unwrap() >= 2.0);
+}
+
+/// The binary on `config`, written to `dir/<tag>.yaml`; its listener and admin addresses.
+fn spawn(dir: &Path, tag: &str, config: &TestConfig) -> (Process, SocketAddr, SocketAddr) {
+    let path = dir.join(format!("{tag}.yaml"));
+    config.write(&path);
+    let p = Process::spawn(
+        dir,
+        tag,
+        &["run", "--config", path.to_str().unwrap()],
+        &[("TOLLGATE_LOG", "info")],
+    );
+    let listen = config.file.listen.parse().unwrap();
+    let admin_addr = config.file.admin_listen.parse().unwrap();
+    wait_ready(admin_addr, 200);
+    (p, listen, admin_addr)
+}
+
+#[test]
+fn changes_kept_on_disk_outlive_a_restart_and_a_kill_and_a_yaml_change_drops_them() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let state_db = dir.path().join("state.db");
+    let config = config_for(&up).state_path(state_db.to_str().unwrap());
+    let (mut p, listen, a) = spawn(dir.path(), "gw", &config);
+    assert_eq!(admin(a, "POST", "/api/keys/basic-1/suspend").status, 200);
+    let r = admin_json(
+        a,
+        "PUT",
+        "/api/keys/standard-1/limit",
+        r#"{"requests_per_window":5}"#,
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(call(listen, "basic-key-1").status, 401);
+    p.stop();
+    let out = p.output();
+    let changed: Vec<&str> = out.lines().filter(|l| l.contains("key changed")).collect();
+    assert_eq!(changed.len(), 2, "{out}");
+    assert!(
+        changed[0].contains("key=basic-1") && changed[0].contains("by=admin"),
+        "{}",
+        changed[0]
+    );
+    assert!(
+        out.lines().any(|l| l.contains("tollgate::access")
+            && l.contains("reason=suspended")
+            && l.contains("key=\"basic-1\"")),
+        "{out}"
+    );
+    assert!(!out.contains("basic-key-1"), "a key in the log");
+
+    // A clean restart, then a kill: both changes are there each time.
+    let (mut p, listen, _) = spawn(dir.path(), "gw", &config);
+    assert_eq!(call(listen, "basic-key-1").status, 401);
+    p.signal("KILL");
+    let _ = p.wait_exit(Duration::from_secs(10));
+    let (_p, listen, a) = spawn(dir.path(), "gw", &config);
+    assert_eq!(call(listen, "basic-key-1").status, 401);
+    assert_eq!(
+        call(listen, "standard-key-1").header("ratelimit-policy"),
+        Some("\"standard-1\";q=5;w=10")
+    );
+
+    // `check` lists what is in force.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "check",
+            "--config",
+            dir.path().join("gw.yaml").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains("key change    basic-1: suspended by admin"),
+        "{out}"
+    );
+    assert!(
+        out.contains("key change    standard-1: limit 5 by admin"),
+        "{out}"
+    );
+
+    // The YAML moves basic-1 to pro: the later decision wins; standard-1's limit stays.
+    config
+        .clone()
+        .key_plan("basic-1", "pro")
+        .write(&dir.path().join("gw.yaml"));
+    assert_eq!(admin(a, "POST", "/reload").status, 200);
+    assert_eq!(call(listen, "basic-key-1").status, 200);
+    assert_eq!(state(a, "basic-1")["overrides"], serde_json::json!([]));
+    assert_eq!(state(a, "standard-1")["requests_per_window"], 5);
+}
+
+#[test]
+fn a_leaked_key_revoked_by_its_secret_on_one_replica_is_refused_on_the_other_within_a_second() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = |i: usize| {
+        config_for(&up)
+            .cluster(&redis.url(), &format!("lk{}", redis.port), 100)
+            .log_format(if i == 0 { "text" } else { "json" })
+    };
+    let (a, b) = (config(0), config(1));
+    let (mut pa, la, admin_a) = spawn(dir.path(), "a", &a);
+    let (mut pb, lb, _) = spawn(dir.path(), "b", &b);
+    assert_eq!(call(lb, "pro-key-1").status, 200);
+    let r = admin_json(
+        admin_a,
+        "POST",
+        "/api/keys/revoke",
+        r#"{"key":"no-such-secret"}"#,
+    );
+    assert_eq!((r.status, r.code().as_str()), (404, "unknown_key"));
+    let r = admin_json(
+        admin_a,
+        "POST",
+        "/api/keys/revoke",
+        r#"{"key":"pro-key-1"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"name": "pro-1", "state": "revoked"})
+    );
+    assert_eq!(
+        call(la, "pro-key-1").status,
+        401,
+        "at once on the replica that took it"
+    );
+    let revoked = Instant::now();
+    loop {
+        if call(lb, "pro-key-1").status == 401 {
+            break;
+        }
+        assert!(
+            revoked.elapsed() < Duration::from_secs(1),
+            "replica b still serves it after 1 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Redis holds neither the key nor its digest.
+    let mut con = redis.client();
+    let names: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    let digest = tollgate::digest::Digest::of(b"pro-key-1").to_hex();
+    for n in &names {
+        let dump: Vec<u8> = redis::cmd("DUMP")
+            .arg(n)
+            .query(&mut con)
+            .unwrap_or_default();
+        let dump = String::from_utf8_lossy(&dump);
+        assert!(!n.contains("pro-key-1") && !dump.contains("pro-key-1") && !dump.contains(&digest));
+    }
+
+    // A restarted replica finds it; so does a reload of the same YAML.
+    pb.stop();
+    let (mut pb, lb, admin_b) = spawn(dir.path(), "b", &b);
+    eventually("the restarted replica refuses it", || {
+        call(lb, "pro-key-1").status == 401
+    });
+    assert_eq!(admin(admin_b, "POST", "/reload").status, 200);
+    assert_eq!(call(lb, "pro-key-1").status, 401);
+    // A new sha256 in the YAML serves again; the revoked secret never does.
+    let renewed = b
+        .clone()
+        .key_with("pro-1", |k| k.key = Some("pro-key-2".into()));
+    renewed.write(&dir.path().join("b.yaml"));
+    assert_eq!(admin(admin_b, "POST", "/reload").status, 200);
+    assert_eq!(call(lb, "pro-key-2").status, 200);
+    assert_eq!(call(lb, "pro-key-1").status, 401);
+
+    // Redis stopped: a change cannot be kept, so it is refused, and applied nowhere.
+    let _ = redis.kill();
+    let r = admin(admin_b, "POST", "/api/keys/basic-1/suspend");
+    assert_eq!((r.status, r.code().as_str()), (503, "change_not_kept"));
+    assert_eq!(call(lb, "basic-key-1").status, 200);
+    assert_eq!(call(la, "basic-key-1").status, 200);
+    assert_eq!(state(admin_b, "basic-1")["state"], "active");
+    assert_eq!(
+        metric(
+            &metrics_page(admin_b),
+            r#"tollgate_admin_changes_total{action="suspend",result="refused"}"#
+        ),
+        Some(1.0)
+    );
+    pa.stop();
+    pb.stop();
+    for p in [&pa, &pb] {
+        let out = p.output();
+        assert!(
+            !out.contains("pro-key-1") && !out.contains(&digest),
+            "a key or digest in the log"
+        );
+    }
+}
