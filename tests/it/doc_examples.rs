@@ -14,6 +14,7 @@ use crate::harness::{closed_port, config_for, send_raw, Gateway, Mode, Upstream}
 const RUN: &[(&str, &str)] = &[
     ("README.md", "## Quick start"),
     ("docs/operations.md", "### Blocked addresses"),
+    ("docs/operations.md", "### Revoking a leaked key"),
 ];
 
 fn repo() -> PathBuf {
@@ -202,6 +203,51 @@ fn the_blocked_address_example_does_what_it_prints() {
         Some("the-admin-token"),
     );
     assert_eq!(r.json()["blocks"], serde_json::json!([]));
+}
+
+#[test]
+fn the_leaked_key_example_does_what_it_prints() {
+    if crate::harness::curl_missing("the_leaked_key_example_does_what_it_prints") {
+        return;
+    }
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(
+        &config_for(&up)
+            .add_key("shop-42", "shop42-key-found-in-a-public-repo", "basic")
+            .admin_token("the-admin-token"),
+    );
+    assert_eq!(
+        gw.call(
+            "shop42-key-found-in-a-public-repo",
+            "GET",
+            "/v2/client/getStatus",
+            ""
+        )
+        .status,
+        200
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".curlrc"), "max-time = 10\n").unwrap();
+    let written = block("docs/operations.md", "### Revoking a leaked key");
+    let script = written
+        .replace(
+            "127.0.0.1:9091",
+            &gw.config.process.admin_listen.to_string(),
+        )
+        .replace("127.0.0.1:8080", &gw.addr.to_string());
+    let out = bash(
+        dir.path(),
+        &script,
+        &[("ADMIN_TOKEN", "the-admin-token")],
+        Duration::from_secs(60),
+    );
+    // Each command prints what the comment under it says.
+    let shown: Vec<&str> = written
+        .lines()
+        .filter_map(|l| l.strip_prefix("# "))
+        .collect();
+    let printed: Vec<&str> = out.lines().collect();
+    assert_eq!(printed, shown, "{out}");
 }
 
 /// `curl` commands in a doc: lines of its code blocks that run curl, and inline spans that
