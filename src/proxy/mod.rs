@@ -343,7 +343,16 @@ impl ProxyHttp for Gateway {
                         .upgraded(&self.live, &snap.policy, &upgrade, key)
                         .await;
                 }
-                (Some(Pending::Lifecycle { effect, target, .. }), Some(snap), Some(key)) => {
+                // Only on a customer key this config has (`key`): never on a partner's key.
+                (
+                    Some(Pending::Lifecycle {
+                        effect,
+                        target,
+                        key: Some(_),
+                    }),
+                    Some(snap),
+                    Some(key),
+                ) => {
                     let by = format!("partner:{}", snap.policy.keys.get(key).name);
                     ctx.changed = self
                         .overrides

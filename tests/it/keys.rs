@@ -274,6 +274,15 @@ fn partners_suspend_resume_and_delete_their_customers_at_the_edge() {
         );
     }
     assert_eq!(up.count(), before, "not forwarded");
+    // A partner's key is no customer's: forwarded (the provider decides), never suspended here.
+    let r = partner(
+        gw.addr,
+        "acme-partner-key",
+        "/v2/service/suspend",
+        "globex-partner-key",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(state(a, "globex")["state"], "active");
     assert_eq!(call(gw.addr, "acme-customer-key").status, 200);
     let r = partner(gw.addr, "acme-partner-key", "/v2/service/delete", "");
     assert_eq!(
@@ -568,4 +577,30 @@ fn a_leaked_key_revoked_by_its_secret_on_one_replica_is_refused_on_the_other_wit
             "a key or digest in the log"
         );
     }
+}
+
+#[test]
+fn a_reload_that_changes_a_suspended_key_ends_the_suspension_on_every_replica() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = || config_for(&up).cluster(&redis.url(), &format!("rl{}", redis.port), 100);
+    let (a, b) = (config(), config());
+    let (_pa, la, admin_a) = spawn(dir.path(), "a", &a);
+    let (_pb, lb, admin_b) = spawn(dir.path(), "b", &b);
+    let r = admin_json(admin_a, "POST", "/api/keys/basic-1/suspend", "{}");
+    assert_eq!(r.status, 200);
+    eventually("replica b refuses it", || {
+        call(lb, "basic-key-1").status == 401
+    });
+    // Replica b's YAML moves the key to pro: the later decision wins, on b and then on a.
+    b.clone()
+        .key_plan("basic-1", "pro")
+        .write(&dir.path().join("b.yaml"));
+    assert_eq!(admin(admin_b, "POST", "/reload").status, 200);
+    assert_eq!(call(lb, "basic-key-1").status, 200);
+    eventually("replica a serves it too", || {
+        call(la, "basic-key-1").status == 200
+    });
+    assert_eq!(state(admin_a, "basic-1")["state"], "active");
 }
