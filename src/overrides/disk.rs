@@ -101,6 +101,22 @@ pub fn write_all(
     txn.commit().map_err(store)
 }
 
+/// Make the table hold `set` and nothing else, in one transaction (the copy of the cluster's
+/// set; [`super::PlanOverrides`]).
+pub fn replace_all(db: &redb::Database, set: &Overrides) -> Result<(), DiskError> {
+    let txn = db.begin_write().map_err(store)?;
+    {
+        let mut table = txn.open_table(TABLE).map_err(store)?;
+        table.retain(|_, _| false).map_err(store)?;
+        for (d, o) in set {
+            table
+                .insert(&d.0[..], super::json(o).as_bytes())
+                .map_err(store)?;
+        }
+    }
+    txn.commit().map_err(store)
+}
+
 /// Write one record (or its removal).
 pub fn write(db: &redb::Database, d: &Digest, record: Option<&Override>) -> Result<(), DiskError> {
     write_all(db, &[(*d, record.cloned())])

@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `cluster:` | Redis ([`redis_set`]) | every replica within one `sync_interval` ([`sync`]: each polls the version) |
 //! | `state.path` | an embedded, crash-safe database on local disk ([`disk`]) | this process |
+//! | both | Redis, and at `state.path` a copy of the set last read from it, put in force at start until Redis answers | as `cluster:` |
 //! | neither | memory | this process, until it stops (`check` warns) |
 //!
 //! Part three keeps the changes of keys that change live in the same records (suspension,
@@ -42,7 +43,10 @@ pub use sync::OverrideSync;
 enum Backend {
     Memory,
     Disk(Arc<redb::Database>),
-    Redis(Box<redis_set::RedisSet>),
+    /// Redis, and (with `state.path` too) a copy on disk of the set last read from it, which a
+    /// restart puts in force until Redis answers: a revocation holds through a restart while
+    /// Redis is down.
+    Redis(Box<redis_set::RedisSet>, Option<Arc<redb::Database>>),
 }
 
 /// Why a change could not be kept.
@@ -112,16 +116,23 @@ impl PlanOverrides {
         cluster: Option<&Cluster>,
         state_path: Option<&Path>,
     ) -> Result<(Self, Overrides), disk::DiskError> {
-        if let Some(c) = cluster {
-            let backend = Backend::Redis(Box::new(redis_set::RedisSet::new(c)));
-            return Ok((Self::with(backend), Overrides::new()));
-        }
-        let Some(path) = state_path else {
-            return Ok((Self::memory(), Overrides::new()));
+        let disk = match state_path {
+            Some(path) => {
+                let db = disk::open(path)?;
+                let set = disk::read_all(&db)?;
+                Some((Arc::new(db), set))
+            }
+            None => None,
         };
-        let db = disk::open(path)?;
-        let set = disk::read_all(&db)?;
-        Ok((Self::with(Backend::Disk(Arc::new(db))), set))
+        if let Some(c) = cluster {
+            let redis = Box::new(redis_set::RedisSet::new(c));
+            let (mirror, set) = disk.map_or((None, Overrides::new()), |(db, set)| (Some(db), set));
+            return Ok((Self::with(Backend::Redis(redis, mirror)), set));
+        }
+        match disk {
+            Some((db, set)) => Ok((Self::with(Backend::Disk(db)), set)),
+            None => Ok((Self::memory(), Overrides::new())),
+        }
     }
 
     fn with(backend: Backend) -> Self {
@@ -148,7 +159,7 @@ impl PlanOverrides {
         match self.backend {
             Backend::Memory => "memory",
             Backend::Disk(_) => "disk",
-            Backend::Redis(_) => "redis",
+            Backend::Redis(..) => "redis",
         }
     }
 
@@ -304,7 +315,7 @@ impl PlanOverrides {
                     .map_err(|e| KeepError::Task(e.to_string()))?
                     .map_err(KeepError::from)
             }
-            Backend::Redis(r) => {
+            Backend::Redis(r, _) => {
                 let parts: Vec<(String, Option<String>)> = changes
                     .iter()
                     .map(|(d, part, o)| {
@@ -348,7 +359,7 @@ impl PlanOverrides {
 
     /// Whether overrides are shared through Redis (and [`OverrideSync`] must run).
     pub fn shared(&self) -> bool {
-        matches!(self.backend, Backend::Redis(_))
+        matches!(self.backend, Backend::Redis(..))
     }
 }
 
@@ -366,7 +377,7 @@ impl Forget for PlanOverrides {
                     tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
                 }
             }
-            Backend::Redis(_) => self.set_version(String::new()),
+            Backend::Redis(..) => self.set_version(String::new()),
         }
     }
 }

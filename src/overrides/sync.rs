@@ -25,7 +25,7 @@ pub struct OverrideSync {
 
 impl OverrideSync {
     async fn round(&self) -> Result<(), StoreError> {
-        let Backend::Redis(r) = &self.overrides.backend else {
+        let Backend::Redis(r, mirror) = &self.overrides.backend else {
             return Ok(());
         };
         let known = self.overrides.version();
@@ -47,6 +47,17 @@ impl OverrideSync {
                 .map(|&p| (part_field(&d.digest, p), None))
                 .collect();
             let _ = r.write(&gone).await;
+        }
+        if let Some(db) = mirror {
+            // The copy a restart starts from while Redis is down.
+            let (db, copy) = (Arc::clone(db), set.clone());
+            let kept = tokio::task::spawn_blocking(move || super::disk::replace_all(&db, &copy))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            if let Err(e) = kept {
+                tracing::warn!(target: "tollgate::overrides", error = %e, "the copy of the cluster's overrides at state.path was not written");
+            }
         }
         // After a drop, read everything again next time (what was deleted is gone by then).
         self.overrides.set_version(if dropped.is_empty() {

@@ -604,3 +604,45 @@ fn a_reload_that_changes_a_suspended_key_ends_the_suspension_on_every_replica() 
     });
     assert_eq!(state(admin_a, "basic-1")["state"], "active");
 }
+
+#[test]
+fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis_is_down() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let state_db = dir.path().join("b-state.db");
+    let a = config_for(&up).cluster(&redis.url(), &format!("mr{}", redis.port), 100);
+    let b = config_for(&up)
+        .cluster(&redis.url(), &format!("mr{}", redis.port), 100)
+        .state_path(state_db.to_str().unwrap());
+    let (_pa, _, admin_a) = spawn(dir.path(), "a", &a);
+    let (mut pb, lb, _) = spawn(dir.path(), "b", &b);
+    let r = admin_json(
+        admin_a,
+        "POST",
+        "/api/keys/revoke",
+        r#"{"key":"pro-key-1"}"#,
+    );
+    assert_eq!(r.status, 200);
+    eventually("replica b refuses it", || {
+        call(lb, "pro-key-1").status == 401
+    });
+    pb.stop();
+    // Redis goes away; replica b starts again from its copy at state.path.
+    let _ = redis.kill();
+    let path = dir.path().join("b.yaml");
+    let p = Process::spawn(
+        dir.path(),
+        "b2",
+        &["run", "--config", path.to_str().unwrap()],
+        &[("TOLLGATE_LOG", "info")],
+    );
+    wait_ready(b.file.admin_listen.parse().unwrap(), 200);
+    assert_eq!(
+        call(lb, "pro-key-1").status,
+        401,
+        "revoked, with Redis down"
+    );
+    assert_eq!(call(lb, "basic-key-1").status, 200);
+    drop(p);
+}
