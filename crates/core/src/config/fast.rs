@@ -24,7 +24,7 @@
 //! then items at one indentation, each a one-line flow mapping or a block mapping of one-line
 //! `field: value` pairs; field names plain or quoted (and, in a flow mapping, a quoted name's
 //! value may follow the colon directly, as JSON writes it); values plain (`[A-Za-z0-9_]` then
-//! `[A-Za-z0-9_.+/=~-]`) or quoted without escapes (printable ASCII); the six known fields each
+//! `[A-Za-z0-9_.+/=~-]`) or quoted without escapes (printable ASCII); the eight known fields each
 //! at most once, `name` and `plan` present; blank lines and printable-ASCII comments anywhere;
 //! lines ending in `\n` or `\r\n`. On anything else — a tab, an anchor, an escape, a
 //! multi-line value, an unknown or repeated field, a missing one — it gives up and the whole
@@ -71,7 +71,10 @@ impl Split<'_> {
             && k.sha256.is_none()
             && k.key.is_none()
             && k.key_env.is_none()
-            && k.partner.is_none())
+            && k.partner.is_none()
+            && k.expires_at.is_none()
+            && k.requests_per_window.is_none()
+            && !k.has_extras())
     }
 }
 
@@ -282,6 +285,8 @@ fn field_name(s: &str, flow: bool) -> Option<(Field, &str)> {
         "key_env" => Field::KeyEnv,
         "plan" => Field::Plan,
         "partner" => Field::Partner,
+        "expires_at" => Field::ExpiresAt,
+        "requests_per_window" => Field::RequestsPerWindow,
         _ => return None,
     };
     let after = &s[colon + 1..];
@@ -330,6 +335,8 @@ enum Field {
     KeyEnv,
     Plan,
     Partner,
+    ExpiresAt,
+    RequestsPerWindow,
 }
 
 #[derive(Clone, Copy)]
@@ -343,6 +350,21 @@ impl<'a> Value<'a> {
     fn text(self) -> &'a str {
         match self {
             Value::Plain(s) | Value::Quoted(s) => s,
+        }
+    }
+
+    /// For an `Option<u32>` field: `None` for a plain null, a number for plain decimal digits
+    /// (no sign, no leading zero) within `u32`; anything else gives up (serde_yaml's error, or
+    /// its reading of `0x10` or `1_000`, is the slow path's).
+    fn count(self) -> Option<Option<u32>> {
+        match self {
+            Value::Plain("null" | "Null" | "NULL") => Some(None),
+            Value::Plain(s)
+                if s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0')) =>
+            {
+                s.parse().ok().map(Some)
+            }
+            _ => None,
         }
     }
 
@@ -377,6 +399,8 @@ impl<'a> Fields<'a> {
             Field::KeyEnv => o.key_env = v.option(),
             Field::Plan => o.plan = v.text(),
             Field::Partner => o.partner = v.option(),
+            Field::ExpiresAt => o.expires_at = v.option(),
+            Field::RequestsPerWindow => o.requests_per_window = v.count()?,
         }
         Some(())
     }
@@ -396,6 +420,24 @@ mod tests {
     }
 
     const HEAD: &str = "upstream: { base_url: \"http://x\" }\nplans: { a: { plan_id: 1, requests_per_window: 1, allow: all } }\n";
+
+    #[test]
+    fn expiry_and_a_key_of_its_own_limit_stay_on_the_fast_path() {
+        let text = format!(
+            "{HEAD}keys:\n  - {{ name: a, key: x, plan: a, expires_at: \"2099-01-01T00:00:00Z\", requests_per_window: 500 }}\n  - name: b\n    key: y\n    plan: a\n    requests_per_window: null\n"
+        );
+        let k = keys(&text).expect("the fast path");
+        assert_eq!(k[0].expires_at, Some("2099-01-01T00:00:00Z"));
+        assert_eq!(k[0].requests_per_window, Some(500));
+        assert_eq!(k[1].requests_per_window, None);
+        // What serde_yaml reads another way, or refuses, goes the slow way.
+        for odd in ["0x10", "\"5\"", "007", "1_000", "4294967296"] {
+            let t = format!(
+                "{HEAD}keys:\n  - {{ name: a, key: x, plan: a, requests_per_window: {odd} }}\n"
+            );
+            assert!(keys(&t).is_none(), "{odd}");
+        }
+    }
 
     #[test]
     fn reads_flow_and_block_items() {
@@ -695,6 +737,37 @@ mod tests {
                     "partner".into(),
                     d.one(&["acme", "null", "\"acme\"", "Null", "\"null\""])
                         .into(),
+                ));
+            }
+            if d.rarely(4) {
+                fields.push((
+                    "expires_at".into(),
+                    d.one(&[
+                        "\"2099-01-01T00:00:00Z\"",
+                        "2099-01-01T00:00:00Z",
+                        "'2099-01-01T00:00:00.5+00:00'",
+                        "\"2099-01-01T00:00:00+01:00\"",
+                        "null",
+                    ])
+                    .into(),
+                ));
+            }
+            if d.rarely(4) {
+                fields.push((
+                    "requests_per_window".into(),
+                    d.one(&[
+                        "500",
+                        "1",
+                        "0",
+                        "007",
+                        "0x10",
+                        "\"5\"",
+                        "null",
+                        "4294967296",
+                        "1_000",
+                        "+5",
+                    ])
+                    .into(),
                 ));
             }
             let shuffle = d.below(6) % fields.len();

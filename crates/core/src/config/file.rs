@@ -308,12 +308,9 @@ pub struct FilePrevious {
 }
 
 impl FileKey {
-    /// Whether the entry uses any field beyond the six the fast reader knows.
+    /// Whether the entry uses a field the fast reader does not read (`previous`, `quota`).
     pub fn has_extras(&self) -> bool {
-        !self.previous.is_empty()
-            || self.expires_at.is_some()
-            || self.requests_per_window.is_some()
-            || self.quota.is_some()
+        !self.previous.is_empty() || self.quota.is_some()
     }
 
     /// This entry's fields, borrowed.
@@ -325,6 +322,8 @@ impl FileKey {
             key_env: self.key_env.as_deref(),
             plan: &self.plan,
             partner: self.partner.as_deref(),
+            expires_at: self.expires_at.as_deref(),
+            requests_per_window: self.requests_per_window,
             file: self.has_extras().then_some(self),
         }
     }
@@ -346,8 +345,12 @@ pub struct KeyFields<'a> {
     pub plan: &'a str,
     /// `partner`: the managing partner's name, when given.
     pub partner: Option<&'a str>,
-    /// The whole entry, when it has fields beyond these (`previous`, `expires_at`,
-    /// `requests_per_window`, `quota`: only serde_yaml reads those).
+    /// `expires_at`, when given.
+    pub expires_at: Option<&'a str>,
+    /// `requests_per_window`, when given.
+    pub requests_per_window: Option<u32>,
+    /// The whole entry, when it has fields the fast reader does not read (`previous`,
+    /// `quota`: only serde_yaml reads those).
     pub file: Option<&'a FileKey>,
 }
 

@@ -217,10 +217,13 @@ impl KeyCheck<'_> {
                     ));
                 }
             }
-            let extra = match fk.file {
-                Some(f) => Some(Box::new(key_extra(i, f, warnings)?)),
-                None => None,
-            };
+            let extra =
+                if fk.file.is_some() || fk.expires_at.is_some() || fk.requests_per_window.is_some()
+                {
+                    Some(Box::new(key_extra(i, &fk, warnings)?))
+                } else {
+                    None
+                };
             keys.push(KeySpec {
                 name: KeyName::new(fk.name),
                 digest,
@@ -283,7 +286,7 @@ impl KeyCheck<'_> {
 /// The fields of `keys[i]` beyond its digest, plan and partner, checked.
 fn key_extra(
     i: usize,
-    f: &file::FileKey,
+    fk: &file::KeyFields<'_>,
     warnings: &mut Vec<Warning>,
 ) -> Result<KeyExtra, Invalid> {
     let instant = |field: String, text: &str| {
@@ -294,8 +297,11 @@ fn key_extra(
             )
         })
     };
-    let mut previous = Vec::with_capacity(f.previous.len());
-    for (j, p) in f.previous.iter().enumerate() {
+    let (previous_list, quota) = fk
+        .file
+        .map_or((&[][..], None), |f| (&f.previous[..], f.quota));
+    let mut previous = Vec::with_capacity(previous_list.len());
+    for (j, p) in previous_list.iter().enumerate() {
         let at = format!("keys[{i}].previous[{j}]");
         let d = Digest::from_hex(&p.sha256).ok_or_else(|| {
             Invalid::new(
@@ -305,7 +311,7 @@ fn key_extra(
         })?;
         previous.push((d, instant(format!("{at}.until"), &p.until)?));
     }
-    let expires_ms = match &f.expires_at {
+    let expires_ms = match fk.expires_at {
         None => None,
         Some(t) => {
             let field = format!("keys[{i}].expires_at");
@@ -320,7 +326,7 @@ fn key_extra(
             Some(ms)
         }
     };
-    let limit = match f.requests_per_window {
+    let limit = match fk.requests_per_window {
         None => None,
         Some(n) => Some(NonZeroU32::new(n).ok_or_else(|| {
             Invalid::new(
@@ -329,7 +335,7 @@ fn key_extra(
             )
         })?),
     };
-    if let Some(q) = &f.quota {
+    if let Some(q) = &quota {
         if q.requests == 0 {
             return Err(Invalid::new(
                 format!("keys[{i}].quota.requests"),
@@ -341,7 +347,7 @@ fn key_extra(
         previous,
         expires_ms,
         limit,
-        quota: f.quota,
+        quota,
     })
 }
 
