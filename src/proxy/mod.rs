@@ -337,10 +337,14 @@ impl ProxyHttp for Gateway {
             // A partner's upgrade the upstream accepted: in force from the next request, and
             // kept before the partner hears of it (an acknowledged upgrade is a kept one).
             match (ctx.pending.take(), &ctx.snap, ctx.key) {
+                // Boxed: only these rare requests carry the keeping's future (kilobytes), not
+                // every answer's response_filter.
                 (Some(Pending::Upgrade(upgrade)), Some(snap), Some(key)) => {
-                    ctx.upgraded = self
-                        .overrides
-                        .upgraded(&self.live, &snap.policy, &upgrade, key)
+                    ctx.upgraded =
+                        Box::pin(
+                            self.overrides
+                                .upgraded(&self.live, &snap.policy, &upgrade, key),
+                        )
                         .await;
                 }
                 // Only on a customer key this config has (`key`): never on a partner's key.
@@ -354,10 +358,11 @@ impl ProxyHttp for Gateway {
                     Some(key),
                 ) => {
                     let by = format!("partner:{}", snap.policy.keys.get(key).name);
-                    ctx.changed = self
-                        .overrides
-                        .partner_effect(&self.live, effect, &target, &by)
-                        .await;
+                    ctx.changed = Box::pin(
+                        self.overrides
+                            .partner_effect(&self.live, effect, &target, &by),
+                    )
+                    .await;
                 }
                 _ => {}
             }
