@@ -48,7 +48,9 @@ pub async fn route(admin: &Admin, method: &Method, rest: &str, body: &[u8]) -> R
             let action = match parse_action(a, m, body) {
                 Ok(action) => action,
                 Err(r) => {
-                    admin.live.metrics().admin_change(label(a), false);
+                    if let Some(label) = label(a) {
+                        admin.live.metrics().admin_change(label, false);
+                    }
                     return *r;
                 }
             };
@@ -57,15 +59,11 @@ pub async fn route(admin: &Admin, method: &Method, rest: &str, body: &[u8]) -> R
     }
 }
 
-/// The metric label of an action path segment (`unknown` paths are 404 and count nowhere).
-fn label(segment: &str) -> &'static str {
-    match segment {
-        "suspend" => "suspend",
-        "resume" => "resume",
-        "revoke" => "revoke",
-        "limit" => "limit",
-        _ => "quota",
-    }
+/// The metric label of an action path segment; other paths are 404 and count nowhere.
+fn label(segment: &str) -> Option<&'static str> {
+    ["suspend", "resume", "revoke", "limit", "quota"]
+        .into_iter()
+        .find(|&l| l == segment)
 }
 
 /// The action a path segment and body ask for, or the 400/404 answer.
@@ -260,6 +258,9 @@ fn secret_digest(v: &serde_json::Map<String, Value>) -> Result<Digest, Refused> 
             "is required: the secret itself, as a string",
         ));
     };
+    // As it was found: bare, or as an `Authorization` value; spaces around it (a paste) are
+    // not part of it (a key is a token68: it has none).
+    let s = s.trim_matches(|c: char| c.is_ascii_whitespace());
     let token = bearer_token(s.as_bytes()).unwrap_or(s.as_bytes());
     if token.is_empty() {
         return Err(invalid("/key", "must not be empty"));

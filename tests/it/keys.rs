@@ -501,7 +501,8 @@ fn a_leaked_key_revoked_by_its_secret_on_one_replica_is_refused_on_the_other_wit
         admin_a,
         "POST",
         "/api/keys/revoke",
-        r#"{"key":"pro-key-1"}"#,
+        // As it leaked: an Authorization value, with the line's end.
+        r#"{"key":"Bearer pro-key-1\n"}"#,
     );
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(
