@@ -154,15 +154,6 @@ impl PlanOverrides {
         *self.version.lock().unwrap_or_else(|e| e.into_inner()) = v;
     }
 
-    /// Where changes are kept, in words (`memory`, `disk`, `redis`).
-    pub fn kind(&self) -> &'static str {
-        match self.backend {
-            Backend::Memory => "memory",
-            Backend::Disk(_) => "disk",
-            Backend::Redis(..) => "redis",
-        }
-    }
-
     /// The upstream accepted `upgrade` from the key `by`, decided on `decided` (the policy of
     /// the request): apply it, keep it, log it. What changed, for the access line (`from->to`
     /// plan names).

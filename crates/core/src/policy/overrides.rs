@@ -626,15 +626,6 @@ impl Policy {
         Ok(vec![(entry.digest, part, o)])
     }
 
-    /// Take the upgrade off the key named `name`: its digest, when it had one.
-    pub fn clear_override(&self, name: &str) -> Option<Digest> {
-        let k = self.keys.find_by_name(name)?;
-        let entry = self.keys.get(k);
-        entry.plan_override()?;
-        entry.set_plan_override(None);
-        Some(entry.digest)
-    }
-
     /// Keys with an upgrade in force.
     pub fn overrides_in_force(&self) -> usize {
         self.keys
@@ -777,8 +768,11 @@ mod tests {
         assert_eq!(plan_of(&next, "basic-key-1"), "standard");
         assert_eq!(plan_of(&next, "standard-key-1"), "pro");
         assert_eq!(next.overrides_in_force(), 1);
-        assert_eq!(next.clear_override("basic-1"), Some(digest("basic-key-1")));
+        // The set without basic-1's: it is back on its YAML plan.
+        let mut left = set.clone();
+        left.remove(&digest("basic-key-1"));
+        next.apply_overrides(&left);
         assert_eq!(plan_of(&next, "basic-key-1"), "basic");
-        assert_eq!(next.clear_override("basic-1"), None);
+        assert_eq!(next.overrides_in_force(), 0);
     }
 }
