@@ -271,6 +271,9 @@ pub fn screen(
             for l in wrap(&summary(u), " · ", width) {
                 lines.push(ScreenLine::new(l, Look::Plain));
             }
+            if let Some(l) = sparkline(u, width) {
+                lines.push(ScreenLine::new(l, Look::Plain));
+            }
             // Below the keys, in the order they are shown; blocked addresses only when some
             // are.
             let mut sections = vec![keys_section(u)];
@@ -341,6 +344,39 @@ fn summary(u: &UsageView) -> Vec<String> {
         format!("{} overrides", u.overrides.len()),
         format!("{} requests without a key (1 min)", u.anonymous_requests),
     ]
+}
+
+/// The timeline of the last 10 minutes as one line: requests per 10 s, a block per point
+/// (the most recent last; as many as the width allows), then the peak and what was refused.
+fn sparkline(u: &UsageView, width: Option<usize>) -> Option<String> {
+    const BLOCKS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    if u.timeline.is_empty() {
+        return None;
+    }
+    let totals: Vec<u64> = u.timeline.iter().map(|p| p.counts.values().sum()).collect();
+    let refused: u64 = u
+        .timeline
+        .iter()
+        .flat_map(|p| p.counts.iter())
+        .filter(|(o, _)| {
+            !matches!(o.as_str(), "forwarded" | "upstream_error") && !o.starts_with("shadow_")
+        })
+        .map(|(_, n)| n)
+        .sum();
+    let peak = totals.iter().copied().max().unwrap_or(0);
+    let label = "last 10 min ";
+    let tail = format!(" peak {peak}/10 s, {refused} refused");
+    let room = width.map_or(totals.len(), |w| {
+        w.saturating_sub(label.len() + tail.len()).min(totals.len())
+    });
+    let spark: String = totals[totals.len() - room..]
+        .iter()
+        .map(|&n| match n {
+            0 => ' ',
+            n => BLOCKS[((n * 8 - 1) / peak.max(1)).min(7) as usize],
+        })
+        .collect();
+    Some(format!("{label}{spark}{tail}"))
 }
 
 /// The busiest keys.
@@ -912,6 +948,40 @@ mod tests {
         assert!(text.contains("429 rate_limited"));
         assert!(text.contains("3 keys"));
         assert!(text.contains("01:00:00"), "{text}");
+    }
+
+    #[test]
+    fn the_timeline_is_a_sparkline_of_the_last_points_that_fit() {
+        let mut u = busy();
+        u.timeline = (0..60u64)
+            .map(|i| {
+                let counts = [
+                    ("forwarded", i % 9),
+                    ("rate_limited", u64::from(i == 59) * 8),
+                ]
+                .into_iter()
+                .map(|(o, n)| (o.to_string(), n))
+                .collect();
+                crate::admin::view::TimelinePoint {
+                    at_ms: i * 10_000,
+                    counts,
+                }
+            })
+            .collect();
+        let line = sparkline(&u, None).unwrap();
+        // Point 59: 5 forwarded + 8 refused = 13, the peak: a full block, last.
+        assert!(line.starts_with("last 10 min  ▁"), "{line}");
+        assert!(line.ends_with("█ peak 13/10 s, 8 refused"), "{line}");
+        assert_eq!(
+            line.chars().count(),
+            "last 10 min ".len() + 60 + " peak 13/10 s, 8 refused".len()
+        );
+        // A narrow terminal keeps the most recent points.
+        let narrow = sparkline(&u, Some(50)).unwrap();
+        assert_eq!(narrow.chars().count(), 50);
+        assert!(narrow.ends_with("█ peak 13/10 s, 8 refused"));
+        let text = drawn(&u, 120, 40).join("\n");
+        assert!(text.contains("last 10 min"), "{text}");
     }
 
     const LONG: &str = "enterprise-customer-with-a-rather-long-key-name-";

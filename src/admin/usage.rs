@@ -5,7 +5,7 @@
 
 use super::view::{
     AllowView, BlockRow, ClusterView, ConfigView, KeyRefusals, KeyRow, PlanView, RefusalRow,
-    ReloadView, UsageView,
+    ReloadView, TimelinePoint, UsageView,
 };
 use crate::clock::Clock;
 use crate::config::Allow;
@@ -50,7 +50,24 @@ pub(crate) fn usage_view(
         refusals: refusals(live, policy),
         blocks,
         key_changes: super::keys::changes(live, policy),
+        timeline: timeline(live, now_ms),
     }
+}
+
+/// The last 10 minutes by outcome, per 10 s.
+fn timeline(live: &LivePolicy, now_ms: u64) -> Vec<TimelinePoint> {
+    live.usage()
+        .timeline(now_ms)
+        .into_iter()
+        .map(|(at_ms, counts)| TimelinePoint {
+            at_ms,
+            counts: crate::policy::Outcome::ALL
+                .iter()
+                .zip(counts)
+                .map(|(o, n)| (o.as_str().to_string(), n))
+                .collect(),
+        })
+        .collect()
 }
 
 /// The keys to list, busiest first: the busiest of the last minute, or those whose name holds

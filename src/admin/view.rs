@@ -34,6 +34,19 @@ pub struct UsageView {
     /// keys past their `expires_at`, newest first.
     #[serde(default)]
     pub key_changes: Vec<ChangeRow>,
+    /// The last 10 minutes, one point per 10 s, oldest first: always 60 points.
+    #[serde(default)]
+    pub timeline: Vec<TimelinePoint>,
+}
+
+/// Ten seconds of the timeline: when they start, and the requests of each outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelinePoint {
+    /// The start of the 10 s, in ms since the Unix epoch.
+    pub at_ms: u64,
+    /// Requests by outcome (every outcome, 0 included).
+    #[serde(flatten)]
+    pub counts: std::collections::BTreeMap<String, u64>,
 }
 
 /// The config in force.

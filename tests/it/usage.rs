@@ -156,6 +156,82 @@ fn a_headless_browser_shows_the_busiest_key_and_a_refusals_code() {
     assert!(!dom.contains("basic-key-1"));
 }
 
+/// The `(start, values)` of each line of the page's timeline chart, by outcome.
+fn chart_lines(dom: &str) -> (u64, Vec<(String, Vec<u64>)>) {
+    let attr = |tag: &str, name: &str| -> Option<String> {
+        let at = tag.find(&format!("{name}=\""))? + name.len() + 2;
+        Some(tag[at..at + tag[at..].find('"')?].to_string())
+    };
+    let svg_at = dom
+        .find("<svg id=\"timeline-chart\"")
+        .expect("the chart is on the page");
+    let svg = &dom[svg_at..svg_at + dom[svg_at..].find("</svg>").unwrap()];
+    let start = attr(svg, "data-start").unwrap().parse().unwrap();
+    let lines = svg
+        .split("<polyline ")
+        .skip(1)
+        .map(|tag| {
+            let values = attr(tag, "data-values")
+                .unwrap()
+                .split(',')
+                .map(|v| v.parse().unwrap())
+                .collect::<Vec<u64>>();
+            // Drawn where the values say: one point each, higher for more.
+            let points = attr(tag, "points").unwrap();
+            assert_eq!(points.split(' ').count(), values.len());
+            (attr(tag, "data-outcome").unwrap(), values)
+        })
+        .collect();
+    (start, lines)
+}
+
+#[test]
+fn the_page_draws_the_timeline_that_the_api_gives() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    wait_ready(gw.config.process.admin_listen, 200);
+    traffic_counted(&gw, None);
+    let admin_addr = gw.config.process.admin_listen;
+    let dom = render(&format!("http://{admin_addr}/"), 3000);
+    let api = admin(admin_addr, "GET", "/api/usage").json();
+    let tl = api["timeline"].as_array().unwrap();
+    assert_eq!(tl.len(), 60, "always 60 points");
+    let (start, lines) = chart_lines(&dom);
+    let outcomes: Vec<&str> = lines.iter().map(|(o, _)| o.as_str()).collect();
+    assert!(
+        outcomes.contains(&"forwarded") && outcomes.contains(&"rate_limited"),
+        "{outcomes:?}"
+    );
+    // The page and the test read the API a moment apart: the window may have moved on by a
+    // point, so the points are matched by their time.
+    let api_start = tl[0]["at_ms"].as_u64().unwrap();
+    assert_eq!(api_start % 10_000, 0);
+    let shift = ((api_start - start) / 10_000) as usize;
+    assert!(shift <= 1, "the page's window is {shift} points behind");
+    for (outcome, values) in &lines {
+        assert_eq!(values.len(), 60);
+        for (i, v) in values.iter().enumerate().skip(shift) {
+            assert_eq!(
+                Some(*v),
+                tl[i - shift][outcome.as_str()].as_u64(),
+                "{outcome} at point {i}"
+            );
+        }
+    }
+    // What the traffic was: 45 forwarded (40 of basic-1, 5 of standard-1), 10 rate limited,
+    // 2 forbidden, 3 unauthorized.
+    let total = |o: &str| -> u64 { tl.iter().map(|p| p[o].as_u64().unwrap()).sum() };
+    assert_eq!(
+        (
+            total("forwarded"),
+            total("rate_limited"),
+            total("forbidden"),
+            total("unauthorized")
+        ),
+        (45, 10, 2, 3)
+    );
+}
+
 #[test]
 fn behind_the_admin_token_the_page_asks_for_it_and_shows_nothing() {
     let up = Upstream::start(Mode::Ok);

@@ -19,7 +19,12 @@
 //! Keys are counted by their index in the config in force: a reload starts the counts again
 //! (a request decided on the previous config is not counted in the new one).
 //!
-//! Memory: 6 × 4096 slots × 24 bytes and 64 × 16 bytes: about 600 KB, always.
+//! **Timeline.** Every request of the last 10 minutes, by outcome, per 10 s: a ring of 62
+//! points (60 shown, the next one prepared by the tick, one to spare), one atomic add per
+//! request; kept across reloads ([`Usage::timeline`]).
+//!
+//! Memory: 6 × 4096 slots × 24 bytes, 64 × 16 bytes and 62 × 14 × 4 bytes: about 600 KB,
+//! always.
 //!
 //! **Time.** The counts' clock is the process's monotonic clock, read as ms since the Unix
 //! epoch from where the wall clock stood when the counts were made ([`Usage::now_ms`],
@@ -42,6 +47,10 @@ const BUCKET_SECS: u64 = 10;
 const PROBES: usize = 4;
 /// Latest refusals kept.
 pub const RECENT: usize = 64;
+/// Points of the timeline: one per 10 s, the last 10 minutes.
+pub const TIMELINE: usize = 60;
+/// The timeline's ring: its points, the one the next 10 s will use, and one to spare.
+const RING: usize = TIMELINE + 2;
 
 /// What a request of a known key counted as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,6 +124,23 @@ struct Refused {
     what: AtomicU64,
 }
 
+/// One 10-second point of the timeline: requests by outcome.
+struct Tick {
+    /// The 10-second period it counts, or `u64::MAX` while cleared for none.
+    period: AtomicU64,
+    /// By outcome, in [`Outcome::ALL`]'s order.
+    counts: Box<[AtomicU32]>,
+}
+
+impl Tick {
+    fn new() -> Self {
+        Self {
+            period: AtomicU64::new(u64::MAX),
+            counts: Outcome::ALL.iter().map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+}
+
 /// The counts (see the module's docs).
 pub struct Usage {
     buckets: [Bucket; BUCKETS],
@@ -124,6 +150,8 @@ pub struct Usage {
     generation: AtomicU64,
     /// Requests without a known key in the last minute, by bucket.
     anonymous: [AtomicU64; BUCKETS],
+    /// Every request of the last 10 minutes by outcome, per 10 s (kept across reloads).
+    timeline: Box<[Tick]>,
     /// The counts' clock: an instant, and the wall clock's ms since the epoch at it.
     clock: Anchor,
 }
@@ -178,6 +206,7 @@ impl Usage {
             next: AtomicU64::new(0),
             generation: AtomicU64::new(0),
             anonymous: std::array::from_fn(|_| AtomicU64::new(0)),
+            timeline: (0..RING).map(|_| Tick::new()).collect(),
             clock,
         }
     }
@@ -219,7 +248,38 @@ impl Usage {
                 self.anonymous[(p % BUCKETS as u64) as usize].store(0, Ordering::Relaxed);
                 b.period.store(p, Ordering::Release);
             }
+            let t = &self.timeline[(p % RING as u64) as usize];
+            if t.period.load(Ordering::Acquire) != p {
+                t.period.store(u64::MAX, Ordering::Release);
+                for c in t.counts.iter() {
+                    c.store(0, Ordering::Relaxed);
+                }
+                t.period.store(p, Ordering::Release);
+            }
         }
+    }
+
+    /// The last [`TIMELINE`] 10-second periods up to the one holding `now_ms`, oldest first:
+    /// each period's start (ms since the Unix epoch) and its requests by outcome
+    /// ([`Outcome::ALL`]'s order); zeros where nothing was counted.
+    pub fn timeline(&self, now_ms: u64) -> Vec<(u64, Vec<u64>)> {
+        let period = now_ms / 1000 / BUCKET_SECS;
+        (0..TIMELINE as u64)
+            .rev()
+            .filter_map(|back| period.checked_sub(back))
+            .map(|q| {
+                let t = &self.timeline[(q % RING as u64) as usize];
+                let counts = if t.period.load(Ordering::Acquire) == q {
+                    t.counts
+                        .iter()
+                        .map(|c| u64::from(c.load(Ordering::Relaxed)))
+                        .collect()
+                } else {
+                    vec![0; Outcome::ALL.len()]
+                };
+                (q * BUCKET_SECS * 1000, counts)
+            })
+            .collect()
     }
 
     /// Count one finished request (the request path: atomics only).
@@ -232,10 +292,16 @@ impl Usage {
         outcome: Outcome,
         code: Option<u8>,
     ) {
+        let period = now_ms / 1000 / BUCKET_SECS;
+        let t = &self.timeline[(period % RING as u64) as usize];
+        if t.period.load(Ordering::Acquire) == period {
+            t.counts[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        }
+        // Keys and refusals are of the config in force: a request decided on another is
+        // not counted in them.
         if generation != self.generation.load(Ordering::Relaxed) {
             return;
         }
-        let period = now_ms / 1000 / BUCKET_SECS;
         let at = (period % BUCKETS as u64) as usize;
         let b = &self.buckets[at];
         if b.period.load(Ordering::Acquire) == period {
@@ -393,6 +459,44 @@ impl Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_timeline_has_sixty_points_by_outcome_kept_across_reloads() {
+        let u = Usage::with_clock(Anchor::at(Instant::now(), 0));
+        u.reset(1);
+        // 12:00:00, then 10 minutes on: each period is prepared by the tick before its use.
+        let t0: u64 = 43_200_000;
+        for step in 0..=60u64 {
+            let now = t0 + step * 10_000;
+            u.rotate(now / 1000);
+            for _ in 0..step % 3 {
+                u.record(1, now, Some(0), None, Outcome::Forwarded, None);
+            }
+            if step == 59 {
+                u.reset(2); // a reload: the timeline keeps counting
+                u.record(1, now + 5, None, None, Outcome::Unauthorized, Some(0));
+            }
+        }
+        let tl = u.timeline(t0 + 60 * 10_000 + 9_999);
+        assert_eq!(tl.len(), TIMELINE);
+        assert_eq!(tl[0].0, t0 + 10_000, "oldest first, 10 minutes back");
+        assert_eq!(tl[59].0, t0 + 600_000);
+        let fwd = Outcome::Forwarded as usize;
+        let unauth = Outcome::Unauthorized as usize;
+        for (i, (_, counts)) in tl.iter().enumerate() {
+            let step = i as u64 + 1;
+            assert_eq!(counts[fwd], step % 3, "point {i}");
+        }
+        assert_eq!(tl[58].1[unauth], 1);
+        assert_eq!(
+            tl.iter().map(|p| p.1.iter().sum::<u64>()).sum::<u64>(),
+            60 + 1
+        );
+        // Nothing counted an hour later: sixty zeros.
+        let later = u.timeline(t0 + 3_600_000);
+        assert!(later.iter().all(|p| p.1.iter().all(|&c| c == 0)));
+        assert_eq!(later.len(), TIMELINE);
+    }
 
     const T0: u64 = 1_700_000_000_000;
 
