@@ -402,7 +402,28 @@ fn keys_section(u: &UsageView) -> Section {
                 .collect(),
         ),
         Column::number("limited", 3, num(&|r| r.refusals.rate_limited)),
-        Column::number("forbidden", 4, num(&|r| r.refusals.forbidden)),
+        // The other refusals, by code, most first (`plan_restricted 2`): a 403 for the plan
+        // and one for the credential are not the same problem.
+        Column::text(
+            "codes",
+            4,
+            16,
+            k.iter().map(|r| {
+                let mut c: Vec<(&String, &u64)> = r
+                    .codes
+                    .iter()
+                    .filter(|(c, _)| *c != "rate_limited")
+                    .collect();
+                c.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+                let shown: Vec<String> =
+                    c.iter().map(|(c, n)| format!("{} {n}", clean(c))).collect();
+                if shown.is_empty() {
+                    "-".to_string()
+                } else {
+                    shown.join(", ")
+                }
+            }),
+        ),
         Column::text(
             "plan",
             5,
@@ -413,7 +434,6 @@ fn keys_section(u: &UsageView) -> Section {
             }),
         ),
         Column::number("admitted", 6, num(&|r| r.admitted)),
-        Column::number("invalid", 7, num(&|r| r.refusals.invalid)),
         Column::text(
             "partner",
             8,
@@ -426,20 +446,12 @@ fn keys_section(u: &UsageView) -> Section {
         title: "Busiest keys, last minute".into(),
         notes: vec![
             "* partner override",
-            "limited: 429, forbidden: 403, invalid: other refusals",
+            "limited: 429 rate_limited; codes: the other refusals, by code",
         ],
         table: Table::new(
             columns,
             [
-                "key",
-                "plan",
-                "partner",
-                "requests",
-                "admitted",
-                "limited",
-                "forbidden",
-                "invalid",
-                "shadowed",
+                "key", "plan", "partner", "requests", "admitted", "limited", "codes", "shadowed",
                 "budget",
             ],
         ),
@@ -1011,6 +1023,7 @@ mod tests {
                 serde_json::json!({"key": name, "plan": plan, "partner": partner,
                     "override": i == 6, "requests": 123_456 - i * 1000, "admitted": 120_000 - i * 1000,
                     "refusals": {"rate_limited": 3000 + i, "forbidden": 12, "invalid": 444},
+                    "codes": {"rate_limited": 3000 + i, "plan_restricted": 10, "wrong_credential": 2, "invalid_body": 444},
                     "shadowed": shadowed, "budget_left": 7, "limit": 1200})
             })
             .collect();
@@ -1255,7 +1268,7 @@ mod tests {
                     assert!(text.contains(&k.key));
                 }
                 let (header, _) = keys_section(&u).table.lines(None);
-                assert_eq!(header.split_whitespace().count(), 10, "{header}");
+                assert_eq!(header.split_whitespace().count(), 9, "{header}");
             }
         }
         // Far fewer lines than the 48 it used to pad to, for a small view.
@@ -1304,7 +1317,7 @@ mod tests {
                 .collect()
         };
         let all = names(None);
-        assert_eq!(all.len(), 10);
+        assert_eq!(all.len(), 9);
         let mut previous = all.clone();
         for w in (20..=200).rev() {
             let now = names(Some(w));

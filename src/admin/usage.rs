@@ -206,5 +206,11 @@ fn key_row(policy: &Policy, k: KeyIdx, c: &KeyCounts, now: u64) -> KeyRow {
         budget_left: budget.remaining,
         limit: budget.limit,
         state: entry.live().state().as_str().to_string(),
+        codes: Code::ALL
+            .iter()
+            .zip(c.codes)
+            .filter(|(_, n)| *n > 0)
+            .map(|(code, n)| (code.as_str().to_string(), n))
+            .collect(),
     }
 }

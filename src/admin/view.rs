@@ -112,6 +112,10 @@ pub struct KeyRow {
     /// `active`, `expired`, `suspended` or `revoked`.
     #[serde(default)]
     pub state: String,
+    /// Its refusals of the last minute by code (`plan_restricted`, `wrong_credential`, ...),
+    /// those with a count.
+    #[serde(default)]
+    pub codes: std::collections::BTreeMap<String, u64>,
 }
 
 /// A key's refusals of the last minute, by outcome.

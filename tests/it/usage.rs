@@ -67,6 +67,11 @@ fn the_usage_api_shows_the_busiest_keys_and_the_latest_refusals_and_never_a_key(
     assert_eq!(top["admitted"], 40);
     assert_eq!(top["refusals"]["rate_limited"], 10);
     assert_eq!(top["refusals"]["forbidden"], 2);
+    assert_eq!(
+        top["codes"],
+        serde_json::json!({"rate_limited": 10, "plan_restricted": 2})
+    );
+    assert_eq!(top["state"], "active");
     assert_eq!(top["budget_left"], 0);
     assert_eq!(u["keys"][1]["key"], "standard-1");
     assert_eq!(u["anonymous_requests"], 3);
@@ -143,7 +148,8 @@ fn a_headless_browser_shows_the_busiest_key_and_a_refusals_code() {
     traffic_counted(&gw, None);
     let dom = render(&format!("http://{}/", gw.config.process.admin_listen), 3000);
     // The busiest key's row, filled in by the page's script from /api/usage.
-    let row = r#"<tr data-key="basic-1"><td>basic-1</td><td>basic</td><td>-</td><td class="n">52</td><td class="n">40</td><td class="n">10</td><td class="n">2</td>"#;
+    // Its refusals by code: a 403 for the plan is told from any other 403.
+    let row = r#"<tr data-key="basic-1"><td>basic-1</td><td>basic</td><td>-</td><td class="n">52</td><td class="n">40</td><td><span class="pill" data-code="rate_limited">rate_limited 10</span> <span class="pill" data-code="plan_restricted">plan_restricted 2</span></td>"#;
     assert!(
         dom.contains(row),
         "the busiest key's row is not on the page:\n{dom}"

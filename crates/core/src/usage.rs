@@ -23,8 +23,8 @@
 //! points (60 shown, the next one prepared by the tick, one to spare), one atomic add per
 //! request; kept across reloads ([`Usage::timeline`]).
 //!
-//! Memory: 6 × 4096 slots × 24 bytes, 64 × 16 bytes and 62 × 14 × 4 bytes: about 600 KB,
-//! always.
+//! Memory: 6 × 4096 slots × 96 bytes (a key, a weight, and a count for admitted, shadowed and
+//! each of the 19 refusal codes), 64 × 16 bytes and 62 × 14 × 4 bytes: about 2.4 MB, always.
 //!
 //! **Time.** The counts' clock is the process's monotonic clock, read as ms since the Unix
 //! epoch from where the wall clock stood when the counts were made ([`Usage::now_ms`],
@@ -38,7 +38,7 @@ use std::time::Instant;
 use crate::clock::Anchor;
 use crate::config::routes::RouteIdx;
 use crate::policy::keys::KeyIdx;
-use crate::policy::Outcome;
+use crate::policy::{Code, Outcome};
 
 /// Slots per 10-second bucket.
 pub const SLOTS: usize = 4096;
@@ -52,29 +52,22 @@ pub const TIMELINE: usize = 60;
 /// The timeline's ring: its points, the one the next 10 s will use, and one to spare.
 const RING: usize = TIMELINE + 2;
 
-/// What a request of a known key counted as.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Admitted = 0,
-    RateLimited = 1,
-    Forbidden = 2,
-    Invalid = 3,
-    Shadowed = 4,
-}
+/// What a request of a known key counted as: an index into a slot's counts. Admitted, shadowed,
+/// refused without a code (none in practice), then one per refusal code ([`Code::ALL`]'s
+/// order), so that the view tells `plan_restricted` from `wrong_credential`.
+const ADMITTED: usize = 0;
+const SHADOWED: usize = 1;
+const UNCODED: usize = 2;
+const CODE0: usize = 3;
+/// Refusal codes: the length of [`KeyCounts::codes`].
+pub const CODES: usize = Code::ALL.len();
+const KINDS: usize = CODE0 + CODES;
 
-const KINDS: usize = 5;
-
-fn kind(o: Outcome) -> Kind {
+fn kind(o: Outcome, code: Option<u8>) -> usize {
     match o {
-        Outcome::Forwarded | Outcome::UpstreamError => Kind::Admitted,
-        Outcome::RateLimited => Kind::RateLimited,
-        Outcome::Forbidden => Kind::Forbidden,
-        Outcome::ShadowRateLimited | Outcome::ShadowForbidden => Kind::Shadowed,
-        Outcome::Unauthorized
-        | Outcome::Invalid
-        | Outcome::NotFound
-        | Outcome::Blocked
-        | Outcome::Timeout => Kind::Invalid,
+        Outcome::Forwarded | Outcome::UpstreamError => ADMITTED,
+        Outcome::ShadowRateLimited | Outcome::ShadowForbidden => SHADOWED,
+        _ => code.map_or(UNCODED, |c| CODE0 + usize::from(c).min(CODES - 1)),
     }
 }
 
@@ -159,18 +152,20 @@ pub struct Usage {
 /// One key's counts over the last minute.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeyCounts {
-    /// Every request counted: the sum of the other fields.
+    /// Every request counted: admitted, shadowed and refused.
     pub requests: u64,
     /// Forwarded, including those the upstream then failed (`upstream_error`).
     pub admitted: u64,
     /// Refused `429 rate_limited`.
     pub rate_limited: u64,
-    /// Refused with a 403.
+    /// Refused with a 403 (`plan_restricted`, `wrong_credential`, `not_your_customer`).
     pub forbidden: u64,
     /// Refused otherwise (path, route, method, body, timeout, block).
     pub invalid: u64,
     /// Forwarded in shadow mode, though the plan would have refused them.
     pub shadowed: u64,
+    /// Refusals by code, in [`Code::ALL`]'s order.
+    pub codes: [u64; CODES],
 }
 
 /// One of the latest refusals.
@@ -306,7 +301,7 @@ impl Usage {
         let b = &self.buckets[at];
         if b.period.load(Ordering::Acquire) == period {
             match key {
-                Some(k) => self.count(b, k, kind(outcome)),
+                Some(k) => self.count(b, k, kind(outcome, code)),
                 None => {
                     self.anonymous[at].fetch_add(1, Ordering::Relaxed);
                 }
@@ -325,7 +320,7 @@ impl Usage {
         }
     }
 
-    fn count(&self, b: &Bucket, k: KeyIdx, kind: Kind) {
+    fn count(&self, b: &Bucket, k: KeyIdx, kind: usize) {
         let id = k + 1;
         let h = (k.wrapping_mul(0x9E37_79B1) as usize) % SLOTS;
         let mut lightest: Option<(&Slot, u32)> = None;
@@ -343,7 +338,7 @@ impl Usage {
             }
             if held == id {
                 s.weight.fetch_add(1, Ordering::Relaxed);
-                s.kinds[kind as usize].fetch_add(1, Ordering::Relaxed);
+                s.kinds[kind].fetch_add(1, Ordering::Relaxed);
                 return;
             }
             let w = s.weight.load(Ordering::Relaxed);
@@ -370,7 +365,7 @@ impl Usage {
                         c.store(0, Ordering::Relaxed);
                     }
                     s.weight.store(1, Ordering::Relaxed);
-                    s.kinds[kind as usize].store(1, Ordering::Relaxed);
+                    s.kinds[kind].store(1, Ordering::Relaxed);
                 }
             }
         }
@@ -391,17 +386,25 @@ impl Usage {
                     continue;
                 }
                 let c = by.entry(id - 1).or_default();
-                let n = |k: Kind| u64::from(s.kinds[k as usize].load(Ordering::Relaxed));
-                c.admitted += n(Kind::Admitted);
-                c.rate_limited += n(Kind::RateLimited);
-                c.forbidden += n(Kind::Forbidden);
-                c.invalid += n(Kind::Invalid);
-                c.shadowed += n(Kind::Shadowed);
+                let n = |k: usize| u64::from(s.kinds[k].load(Ordering::Relaxed));
+                c.admitted += n(ADMITTED);
+                c.shadowed += n(SHADOWED);
+                c.invalid += n(UNCODED);
+                for (i, code) in c.codes.iter_mut().enumerate() {
+                    *code += n(CODE0 + i);
+                }
             }
         }
         let mut v: Vec<(KeyIdx, KeyCounts)> = by
             .into_iter()
             .map(|(k, mut c)| {
+                for (&code, &n) in Code::ALL.iter().zip(&c.codes) {
+                    match (code, code.status()) {
+                        (Code::RateLimited, _) => c.rate_limited += n,
+                        (_, 403) => c.forbidden += n,
+                        _ => c.invalid += n,
+                    }
+                }
                 c.requests = c.admitted + c.rate_limited + c.forbidden + c.invalid + c.shadowed;
                 (k, c)
             })
@@ -513,36 +516,77 @@ mod tests {
         for _ in 0..5 {
             u.record(1, T0, Some(7), Some(2), Outcome::Forwarded, None);
         }
-        u.record(1, T0, Some(7), Some(2), Outcome::RateLimited, Some(3));
-        u.record(1, T0, Some(9), Some(2), Outcome::Forbidden, Some(4));
-        u.record(1, T0, None, None, Outcome::Unauthorized, Some(0));
+        let code = |c: Code| Some(c as u8);
+        u.record(
+            1,
+            T0,
+            Some(7),
+            Some(2),
+            Outcome::RateLimited,
+            code(Code::RateLimited),
+        );
+        u.record(
+            1,
+            T0,
+            Some(9),
+            Some(2),
+            Outcome::Forbidden,
+            code(Code::PlanRestricted),
+        );
+        u.record(
+            1,
+            T0,
+            Some(9),
+            Some(2),
+            Outcome::Forbidden,
+            code(Code::WrongCredential),
+        );
+        u.record(
+            1,
+            T0,
+            None,
+            None,
+            Outcome::Unauthorized,
+            code(Code::Unauthorized),
+        );
         let keys = u.keys(T0 / 1000);
         assert_eq!(keys[0].0, 7);
+        let mut codes = [0; CODES];
+        codes[Code::RateLimited as usize] = 1;
         assert_eq!(
             keys[0].1,
             KeyCounts {
                 requests: 6,
                 admitted: 5,
                 rate_limited: 1,
+                codes,
                 ..KeyCounts::default()
             }
         );
+        // Both 403s, told apart by their codes.
+        let mut codes = [0; CODES];
+        codes[Code::PlanRestricted as usize] = 1;
+        codes[Code::WrongCredential as usize] = 1;
         assert_eq!(
             keys[1],
             (
                 9,
                 KeyCounts {
-                    requests: 1,
-                    forbidden: 1,
+                    requests: 2,
+                    forbidden: 2,
+                    codes,
                     ..KeyCounts::default()
                 }
             )
         );
         assert_eq!(u.anonymous(T0 / 1000), 1);
         let r = u.refusals();
-        assert_eq!(r.len(), 3);
-        assert_eq!((r[0].key, r[0].code), (None, 0));
-        assert_eq!((r[2].key, r[2].route, r[2].code), (Some(7), Some(2), 3));
+        assert_eq!(r.len(), 4);
+        assert_eq!((r[0].key, r[0].code), (None, Code::Unauthorized as u8));
+        assert_eq!(
+            (r[3].key, r[3].route, r[3].code),
+            (Some(7), Some(2), Code::RateLimited as u8)
+        );
     }
 
     #[test]
