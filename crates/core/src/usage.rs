@@ -465,7 +465,7 @@ mod tests {
 
     #[test]
     fn the_timeline_has_sixty_points_by_outcome_kept_across_reloads() {
-        let u = Usage::with_clock(Anchor::at(Instant::now(), 0));
+        let u = Usage::new();
         u.reset(1);
         // 12:00:00, then 10 minutes on: each period is prepared by the tick before its use.
         let t0: u64 = 43_200_000;
