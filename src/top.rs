@@ -392,7 +392,15 @@ fn keys_section(u: &UsageView) -> Section {
         9
     };
     let columns = vec![
-        Column::text("key", 0, KEY_NAME_ROOM, k.iter().map(|r| clean(&r.key))),
+        Column::text(
+            "key",
+            0,
+            KEY_NAME_ROOM,
+            k.iter().map(|r| match r.state.as_str() {
+                "" | "active" => clean(&r.key),
+                state => format!("{} ({})", clean(&r.key), clean(state)),
+            }),
+        ),
         Column::number("requests", 1, num(&|r| r.requests)),
         Column::number(
             "budget",
@@ -951,12 +959,12 @@ mod tests {
             "search": null, "cluster": null, "overrides": [], "anonymous_requests": 4,
             "keys": [{"key": "shop-1", "plan": "basic", "partner": null, "override": false, "requests": 9,
                       "admitted": 7, "refusals": {"rate_limited": 2, "forbidden": 0, "invalid": 0},
-                      "shadowed": 0, "budget_left": 0, "limit": 40}],
+                      "shadowed": 0, "budget_left": 0, "limit": 40, "state": "suspended"}],
             "refusals": [{"at_ms": 3_600_000, "key": "shop-1", "route": "client", "status": 429, "code": "rate_limited"}],
         }))
         .unwrap();
         let text = drawn(&u, 140, 30).join("\n");
-        assert!(text.contains("shop-1"));
+        assert!(text.contains("shop-1 (suspended)"), "{text}");
         assert!(text.contains("429 rate_limited"));
         assert!(text.contains("3 keys"));
         assert!(text.contains("01:00:00"), "{text}");
