@@ -387,18 +387,7 @@ fn a_key_expires_and_a_previous_digest_stops_at_their_instant() {
 
 /// The binary on `config`, written to `dir/<tag>.yaml`; its listener and admin addresses.
 fn spawn(dir: &Path, tag: &str, config: &TestConfig) -> (Process, SocketAddr, SocketAddr) {
-    let path = dir.join(format!("{tag}.yaml"));
-    config.write(&path);
-    let p = Process::spawn(
-        dir,
-        tag,
-        &["run", "--config", path.to_str().unwrap()],
-        &[("TOLLGATE_LOG", "info")],
-    );
-    let listen = config.file.listen.parse().unwrap();
-    let admin_addr = config.file.admin_listen.parse().unwrap();
-    wait_ready(admin_addr, 200);
-    (p, listen, admin_addr)
+    Process::run(dir, tag, config)
 }
 
 #[test]

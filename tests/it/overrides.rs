@@ -213,20 +213,9 @@ fn the_admin_listener_needs_its_token_but_for_the_probes() {
     assert_eq!(admin_with(a, "GET", "/readyz", None).status, 200);
 }
 
-/// The binary on a config at `dir/gw.yaml`; its listener and admin addresses.
+/// The binary on `config`, written to `dir/<tag>.yaml`; its listener and admin addresses.
 fn spawn(dir: &Path, tag: &str, config: &TestConfig) -> (Process, SocketAddr, SocketAddr) {
-    let path = dir.join(format!("{tag}.yaml"));
-    config.write(&path);
-    let p = Process::spawn(
-        dir,
-        tag,
-        &["run", "--config", path.to_str().unwrap()],
-        &[("TOLLGATE_LOG", "info")],
-    );
-    let listen = config.file.listen.parse().unwrap();
-    let admin_addr = config.file.admin_listen.parse().unwrap();
-    wait_ready(admin_addr, 200);
-    (p, listen, admin_addr)
+    Process::run(dir, tag, config)
 }
 
 /// `n` more customer keys managed by acme, on Basic: `cust-NN` / `cust-key-NN`.

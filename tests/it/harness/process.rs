@@ -35,6 +35,27 @@ impl Process {
         }
     }
 
+    /// `tollgate run` on `config`, written to `dir/<tag>.yaml`, logging at `info`, once its
+    /// `/readyz` answers 200; with its listener and admin addresses.
+    pub(crate) fn run(
+        dir: &Path,
+        tag: &str,
+        config: &tollgate_core::testing::TestConfig,
+    ) -> (Self, std::net::SocketAddr, std::net::SocketAddr) {
+        let path = dir.join(format!("{tag}.yaml"));
+        config.write(&path);
+        let p = Self::spawn(
+            dir,
+            tag,
+            &["run", "--config", path.to_str().unwrap()],
+            &[("TOLLGATE_LOG", "info")],
+        );
+        let listen = config.file.listen.parse().unwrap();
+        let admin_addr = config.file.admin_listen.parse().unwrap();
+        super::wait_ready(admin_addr, 200);
+        (p, listen, admin_addr)
+    }
+
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
