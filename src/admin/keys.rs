@@ -92,14 +92,15 @@ fn parse_action(segment: &str, method: &Method, body: &[u8]) -> Result<Action, R
         "limit" if delete => Ok(Action::Limit(None)),
         "limit" => {
             let v = object(body)?;
+            let max = crate::config::MAX_REQUESTS_PER_WINDOW;
             let n = v
                 .get("requests_per_window")
                 .and_then(Value::as_u64)
-                .filter(|&n| (1..=u64::from(u32::MAX)).contains(&n))
+                .filter(|&n| (1..=u64::from(max)).contains(&n))
                 .ok_or_else(|| {
                     invalid(
                         "/requests_per_window",
-                        "is required: an integer from 1 to 4294967295",
+                        &format!("is required: an integer from 1 to {max}, as a plan's"),
                     )
                 })?;
             Ok(Action::Limit(Some(n as u32)))

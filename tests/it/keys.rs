@@ -159,6 +159,7 @@ fn a_key_of_its_own_limit_and_quota_set_live_and_taken_back() {
         ("{}", "/requests_per_window"),
         (r#"{"requests_per_window":0}"#, "/requests_per_window"),
         (r#"{"requests_per_window":"5"}"#, "/requests_per_window"),
+        (r#"{"requests_per_window":1000001}"#, "/requests_per_window"),
     ] {
         let r = admin_json(a, "PUT", "/api/keys/basic-1/limit", body);
         assert_eq!(

@@ -239,7 +239,8 @@ impl KeyCheck<'_> {
     /// A `previous` digest must be no other key's, no partner's, and not given twice: it
     /// authenticates as its own key only.
     fn previous_digests(&self, keys: &[KeySpec]) -> Result<(), Invalid> {
-        if keys.iter().all(|k| k.extra.is_none()) {
+        let none = |k: &KeySpec| k.extra.as_ref().is_none_or(|e| e.previous.is_empty());
+        if keys.iter().all(none) {
             return Ok(());
         }
         let mut owner: HashMap<Digest, String> = HashMap::with_capacity(keys.len());
@@ -328,12 +329,19 @@ fn key_extra(
     };
     let limit = match fk.requests_per_window {
         None => None,
-        Some(n) => Some(NonZeroU32::new(n).ok_or_else(|| {
-            Invalid::new(
-                format!("keys[{i}].requests_per_window"),
-                "must be at least 1",
-            )
-        })?),
+        Some(n) => Some(
+            NonZeroU32::new(n)
+                .filter(|n| n.get() <= super::MAX_REQUESTS_PER_WINDOW)
+                .ok_or_else(|| {
+                    Invalid::new(
+                        format!("keys[{i}].requests_per_window"),
+                        format!(
+                            "must be from 1 to {}, as a plan's",
+                            super::MAX_REQUESTS_PER_WINDOW
+                        ),
+                    )
+                })?,
+        ),
     };
     if let Some(q) = &quota {
         if q.requests == 0 {

@@ -333,6 +333,12 @@ fn check_refuses_a_shared_previous_digest_and_instants_not_in_utc() {
             Box::new(|k: &mut crate::config::file::FileKey| k.requests_per_window = Some(0)),
             "keys[0].requests_per_window",
         ),
+        (
+            Box::new(|k: &mut crate::config::file::FileKey| {
+                k.requests_per_window = Some(1_000_001)
+            }),
+            "keys[0].requests_per_window",
+        ),
     ] {
         let e = TestConfig::new()
             .key_with("basic-1", edit)
