@@ -509,6 +509,22 @@ pub fn summary(cfg: &Config) -> String {
         cfg.keys.len(),
         cfg.partners.len()
     );
+    // Keys that change with time or have limits of their own: counted, never listed one by one
+    // (a config may hold a million keys).
+    let extras: Vec<&crate::config::KeyExtra> =
+        cfg.keys.iter().filter_map(|k| k.extra.as_deref()).collect();
+    if !extras.is_empty() {
+        let count =
+            |f: &dyn Fn(&crate::config::KeyExtra) -> bool| extras.iter().filter(|e| f(e)).count();
+        let _ = writeln!(
+            s,
+            "                {} with an expiry, {} rotating (a previous digest), {} with a limit of their own, {} with a quota of their own",
+            count(&|e| e.expires_ms.is_some()),
+            count(&|e| !e.previous.is_empty()),
+            count(&|e| e.limit.is_some()),
+            count(&|e| e.quota.is_some()),
+        );
+    }
     for p in &cfg.plans {
         let n = cfg
             .keys
@@ -544,9 +560,24 @@ pub fn summary(cfg: &Config) -> String {
             .body
             .map(|b| format!(" body={}", b.name()))
             .unwrap_or_default();
+        // What a 2xx does at the edge, when the route has an effect other than its body's
+        // usual one (an upgrade for `service_upgrade`).
+        let effect = match (r.effect, r.body) {
+            (None, _)
+            | (
+                Some(crate::config::routes::Effect::Upgrade),
+                Some(crate::config::routes::BodyRule::ServiceUpgrade),
+            ) => String::new(),
+            (Some(e), _) => format!(" effect={}", e.action().trim_start_matches("partner_")),
+        };
+        let key_field = r
+            .key_field
+            .as_deref()
+            .map(|f| format!(" key_field={f}"))
+            .unwrap_or_default();
         let _ = writeln!(
             s,
-            "    {}{:<24} {:<7} {:<34} {family}{body}",
+            "    {}{:<24} {:<7} {:<34} {family}{body}{effect}{key_field}",
             if r.assumed { "*" } else { " " },
             r.id,
             method,
@@ -604,6 +635,26 @@ mod tests {
 
     fn text(s: Option<&clap::builder::StyledStr>) -> String {
         s.map(|s| s.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_summary_counts_keys_that_change_with_time_and_shows_partner_effects() {
+        use tollgate_core::testing::TestConfig;
+        let cfg = TestConfig::new()
+            .key_with("basic-1", |k| {
+                k.expires_at = Some("2099-01-01T00:00:00Z".into());
+                k.requests_per_window = Some(5);
+            })
+            .parse();
+        let s = summary(&cfg);
+        assert!(
+            s.contains("1 with an expiry, 0 rotating (a previous digest), 1 with a limit of their own, 0 with a quota of their own"),
+            "{s}"
+        );
+        assert!(s.contains("body=service_key effect=suspend"), "{s}");
+        assert!(!s.contains("body=service_upgrade effect"), "{s}");
+        let plain = summary(&TestConfig::new().parse());
+        assert!(!plain.contains("with an expiry"), "{plain}");
     }
 
     #[test]
