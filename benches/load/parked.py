@@ -47,7 +47,6 @@ import json
 import math
 import os
 import random
-import re
 import shutil
 import signal
 import socket
@@ -57,6 +56,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+import cluster  # benches/load/cluster.py: its metrics helpers (the script's directory is on sys.path)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -247,55 +248,18 @@ class DelayProxy:
 # ---------------------------------------------------------------------------------------------
 # Metrics
 
-LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)')
-LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
+# The metrics page, read as cluster.py reads it (one parser for both benches).
 def scrape(admin_port):
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin_port, timeout=5) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = LINE.match(line)
-        if m:
-            try:
-                out[(m.group(1), frozenset(LABEL.findall(m.group(2) or "")))] = float(m.group(3))
-            except ValueError:
-                pass
-    return out
+    return cluster.scrape("127.0.0.1:%d" % admin_port)
 
 
-def msum(snap, name, **want):
-    return sum(v for (n, labels), v in snap.items()
-               if n == name and all((k, x) in labels for k, x in want.items()))
-
-
-def delta(a, b, name, **want):
-    return msum(b, name, **want) - msum(a, name, **want)
+msum = cluster.msum
+delta = cluster.mdelta
 
 
 def hist_quantile(a, b, name, q):
     """histogram_quantile over the increase between scrapes a and b (linear in the bucket)."""
-    bks = {}
-    for (n, labels), v in b.items():
-        if n == name + "_bucket":
-            le = dict(labels)["le"]
-            le = math.inf if le == "+Inf" else float(le)
-            bks[le] = v - a.get((n, labels), 0.0)
-    bks = sorted(bks.items())
-    if not bks or bks[-1][1] <= 0:
-        return None
-    rank = q * bks[-1][1]
-    prev_le, prev_c = 0.0, 0.0
-    for le, c in bks:
-        if c >= rank:
-            if le == math.inf:
-                return prev_le
-            return le if c == prev_c else prev_le + (le - prev_le) * (rank - prev_c) / (c - prev_c)
-        prev_le, prev_c = le, c
-    return None
+    return cluster.quantile(q, cluster.buckets(a, b, name))
 
 
 # ---------------------------------------------------------------------------------------------
