@@ -392,28 +392,8 @@ impl KeyTable {
         deadlines.sort_unstable_by_key(|d| d.0);
         let entries = entries.into_boxed_slice();
         let hasher = foldhash::fast::RandomState::default();
-        let hash = |d: &Digest| hasher.hash_one(d.folded());
-        let mut alias_index = HashTable::with_capacity(aliases.len());
-        for (i, a) in aliases.iter().enumerate() {
-            alias_index
-                .entry(
-                    hash(&a.digest),
-                    |&j| aliases[j as usize].digest == a.digest,
-                    |&j| hash(&aliases[j as usize].digest),
-                )
-                .or_insert(i as u32);
-        }
-        let mut index = HashTable::with_capacity(entries.len());
-        for (i, e) in entries.iter().enumerate() {
-            // The config refuses a digest given twice; should one slip through, the first wins.
-            index
-                .entry(
-                    hash(&e.digest),
-                    |&j| entries[j as usize].digest == e.digest,
-                    |&j| hash(&entries[j as usize].digest),
-                )
-                .or_insert(i as KeyIdx);
-        }
+        let alias_index = index_by_digest(aliases.len(), |i| &aliases[i].digest, &hasher);
+        let index = index_by_digest(entries.len(), |i| &entries[i].digest, &hasher);
         Self {
             entries,
             aliases: aliases.into_boxed_slice(),
@@ -434,11 +414,10 @@ impl KeyTable {
         if self.aliases.is_empty() {
             return None;
         }
-        self.alias_index
-            .find(self.hasher.hash_one(d.folded()), |&i| {
-                self.aliases[i as usize].digest.ct_eq(d)
-            })
-            .map(|&i| Found::Alias(i))
+        find_by_digest(&self.alias_index, &self.hasher, d, |i| {
+            &self.aliases[i].digest
+        })
+        .map(Found::Alias)
     }
 
     /// The alias at `i` (an index from this table).
@@ -488,11 +467,7 @@ impl KeyTable {
 
     /// The entry with this digest; every digest comparison is constant-time.
     pub fn lookup(&self, d: &Digest) -> Option<KeyIdx> {
-        self.index
-            .find(self.hasher.hash_one(d.folded()), |&i| {
-                self.entries[i as usize].digest.ct_eq(d)
-            })
-            .copied()
+        find_by_digest(&self.index, &self.hasher, d, |i| &self.entries[i].digest)
     }
 
     /// The entry at `i` (an index from this table; panics past its end).
@@ -525,6 +500,44 @@ impl KeyTable {
             .find(|(_, e)| e.name.as_str() == name)
             .map(|(k, _)| k)
     }
+}
+
+/// Positions `0..n` by a hash of the whole digest at each (`digest_at`). The config refuses a
+/// digest given twice; should one slip through, the first wins.
+fn index_by_digest<'d>(
+    n: usize,
+    digest_at: impl Fn(usize) -> &'d Digest,
+    hasher: &foldhash::fast::RandomState,
+) -> HashTable<u32> {
+    let hash = |d: &Digest| hasher.hash_one(d.folded());
+    let mut index = HashTable::with_capacity(n);
+    for i in 0..n {
+        let d = digest_at(i);
+        index
+            .entry(
+                hash(d),
+                |&j| digest_at(j as usize) == d,
+                |&j| hash(digest_at(j as usize)),
+            )
+            .or_insert(i as u32);
+    }
+    index
+}
+
+/// The position in `index` ([`index_by_digest`]) whose digest is `d`, compared in constant
+/// time.
+#[inline]
+fn find_by_digest<'d>(
+    index: &HashTable<u32>,
+    hasher: &foldhash::fast::RandomState,
+    d: &Digest,
+    digest_at: impl Fn(usize) -> &'d Digest,
+) -> Option<u32> {
+    index
+        .find(hasher.hash_one(d.folded()), |&i| {
+            digest_at(i as usize).ct_eq(d)
+        })
+        .copied()
 }
 
 /// Hands each key's rate state from the previous table to the new one.
