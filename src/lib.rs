@@ -55,12 +55,13 @@
 
 #![deny(rustdoc::broken_intra_doc_links)]
 
-pub use tollgate_core::{clock, config, digest, limit, path, policy, usage};
+pub use tollgate_core::{clock, config, digest, limit, metering, path, policy, usage};
 
 pub mod admin;
 pub mod cli;
 pub mod demo;
 pub mod edge;
+pub mod ledger;
 pub mod overrides;
 pub mod proxy;
 pub mod redis;

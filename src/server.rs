@@ -157,6 +157,14 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     let sync_every = config.process.cluster.as_ref().map(|c| c.sync_interval);
     let live = Arc::new(LivePolicy::with_store(config, metrics, store, kept)?);
     live.forget_with(Arc::clone(&overrides) as Arc<dyn crate::runtime::live::Forget>);
+    let keeper = Arc::new(
+        crate::ledger::Keeper::open(overrides.database(), Arc::clone(&live)).map_err(|e| {
+            SetupError::State {
+                file: live.path().to_path_buf(),
+                message: e.to_string(),
+            }
+        })?,
+    );
     let health = Arc::new(Health::default());
     let edge_limits = live.load().policy.config.server.clone();
     let mut gateway = Gateway::new(
@@ -201,6 +209,7 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
         clock: Arc::clone(&clock),
         failures: Arc::clone(&admin_failures),
         overrides: Arc::clone(&overrides),
+        ledger: Arc::clone(&keeper),
     };
     let admin = EdgeApp::admin(Arc::new(HttpServer::new_app(admin)), Arc::clone(&live));
     let mut admin_svc = Service::new("tollgate admin".into(), admin);
@@ -224,6 +233,10 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
         crate::runtime::lifecycle::Expiry {
             live: Arc::clone(&live),
         },
+    ));
+    server.add_service(background_service(
+        "tollgate quota and ledger keeper",
+        crate::ledger::KeeperTick(keeper),
     ));
     if let Some((_, svc)) = cluster {
         server.add_service(background_service("tollgate cluster sync", svc));

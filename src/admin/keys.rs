@@ -375,16 +375,17 @@ pub fn key_json(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> Value {
         ),
     };
     let record = live.with_overrides(|set| set.get(&e.digest).cloned());
-    let quota = record
-        .as_ref()
-        .and_then(|o| o.quota.as_ref().map(|q| q.quota))
-        .or_else(|| extra.and_then(|x| x.quota));
-    let quota = quota.map(|q| {
+    // The quota in force (the key's own, live or YAML, else its plan's or the partners'),
+    // with the requests charged in the period now.
+    let quota = policy.quota_state(k, credential).map(|q| {
+        let now_ms = policy.metering.calendar.now_ms();
         json!({
-            "requests": q.requests,
-            "per": q.per.as_str(),
-            "used": Value::Null,
-            "resets_at": rfc3339(q.per.end_after(crate::clock::wall_ms())),
+            "requests": q.spec.requests,
+            "per": q.spec.per.as_str(),
+            "own": q.own,
+            "used": q.spec.requests - q.remaining,
+            "remaining": q.remaining,
+            "resets_at": rfc3339(q.spec.per.end_after(now_ms)),
         })
     });
     let previous: Vec<Value> = policy

@@ -26,6 +26,7 @@ use std::time::Instant;
 mod blocks;
 pub mod guard;
 pub mod keys;
+pub mod ledger;
 mod usage;
 pub mod view;
 
@@ -63,6 +64,8 @@ pub struct Admin {
     pub failures: Arc<FailureTable>,
     /// Where the overrides are kept (`DELETE /api/overrides/{name}`).
     pub overrides: Arc<PlanOverrides>,
+    /// The quota and ledger counts (`GET /api/ledger`).
+    pub ledger: Arc<crate::ledger::Keeper>,
 }
 
 /// The usage page: one file, no external asset (works on an air-gapped host).
@@ -75,7 +78,8 @@ impl Admin {
         match path {
             "/" | "/api/usage" if !get => not_allowed("GET, HEAD"),
             "/" => page(StatusCode::OK),
-            "/api/blocks" if !get => not_allowed("GET, HEAD"),
+            "/api/blocks" | "/api/ledger" if !get => not_allowed("GET, HEAD"),
+            "/api/ledger" => ledger::answer(self, query, false),
             "/api/blocks" => {
                 let body = serde_json::json!({ "blocks": self.blocks() });
                 reply(StatusCode::OK, "application/json", json_bytes(&body))
@@ -345,6 +349,11 @@ impl pingora::apps::http_app::ServeHttp for Admin {
         let method = req.method.clone();
         let path = req.uri.path().to_string();
         let query = req.uri.query().map(str::to_string);
+        // `GET /api/ledger` answers CSV to `Accept: text/csv`.
+        let csv = req.headers.get_all(http::header::ACCEPT).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|v| v.to_ascii_lowercase().contains("text/csv"))
+        });
         let snap = self.live.load();
         let config = &snap.policy.config;
         let open = matches!(path.as_str(), "/healthz" | "/readyz");
@@ -366,13 +375,13 @@ impl pingora::apps::http_app::ServeHttp for Admin {
             match config.admin_token {
                 Some(want) if !open => match self.token_refusal(req, client, &want) {
                     None => {
-                        self.route(&method, &path, query.as_deref(), &body, too_large)
+                        self.route(&method, &path, query.as_deref(), &body, too_large, csv)
                             .await
                     }
                     Some(refused) => refused,
                 },
                 _ => {
-                    self.route(&method, &path, query.as_deref(), &body, too_large)
+                    self.route(&method, &path, query.as_deref(), &body, too_large, csv)
                         .await
                 }
             }
@@ -398,7 +407,12 @@ impl Admin {
         query: Option<&str>,
         body: &[u8],
         too_large: bool,
+        csv: bool,
     ) -> Response<Vec<u8>> {
+        let get = method == Method::GET || method == Method::HEAD;
+        if path == "/api/ledger" && get {
+            return ledger::answer(self, query, csv);
+        }
         if let Some(rest) = path.strip_prefix("/api/keys/") {
             if too_large {
                 return problem(
@@ -491,15 +505,17 @@ mod tests {
     fn admin(dir: &tempfile::TempDir) -> (Admin, std::path::PathBuf) {
         let path = dir.path().join("gw.yaml");
         TestConfig::new().write(&path);
-        let live = LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap();
+        let live = Arc::new(LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap());
+        let ledger = Arc::new(crate::ledger::Keeper::open(None, Arc::clone(&live)).unwrap());
         (
             Admin {
-                live: Arc::new(live),
+                live,
                 health: Arc::default(),
                 cluster: None,
                 clock: Arc::new(crate::clock::ManualClock::new()),
                 failures: Arc::default(),
                 overrides: Arc::new(PlanOverrides::memory()),
+                ledger,
             },
             path,
         )

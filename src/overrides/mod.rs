@@ -135,6 +135,16 @@ impl PlanOverrides {
         }
     }
 
+    /// The `state.path` file, when there is one (the quota and ledger counts are kept there
+    /// too).
+    pub fn database(&self) -> Option<Arc<redb::Database>> {
+        match &self.backend {
+            Backend::Memory => None,
+            Backend::Disk(db) => Some(Arc::clone(db)),
+            Backend::Redis(_, mirror) => mirror.clone(),
+        }
+    }
+
     fn with(backend: Backend) -> Self {
         Self {
             backend,

@@ -30,6 +30,8 @@ pub async fn send(
     refusal: &Refusal,
     closing: bool,
 ) -> Result<()> {
+    // Refused after its quota was charged (its body, or the upstream failed): given back.
+    ctx.give_back_quota();
     ctx.outcome = Outcome::of(refusal.code);
     ctx.code = Some(refusal.code);
     ctx.status = refusal.status();
@@ -74,7 +76,9 @@ fn problem_header(ctx: &Ctx, refusal: &Refusal, body_len: usize) -> Result<Respo
 /// is known: on every answer to an authenticated request, the gateway's or the upstream's.
 pub fn rate_limit_headers(ctx: &Ctx, resp: &mut ResponseHeader) -> Result<()> {
     if let (Some(s), Some(k), Some(c), Some(q)) = (&ctx.snap, ctx.key, ctx.credential, &ctx.quota) {
-        let (policy, state) = s.policy.rate_limit_headers(k, c, q);
+        let (policy, state) = s
+            .policy
+            .rate_limit_headers(k, c, q, ctx.quota_state.as_ref());
         resp.insert_header("RateLimit-Policy", header_value(policy)?)?;
         resp.insert_header("RateLimit", header_value(state)?)?;
     }

@@ -9,6 +9,7 @@ use http::HeaderValue;
 use crate::config::routes::RouteIdx;
 use crate::edge::stream::Conn;
 use crate::limit::Quota;
+use crate::metering::{self, Column, QuotaState};
 use crate::policy::authenticate::NotAuthenticated;
 use crate::policy::client::Client;
 use crate::policy::keys::{Credential, KeyIdx};
@@ -31,6 +32,9 @@ pub struct Ctx {
     pub credential: Option<Credential>,
     pub route: Option<RouteIdx>,
     pub quota: Option<Quota>,
+    /// The key's quota for its calendar period, as the decision left it (`charged` until
+    /// given back).
+    pub quota_state: Option<QuotaState>,
     pub outcome: Outcome,
     /// The status sent to the client (0 when none was).
     pub status: u16,
@@ -69,6 +73,44 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// Give back this request's quota charge, if it has one: it was refused after the quota
+    /// step, or the upstream did not serve it (a 5xx, or no answer). At most once.
+    pub fn give_back_quota(&mut self) {
+        let (Some(s), Some(k), Some(q)) = (&self.snap, self.key, self.quota_state.as_mut()) else {
+            return;
+        };
+        if let Some(id) = q.charged.take() {
+            if let Some(m) = s.policy.keys.get(k).rate.meter.get() {
+                m.give_back(id);
+            }
+            q.remaining = (q.remaining + 1).min(q.spec.requests);
+        }
+    }
+
+    /// Count this request in its key's ledger (a request of no key is not counted).
+    pub fn count_in_ledger(&self, s: &Snapshot) {
+        let (Some(k), Some(c)) = (self.key, self.credential) else {
+            return;
+        };
+        let column = match self.code {
+            Some(code) if Column::shown(code) => Column::Refused(code),
+            _ if self.upstream_elapsed.is_some() => Column::upstream(self.status),
+            _ => Column::UpstreamFailed,
+        };
+        let (plan, partner, partner_key) = match c {
+            Credential::Customer { plan, partner, .. } => (Some(plan), partner, false),
+            Credential::Partner { partner } => (None, Some(partner), true),
+        };
+        let policy = &s.policy;
+        let entry = policy.keys.get(k);
+        let who = metering::who(s.generation as u32, plan, partner, partner_key);
+        let day = (policy.metering.calendar.now_ms() / 86_400_000) as u32;
+        policy
+            .metering
+            .meter(&entry.rate, &entry.name)
+            .count(day, column, who);
+    }
+
     pub fn new() -> Self {
         Self {
             started: Instant::now(),
@@ -78,6 +120,7 @@ impl Ctx {
             credential: None,
             route: None,
             quota: None,
+            quota_state: None,
             outcome: Outcome::Forwarded,
             status: 0,
             conn: None,

@@ -191,6 +191,7 @@ impl Gateway {
         ctx.credential = decision.credential;
         ctx.route = decision.route;
         ctx.quota = decision.quota;
+        ctx.quota_state = decision.quota_state;
         if let (Some(shadow), Ok(_)) = (decision.shadow, &decision.verdict) {
             // Forwarded, and recorded as what the plan would have refused (shadow mode).
             ctx.outcome = shadow;
@@ -367,6 +368,10 @@ impl ProxyHttp for Gateway {
                 _ => {}
             }
         }
+        if resp.status.is_server_error() {
+            // Not served: the quota counts what the provider served.
+            ctx.give_back_quota();
+        }
         resp.insert_header("X-Request-Id", ctx.request_id.clone())?;
         answer::rate_limit_headers(ctx, resp)
     }
@@ -413,7 +418,14 @@ impl ProxyHttp for Gateway {
         if ctx.status != 0 {
             self.live.metrics().response(ctx.status);
         }
+        if ctx.upstream_elapsed.is_none() {
+            // Admitted, and no answer came from the upstream (the client left, say).
+            ctx.give_back_quota();
+        }
         if let Some(s) = &ctx.snap {
+            if s.policy.config.ledger.is_some() {
+                ctx.count_in_ledger(s);
+            }
             let usage = self.live.usage();
             usage.record(
                 s.generation,

@@ -15,6 +15,7 @@
 //! | `tollgate_connections_refused_total` | counter | `reason` (`max_connections`, `max_connections_per_ip`) |
 //! | `tollgate_auth_blocked_ips` | gauge | — |
 //! | `tollgate_plan_overrides` | gauge | — |
+//! | `tollgate_quota_exhausted_keys` | gauge | — |
 //! | `tollgate_build_info` | gauge (1) | `version` |
 //!
 //! Labels are route ids and plan names from the config, `partner` for partner keys, and `none`
@@ -63,6 +64,7 @@ pub struct Metrics {
     connections_refused: IntCounterVec,
     auth_blocked_ips: IntGauge,
     plan_overrides: IntGauge,
+    quota_exhausted_keys: IntGauge,
 }
 
 impl Metrics {
@@ -173,6 +175,11 @@ impl Metrics {
             "Customer keys on a plan a partner's upgrade gave them (not the YAML's).",
         )
         .expect("valid metric");
+        let quota_exhausted_keys = IntGauge::new(
+            "tollgate_quota_exhausted_keys",
+            "Keys refused for their quota in the period now (over their quota).",
+        )
+        .expect("valid metric");
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(responses_vec),
@@ -187,6 +194,7 @@ impl Metrics {
             Box::new(connections_refused.clone()),
             Box::new(auth_blocked_ips.clone()),
             Box::new(plan_overrides.clone()),
+            Box::new(quota_exhausted_keys.clone()),
         ] {
             registry.register(c).expect("metric names are distinct");
         }
@@ -205,7 +213,13 @@ impl Metrics {
             connections_refused,
             auth_blocked_ips,
             plan_overrides,
+            quota_exhausted_keys,
         }
+    }
+
+    /// `tollgate_quota_exhausted_keys`.
+    pub fn set_quota_exhausted_keys(&self, n: usize) {
+        self.quota_exhausted_keys.set(n as i64);
     }
 
     /// `tollgate_connections{listener}`.

@@ -39,6 +39,7 @@ const METRICS: &[&str] = &[
     "tollgate_plan_overrides",
     "tollgate_key_refusals_total",
     "tollgate_admin_changes_total",
+    "tollgate_quota_exhausted_keys",
 ];
 
 /// The values each fixed label can take; route and plan values come from the config.
@@ -57,6 +58,8 @@ const LABEL_VALUES: &[(&str, &[&str])] = &[
             "shadow_rate_limited",
             "shadow_forbidden",
             "timeout",
+            "quota_exhausted",
+            "shadow_quota_exhausted",
         ],
     ),
     (

@@ -20,9 +20,9 @@ use std::process::Command;
 use clap::CommandFactory;
 use serde::de::DeserializeOwned;
 use tollgate::config::file::{
-    FileAuthFailures, FileCatalogue, FileCluster, FileConfig, FileKey, FileLimits, FileLog,
-    FilePartner, FilePlan, FilePrevious, FileQuota, FileRoute, FileServer, FileShutdown, FileState,
-    FileTls, FileUpstream, FileWebhookGuard,
+    FileAuthFailures, FileCatalogue, FileCluster, FileConfig, FileKey, FileLedger, FileLimits,
+    FileLog, FilePartner, FilePlan, FilePrevious, FileQuota, FileRoute, FileServer, FileShutdown,
+    FileState, FileTls, FileUpstream, FileWebhookGuard,
 };
 
 use crate::harness::{metrics_page, Gateway, Mode, Upstream};
@@ -104,6 +104,9 @@ fn config_blocks() -> Vec<Block> {
         "keys" => FileKey,
         "keys.previous" => FilePrevious,
         "keys.quota" => FileQuota,
+        "plans.*.quota" => FileQuota,
+        "partner_quota" => FileQuota,
+        "ledger" => FileLedger,
         "partners" => FilePartner,
         "log" => FileLog,
         "shutdown" => FileShutdown,

@@ -19,6 +19,7 @@ mod gateway;
 mod keys;
 mod operate;
 mod overrides;
+mod quotas;
 mod shadow;
 mod standin;
 mod tls;

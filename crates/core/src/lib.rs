@@ -8,6 +8,7 @@
 //! | [`limit`] | the GCRA arithmetic, the per-key state and the [`Store`](limit::Store) seam |
 //! | [`digest`] | the SHA-256 of a key: what is stored and compared instead of the key |
 //! | [`clock`] | monotonic nanoseconds, injectable; the only reader of the system's clocks |
+//! | [`metering`] | quotas and the usage ledger's counts, per key, without a lock |
 //! | [`usage`] | per-key counts of the last minute and the latest refusals, for the operator's view |
 //!
 //! This crate has no Pingora, tokio or network dependency, and `.ci/run` checks that it stays
@@ -24,6 +25,7 @@ pub mod clock;
 pub mod config;
 pub mod digest;
 pub mod limit;
+pub mod metering;
 pub mod path;
 pub mod policy;
 #[cfg(any(test, feature = "testing"))]

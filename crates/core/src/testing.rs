@@ -180,6 +180,28 @@ impl TestConfig {
         self
     }
 
+    /// `plans.<plan>.quota: {requests, per}` (`per`: `day` or `month`).
+    pub fn plan_quota(mut self, plan: &str, requests: u64, per: &str) -> Self {
+        self.file
+            .plans
+            .get_mut(plan)
+            .unwrap_or_else(|| panic!("no plan {plan} in the test config"))
+            .quota = Some(quota(requests, per));
+        self
+    }
+
+    /// `partner_quota: {requests, per}`.
+    pub fn partner_quota(mut self, requests: u64, per: &str) -> Self {
+        self.file.partner_quota = Some(quota(requests, per));
+        self
+    }
+
+    /// `ledger: {retention_days}`.
+    pub fn ledger(mut self, retention_days: u32) -> Self {
+        self.file.ledger = Some(crate::config::file::FileLedger { retention_days });
+        self
+    }
+
     /// `plans.<plan>.allow: all`, or the list given.
     pub fn plan_allow(mut self, plan: &str, allow: Option<&[&str]>) -> Self {
         self.file
@@ -363,6 +385,19 @@ impl TestConfig {
     pub fn write(&self, path: &Path) {
         std::fs::write(path, self.yaml()).expect("the test config is written");
     }
+}
+
+/// A quota of `requests` per `per` (`day` or `month`).
+///
+/// # Panics
+/// When `per` is neither.
+pub fn quota(requests: u64, per: &str) -> crate::config::QuotaSpec {
+    let per = match per {
+        "day" => crate::config::Period::Day,
+        "month" => crate::config::Period::Month,
+        other => panic!("no period {other}"),
+    };
+    crate::config::QuotaSpec { requests, per }
 }
 
 #[cfg(test)]

@@ -66,7 +66,9 @@ const KINDS: usize = CODE0 + CODES;
 fn kind(o: Outcome, code: Option<u8>) -> usize {
     match o {
         Outcome::Forwarded | Outcome::UpstreamError => ADMITTED,
-        Outcome::ShadowRateLimited | Outcome::ShadowForbidden => SHADOWED,
+        Outcome::ShadowRateLimited | Outcome::ShadowForbidden | Outcome::ShadowQuotaExhausted => {
+            SHADOWED
+        }
         _ => code.map_or(UNCODED, |c| CODE0 + usize::from(c).min(CODES - 1)),
     }
 }

@@ -39,6 +39,12 @@ pub struct FileConfig {
     pub plans: IndexMap<String, FilePlan>,
     /// Requests each partner key may make per window (`limits.window_seconds`); default 150.
     pub partner_requests_per_window: u32,
+    /// Requests each partner key may make per calendar period (UTC); absent: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partner_quota: Option<FileQuota>,
+    /// The usage ledger: every request counted per key and UTC day; off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<FileLedger>,
     /// The customer keys.
     pub keys: Vec<FileKey>,
     /// The partner keys.
@@ -79,6 +85,8 @@ impl Default for FileConfig {
             routes: None,
             plans: IndexMap::new(),
             partner_requests_per_window: 150,
+            partner_quota: None,
+            ledger: None,
             keys: Vec::new(),
             partners: Vec::new(),
             log: FileLog::default(),
@@ -101,6 +109,22 @@ impl Default for FileConfig {
 pub struct FileState {
     /// The store's file, relative to this file; opened (and created) at start. Required.
     pub path: String,
+}
+
+/// The `ledger` block: the usage ledger.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileLedger {
+    /// How many days of daily counts are kept (1–3660); default 400.
+    pub retention_days: u32,
+}
+
+impl Default for FileLedger {
+    fn default() -> Self {
+        Self {
+            retention_days: 400,
+        }
+    }
 }
 
 /// The `cluster` block: budgets shared across replicas through Redis (or Valkey).
@@ -217,6 +241,9 @@ pub struct FilePlan {
     /// Forward what this plan's allow-list or limit would refuse, and record it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shadow: bool,
+    /// Requests each key on this plan may make per calendar period (UTC); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<FileQuota>,
 }
 
 /// `allow: all` or `allow: [route_id, …]` (any other word is refused by validation, naming it).

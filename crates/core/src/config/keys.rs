@@ -343,14 +343,7 @@ fn key_extra(
                 })?,
         ),
     };
-    if let Some(q) = &quota {
-        if q.requests == 0 {
-            return Err(Invalid::new(
-                format!("keys[{i}].quota.requests"),
-                "must be at least 1",
-            ));
-        }
-    }
+    let quota = super::quota(quota, &format!("keys[{i}].quota"))?;
     Ok(KeyExtra {
         previous,
         expires_ms,

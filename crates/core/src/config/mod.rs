@@ -140,6 +140,10 @@ pub struct Config {
     pub plans: Vec<Plan>,
     /// Requests per window allowed to each partner key (`partner_requests_per_window`).
     pub partner_limit: NonZeroU32,
+    /// Requests each partner key may make per calendar period (`partner_quota`).
+    pub partner_quota: Option<QuotaSpec>,
+    /// The usage ledger (`ledger`); off when `None`.
+    pub ledger: Option<Ledger>,
     /// The customer keys, in file order. [`Policy::new`](crate::policy::Policy::new) moves
     /// them into its key table, so in a compiled policy this list is empty: the keys are held
     /// once, in `Policy::keys`.
@@ -257,6 +261,8 @@ pub struct Plan {
     /// Shadow mode: what the allow-list or the limit would refuse is forwarded and recorded
     /// (`shadow_forbidden`, `shadow_rate_limited`).
     pub shadow: bool,
+    /// Requests each key on this plan may make per calendar period (`quota`).
+    pub quota: Option<QuotaSpec>,
 }
 
 /// A plan's endpoint allow-list.
@@ -365,6 +371,37 @@ mod period_tests {
 
 /// A quota: so many requests per calendar period (as the file writes it: `{requests, per}`).
 pub use file::FileQuota as QuotaSpec;
+
+/// The most requests a quota may allow in one period (the count is kept in 40 bits).
+pub const MAX_QUOTA_REQUESTS: u64 = 1_000_000_000_000;
+
+/// The usage ledger's settings (`ledger`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ledger {
+    /// Days of daily counts kept (`retention_days`).
+    pub retention_days: u32,
+}
+
+/// The most days the ledger keeps, and answers in one query.
+pub const MAX_LEDGER_DAYS: u32 = 3660;
+
+/// A quota as the file gives it, checked: 1 to [`MAX_QUOTA_REQUESTS`] requests.
+fn quota(q: Option<QuotaSpec>, field: &str) -> Result<Option<QuotaSpec>, Invalid> {
+    match q {
+        Some(q) if q.requests == 0 => Err(Invalid::new(
+            format!("{field}.requests"),
+            "must be at least 1",
+        )),
+        Some(q) if q.requests > MAX_QUOTA_REQUESTS => Err(Invalid::new(
+            format!("{field}.requests"),
+            format!(
+                "{} is above the maximum of {MAX_QUOTA_REQUESTS}",
+                q.requests
+            ),
+        )),
+        q => Ok(q),
+    }
+}
 
 /// A partner key (one entry of `partners`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -605,6 +642,22 @@ fn build(
     let upstream = upstream::upstream(&raw.upstream, base_dir)?;
     let limits = plans::limits(&raw.limits)?;
     let partner_limit = plans::partner_limit(raw.partner_requests_per_window)?;
+    let partner_quota = quota(raw.partner_quota, "partner_quota")?;
+    let ledger = raw
+        .ledger
+        .as_ref()
+        .map(|l| {
+            if l.retention_days == 0 || l.retention_days > MAX_LEDGER_DAYS {
+                return Err(Invalid::new(
+                    "ledger.retention_days",
+                    format!("must be 1 to {MAX_LEDGER_DAYS}"),
+                ));
+            }
+            Ok(Ledger {
+                retention_days: l.retention_days,
+            })
+        })
+        .transpose()?;
     let (partners, partner_names) = keys::partners(&raw.partners, env, &mut warnings)?;
     let auth_failures = raw
         .auth_failures
@@ -623,6 +676,34 @@ fn build(
         &mut warnings,
     )?;
     let published_keys = keys::published_keys(&partners, &keys, &mut warnings);
+    if process.cluster.is_none() && process.state_path.is_none() {
+        // The first quota in the file, to name it.
+        let quota_field = plans
+            .iter()
+            .find(|p| p.quota.is_some())
+            .map(|p| format!("plans.{}.quota", p.name))
+            .or_else(|| partner_quota.map(|_| "partner_quota".to_string()))
+            .or_else(|| {
+                keys.iter()
+                    .position(|k| k.extra.as_ref().is_some_and(|x| x.quota.is_some()))
+                    .map(|i| format!("keys[{i}].quota"))
+            });
+        let forgotten = [
+            (quota_field, "quotas restart"),
+            (ledger.map(|_| "ledger".to_string()), "the ledger restarts"),
+        ];
+        for (field, what) in forgotten {
+            if let Some(field) = field {
+                warnings.push(Warning {
+                    line: None,
+                    field,
+                    message: format!(
+                        "without `state.path` or `cluster`, {what} with the process (counts are kept in memory only)"
+                    ),
+                });
+            }
+        }
+    }
     Ok(Config {
         source: PathBuf::new(),
         process,
@@ -633,6 +714,8 @@ fn build(
         catalogue,
         plans,
         partner_limit,
+        partner_quota,
+        ledger,
         keys,
         partners,
         auth_failures,

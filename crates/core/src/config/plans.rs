@@ -69,12 +69,14 @@ pub(super) fn plans(
             MAX_REQUESTS_PER_WINDOW,
         )?;
         let allow = allow(fp.allow, &at, catalogue)?;
+        let quota = super::quota(fp.quota, &format!("{at}.quota"))?;
         plans.push(Plan {
             name,
             plan_id: fp.plan_id,
             limit,
             allow,
             shadow: fp.shadow,
+            quota,
         });
     }
     Ok(plans)

@@ -21,6 +21,9 @@ use crate::digest::Digest;
 pub struct RateState {
     tat: AtomicU64,
     aux: AtomicU64,
+    /// The key's quota and ledger counts ([`crate::metering`]), once it has any: kept over a
+    /// reload with the rest of its state.
+    pub meter: crate::metering::MeterCell,
 }
 
 impl RateState {

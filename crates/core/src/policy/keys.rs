@@ -191,6 +191,9 @@ pub struct KeyEntry {
     /// kept, when a change is made here or read from another replica, and when its
     /// `expires_at` passes (one atomic store: the very next request sees it).
     live: AtomicU64,
+    /// The key's own quota in force ([`crate::metering::pack_quota`]): the live one, else the
+    /// YAML's; 0: its plan's (or the partners').
+    quota: AtomicU64,
 }
 
 /// The plan override value of a plan index.
@@ -263,6 +266,18 @@ impl KeyEntry {
             let bits = u64::from(limit.unwrap_or(0)) << LIMIT_SHIFT;
             self.update(|v| (v & !(u64::MAX << LIMIT_SHIFT)) | bits);
         }
+    }
+
+    /// The key's own quota in force (`None`: its plan's, or the partners').
+    #[inline]
+    pub fn own_quota(&self) -> Option<crate::config::QuotaSpec> {
+        crate::metering::unpack_quota(self.quota.load(Ordering::Relaxed))
+    }
+
+    /// Set the key's own quota in force: the live one, else the YAML's (`None`: its plan's).
+    pub fn set_own_quota(&self, quota: Option<crate::config::QuotaSpec>) {
+        self.quota
+            .store(crate::metering::pack_quota(quota), Ordering::Relaxed);
     }
 
     /// Change the word; what it was.
@@ -359,8 +374,9 @@ impl KeyTable {
                     limit: extra.and_then(|e| e.limit).map_or(0, |n| n.get()),
                 },
                 digest: k.digest,
-                rate: carry.rate(i, &k.digest),
+                rate: carry.rate(i, &k.digest, extra),
                 live: AtomicU64::new(0),
+                quota: AtomicU64::new(crate::metering::pack_quota(extra.and_then(|e| e.quota))),
             });
             if let Some(e) = extra {
                 let at = i as KeyIdx;
@@ -385,8 +401,9 @@ impl KeyTable {
                 name: KeyName::new(&p.name),
                 configured: Credential::Partner { partner: i },
                 digest: p.digest,
-                rate: carry.rate(at, &p.digest),
+                rate: carry.rate(at, &p.digest, None),
                 live: AtomicU64::new(0),
+                quota: AtomicU64::new(0),
             });
         }
         deadlines.sort_unstable_by_key(|d| d.0);
@@ -555,10 +572,20 @@ struct Carry<'p> {
 }
 
 impl Carry<'_> {
-    fn rate(&mut self, at: usize, d: &Digest) -> Arc<RateState> {
+    /// The state of the key at `at` with digest `d`: the previous table's for the same
+    /// digest, else (a rotation: the key's digest in force before is now one of its
+    /// `previous`) the state of the key that had one of those digests.
+    fn rate(&mut self, at: usize, d: &Digest, extra: Option<&KeyExtra>) -> Arc<RateState> {
         let Some(prev) = self.previous else {
             return Arc::default();
         };
+        if let Some(x) = extra.filter(|x| !x.previous.is_empty()) {
+            if prev.lookup(d).is_none() {
+                if let Some(j) = x.previous.iter().find_map(|(p, _)| prev.lookup(p)) {
+                    return Arc::clone(&prev.get(j).rate);
+                }
+            }
+        }
         let guess = at
             .checked_add_signed(self.shift)
             .and_then(|g| prev.entries.get(g));

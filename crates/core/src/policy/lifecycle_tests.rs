@@ -206,8 +206,12 @@ fn a_key_of_its_own_limit_has_a_policy_of_its_own() {
     let p = Policy::new(cfg.parse(), None);
     let d = send(&p, "Bearer pro-key-1");
     assert_eq!(d.quota.unwrap().limit, 500);
-    let (policy, state) =
-        p.rate_limit_headers(d.key.unwrap(), d.credential.unwrap(), &d.quota.unwrap());
+    let (policy, state) = p.rate_limit_headers(
+        d.key.unwrap(),
+        d.credential.unwrap(),
+        &d.quota.unwrap(),
+        None,
+    );
     assert_eq!(policy, "\"pro-1\";q=500;w=10");
     assert_eq!(state, "\"pro-1\";r=499;t=1");
     // Live, then back to the YAML's.

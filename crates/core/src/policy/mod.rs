@@ -9,6 +9,7 @@
 //! | 2. classify | [`mod@classify`] | a catalogued route ([`crate::config::routes`]) and the path to forward; a checked operation only by its own method and spelling | 400 `invalid_path`, 404 `unknown_route`, 405 `method_not_allowed` |
 //! | 3. authorize | [`mod@authorize`] | a caller allowed on the route | 403 `wrong_credential`, `plan_restricted` |
 //! | 4. limit | [`crate::limit`] | a request within the key's budget | 429 `rate_limited` |
+//! | 4. quota | [`crate::metering`] | a request within the key's quota for its calendar period (charged) | 429 `quota_exhausted` |
 //! | 5. check the body | [`body`] | a body of the spec's shape (once read) | 400 `invalid_json`, `invalid_body`, 403 `not_your_customer`, 413, 415 |
 //! | 5. (its `webhook_set` `url`) | [`webhook`] | a webhook URL that cannot reach a private network (the `webhook_guard` config) | 400 `invalid_body` at `/url` |
 //!
@@ -31,6 +32,8 @@ mod lifecycle_tests;
 pub mod method;
 pub mod outcome;
 pub mod overrides;
+#[cfg(test)]
+mod quota_tests;
 pub mod refusal;
 pub mod webhook;
 
@@ -45,6 +48,7 @@ use crate::config::routes::{BodyRule, Effect, RouteIdx};
 use crate::config::Config;
 use crate::digest::Digest;
 use crate::limit::{LocalStore, Quota, Rate, Store};
+use crate::metering::{Metering, PeriodAt, QuotaState};
 use authenticate::{authenticate, AuthHeader, NotAuthenticated};
 use authorize::authorize;
 use blocking::{BlockStarted, FailureTable};
@@ -80,6 +84,9 @@ pub struct Decision<'a> {
     pub route: Option<RouteIdx>,
     /// The caller's budget after this decision; set whenever `key` is.
     pub quota: Option<Quota>,
+    /// The caller's quota for its calendar period, if it has one; `charged` when this
+    /// request was.
+    pub quota_state: Option<QuotaState>,
     /// The block this request's failed authentication started, if it did (for the log line).
     pub block_started: Option<BlockStarted>,
     /// A refusal that the plan's shadow mode turned into a forward (`Forwarded` otherwise).
@@ -118,6 +125,8 @@ pub struct Policy {
     store: Arc<dyn Store>,
     /// Failed authentications per client address. Carried over a reload.
     pub failures: Arc<FailureTable>,
+    /// The calendar and the registry of meters (quotas, the ledger). Carried over a reload.
+    pub metering: Arc<Metering>,
     /// Per plan, in `config.plans` order.
     plan_limits: Vec<Limit>,
     partner_limit: Limit,
@@ -192,12 +201,17 @@ impl Policy {
         let partner_limit = Limit::new(PARTNER, Rate::new(config.partner_limit, window));
         let keys = KeyTable::build(&config, previous.map(|p| &p.keys));
         let failures = previous.map_or_else(Arc::default, |p| Arc::clone(&p.failures));
+        let metering = previous.map_or_else(
+            || Arc::new(Metering::new(crate::clock::wall_ms())),
+            |p| Arc::clone(&p.metering),
+        );
         config.keys = Vec::new();
         Self {
             config,
             keys,
             store,
             failures,
+            metering,
             plan_limits,
             partner_limit,
         }
@@ -238,6 +252,7 @@ impl Policy {
             credential: None,
             route: None,
             quota: None,
+            quota_state: None,
             block_started: None,
             shadow: None,
             verdict: Err(Refusal::unauthorized()),
@@ -248,6 +263,9 @@ impl Policy {
         if let (Some(key), Some(credential), None) = (d.key, d.credential, d.quota) {
             let rate = self.rate(credential);
             d.quota = Some(self.store.peek(&self.keys.get(key).rate, &rate, now));
+        }
+        if let (Some(key), Some(credential), None) = (d.key, d.credential, d.quota_state) {
+            d.quota_state = self.quota_state(key, credential);
         }
         d
     }
@@ -314,6 +332,34 @@ impl Policy {
             Err(denied) => {
                 d.quota = Some(denied.quota);
                 return Err(rate_limited(denied));
+            }
+        }
+        if let Some((spec, own)) = self.quota_of(key, credential) {
+            let now_ms = self.metering.calendar.now_ms();
+            let period = PeriodAt::of(spec.per, now_ms);
+            let meter = self.metering.meter(&entry.rate, &entry.name);
+            let mut state = QuotaState {
+                spec,
+                own,
+                remaining: 0,
+                reset_secs: period.secs_left(now_ms),
+                period_secs: period.secs(),
+                charged: None,
+            };
+            match meter.charge(spec.requests, &period) {
+                Ok((id, used)) => {
+                    state.remaining = spec.requests.saturating_sub(used);
+                    state.charged = Some(id);
+                    d.quota_state = Some(state);
+                }
+                Err(_) if shadow => {
+                    d.quota_state = Some(state);
+                    d.shadow.get_or_insert(Outcome::ShadowQuotaExhausted);
+                }
+                Err(_) => {
+                    d.quota_state = Some(state);
+                    return Err(quota_exhausted(&state));
+                }
             }
         }
         Ok(Forward {
@@ -412,6 +458,47 @@ impl Policy {
         }
     }
 
+    /// The quota in force for the key `k` as `credential`: its own (`true`), else its plan's
+    /// or the partners'.
+    #[inline]
+    pub fn quota_of(
+        &self,
+        k: KeyIdx,
+        credential: Credential,
+    ) -> Option<(crate::config::QuotaSpec, bool)> {
+        if let Some(q) = self.keys.get(k).own_quota() {
+            return Some((q, true));
+        }
+        match credential {
+            Credential::Customer { plan, .. } => self.config.plans[plan].quota,
+            Credential::Partner { .. } => self.config.partner_quota,
+        }
+        .map(|q| (q, false))
+    }
+
+    /// The key's quota as it stands, without charging it (for answers refused before the
+    /// quota step, and the operator's view).
+    pub fn quota_state(&self, k: KeyIdx, credential: Credential) -> Option<QuotaState> {
+        let (spec, own) = self.quota_of(k, credential)?;
+        let now_ms = self.metering.calendar.now_ms();
+        let period = PeriodAt::of(spec.per, now_ms);
+        let used = self
+            .keys
+            .get(k)
+            .rate
+            .meter
+            .get()
+            .map_or(0, |m| m.used(&period));
+        Some(QuotaState {
+            spec,
+            own,
+            remaining: spec.requests.saturating_sub(used),
+            reset_secs: period.secs_left(now_ms),
+            period_secs: period.secs(),
+            charged: None,
+        })
+    }
+
     /// The name of the caller's rate-limit policy: its plan, or `partner`.
     pub fn policy_name(&self, key: KeyIdx) -> &str {
         self.policy_name_of(self.keys.get(key).credential())
@@ -442,6 +529,7 @@ impl Policy {
         key: KeyIdx,
         credential: Credential,
         quota: &Quota,
+        period: Option<&QuotaState>,
     ) -> (Bytes, Bytes) {
         let own;
         let Limit { rate, fields } = match credential {
@@ -468,7 +556,36 @@ impl Policy {
         state.extend_from_slice(r.as_bytes());
         state.extend_from_slice(b";t=");
         state.extend_from_slice(t.as_bytes());
-        (fields.policy.clone(), Bytes::from(state))
+        let Some(q) = period else {
+            return (fields.policy.clone(), Bytes::from(state));
+        };
+        // The quota's policy, after the window's: `"basic-month";q=100000;w=2592000`.
+        let name = if q.own {
+            self.keys.get(key).name.as_str()
+        } else {
+            self.policy_name_of(credential)
+        };
+        let per = q.spec.per.as_str();
+        let mut policy = Vec::with_capacity(fields.policy.len() + name.len() + 48);
+        policy.extend_from_slice(&fields.policy);
+        for (out, tail) in [
+            (
+                &mut policy,
+                [(";q=", q.spec.requests), (";w=", q.period_secs)],
+            ),
+            (&mut state, [(";r=", q.remaining), (";t=", q.reset_secs)]),
+        ] {
+            out.extend_from_slice(b", \"");
+            out.extend_from_slice(name.as_bytes());
+            out.push(b'-');
+            out.extend_from_slice(per.as_bytes());
+            out.push(b'"');
+            for (label, n) in tail {
+                out.extend_from_slice(label.as_bytes());
+                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            }
+        }
+        (Bytes::from(policy), Bytes::from(state))
     }
 }
 
@@ -482,6 +599,21 @@ fn too_many_auth_failures(secs: u64) -> Refusal {
         format!("this address is blocked after repeated failed authentications; retry in {secs} s"),
     );
     r.retry_after = Some(secs);
+    r
+}
+
+/// The `429 quota_exhausted` refusal, the period's end `Retry-After` away.
+fn quota_exhausted(q: &QuotaState) -> Refusal {
+    let mut r = Refusal::new(
+        Code::QuotaExhausted,
+        format!(
+            "over the quota of {} requests per {}; it starts again in {} s",
+            q.spec.requests,
+            q.spec.per.as_str(),
+            q.reset_secs
+        ),
+    );
+    r.retry_after = Some(q.reset_secs);
     r
 }
 
@@ -679,8 +811,12 @@ mod tests {
         }
         let d = p.decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0);
         assert_eq!(d.quota.unwrap().remaining, 39);
-        let (policy, state) =
-            p.rate_limit_headers(d.key.unwrap(), d.credential.unwrap(), &d.quota.unwrap());
+        let (policy, state) = p.rate_limit_headers(
+            d.key.unwrap(),
+            d.credential.unwrap(),
+            &d.quota.unwrap(),
+            None,
+        );
         assert_eq!(policy, "\"basic\";q=40;w=10");
         assert_eq!(state, "\"basic\";r=39;t=1");
     }
@@ -712,8 +848,12 @@ mod tests {
         let key = d.key.unwrap();
         let pro = p.plan_by_id(3).unwrap();
         p.keys.get(key).set_plan_override(Some(pro));
-        let (policy, state) =
-            p.rate_limit_headers(d.key.unwrap(), d.credential.unwrap(), &d.quota.unwrap());
+        let (policy, state) = p.rate_limit_headers(
+            d.key.unwrap(),
+            d.credential.unwrap(),
+            &d.quota.unwrap(),
+            None,
+        );
         assert_eq!(policy, "\"basic\";q=40;w=10");
         assert_eq!(state, "\"basic\";r=39;t=1");
         assert_eq!(p.policy_name_of(d.credential.unwrap()), "basic");

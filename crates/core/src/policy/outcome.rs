@@ -48,6 +48,10 @@ outcomes! {
     ShadowRateLimited => "shadow_rate_limited";
     /// Forwarded, though the plan's allow-list would have refused it (shadow mode).
     ShadowForbidden => "shadow_forbidden";
+    /// Refused `429 quota_exhausted`: over the key's quota for its period.
+    QuotaExhausted => "quota_exhausted";
+    /// Forwarded, though the plan's quota would have refused it (shadow mode).
+    ShadowQuotaExhausted => "shadow_quota_exhausted";
 }
 
 impl Outcome {
@@ -75,6 +79,7 @@ mod tests {
         for &code in Code::ALL {
             let want = match code.status() {
                 _ if code == Code::TooManyAuthFailures => "blocked",
+                _ if code == Code::QuotaExhausted => "quota_exhausted",
                 408 => "timeout",
                 401 => "unauthorized",
                 403 => "forbidden",

@@ -469,10 +469,17 @@ impl Policy {
         }
         // What is in force here but no longer in the set: gone.
         for (k, e) in self.keys.iter() {
-            if !touched[k as usize] && e.live().0 & !EXPIRED != 0 {
+            if touched[k as usize] {
+                continue;
+            }
+            if e.live().0 & !EXPIRED != 0 {
                 e.set_plan_override(None);
                 e.set_flag(SUSPENDED | REVOKED, false);
                 e.set_live_limit(None);
+            }
+            let yaml = self.keys.extra(k).and_then(|x| x.quota);
+            if e.own_quota() != yaml {
+                e.set_own_quota(yaml);
             }
         }
         for (a, alias) in self.keys.aliases() {
@@ -539,6 +546,8 @@ impl Policy {
                 entry.set_flag(SUSPENDED, after.suspended.is_some());
                 entry.set_flag(REVOKED, after.revoked.is_some());
                 entry.set_live_limit(after.limit.as_ref().map(|l| l.requests_per_window));
+                let yaml = self.keys.extra(k).and_then(|x| x.quota);
+                entry.set_own_quota(after.quota.as_ref().map(|q| q.quota).or(yaml));
             }
         }
         (!parts.is_empty()).then(|| Drop {

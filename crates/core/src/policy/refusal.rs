@@ -73,6 +73,8 @@ codes! {
     UnsupportedMediaType => 415, "unsupported_media_type", "Unsupported media type", Invalid;
     /// Over the key's window limit. With `Retry-After`.
     RateLimited => 429, "rate_limited", "Rate limit exceeded", RateLimited;
+    /// Over the key's quota for its calendar period. With `Retry-After` to the period's end.
+    QuotaExhausted => 429, "quota_exhausted", "Quota exhausted", QuotaExhausted;
     /// The client address is blocked after repeated failed authentications.
     TooManyAuthFailures => 429, "too_many_auth_failures", "Too many failed authentications", Blocked;
     /// A checked body did not finish arriving in time.
@@ -224,6 +226,7 @@ mod tests {
             ("body_too_large", 413),
             ("unsupported_media_type", 415),
             ("rate_limited", 429),
+            ("quota_exhausted", 429),
             ("too_many_auth_failures", 429),
             ("request_timeout", 408),
             ("headers_too_large", 431),

@@ -1,0 +1,325 @@
+//! Keeping quota counts and the usage ledger: the background half of
+//! [`crate::metering`].
+//!
+//! The request path counts into each key's meter without a lock; the [`Keeper`] reads them
+//! once a second (and before answering `/api/ledger`): every quota count that changed, and
+//! every ledger count added, go to the [`book::Book`] in one transaction — the `state.path`
+//! file when there is one (durable when the transaction returns), else memory. A process
+//! killed outright loses at most the last second of counts: admissions uncounted, which only
+//! ever favours the customer. At start, the quota counts kept are put back on the keys'
+//! meters.
+//!
+//! The same tick keeps the calendar ([`crate::metering::Calendar`]) at the wall clock, every
+//! 100 ms, and sets `tollgate_quota_exhausted_keys`.
+
+pub mod book;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+use crate::config::Period;
+use crate::limit::RateState;
+use crate::metering::{self, Column, PeriodAt, COLUMNS, UPSTREAM_COLUMNS};
+use crate::policy::{Code, Policy};
+use crate::runtime::live::{LivePolicy, Snapshot};
+use book::{Book, BookError, Delta, Row};
+
+const DAY_MS: u64 = 86_400_000;
+
+/// The ledger's columns after the upstream ones: the refusal codes it shows.
+pub fn code_columns() -> impl Iterator<Item = Code> {
+    Code::ALL.iter().copied().filter(|&c| Column::shown(c))
+}
+
+/// What the keeper remembers between passes.
+#[derive(Default)]
+struct Kept {
+    /// Every meter allocated, with the quota word last kept.
+    meters: Vec<(Arc<RateState>, (u32, u64))>,
+    /// The last day whose old rows were dropped.
+    pruned: u32,
+}
+
+/// Keeps the meters' counts in the book (see the module's docs).
+pub struct Keeper {
+    live: Arc<LivePolicy>,
+    book: Book,
+    kept: Mutex<Kept>,
+}
+
+impl Keeper {
+    /// A keeper writing to `db` (the `state.path` file), or to memory; the quota counts it
+    /// holds are put back on the keys of the config in force.
+    pub fn open(db: Option<Arc<redb::Database>>, live: Arc<LivePolicy>) -> Result<Self, BookError> {
+        let book = match db {
+            Some(db) => Book::Disk(db),
+            None => Book::Memory(Mutex::default()),
+        };
+        let keeper = Self {
+            live,
+            book,
+            kept: Mutex::default(),
+        };
+        keeper.restore()?;
+        Ok(keeper)
+    }
+
+    fn restore(&self) -> Result<(), BookError> {
+        let rows = self.book.quotas()?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let snap = self.live.load();
+        let policy = &snap.policy;
+        let by_name: HashMap<&str, u32> = policy
+            .keys
+            .iter()
+            .map(|(k, e)| (e.name.as_str(), k))
+            .collect();
+        for (name, id, n) in rows {
+            if let Some(&k) = by_name.get(name.as_str()) {
+                let e = policy.keys.get(k);
+                policy.metering.meter(&e.rate, &e.name).restore(id, n);
+            }
+        }
+        // What was restored is what is kept: not written again until it changes.
+        self.take_new(&mut self.lock(), true);
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Take the meters allocated since the last call; `restored`: their counts are the
+    /// book's (else nothing of them is kept yet).
+    fn take_new(&self, kept: &mut Kept, restored: bool) {
+        let snap = self.live.load();
+        for state in snap.policy.metering.take_new() {
+            let word = match state.meter.get() {
+                Some(m) if restored => m.quota_word(),
+                _ => (0, 0),
+            };
+            kept.meters.push((state, word));
+        }
+    }
+
+    /// One pass: keep what changed since the last. Serialized (the tick and `/api/ledger`).
+    pub fn keep(&self) -> Result<(), BookError> {
+        let mut kept = self.lock();
+        self.take_new(&mut kept, false);
+        let snap = self.live.load();
+        let now_ms = snap.policy.metering.calendar.now_ms();
+        let today = (now_ms / DAY_MS) as u32;
+        let mut quotas = Vec::new();
+        let mut deltas = Vec::new();
+        let mut exhausted = 0;
+        let (day_id, month_id) = (
+            PeriodAt::of(Period::Day, now_ms).id,
+            PeriodAt::of(Period::Month, now_ms).id,
+        );
+        for (state, last) in &mut kept.meters {
+            let Some(m) = state.meter.get() else {
+                continue;
+            };
+            let word = m.quota_word();
+            if word != *last {
+                quotas.push((m.name.as_str().to_string(), word.0, word.1));
+            }
+            if m.exhausted_in(day_id, month_id) {
+                exhausted += 1;
+            }
+            for (day, counts) in m.take(today) {
+                if let Some(counts) = counts {
+                    let (plan, partner) = who(&snap, m.who(), m.name.as_str());
+                    deltas.push(Delta {
+                        day,
+                        key: m.name.as_str().to_string(),
+                        plan,
+                        partner,
+                        counts: named(&counts),
+                    });
+                }
+            }
+        }
+        let retention = snap.policy.config.ledger.map(|l| l.retention_days);
+        let keep_from = retention
+            .filter(|_| kept.pruned != today)
+            .map(|days| today.saturating_sub(days - 1));
+        if quotas.is_empty() && deltas.is_empty() && keep_from.is_none() {
+            self.live.metrics().set_quota_exhausted_keys(exhausted);
+            return Ok(());
+        }
+        match self.book.write(&quotas, &deltas, keep_from) {
+            Ok(()) => {
+                let changed: HashMap<&str, (u32, u64)> = quotas
+                    .iter()
+                    .map(|(k, id, n)| (k.as_str(), (*id, *n)))
+                    .collect();
+                for (state, last) in &mut kept.meters {
+                    if let Some(w) = state.meter.get().and_then(|m| changed.get(m.name.as_str())) {
+                        *last = *w;
+                    }
+                }
+                if keep_from.is_some() {
+                    kept.pruned = today;
+                }
+                // Meters no policy holds any more (keys gone from the config) are dropped
+                // once kept.
+                kept.meters.retain(|(s, _)| Arc::strong_count(s) > 1);
+                self.live.metrics().set_quota_exhausted_keys(exhausted);
+                Ok(())
+            }
+            Err(e) => {
+                // Not kept: the ledger counts go back on their meters for the next pass.
+                put_back(&snap.policy, &deltas);
+                Err(e)
+            }
+        }
+    }
+
+    /// The rows of days `from..=to` (of the key `key`), with every count made until now.
+    pub fn rows(
+        &self,
+        from: u32,
+        to: u32,
+        key: Option<&str>,
+    ) -> Result<Vec<(u32, String, Row)>, BookError> {
+        self.keep()?;
+        self.book.rows(from, to, key)
+    }
+
+    /// Today, as the metering's calendar has it (a UTC day number).
+    pub fn today(&self) -> u32 {
+        (self.live.load().policy.metering.calendar.now_ms() / DAY_MS) as u32
+    }
+}
+
+/// Ledger counts that could not be kept, added back to their keys' meters.
+fn put_back(policy: &Policy, deltas: &[Delta]) {
+    for d in deltas {
+        let Some(k) = policy.keys.find_by_name(&d.key) else {
+            continue;
+        };
+        let e = policy.keys.get(k);
+        let m = policy.metering.meter(&e.rate, &e.name);
+        for &(col, n) in &d.counts {
+            if let Some(c) = column_named(col) {
+                m.add(d.day, c, u32::try_from(n).unwrap_or(u32::MAX));
+            }
+        }
+    }
+}
+
+/// The column named `name`.
+fn column_named(name: &str) -> Option<Column> {
+    match name {
+        "upstream_2xx" => Some(Column::Upstream2xx),
+        "upstream_4xx" => Some(Column::Upstream4xx),
+        "upstream_5xx" => Some(Column::Upstream5xx),
+        "upstream_failed" => Some(Column::UpstreamFailed),
+        n => Code::ALL
+            .iter()
+            .find(|c| c.as_str() == n)
+            .map(|&c| Column::Refused(c)),
+    }
+}
+
+/// The counts that are not zero, by column name.
+fn named(counts: &[u32; COLUMNS]) -> Vec<(&'static str, u64)> {
+    let mut out = Vec::new();
+    for (i, &n) in counts.iter().enumerate() {
+        if n == 0 {
+            continue;
+        }
+        let name = match i {
+            0..=3 => UPSTREAM_COLUMNS[i],
+            _ => Code::ALL[i - 4].as_str(),
+        };
+        out.push((name, u64::from(n)));
+    }
+    out
+}
+
+/// The plan and partner names of a meter's key, as it was counted ([`metering::who`]).
+fn who(snap: &Snapshot, w: u64, name: &str) -> (String, Option<String>) {
+    let p = &snap.policy;
+    let (generation, plan, partner, partner_key) = metering::who_parts(w);
+    if u64::from(generation) == snap.generation & 0xFFFF_FFFF {
+        let plan = match (partner_key, plan) {
+            (true, _) => "partner".to_string(),
+            (false, Some(i)) => p
+                .config
+                .plans
+                .get(i)
+                .map_or("none", |x| &x.name)
+                .to_string(),
+            (false, None) => "none".to_string(),
+        };
+        let partner = partner.and_then(|i| p.config.partners.get(i).map(|x| x.name.clone()));
+        return (plan, partner);
+    }
+    // Counted under an earlier config (a reload since): as the config in force has the key.
+    match p.keys.find_by_name(name) {
+        Some(k) => {
+            let e = p.keys.get(k);
+            match e.credential() {
+                crate::policy::keys::Credential::Customer { plan, partner, .. } => (
+                    p.config.plans[plan].name.clone(),
+                    partner.map(|i| p.config.partners[i].name.clone()),
+                ),
+                crate::policy::keys::Credential::Partner { partner } => (
+                    "partner".to_string(),
+                    Some(p.config.partners[partner].name.clone()),
+                ),
+            }
+        }
+        None => ("none".to_string(), None),
+    }
+}
+
+/// The keeper's tick: the calendar every 100 ms, a pass every second, a last pass at
+/// shutdown.
+pub struct KeeperTick(pub Arc<Keeper>);
+
+#[async_trait]
+impl BackgroundService for KeeperTick {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut n: u32 = 0;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => break,
+            }
+            let live = &self.0.live;
+            live.load()
+                .policy
+                .metering
+                .calendar
+                .set(crate::clock::wall_ms());
+            n = n.wrapping_add(1);
+            if n % 10 == 0 {
+                self.pass();
+            }
+        }
+        self.pass();
+    }
+}
+
+impl KeeperTick {
+    fn pass(&self) {
+        if let Err(e) = self.0.keep() {
+            tracing::warn!(
+                target: "tollgate::ledger",
+                error = %e,
+                "quota and ledger counts not kept; trying again in 1 s"
+            );
+        }
+    }
+}

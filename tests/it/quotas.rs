@@ -1,0 +1,272 @@
+//! Quotas and the usage ledger on the wire: a monthly quota refused after its last unit with
+//! `quota_exhausted` and both policies in the rate-limit fields, what is given back (a body
+//! refusal, an upstream 5xx), counts that outlive a `SIGKILL`, and `/api/ledger` (JSON and
+//! CSV) equal to the metrics' increments.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::harness::{
+    admin, config_for, eventually, metric, metrics_page, send_raw, Gateway, Mode, Process,
+    Response, Upstream,
+};
+
+const SEND: &str = "/v2/sendMessage/";
+const GOOD: &str = r#"{"chatId":"79001234567@c.us","message":"hi"}"#;
+
+fn send(gw: &Gateway, key: &str) -> Response {
+    gw.call(key, "POST", SEND, GOOD)
+}
+
+/// `POST path` with `body` as JSON and `key`, to the gateway at `addr`.
+fn post(addr: SocketAddr, key: &str, path: &str, body: &str) -> Response {
+    let raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+/// Seconds from now to the end of the UTC month (and the month's length), by the `time`
+/// crate rather than Tollgate's own arithmetic.
+fn month_now() -> (u64, u64) {
+    let now = time::OffsetDateTime::now_utc();
+    let first = now.date().replace_day(1).unwrap().midnight().assume_utc();
+    let next = if now.month() == time::Month::December {
+        time::Date::from_calendar_date(now.year() + 1, time::Month::January, 1)
+    } else {
+        time::Date::from_calendar_date(now.year(), now.month().next(), 1)
+    }
+    .unwrap()
+    .midnight()
+    .assume_utc();
+    (
+        (next - now).whole_seconds() as u64,
+        (next - first).whole_seconds() as u64,
+    )
+}
+
+fn today() -> String {
+    let d = time::OffsetDateTime::now_utc().date();
+    format!("{:04}-{:02}-{:02}", d.year(), d.month() as u8, d.day())
+}
+
+#[test]
+fn a_monthly_quota_refuses_after_its_last_unit_with_both_policies_in_the_fields() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&config_for(&up).plan_quota("basic", 3, "month"));
+    let (_, month) = month_now();
+    for left in (0..3).rev() {
+        let r = send(&gw, "basic-key-1");
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.header("ratelimit-policy"),
+            Some(format!("\"basic\";q=40;w=10, \"basic-month\";q=3;w={month}").as_str())
+        );
+        let state = r.header("ratelimit").unwrap();
+        assert!(
+            state.contains(&format!(", \"basic-month\";r={left};t=")),
+            "{state}"
+        );
+    }
+    let r = send(&gw, "basic-key-1");
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["code"], "quota_exhausted");
+    let (left, _) = month_now();
+    let retry: u64 = r.header("retry-after").unwrap().parse().unwrap();
+    assert!(
+        retry.abs_diff(left) <= 2,
+        "Retry-After {retry}, {left} s left"
+    );
+    assert!(r
+        .header("ratelimit")
+        .unwrap()
+        .ends_with(&format!("\"basic-month\";r=0;t={retry}")));
+    // Another key on the plan has its own count.
+    assert_eq!(send(&gw, "acme-customer-key").status, 200);
+    let a = gw.config.process.admin_listen;
+    let page = metrics_page(a);
+    assert_eq!(
+        metric(
+            &page,
+            r#"tollgate_requests_total{outcome="quota_exhausted",plan="basic",route="send_message"}"#
+        ),
+        Some(1.0)
+    );
+    let k = admin(a, "GET", "/api/keys/basic-1").json();
+    assert_eq!(
+        (
+            k["quota"]["used"].as_u64(),
+            k["quota"]["remaining"].as_u64()
+        ),
+        (Some(3), Some(0))
+    );
+    // The gauge is set by the keeper's pass, once a second.
+    eventually("one key over its quota", || {
+        metric(&metrics_page(a), "tollgate_quota_exhausted_keys") == Some(1.0)
+    });
+}
+
+#[test]
+fn a_body_refusal_and_an_upstream_5xx_are_given_back() {
+    let up = Upstream::start(Mode::Status(503));
+    let gw = Gateway::start(&config_for(&up).plan_quota("pro", 1, "day"));
+    // Refused by its body after the quota step: given back before the answer is written.
+    for _ in 0..3 {
+        let bad = gw.call("pro-key-1", "POST", "/v2/sendGroup", "{}");
+        assert_eq!(bad.status, 400);
+        let state = bad.header("ratelimit").unwrap();
+        assert!(state.contains("\"pro-day\";r=1;"), "{state}");
+    }
+    // The upstream answers 503: given back, so the next one is admitted too.
+    for _ in 0..3 {
+        let r = gw.call("pro-key-1", "POST", SEND, GOOD);
+        assert_eq!(r.status, 503, "forwarded, and not served");
+        let state = r.header("ratelimit").unwrap();
+        assert!(state.contains("\"pro-day\";r=1;"), "{state}");
+    }
+    let k = gw.admin("GET", "/api/keys/pro-1").json();
+    assert_eq!(k["quota"]["used"], 0);
+}
+
+fn ledger(a: SocketAddr, query: &str) -> serde_json::Value {
+    let r = admin(a, "GET", &format!("/api/ledger{query}"));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()
+}
+
+#[test]
+fn counts_outlive_a_kill_and_the_ledger_matches_the_metrics() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state.db");
+    let config = config_for(&up)
+        .plan_quota("standard", 5, "month")
+        .plan_limit("basic", 2)
+        .ledger(30)
+        .state_path(db.to_str().unwrap());
+    let (mut p, listen, a) = Process::run(dir.path(), "gw", &config);
+    for _ in 0..3 {
+        assert_eq!(post(listen, "standard-key-1", SEND, GOOD).status, 200);
+    }
+    // basic-1: 2 forwarded, 1 rate limited, 1 plan restricted.
+    for _ in 0..2 {
+        assert_eq!(post(listen, "basic-key-1", SEND, GOOD).status, 200);
+    }
+    assert_eq!(post(listen, "basic-key-1", SEND, GOOD).status, 429);
+    let hook = post(listen, "basic-key-1", "/v2/settings/webhook/set", "{}");
+    assert_eq!(hook.status, 403);
+    let page = metrics_page(a);
+    let total = |plan: &str| -> f64 {
+        page.lines()
+            .filter(|l| {
+                l.starts_with("tollgate_requests_total{") && l.contains(&format!("plan=\"{plan}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    // The ledger, asked now, holds every request made until now.
+    let day = today();
+    let rows = ledger(a, &format!("?from={day}&to={day}"))["rows"].clone();
+    let row = |key: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no row for {key}: {rows}"))
+    };
+    let basic = row("basic-1");
+    assert_eq!(
+        (
+            basic["day"].as_str(),
+            basic["plan"].as_str(),
+            basic["forwarded"].as_u64(),
+            basic["upstream_2xx"].as_u64(),
+            basic["rate_limited"].as_u64(),
+            basic["plan_restricted"].as_u64(),
+        ),
+        (
+            Some(day.as_str()),
+            Some("basic"),
+            Some(2),
+            Some(2),
+            Some(1),
+            Some(1)
+        )
+    );
+    assert!(basic.get("unauthorized").is_none());
+    for (key, plan) in [("basic-1", "basic"), ("standard-1", "standard")] {
+        let r = row(key);
+        let sum: u64 = r
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| {
+                !matches!(k.as_str(), "day" | "key" | "plan" | "partner")
+                    && !k.starts_with("upstream_")
+            })
+            .map(|(_, v)| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(sum as f64, total(plan), "{key}: {r}");
+    }
+    // CSV, filtered by key.
+    let csv = send_raw(
+        a,
+        format!("GET /api/ledger?key=standard-1 HTTP/1.1\r\nHost: {a}\r\nAccept: text/csv\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+    assert_eq!(csv.header("content-type"), Some("text/csv; charset=utf-8"));
+    let text = String::from_utf8(csv.body).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(lines[0].starts_with(
+        "day,key,plan,partner,forwarded,upstream_2xx,upstream_4xx,upstream_5xx,upstream_failed,"
+    ));
+    assert!(
+        lines[1].starts_with(&format!("{day},standard-1,standard,,3,3,0,0,0,")),
+        "{}",
+        lines[1]
+    );
+    // Bad queries name the parameter.
+    for q in [
+        "?from=2026-02-30",
+        "?to=yesterday",
+        "?from=2026-12-02&to=2026-12-01",
+        "?from=2020-01-01&to=2026-01-01",
+    ] {
+        let r = admin(a, "GET", &format!("/api/ledger{q}"));
+        assert_eq!(
+            (r.status, r.json()["code"].as_str()),
+            (400, Some("invalid_query")),
+            "{q}"
+        );
+    }
+
+    // Killed outright: what `/api/ledger` kept is there after the restart.
+    p.signal("KILL");
+    let _ = p.wait_exit(Duration::from_secs(10));
+    let (_p, listen, a) = Process::run(dir.path(), "gw", &config);
+    for _ in 0..2 {
+        assert_eq!(post(listen, "standard-key-1", SEND, GOOD).status, 200);
+    }
+    let r = post(listen, "standard-key-1", SEND, GOOD);
+    assert_eq!(
+        (r.status, r.json()["code"].as_str()),
+        (429, Some("quota_exhausted"))
+    );
+    let rows = ledger(a, "")["rows"].clone();
+    let standard = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == "standard-1")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (
+            standard["forwarded"].as_u64(),
+            standard["quota_exhausted"].as_u64()
+        ),
+        (Some(5), Some(1))
+    );
+}
