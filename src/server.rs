@@ -175,6 +175,7 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     );
     if let Some((_, sync)) = &cluster {
         gateway = gateway.with_settling(sync.settling());
+        sync.carry(Arc::clone(&keeper) as Arc<dyn crate::shared::Rider>);
     }
     let mut proxy = pingora::proxy::http_proxy(&server.configuration, gateway);
     let mut options = HttpServerOptions::default();

@@ -37,7 +37,7 @@ fn bad_query(detail: &str) -> Response<Vec<u8>> {
 }
 
 /// The answer to `GET /api/ledger?query`, as CSV when `csv`.
-pub fn answer(admin: &Admin, query: Option<&str>, csv: bool) -> Response<Vec<u8>> {
+pub async fn answer(admin: &Admin, query: Option<&str>, csv: bool) -> Response<Vec<u8>> {
     let (mut from, mut to, mut key) = (None, None, None);
     for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match k.as_ref() {
@@ -70,7 +70,7 @@ pub fn answer(admin: &Admin, query: Option<&str>, csv: bool) -> Response<Vec<u8>
     if to - from + 1 > MAX_DAYS {
         return bad_query(&format!("at most {MAX_DAYS} days in one query"));
     }
-    let rows = match admin.ledger.rows(from, to, key.as_deref()) {
+    let rows = match admin.ledger.rows(from, to, key.as_deref()).await {
         Ok(r) => r,
         Err(e) => {
             return problem(

@@ -79,7 +79,6 @@ impl Admin {
             "/" | "/api/usage" if !get => not_allowed("GET, HEAD"),
             "/" => page(StatusCode::OK),
             "/api/blocks" | "/api/ledger" if !get => not_allowed("GET, HEAD"),
-            "/api/ledger" => ledger::answer(self, query, false),
             "/api/blocks" => {
                 let body = serde_json::json!({ "blocks": self.blocks() });
                 reply(StatusCode::OK, "application/json", json_bytes(&body))
@@ -411,7 +410,7 @@ impl Admin {
     ) -> Response<Vec<u8>> {
         let get = method == Method::GET || method == Method::HEAD;
         if path == "/api/ledger" && get {
-            return ledger::answer(self, query, csv);
+            return ledger::answer(self, query, csv).await;
         }
         if let Some(rest) = path.strip_prefix("/api/keys/") {
             if too_large {

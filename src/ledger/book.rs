@@ -37,7 +37,7 @@ pub struct Delta {
 /// Why the book could not keep or read.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct BookError(String);
+pub struct BookError(pub String);
 
 fn err(e: impl std::fmt::Display) -> BookError {
     BookError(e.to_string())

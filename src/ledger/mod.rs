@@ -13,6 +13,7 @@
 //! 100 ms, and sets `tollgate_quota_exhausted_keys`.
 
 pub mod book;
+mod fleet;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -49,6 +50,9 @@ struct Kept {
 pub struct Keeper {
     live: Arc<LivePolicy>,
     book: Book,
+    /// With `cluster`: the counts go to Redis with each tick's heartbeat, and the ledger is
+    /// read from there.
+    fleet: Option<fleet::Fleet>,
     kept: Mutex<Kept>,
 }
 
@@ -56,16 +60,21 @@ impl Keeper {
     /// A keeper writing to `db` (the `state.path` file), or to memory; the quota counts it
     /// holds are put back on the keys of the config in force.
     pub fn open(db: Option<Arc<redb::Database>>, live: Arc<LivePolicy>) -> Result<Self, BookError> {
+        let cluster = live.load().policy.config.process.cluster.clone();
         let book = match db {
-            Some(db) => Book::Disk(db),
-            None => Book::Memory(Mutex::default()),
+            Some(db) if cluster.is_none() => Book::Disk(db),
+            _ => Book::Memory(Mutex::default()),
         };
         let keeper = Self {
             live,
             book,
+            fleet: cluster.map(fleet::Fleet::new),
             kept: Mutex::default(),
         };
-        keeper.restore()?;
+        if keeper.fleet.is_none() {
+            // With `cluster`, the fleet's counts are in Redis: the first exchange brings them.
+            keeper.restore()?;
+        }
         Ok(keeper)
     }
 
@@ -123,6 +132,17 @@ impl Keeper {
             PeriodAt::of(Period::Day, now_ms).id,
             PeriodAt::of(Period::Month, now_ms).id,
         );
+        if self.fleet.is_some() {
+            // The counts ride on the budgets' exchange ([`fleet`]); only the gauge here.
+            let n = kept
+                .meters
+                .iter()
+                .filter_map(|(s, _)| s.meter.get())
+                .filter(|m| m.exhausted_in(day_id, month_id))
+                .count();
+            self.live.metrics().set_quota_exhausted_keys(n);
+            return Ok(());
+        }
         for (state, last) in &mut kept.meters {
             let Some(m) = state.meter.get() else {
                 continue;
@@ -183,13 +203,18 @@ impl Keeper {
         }
     }
 
-    /// The rows of days `from..=to` (of the key `key`), with every count made until now.
-    pub fn rows(
+    /// The rows of days `from..=to` (of the key `key`): with every count made here until
+    /// now, or (with `cluster`) every count the fleet has sent, each replica's within its
+    /// sync interval.
+    pub async fn rows(
         &self,
         from: u32,
         to: u32,
         key: Option<&str>,
     ) -> Result<Vec<(u32, String, Row)>, BookError> {
+        if let Some(f) = &self.fleet {
+            return f.rows(from, to, key).await;
+        }
         self.keep()?;
         self.book.rows(from, to, key)
     }

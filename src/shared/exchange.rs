@@ -61,7 +61,8 @@ impl BudgetSync {
         (failure.map_or(fleet, Err), replies)
     }
 
-    /// The heartbeat: this replica is alive; how many are.
+    /// The heartbeat: this replica is alive; how many are. The rider's commands, if any, go
+    /// in the same pipeline.
     async fn beat(
         &self,
         client: &Client,
@@ -71,7 +72,46 @@ impl BudgetSync {
         self.metrics.calls.inc();
         let mut beat = self.heartbeat.evalsha(&[&self.fleet_key]);
         beat.arg(&self.replica).arg(horizon);
-        match within(deadline, &self.cfg.redis_url, client.query::<u32>(&beat)).await {
+        let rider = self.rider.get();
+        let riding = rider.map(|r| r.commands()).unwrap_or_default();
+        let first = if riding.is_empty() {
+            within(deadline, &self.cfg.redis_url, client.query::<u32>(&beat)).await
+        } else {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            pipe.add_command(beat.clone());
+            for c in riding {
+                pipe.add_command(c);
+            }
+            self.metrics.calls.inc();
+            let answers = within(
+                deadline,
+                &self.cfg.redis_url,
+                client.pipeline::<Vec<redis::RedisResult<redis::Value>>>(&pipe),
+            )
+            .await;
+            let rider = rider.expect("commands came from it");
+            match answers {
+                Ok(mut a) if !a.is_empty() => {
+                    let heartbeat = a.remove(0);
+                    rider.answered(Ok(a));
+                    match heartbeat {
+                        Ok(v) => redis::from_redis_value::<u32>(v)
+                            .map_err(|_| StoreError::Malformed("a heartbeat that is not a count")),
+                        Err(e) => Err(StoreError::of(&e, &self.cfg.redis_url)),
+                    }
+                }
+                Ok(_) => {
+                    rider.answered(Err(StoreError::Malformed("an empty pipeline answer")));
+                    Err(StoreError::Malformed("an empty pipeline answer"))
+                }
+                Err(e) => {
+                    rider.answered(Err(e.clone()));
+                    Err(e)
+                }
+            }
+        };
+        match first {
             Err(StoreError::NoScript) => {
                 let reload = async {
                     client.load(&self.heartbeat).await?;

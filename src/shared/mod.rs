@@ -55,7 +55,7 @@ use crate::digest::Digest;
 use crate::limit::shared::fleet_key;
 use crate::limit::shared::Batch;
 use crate::limit::{SharedStore, Syncer, Timing};
-use crate::redis::{Client, Lua};
+use crate::redis::{Client, Lua, StoreError};
 use crate::runtime::metrics::Metrics;
 use metrics::SharedMetrics;
 
@@ -83,6 +83,18 @@ pub struct BudgetSync {
     /// key per exchange were half of the exchange's CPU). At most [`NAMES`] entries: past
     /// that it starts again, so memory stays bounded whatever the number of keys.
     names: Mutex<HashMap<Digest, Arc<str>, foldhash::fast::RandomState>>,
+    /// What rides on the heartbeat's round trip at each tick (the quota and ledger counts).
+    rider: std::sync::OnceLock<Arc<dyn Rider>>,
+}
+
+/// Commands that ride on each tick's heartbeat, in the same pipeline (one round trip for the
+/// heartbeat, the quota counts and the ledger's): [`crate::ledger`]'s fleet half.
+pub trait Rider: Send + Sync {
+    /// This tick's commands (none: the heartbeat goes alone). Each names one slot.
+    fn commands(&self) -> Vec<redis::Cmd>;
+    /// Their answers, in order, or why none came (then nothing of them may be taken as
+    /// applied, and nothing is lost: what was sent is sent again, or put back).
+    fn answered(&self, answers: Result<Vec<redis::RedisResult<redis::Value>>, StoreError>);
 }
 
 impl BudgetSync {
@@ -120,8 +132,14 @@ impl BudgetSync {
             metrics: shared_metrics,
             settling,
             names: Mutex::default(),
+            rider: std::sync::OnceLock::new(),
         };
         (store, svc)
+    }
+
+    /// Send `rider`'s commands with every tick's heartbeat.
+    pub fn carry(&self, rider: Arc<dyn Rider>) {
+        let _ = self.rider.set(rider);
     }
 
     /// What a request parked on this store waits with.

@@ -270,3 +270,108 @@ fn counts_outlive_a_kill_and_the_ledger_matches_the_metrics() {
         (Some(5), Some(1))
     );
 }
+
+/// Three replicas sharing quotas and the ledger through one Redis: the fleet admits the quota
+/// and at most one window's limit more per replica (the contract's bound), every replica then
+/// refuses, and the ledger read from any replica holds the fleet's counts, equal to the sum of
+/// the replicas' `tollgate_requests_total` increments, within 2 s.
+#[test]
+fn three_replicas_share_a_quota_and_sum_the_ledger_in_redis() {
+    let _one = crate::harness::one_fleet();
+    let up = Upstream::start(Mode::Ok);
+    let redis = crate::harness::RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    const QUOTA: usize = 30;
+    // The window's limit, above what the test sends in a window: only the quota refuses.
+    const LIMIT: usize = 200;
+    let replicas: Vec<(Process, SocketAddr, SocketAddr)> = (0..3)
+        .map(|i| {
+            let config = config_for(&up)
+                .cluster(&redis.url(), "tgquota", 20)
+                .cluster_with(|c| c.timeout_ms = 1000)
+                .plan_limit("basic", LIMIT as u32)
+                .plan_quota("basic", QUOTA as u64, "day")
+                .ledger(30);
+            Process::run(dir.path(), &format!("gw{i}"), &config)
+        })
+        .collect();
+    let mut admitted = 0;
+    for i in 0..2 * QUOTA {
+        let (_, listen, _) = &replicas[i % 3];
+        let r = post(*listen, "basic-key-1", SEND, GOOD);
+        match r.status {
+            200 => admitted += 1,
+            429 => assert_eq!(r.json()["code"], "quota_exhausted"),
+            s => panic!("status {s}"),
+        }
+    }
+    assert!(
+        (QUOTA..=QUOTA + 3 * LIMIT).contains(&admitted),
+        "the fleet admitted {admitted} of a quota of {QUOTA}"
+    );
+    eprintln!("the fleet admitted {admitted} of a quota of {QUOTA}");
+    // Every replica learns the fleet's count and refuses (a replica whose last exchange came
+    // before another's last admissions may admit one more, and learns then).
+    for (_, listen, _) in &replicas {
+        eventually("the replica refuses for the quota", || {
+            let r = post(*listen, "basic-key-1", SEND, GOOD);
+            if r.status == 200 {
+                admitted += 1;
+            }
+            r.status == 429
+        });
+    }
+    assert!(admitted <= QUOTA + 3 * LIMIT, "{admitted}");
+    // The ledger, read from any replica, sums the fleet: equal to the metrics' increments.
+    let fleet_total = || -> u64 {
+        replicas
+            .iter()
+            .map(|(_, _, a)| {
+                metrics_page(*a)
+                    .lines()
+                    .filter(|l| {
+                        l.starts_with("tollgate_requests_total{") && l.contains("plan=\"basic\"")
+                    })
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                    .sum::<f64>() as u64
+            })
+            .sum()
+    };
+    let total = fleet_total();
+    for (_, _, a) in &replicas {
+        eventually("the ledger holds every replica's counts", || {
+            let rows = ledger(*a, "?key=basic-1")["rows"].clone();
+            let Some(r) = rows.as_array().and_then(|r| r.first()).cloned() else {
+                return false;
+            };
+            r["forwarded"].as_u64() == Some(admitted as u64)
+                && r["forwarded"].as_u64().unwrap() + r["quota_exhausted"].as_u64().unwrap()
+                    == total
+        });
+    }
+    // Redis holds names and counts, never a key or a digest.
+    let mut keys = std::process::Command::new("redis-cli")
+        .args([
+            "-p",
+            &redis.port.to_string(),
+            "--scan",
+            "--pattern",
+            "tgquota:{meters}:*",
+        ])
+        .output()
+        .unwrap()
+        .stdout;
+    keys.retain(|&b| b != b'\r');
+    let keys = String::from_utf8(keys).unwrap();
+    assert_eq!(keys.lines().count(), 2, "{keys}");
+    let dump = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string(), "HGETALL"])
+        .arg(keys.lines().find(|k| k.contains(":l:")).unwrap())
+        .output()
+        .unwrap()
+        .stdout;
+    let dump = String::from_utf8_lossy(&dump);
+    assert!(dump.contains("basic-1:upstream_2xx"), "{dump}");
+    assert!(!dump.contains("basic-key-1"));
+    assert!(!dump.contains(&tollgate::digest::Digest::of(b"basic-key-1").to_hex()));
+}

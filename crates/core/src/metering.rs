@@ -295,6 +295,18 @@ impl Meter {
             });
     }
 
+    /// The fleet's total for the period `id` came back from the shared store: `total` counts
+    /// this process's charges as they stood when sent (`sent`); what was charged (or given
+    /// back) here since goes on top.
+    pub fn rebase(&self, id: u32, sent: u64, total: u64) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                let (cid, c) = unpack(cur);
+                (cid == id).then(|| pack(id, (total + c).saturating_sub(sent)))
+            });
+    }
+
     /// Charge one request to `limit` requests in `period`: the count after it, or the count
     /// that refuses it. A count of a later period (the wall clock stepped back) is charged
     /// as it is; a count of an earlier one starts from 0; a count kept under the other
@@ -634,6 +646,28 @@ mod tests {
         assert_eq!(m.quota_word(), (day2.id, 1));
         m.restore(day2.id, 4);
         assert_eq!(m.quota_word(), (day2.id, 4));
+    }
+
+    #[test]
+    fn a_fleet_total_takes_in_what_was_charged_since_it_was_sent() {
+        let m = Meter::new(KeyName::new("k"));
+        let day = PeriodAt::of(Period::Day, JAN_31_2026);
+        for _ in 0..3 {
+            m.charge(100, &day).unwrap();
+        }
+        let (id, sent) = m.quota_word();
+        m.charge(100, &day).unwrap();
+        // The fleet had 10 with these 3: 10, and the one charged since.
+        m.rebase(id, sent, 10);
+        assert_eq!(m.quota_word(), (id, 11));
+        // A give-back since the send comes off the total.
+        let (_, sent) = m.quota_word();
+        m.give_back(id);
+        m.rebase(id, sent, 20);
+        assert_eq!(m.quota_word(), (id, 19));
+        // An answer for a period that is over changes nothing.
+        m.rebase(id + 1, 0, 50);
+        assert_eq!(m.quota_word(), (id, 19));
     }
 
     #[test]
