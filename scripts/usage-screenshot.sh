@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate docs/usage.png, the README's picture of the usage page: the cluster demo policy
 # (policies/cluster.yaml) against a Redis of its own and the stand-in upstream, on ports of their
-# own, some traffic of every kind, then headless Chromium's screenshot of the admin listener's /.
+# own (the basic plan given a monthly quota), some traffic of every kind, then headless
+# Chromium's screenshot of the admin listener's /.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet
@@ -17,6 +18,7 @@ trap cleanup EXIT
 redis-server --port 16399 --bind 127.0.0.1 --save "" --appendonly no --daemonize yes >/dev/null
 sed -e 's/127.0.0.1:8080"/127.0.0.1:18080"/' -e 's/127.0.0.1:9091"/127.0.0.1:19091"/' \
   -e 's/127.0.0.1:8081"/127.0.0.1:18081"/' -e 's/6379/16399/' \
+  -e '0,/requests_per_window: 40/s//requests_per_window: 40\n    quota: { requests: 100000, per: month }/' \
   policies/cluster.yaml >"$work/cluster.yaml"
 $T stand-in --listen 127.0.0.1:18081 >/dev/null 2>&1 & pids+=($!)
 $T run --config "$work/cluster.yaml" --allow-demo-keys >"$work/log" 2>&1 & pids+=($!)

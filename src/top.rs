@@ -391,7 +391,7 @@ fn keys_section(u: &UsageView) -> Section {
     } else {
         9
     };
-    let columns = vec![
+    let mut columns = vec![
         Column::text(
             "key",
             0,
@@ -450,17 +450,32 @@ fn keys_section(u: &UsageView) -> Section {
         ),
         Column::number("shadowed", shadow_drop, num(&|r| r.shadowed)),
     ];
+    if k.iter().any(|r| r.quota.is_some()) {
+        // A quota's period: used of its requests (`1200/5000`), `-` without one; shown only
+        // when a key has a quota.
+        columns.push(Column::number(
+            "quota",
+            7,
+            k.iter()
+                .map(|r| {
+                    r.quota
+                        .as_ref()
+                        .map_or("-".to_string(), |q| format!("{}/{}", q.used, q.requests))
+                })
+                .collect(),
+        ));
+    }
     Section {
         title: "Busiest keys, last minute".into(),
         notes: vec![
             "* partner override",
-            "limited: 429 rate_limited; codes: the other refusals, by code",
+            "limited: 429 rate_limited; codes: the other refusals, by code; quota: used/quota this period",
         ],
         table: Table::new(
             columns,
             [
                 "key", "plan", "partner", "requests", "admitted", "limited", "codes", "shadowed",
-                "budget",
+                "budget", "quota",
             ],
         ),
         noun: "keys",
@@ -1313,6 +1328,23 @@ mod tests {
                 assert_eq!(s.render(Some(80), n).len(), n, "{} in {n}", s.title);
             }
         }
+    }
+
+    #[test]
+    fn a_quota_column_shows_when_a_key_has_a_quota() {
+        let mut u = busy();
+        let (header, _) = keys_section(&u).table.lines(None);
+        assert!(!header.contains("quota"));
+        u.keys[0].quota = Some(crate::admin::view::QuotaView {
+            requests: 5000,
+            per: "month".into(),
+            used: 1200,
+            left: 3800,
+        });
+        let (header, rows) = keys_section(&u).table.lines(None);
+        assert!(header.trim_end().ends_with("quota"), "{header}");
+        assert!(rows[0].trim_end().ends_with("1200/5000"), "{}", rows[0]);
+        assert!(rows[1].trim_end().ends_with('-'), "{}", rows[1]);
     }
 
     #[test]

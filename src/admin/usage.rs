@@ -119,6 +119,7 @@ fn config_view(live: &LivePolicy, policy: &Policy) -> ConfigView {
             name: p.name.clone(),
             plan_id: p.plan_id,
             limit: p.limit.get(),
+            quota: p.quota,
             allow: match &p.allow {
                 Allow::All => AllowView::Keyword("all".into()),
                 Allow::Only(ids) => AllowView::Routes(
@@ -212,5 +213,13 @@ fn key_row(policy: &Policy, k: KeyIdx, c: &KeyCounts, now: u64) -> KeyRow {
             .filter(|(_, n)| *n > 0)
             .map(|(code, n)| (code.as_str().to_string(), n))
             .collect(),
+        quota: policy
+            .quota_state(k, entry.credential())
+            .map(|q| super::view::QuotaView {
+                requests: q.spec.requests,
+                per: q.spec.per.as_str().to_string(),
+                used: q.spec.requests - q.remaining,
+                left: q.remaining,
+            }),
     }
 }

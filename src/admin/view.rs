@@ -82,6 +82,9 @@ pub struct PlanView {
     pub shadow: bool,
     /// Customer keys on the plan now, overrides included.
     pub keys: usize,
+    /// Its quota (`{requests, per}`), if it has one.
+    #[serde(default)]
+    pub quota: Option<crate::config::QuotaSpec>,
 }
 
 /// A plan's allow-list: `"all"`, or the route ids.
@@ -116,6 +119,19 @@ pub struct KeyRow {
     /// those with a count.
     #[serde(default)]
     pub codes: std::collections::BTreeMap<String, u64>,
+    /// Its quota in force, with what the period has used and left; `None` without one.
+    #[serde(default)]
+    pub quota: Option<QuotaView>,
+}
+
+/// A key's quota as the operator's view shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaView {
+    pub requests: u64,
+    /// `day` or `month`.
+    pub per: String,
+    pub used: u64,
+    pub left: u64,
 }
 
 /// A key's refusals of the last minute, by outcome.

@@ -101,6 +101,20 @@ fn a_monthly_quota_refuses_after_its_last_unit_with_both_policies_in_the_fields(
         ),
         (Some(3), Some(0))
     );
+    // The operator's view: quota used and left, by key.
+    let usage = admin(a, "GET", "/api/usage").json();
+    let row = usage["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == "basic-1")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        row["quota"],
+        serde_json::json!({"requests": 3, "per": "month", "used": 3, "left": 0})
+    );
+    assert_eq!(row["codes"]["quota_exhausted"], 1);
     // The gauge is set by the keeper's pass, once a second.
     eventually("one key over its quota", || {
         metric(&metrics_page(a), "tollgate_quota_exhausted_keys") == Some(1.0)
