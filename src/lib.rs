@@ -33,7 +33,7 @@
 //! | 2 | [`policy`] | the decision | floors 0–1 |
 //! | 3 | [`runtime`] | the ground of the process: the live snapshot and reload, lifecycle, logging, metrics | the core |
 //! | 4 | [`redis`] | the one room that speaks to Redis | the core, [`runtime`] |
-//! | 5 | [`shared`], [`overrides`], [`edge`] | shared budgets' sync; overrides kept and spread; what runs before a request exists | the floors below |
+//! | 5 | [`shared`], [`overrides`], [`ledger`], [`edge`] | shared budgets' sync; overrides kept and spread; quota and ledger counts kept and shared; what runs before a request exists | the floors below |
 //! | 6 | [`proxy`], [`admin`] | the Pingora adapter; the admin listener | the floors below |
 //! | 7 | [`server`] | the roof: assembles everything above the ground | every floor below |
 //! | 8 | [`cli`], [`demo`], [`top`] | the commands | everything |
@@ -48,6 +48,7 @@
 //! |---|---|---|
 //! | budgets kept by every replica of a fleet together | *shared budgets*: [`limit::SharedStore`] (the leases), [`shared::BudgetSync`] (the exchange) | the `cluster:` block, `tollgate_cluster_*` |
 //! | a plan given by a partner's upgrade, kept and spread | *override*: [`policy::overrides::Override`], [`overrides::PlanOverrides`] (where it is kept) | `state.path`, `cluster:`; `tollgate_plan_overrides` |
+//! | what a key was charged in its period, and what each request came to | *meter*: [`metering::Meter`] (counted on the request path), [`ledger::Keeper`] (kept, shared) | `quota:`, `partner_quota`, `ledger:`; `tollgate_quota_exhausted_keys`, `/api/ledger` |
 //! | a connection's edge state (phase, deadlines) | [`edge::stream::Conn`] | the `server:` block |
 //! | a connection to Redis | [`redis::Client`] | `cluster.redis_url` |
 //! | how a request ended | [`policy::Outcome`] | the `outcome` label |

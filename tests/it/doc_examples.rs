@@ -15,6 +15,7 @@ const RUN: &[(&str, &str)] = &[
     ("README.md", "## Quick start"),
     ("docs/operations.md", "### Blocked addresses"),
     ("docs/operations.md", "### Revoking a leaked key"),
+    ("docs/operations.md", "### A key's quota and its ledger"),
 ];
 
 fn repo() -> PathBuf {
@@ -242,6 +243,42 @@ fn the_leaked_key_example_does_what_it_prints() {
         Duration::from_secs(60),
     );
     // Each command prints what the comment under it says.
+    let shown: Vec<&str> = written
+        .lines()
+        .filter_map(|l| l.strip_prefix("# "))
+        .collect();
+    let printed: Vec<&str> = out.lines().collect();
+    assert_eq!(printed, shown, "{out}");
+}
+
+#[test]
+fn the_quota_and_ledger_example_does_what_it_prints() {
+    if crate::harness::curl_missing("the_quota_and_ledger_example_does_what_it_prints") {
+        return;
+    }
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(
+        &config_for(&up)
+            .add_key("shop-42", "shop42-key", "basic")
+            .plan_quota("basic", 2, "day")
+            .ledger(400)
+            .admin_token("the-admin-token"),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".curlrc"), "max-time = 10\n").unwrap();
+    let written = block("docs/operations.md", "### A key's quota and its ledger");
+    let script = written
+        .replace(
+            "127.0.0.1:9091",
+            &gw.config.process.admin_listen.to_string(),
+        )
+        .replace("127.0.0.1:8080", &gw.addr.to_string());
+    let out = bash(
+        dir.path(),
+        &script,
+        &[("ADMIN_TOKEN", "the-admin-token")],
+        Duration::from_secs(60),
+    );
     let shown: Vec<&str> = written
         .lines()
         .filter_map(|l| l.strip_prefix("# "))

@@ -195,3 +195,45 @@ fn a_reload_keeps_the_counts_and_a_give_back_returns_one() {
     new.keys.get(k).rate.meter.get().unwrap().give_back(charged);
     assert!(send(&new, "Bearer basic-key-1", 0).verdict.is_ok());
 }
+
+#[test]
+fn the_config_checks_quotas_and_warns_when_their_counts_would_not_be_kept() {
+    let warned = |c: TestConfig| -> Vec<(String, String)> {
+        c.parse()
+            .warnings
+            .into_iter()
+            .filter(|w| !w.message.contains("a plain key"))
+            .map(|w| (w.field, w.message))
+            .collect()
+    };
+    let w = warned(TestConfig::new().plan_quota("pro", 10, "day").ledger(30));
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert_eq!(w[0].0, "plans.pro.quota");
+    assert!(
+        w[0].1.contains("quotas restart with the process"),
+        "{}",
+        w[0].1
+    );
+    assert_eq!(w[1].0, "ledger");
+    assert!(warned(
+        TestConfig::new()
+            .plan_quota("pro", 10, "day")
+            .state_path("/tmp/state.db")
+    )
+    .is_empty());
+    for (bad, field) in [
+        (
+            TestConfig::new().plan_quota("pro", 0, "day"),
+            "plans.pro.quota.requests",
+        ),
+        (
+            TestConfig::new().partner_quota(1_000_000_000_001, "month"),
+            "partner_quota.requests",
+        ),
+        (TestConfig::new().ledger(0), "ledger.retention_days"),
+        (TestConfig::new().ledger(3661), "ledger.retention_days"),
+    ] {
+        let e = bad.try_parse().unwrap_err().to_string();
+        assert!(e.contains(field), "{e}");
+    }
+}
