@@ -78,7 +78,7 @@ pub fn rate_limit_headers(ctx: &Ctx, resp: &mut ResponseHeader) -> Result<()> {
     if let (Some(s), Some(k), Some(c), Some(q)) = (&ctx.snap, ctx.key, ctx.credential, &ctx.quota) {
         let (policy, state) = s
             .policy
-            .rate_limit_headers(k, c, q, ctx.quota_state.as_ref());
+            .rate_limit_headers(k, c, q, ctx.quota_state.as_deref());
         resp.insert_header("RateLimit-Policy", header_value(policy)?)?;
         resp.insert_header("RateLimit", header_value(state)?)?;
     }

@@ -34,7 +34,7 @@ pub struct Ctx {
     pub quota: Option<Quota>,
     /// The key's quota for its calendar period, as the decision left it (`charged` until
     /// given back).
-    pub quota_state: Option<QuotaState>,
+    pub quota_state: Option<Box<QuotaState>>,
     pub outcome: Outcome,
     /// The status sent to the client (0 when none was).
     pub status: u16,

@@ -41,6 +41,9 @@ const MONTH_BIT: u32 = 1 << 23;
 #[derive(Debug, Default)]
 pub struct Calendar {
     ms: AtomicU64,
+    /// The month last computed, packed in one word so that a reader never sees half of two:
+    /// the month's number (16 bits), its first and its next month's first day (24 bits each).
+    month: AtomicU64,
 }
 
 impl Calendar {
@@ -48,7 +51,36 @@ impl Calendar {
     pub fn new(ms: u64) -> Self {
         Self {
             ms: AtomicU64::new(ms),
+            month: AtomicU64::new(0),
         }
+    }
+
+    /// The period of `per` that holds `ms`: a day by arithmetic; a month from the one last
+    /// computed when `ms` is in it (the civil-calendar arithmetic once a month, not per
+    /// request).
+    #[inline]
+    pub fn period(&self, per: Period, ms: u64) -> PeriodAt {
+        if per == Period::Day {
+            return PeriodAt::of(per, ms);
+        }
+        let w = self.month.load(Ordering::Relaxed);
+        let (index, first, next) = (w >> 48, (w >> 24) & 0xFF_FFFF, w & 0xFF_FFFF);
+        let day = ms / DAY_MS;
+        if w != 0 && first <= day && day < next {
+            return PeriodAt {
+                id: MONTH_BIT | index as u32,
+                start_ms: first * DAY_MS,
+                end_ms: next * DAY_MS,
+            };
+        }
+        let p = PeriodAt::of(per, ms);
+        let packed = (u64::from(p.id & 0xFFFF) << 48)
+            | ((p.start_ms / DAY_MS) & 0xFF_FFFF) << 24
+            | ((p.end_ms / DAY_MS) & 0xFF_FFFF);
+        if p.id & (MONTH_BIT - 1) <= 0xFFFF && p.end_ms / DAY_MS <= 0xFF_FFFF {
+            self.month.store(packed, Ordering::Relaxed);
+        }
+        p
     }
 
     /// ms since the Unix epoch, as last set.
@@ -378,12 +410,6 @@ impl Meter {
         }
     }
 
-    /// Add `n` to a column (counts taken but not kept, put back).
-    pub fn add(&self, day: u32, column: Column, n: u32) {
-        self.cells[(day & 1) as usize][column.index()].fetch_add(n, Ordering::Relaxed);
-        self.counted.store(true, Ordering::Release);
-    }
-
     /// Who the key was when last counted ([`who`]).
     pub fn who(&self) -> u64 {
         self.who.load(Ordering::Relaxed)
@@ -586,6 +612,30 @@ mod tests {
         assert_eq!(feb.end_ms, Period::Month.end_after(jan.end_ms));
         assert_eq!(d.end_ms, Period::Day.end_after(JAN_31_2026));
         assert_ne!(d.id, jan.id, "a day's id is never a month's");
+    }
+
+    #[test]
+    fn the_calendar_keeps_the_month_it_computed_and_agrees_with_the_arithmetic() {
+        let c = Calendar::new(0);
+        let mut ms = JAN_31_2026 - 3 * DAY_MS;
+        // Every 7 hours for a year, and each month's edges.
+        while ms < JAN_31_2026 + 365 * DAY_MS {
+            for at in [ms, ms - ms % DAY_MS, ms - ms % DAY_MS + DAY_MS - 1] {
+                assert_eq!(
+                    c.period(Period::Month, at),
+                    PeriodAt::of(Period::Month, at),
+                    "{at}"
+                );
+                assert_eq!(
+                    c.period(Period::Day, at),
+                    PeriodAt::of(Period::Day, at),
+                    "{at}"
+                );
+            }
+            ms += 7 * 3_600_000;
+        }
+        // Back in time (a clock stepped back): computed again, not the cached month.
+        assert_eq!(c.period(Period::Month, 0), PeriodAt::of(Period::Month, 0));
     }
 
     #[test]

@@ -275,7 +275,8 @@ impl KeyEntry {
     }
 
     /// Set the key's own quota in force: the live one, else the YAML's (`None`: its plan's).
-    pub fn set_own_quota(&self, quota: Option<crate::config::QuotaSpec>) {
+    /// (Through [`KeyTable::set_own_quota`], which notes that a key has one.)
+    fn set_own_quota(&self, quota: Option<crate::config::QuotaSpec>) {
         self.quota
             .store(crate::metering::pack_quota(quota), Ordering::Relaxed);
     }
@@ -353,6 +354,9 @@ pub struct KeyTable {
     index: HashTable<KeyIdx>,
     /// Seeded per table.
     hasher: foldhash::fast::RandomState,
+    /// Whether any key has (or had, since the table was built) a quota of its own: when none
+    /// has, the quota step reads the plan's alone.
+    own_quotas: std::sync::atomic::AtomicBool,
 }
 
 impl KeyTable {
@@ -419,6 +423,12 @@ impl KeyTable {
             deadlines: deadlines.into_boxed_slice(),
             index,
             hasher,
+            own_quotas: std::sync::atomic::AtomicBool::new(
+                config
+                    .keys
+                    .iter()
+                    .any(|k| k.extra.as_ref().is_some_and(|x| x.quota.is_some())),
+            ),
         }
     }
 
@@ -508,6 +518,21 @@ impl KeyTable {
             .iter()
             .enumerate()
             .map(|(i, e)| (i as KeyIdx, e))
+    }
+
+    /// Whether a key has (or had, since the table was built) a quota of its own, in the YAML
+    /// or set live.
+    #[inline]
+    pub fn has_own_quotas(&self) -> bool {
+        self.own_quotas.load(Ordering::Relaxed)
+    }
+
+    /// Put the quota `quota` on the key `k` as its own (`None`: its plan's again).
+    pub fn set_own_quota(&self, k: KeyIdx, quota: Option<crate::config::QuotaSpec>) {
+        if quota.is_some() {
+            self.own_quotas.store(true, Ordering::Relaxed);
+        }
+        self.get(k).set_own_quota(quota);
     }
 
     /// The entry named `name` (a scan: for the admin API and the overrides' sync, not for the

@@ -48,7 +48,7 @@ use crate::config::routes::{BodyRule, Effect, RouteIdx};
 use crate::config::Config;
 use crate::digest::Digest;
 use crate::limit::{LocalStore, Quota, Rate, Store};
-use crate::metering::{Metering, PeriodAt, QuotaState};
+use crate::metering::{Metering, QuotaState};
 use authenticate::{authenticate, AuthHeader, NotAuthenticated};
 use authorize::authorize;
 use blocking::{BlockStarted, FailureTable};
@@ -85,8 +85,9 @@ pub struct Decision<'a> {
     /// The caller's budget after this decision; set whenever `key` is.
     pub quota: Option<Quota>,
     /// The caller's quota for its calendar period, if it has one; `charged` when this
-    /// request was.
-    pub quota_state: Option<QuotaState>,
+    /// request was. Boxed: a decision (and each request's context) of a key without a quota
+    /// carries one word for it, not the whole state.
+    pub quota_state: Option<Box<QuotaState>>,
     /// The block this request's failed authentication started, if it did (for the log line).
     pub block_started: Option<BlockStarted>,
     /// A refusal that the plan's shadow mode turned into a forward (`Forwarded` otherwise).
@@ -264,8 +265,11 @@ impl Policy {
             let rate = self.rate(credential);
             d.quota = Some(self.store.peek(&self.keys.get(key).rate, &rate, now));
         }
-        if let (Some(key), Some(credential), None) = (d.key, d.credential, d.quota_state) {
-            d.quota_state = self.quota_state(key, credential);
+        // Refused before the quota step: its state is reported, not charged.
+        if let (Some(key), Some(credential), None, Err(_)) =
+            (d.key, d.credential, &d.quota_state, &d.verdict)
+        {
+            d.quota_state = self.quota_state(key, credential).map(Box::new);
         }
         d
     }
@@ -336,7 +340,7 @@ impl Policy {
         }
         if let Some((spec, own)) = self.quota_of(key, credential) {
             let now_ms = self.metering.calendar.now_ms();
-            let period = PeriodAt::of(spec.per, now_ms);
+            let period = self.metering.calendar.period(spec.per, now_ms);
             let meter = self.metering.meter(&entry.rate, &entry.name);
             let mut state = QuotaState {
                 spec,
@@ -350,14 +354,14 @@ impl Policy {
                 Ok((id, used)) => {
                     state.remaining = spec.requests.saturating_sub(used);
                     state.charged = Some(id);
-                    d.quota_state = Some(state);
+                    d.quota_state = Some(Box::new(state));
                 }
                 Err(_) if shadow => {
-                    d.quota_state = Some(state);
+                    d.quota_state = Some(Box::new(state));
                     d.shadow.get_or_insert(Outcome::ShadowQuotaExhausted);
                 }
                 Err(_) => {
-                    d.quota_state = Some(state);
+                    d.quota_state = Some(Box::new(state));
                     return Err(quota_exhausted(&state));
                 }
             }
@@ -458,6 +462,15 @@ impl Policy {
         }
     }
 
+    /// Whether this config meters anything: a quota (a plan's, `partner_quota`, a key's own in
+    /// the YAML) or the ledger. (A quota set live is the overrides' to tell.)
+    pub fn meters(&self) -> bool {
+        self.config.ledger.is_some()
+            || self.config.partner_quota.is_some()
+            || self.config.plans.iter().any(|p| p.quota.is_some())
+            || self.keys.has_own_quotas()
+    }
+
     /// The quota in force for the key `k` as `credential`: its own (`true`), else its plan's
     /// or the partners'.
     #[inline]
@@ -466,8 +479,10 @@ impl Policy {
         k: KeyIdx,
         credential: Credential,
     ) -> Option<(crate::config::QuotaSpec, bool)> {
-        if let Some(q) = self.keys.get(k).own_quota() {
-            return Some((q, true));
+        if self.keys.has_own_quotas() {
+            if let Some(q) = self.keys.get(k).own_quota() {
+                return Some((q, true));
+            }
         }
         match credential {
             Credential::Customer { plan, .. } => self.config.plans[plan].quota,
@@ -481,7 +496,7 @@ impl Policy {
     pub fn quota_state(&self, k: KeyIdx, credential: Credential) -> Option<QuotaState> {
         let (spec, own) = self.quota_of(k, credential)?;
         let now_ms = self.metering.calendar.now_ms();
-        let period = PeriodAt::of(spec.per, now_ms);
+        let period = self.metering.calendar.period(spec.per, now_ms);
         let used = self
             .keys
             .get(k)
@@ -551,23 +566,30 @@ impl Policy {
             remaining.format(quota.remaining),
             reset.format(quota.reset_secs),
         );
-        let mut state = Vec::with_capacity(fields.state_prefix.len() + r.len() + 3 + t.len());
+        // The quota's policy follows the window's: `, "basic-month";q=100000;w=2592000`.
+        let quota_name = period.map(|q| {
+            let name = if q.own {
+                self.keys.get(key).name.as_str()
+            } else {
+                self.policy_name_of(credential)
+            };
+            (q, name, q.spec.per.as_str())
+        });
+        // Room for the quota's part (two numbers of at most 20 digits, labels, quotes): each
+        // value is written once, without growing.
+        let extra = quota_name.map_or(0, |(_, name, per)| name.len() + per.len() + 56);
+        let mut state =
+            Vec::with_capacity(fields.state_prefix.len() + r.len() + 3 + t.len() + extra);
         state.extend_from_slice(&fields.state_prefix);
         state.extend_from_slice(r.as_bytes());
         state.extend_from_slice(b";t=");
         state.extend_from_slice(t.as_bytes());
-        let Some(q) = period else {
+        let Some((q, name, per)) = quota_name else {
             return (fields.policy.clone(), Bytes::from(state));
         };
-        // The quota's policy, after the window's: `"basic-month";q=100000;w=2592000`.
-        let name = if q.own {
-            self.keys.get(key).name.as_str()
-        } else {
-            self.policy_name_of(credential)
-        };
-        let per = q.spec.per.as_str();
-        let mut policy = Vec::with_capacity(fields.policy.len() + name.len() + 48);
+        let mut policy = Vec::with_capacity(fields.policy.len() + extra);
         policy.extend_from_slice(&fields.policy);
+        let mut n = itoa::Buffer::new();
         for (out, tail) in [
             (
                 &mut policy,
@@ -580,9 +602,9 @@ impl Policy {
             out.push(b'-');
             out.extend_from_slice(per.as_bytes());
             out.push(b'"');
-            for (label, n) in tail {
+            for (label, v) in tail {
                 out.extend_from_slice(label.as_bytes());
-                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+                out.extend_from_slice(n.format(v).as_bytes());
             }
         }
         (Bytes::from(policy), Bytes::from(state))

@@ -479,7 +479,7 @@ impl Policy {
             }
             let yaml = self.keys.extra(k).and_then(|x| x.quota);
             if e.own_quota() != yaml {
-                e.set_own_quota(yaml);
+                self.keys.set_own_quota(k, yaml);
             }
         }
         for (a, alias) in self.keys.aliases() {
@@ -547,7 +547,8 @@ impl Policy {
                 entry.set_flag(REVOKED, after.revoked.is_some());
                 entry.set_live_limit(after.limit.as_ref().map(|l| l.requests_per_window));
                 let yaml = self.keys.extra(k).and_then(|x| x.quota);
-                entry.set_own_quota(after.quota.as_ref().map(|q| q.quota).or(yaml));
+                self.keys
+                    .set_own_quota(k, after.quota.as_ref().map(|q| q.quota).or(yaml));
             }
         }
         (!parts.is_empty()).then(|| Drop {

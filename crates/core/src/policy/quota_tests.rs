@@ -34,7 +34,7 @@ fn headers(p: &Policy, d: &Decision<'_>) -> (String, String) {
         d.key.unwrap(),
         d.credential.unwrap(),
         &d.quota.unwrap(),
-        d.quota_state.as_ref(),
+        d.quota_state.as_deref(),
     );
     (
         String::from_utf8(a.to_vec()).unwrap(),
@@ -49,7 +49,7 @@ fn a_monthly_quota_refuses_after_its_last_unit_until_the_month_ends() {
     for left in (0..3).rev() {
         let d = send(&p, "Bearer basic-key-1", 0);
         assert!(d.verdict.is_ok());
-        assert_eq!(d.quota_state.unwrap().remaining, left);
+        assert_eq!(d.quota_state.as_ref().unwrap().remaining, left);
     }
     let d = send(&p, "Bearer basic-key-1", 0);
     let r = d.verdict.as_ref().unwrap_err();
@@ -90,7 +90,7 @@ fn the_window_limit_is_checked_first_and_spends_no_quota() {
     let d = send(&p, "Bearer basic-key-1", 0);
     assert_eq!(d.verdict.as_ref().unwrap_err().code, Code::RateLimited);
     // Reported, not charged: both policies in the fields.
-    assert_eq!(d.quota_state.unwrap().remaining, 98);
+    assert_eq!(d.quota_state.as_ref().unwrap().remaining, 98);
     assert_eq!(
         headers(&p, &d).1,
         "\"basic\";r=0;t=5, \"basic-day\";r=98;t=86400"
@@ -105,7 +105,7 @@ fn the_window_limit_is_checked_first_and_spends_no_quota() {
         20 * SEC,
     );
     assert_eq!(d.verdict.unwrap_err().code, Code::PlanRestricted);
-    assert_eq!(d.quota_state.unwrap().remaining, 98);
+    assert_eq!(d.quota_state.as_ref().unwrap().remaining, 98);
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn a_shadow_plan_forwards_over_its_quota_and_says_so() {
     let d = send(&p, "Bearer basic-key-1", 0);
     assert!(d.verdict.is_ok());
     assert_eq!(d.shadow, Some(Outcome::ShadowQuotaExhausted));
-    assert_eq!(d.quota_state.unwrap().charged, None);
+    assert_eq!(d.quota_state.as_ref().unwrap().charged, None);
 }
 
 #[test]
@@ -149,8 +149,8 @@ fn a_keys_own_quota_is_named_by_the_key_and_a_live_one_counts_what_was_charged()
     }
     p.apply_overrides(&set);
     let d = send(&p, "Bearer basic-key-1", 0);
-    assert_eq!(d.quota_state.unwrap().remaining, 0);
-    assert!(d.quota_state.unwrap().own);
+    assert_eq!(d.quota_state.as_ref().unwrap().remaining, 0);
+    assert!(d.quota_state.as_ref().unwrap().own);
     assert_eq!(
         send(&p, "Bearer basic-key-1", 0).verdict.unwrap_err().code,
         Code::QuotaExhausted
@@ -181,7 +181,7 @@ fn a_reload_keeps_the_counts_and_a_give_back_returns_one() {
     let cfg = TestConfig::new().plan_quota("basic", 2, "day");
     let old = at(Policy::new(cfg.parse(), None), DEC_1);
     let d = send(&old, "Bearer basic-key-1", 0);
-    let charged = d.quota_state.unwrap().charged.unwrap();
+    let charged = d.quota_state.as_ref().unwrap().charged.unwrap();
     assert!(send(&old, "Bearer basic-key-1", 0).verdict.is_ok());
     let new = Policy::new(cfg.parse(), Some(&old));
     assert_eq!(
