@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use redis::Value;
 
 use super::book::{BookError, Delta, Row};
-use super::{named, put_back, who, Keeper, DAY_MS};
+use super::{named, stash, who, Keeper, DAY_MS};
 use crate::config::{Cluster, Period};
 use crate::metering::PeriodAt;
 use crate::redis::{Client, StoreError};
@@ -141,9 +141,14 @@ impl Rider for Keeper {
         );
         let mut cmds = Vec::new();
         let mut sent = Vec::new();
-        let mut deltas = Vec::new();
-        let mut periods = BTreeSet::new();
+        // What an earlier exchange did not take goes first, as it was.
+        let mut deltas = std::mem::take(&mut kept.unsent);
         let mut days = BTreeSet::new();
+        for d in &deltas {
+            ledger_commands(fleet, d, &mut cmds, &mut sent);
+            days.insert(d.day);
+        }
+        let mut periods = BTreeSet::new();
         for (at, (state, last)) in kept.meters.iter().enumerate() {
             let Some(m) = state.meter.get() else {
                 continue;
@@ -164,30 +169,16 @@ impl Rider for Keeper {
                     continue;
                 };
                 let (plan, partner) = who(&snap, m.who(), name);
-                let key = fleet.ledger_key(day);
-                let counts = named(&counts);
-                for &(col, n) in &counts {
-                    let mut c = redis::cmd("HINCRBY");
-                    c.arg(&key).arg(format!("{name}:{col}")).arg(n);
-                    cmds.push(c);
-                    sent.push(Sent::Other);
-                }
-                let mut c = redis::cmd("HSET");
-                c.arg(&key)
-                    .arg(format!("{name}:plan"))
-                    .arg(&plan)
-                    .arg(format!("{name}:partner"))
-                    .arg(partner.as_deref().unwrap_or(""));
-                cmds.push(c);
-                sent.push(Sent::Other);
-                days.insert(day);
-                deltas.push(Delta {
+                let d = Delta {
                     day,
                     key: name.to_string(),
                     plan,
                     partner,
-                    counts,
-                });
+                    counts: named(&counts),
+                };
+                ledger_commands(fleet, &d, &mut cmds, &mut sent);
+                days.insert(day);
+                deltas.push(d);
             }
         }
         for id in periods {
@@ -228,9 +219,9 @@ impl Rider for Keeper {
         let answers = match answers {
             Ok(a) if a.len() == flight.sent.len() => a,
             _ => {
-                // Nothing taken as applied: the ledger counts go back on their meters; the
-                // quota counts are sent again next tick (their total here has not moved).
-                put_back(&self.live.load().policy, &flight.deltas);
+                // Nothing taken as applied: the ledger counts are sent again next tick; so
+                // are the quota counts (their total here has not moved).
+                stash(&mut self.lock().unsent, flight.deltas);
                 return;
             }
         };
@@ -251,6 +242,26 @@ impl Rider for Keeper {
             }
         }
     }
+}
+
+/// The commands that add `d` to its day's hash.
+fn ledger_commands(fleet: &Fleet, d: &Delta, cmds: &mut Vec<redis::Cmd>, sent: &mut Vec<Sent>) {
+    let key = fleet.ledger_key(d.day);
+    let name = &d.key;
+    for &(col, n) in &d.counts {
+        let mut c = redis::cmd("HINCRBY");
+        c.arg(&key).arg(format!("{name}:{col}")).arg(n);
+        cmds.push(c);
+        sent.push(Sent::Other);
+    }
+    let mut c = redis::cmd("HSET");
+    c.arg(&key)
+        .arg(format!("{name}:plan"))
+        .arg(&d.plan)
+        .arg(format!("{name}:partner"))
+        .arg(d.partner.as_deref().unwrap_or(""));
+    cmds.push(c);
+    sent.push(Sent::Other);
 }
 
 /// The end (ms since the Unix epoch) of the period whose id is `id`.

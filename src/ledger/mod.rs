@@ -26,7 +26,7 @@ use pingora::services::background::BackgroundService;
 use crate::config::Period;
 use crate::limit::RateState;
 use crate::metering::{self, Column, PeriodAt, COLUMNS, UPSTREAM_COLUMNS};
-use crate::policy::{Code, Policy};
+use crate::policy::Code;
 use crate::runtime::live::{LivePolicy, Snapshot};
 use book::{Book, BookError, Delta, Row};
 
@@ -42,6 +42,9 @@ pub fn code_columns() -> impl Iterator<Item = Code> {
 struct Kept {
     /// Every meter allocated, with the quota word last kept.
     meters: Vec<(Arc<RateState>, (u32, u64))>,
+    /// Ledger counts taken from the meters that the store did not take (it failed): sent
+    /// again with the next pass, one entry per day and key however long the store fails.
+    unsent: Vec<Delta>,
     /// The last day whose old rows were dropped.
     pruned: u32,
 }
@@ -125,9 +128,6 @@ impl Keeper {
         let snap = self.live.load();
         let now_ms = snap.policy.metering.calendar.now_ms();
         let today = (now_ms / DAY_MS) as u32;
-        let mut quotas = Vec::new();
-        let mut deltas = Vec::new();
-        let mut exhausted = 0;
         let (day_id, month_id) = (
             PeriodAt::of(Period::Day, now_ms).id,
             PeriodAt::of(Period::Month, now_ms).id,
@@ -143,6 +143,9 @@ impl Keeper {
             self.live.metrics().set_quota_exhausted_keys(n);
             return Ok(());
         }
+        let mut quotas = Vec::new();
+        let mut deltas = std::mem::take(&mut kept.unsent);
+        let mut exhausted = 0;
         for (state, last) in &mut kept.meters {
             let Some(m) = state.meter.get() else {
                 continue;
@@ -196,8 +199,8 @@ impl Keeper {
                 Ok(())
             }
             Err(e) => {
-                // Not kept: the ledger counts go back on their meters for the next pass.
-                put_back(&snap.policy, &deltas);
+                // Not kept: the ledger counts wait for the next pass.
+                stash(&mut kept.unsent, deltas);
                 Err(e)
             }
         }
@@ -225,33 +228,32 @@ impl Keeper {
     }
 }
 
-/// Ledger counts that could not be kept, added back to their keys' meters.
-fn put_back(policy: &Policy, deltas: &[Delta]) {
+/// Keep `deltas` for the next pass, merged by day and key (so a long failure holds one entry
+/// per day and active key, not one per pass).
+fn stash(unsent: &mut Vec<Delta>, deltas: Vec<Delta>) {
+    let mut at: HashMap<(u32, String), usize> = unsent
+        .iter()
+        .enumerate()
+        .map(|(i, d)| ((d.day, d.key.clone()), i))
+        .collect();
     for d in deltas {
-        let Some(k) = policy.keys.find_by_name(&d.key) else {
-            continue;
-        };
-        let e = policy.keys.get(k);
-        let m = policy.metering.meter(&e.rate, &e.name);
-        for &(col, n) in &d.counts {
-            if let Some(c) = column_named(col) {
-                m.add(d.day, c, u32::try_from(n).unwrap_or(u32::MAX));
+        match at.get(&(d.day, d.key.clone())) {
+            Some(&i) => {
+                let into = &mut unsent[i];
+                into.plan = d.plan;
+                into.partner = d.partner;
+                for (col, n) in d.counts {
+                    match into.counts.iter_mut().find(|(c, _)| *c == col) {
+                        Some((_, m)) => *m += n,
+                        None => into.counts.push((col, n)),
+                    }
+                }
+            }
+            None => {
+                at.insert((d.day, d.key.clone()), unsent.len());
+                unsent.push(d);
             }
         }
-    }
-}
-
-/// The column named `name`.
-fn column_named(name: &str) -> Option<Column> {
-    match name {
-        "upstream_2xx" => Some(Column::Upstream2xx),
-        "upstream_4xx" => Some(Column::Upstream4xx),
-        "upstream_5xx" => Some(Column::Upstream5xx),
-        "upstream_failed" => Some(Column::UpstreamFailed),
-        n => Code::ALL
-            .iter()
-            .find(|c| c.as_str() == n)
-            .map(|&c| Column::Refused(c)),
     }
 }
 
@@ -308,29 +310,30 @@ fn who(snap: &Snapshot, w: u64, name: &str) -> (String, Option<String>) {
     }
 }
 
-/// The keeper's tick: the calendar every 100 ms, a pass every second, a last pass at
-/// shutdown.
+/// The keeper's tick: the calendar every 100 ms while anything is metered (every second
+/// otherwise: a quota set live on a config without any is a second late at most), a pass
+/// every second, a last pass at shutdown.
 pub struct KeeperTick(pub Arc<Keeper>);
 
 #[async_trait]
 impl BackgroundService for KeeperTick {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        let mut n: u32 = 0;
+        let mut last_pass = std::time::Instant::now();
         loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = shutdown.changed() => break,
-            }
             let live = &self.0.live;
-            live.load()
-                .policy
-                .metering
-                .calendar
-                .set(crate::clock::wall_ms());
-            n = n.wrapping_add(1);
-            if n % 10 == 0 {
+            let snap = live.load();
+            snap.policy.metering.calendar.set(crate::clock::wall_ms());
+            if last_pass.elapsed() >= Duration::from_secs(1) {
+                last_pass = std::time::Instant::now();
                 self.pass();
+            }
+            let metered = snap.policy.meters()
+                || live.with_overrides(|set| set.values().any(|o| o.quota.is_some()));
+            let step = Duration::from_millis(if metered { 100 } else { 1000 });
+            drop(snap);
+            tokio::select! {
+                _ = tokio::time::sleep(step) => {}
+                _ = shutdown.changed() => break,
             }
         }
         self.pass();
@@ -345,6 +348,64 @@ impl KeeperTick {
                 error = %e,
                 "quota and ledger counts not kept; trying again in 1 s"
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(day: u32, key: &str, counts: &[(&'static str, u64)]) -> Delta {
+        Delta {
+            day,
+            key: key.into(),
+            plan: "basic".into(),
+            partner: None,
+            counts: counts.to_vec(),
+        }
+    }
+
+    #[test]
+    fn counts_not_kept_wait_merged_by_day_and_key() {
+        let mut unsent = Vec::new();
+        for _ in 0..100 {
+            stash(
+                &mut unsent,
+                vec![
+                    delta(7, "a", &[("upstream_2xx", 2)]),
+                    delta(7, "b", &[("rate_limited", 1)]),
+                ],
+            );
+        }
+        stash(&mut unsent, vec![delta(8, "a", &[("upstream_5xx", 1)])]);
+        stash(&mut unsent, vec![delta(7, "a", &[("quota_exhausted", 3)])]);
+        assert_eq!(unsent.len(), 3, "one entry per day and key");
+        assert_eq!(
+            unsent[0].counts,
+            vec![("upstream_2xx", 200), ("quota_exhausted", 3)]
+        );
+        assert_eq!(unsent[1].counts, vec![("rate_limited", 100)]);
+        assert_eq!((unsent[2].day, unsent[2].key.as_str()), (8, "a"));
+    }
+
+    #[test]
+    fn every_count_has_a_column_name_the_ledger_shows_or_one_it_never_counts() {
+        let mut counts = [0u32; COLUMNS];
+        counts
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, c)| *c = i as u32 + 1);
+        let names = named(&counts);
+        assert_eq!(names.len(), COLUMNS);
+        let shown = crate::admin::ledger::header();
+        for (name, _) in &names {
+            let is_shown = shown.contains(name);
+            let never_a_keys = matches!(
+                *name,
+                "unauthorized" | "upstream_unavailable" | "upstream_timeout"
+            );
+            assert!(is_shown != never_a_keys, "{name}");
         }
     }
 }

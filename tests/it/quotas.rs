@@ -363,6 +363,29 @@ fn three_replicas_share_a_quota_and_sum_the_ledger_in_redis() {
                     == total
         });
     }
+    // What sharing cost Redis: the script calls (heartbeats and budgets: round trips) and the
+    // plain commands that rode with the heartbeats, per admitted request.
+    let calls: f64 = replicas
+        .iter()
+        .filter_map(|(_, _, a)| metric(&metrics_page(*a), "tollgate_cluster_redis_calls_total"))
+        .sum();
+    let stats = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port.to_string(), "INFO", "commandstats"])
+        .output()
+        .unwrap()
+        .stdout;
+    let stats = String::from_utf8_lossy(&stats);
+    let hincrby: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_hincrby:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0);
+    eprintln!(
+        "per admitted request: {:.2} script calls, {:.2} HINCRBY riding on heartbeats",
+        calls / admitted as f64,
+        hincrby as f64 / admitted as f64
+    );
+    assert!(hincrby > 0, "{stats}");
     // Redis holds names and counts, never a key or a digest.
     let mut keys = std::process::Command::new("redis-cli")
         .args([
