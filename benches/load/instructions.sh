@@ -10,6 +10,8 @@
 #                                                # the edge, auth-failure blocking, webhook guard,
 #                                                # usage counting, cluster, state.path)
 #   SETUPS="Gn" benches/load/instructions.sh      # Gn: Ga without cluster (Gnv: on the validated route)
+#   SETUPS="G Gq" benches/load/instructions.sh    # Gq: G with a monthly quota on the keys' plan and the
+#                                                # ledger on, kept in state.path (issue 26's cost)
 #   TOLLGATE=/tmp/tollgate-before SETUPS="G" benches/load/instructions.sh
 #                                                # count another build of the gateway (an A/B of a
 #                                                # tuning step: the binary of the commit before)
@@ -91,6 +93,12 @@ esac
 { cat "$TMP/tollgate.yaml"; sed -e "s|@STATE@|$TMP/state-gn.db|" "$HERE/all.yaml" |
   awk '/^cluster:/ { skip = 1; next } skip && /^[^ #]/ { skip = 0 } !skip'; } >"$TMP/tollgate-gn.yaml"
 
+# Gq: G with quotas and the ledger on (a quota no run reaches, so every request is charged).
+sed -e "s|^  $KEY_PLAN: {\(.*\) }\$|  $KEY_PLAN: {\1, quota: { requests: 1000000000, per: month } }|" \
+  "$TMP/tollgate.yaml" >"$TMP/tollgate-q.yaml"
+grep -q "quota: { requests: 1000000000" "$TMP/tollgate-q.yaml" || die "no $KEY_PLAN plan line to give a quota"
+printf 'ledger:\n  retention_days: 400\nstate:\n  path: "%s"\n' "$TMP/state-q.db" >>"$TMP/tollgate-q.yaml"
+
 # client.py PORT PATH BODY_FILE W N CTL: W warm-up requests, then `CTL on`, N requests, `CTL off`.
 cat > "$TMP/client.py" <<'EOF'
 import socket, subprocess, sys, time
@@ -158,14 +166,17 @@ for s in $SETUPS; do
       [ "$s" = Gav ] && route=send_group_event
       cmd=("$TOLLGATE" run --config "$TMP/tollgate-all.yaml" --conf "$HERE/pingora.yaml")
       port=$G_PORT ;;
+    Gq)
+      cmd=("$TOLLGATE" run --config "$TMP/tollgate-q.yaml" --conf "$HERE/pingora.yaml")
+      port=$G_PORT ;;
     Gn | Gnv)
       [ "$s" = Gnv ] && route=send_group_event
       cmd=("$TOLLGATE" run --config "$TMP/tollgate-gn.yaml" --conf "$HERE/pingora.yaml")
       port=$G_PORT ;;
-    *) die "unknown setup $s (P0, P0v, G, Gv, Gc, Gn, Gnv, Ga, Gav)" ;;
+    *) die "unknown setup $s (P0, P0v, G, Gv, Gc, Gn, Gnv, Gq, Ga, Gav)" ;;
   esac
   threads=no
-  case $s in Gc | Ga | Gav) threads=yes ;; esac  # one dump per thread: the request path apart from the sync
+  case $s in Gc | Gq | Ga | Gav) threads=yes ;; esac  # one dump per thread: the request path apart from the sync
   TOLLGATE_LOG=warn valgrind --tool=callgrind --instr-atstart=no --separate-threads="$threads" \
     --callgrind-out-file="$OUT/callgrind.$s.%p" "${cmd[@]}" >"$OUT/$s.out" 2>&1 &
   pid=$!
@@ -192,6 +203,6 @@ for s in $SETUPS; do
   ((path > 0)) || die "no request-path thread in the $s dumps (see $OUT/$s.out)"
   printf '| %s | %s | %s |\n' "$s" "$route" "$(((path + sync) / N))"
   printf '| %s, the request path (the proxy threads) | %s | %s |\n' "$s" "$route" "$((path / N))"
-  printf '| %s, the exchange with Redis (the other threads) | %s | %s |\n' "$s" "$route" "$((sync / N))"
+  printf '| %s, the other threads (the exchange with Redis, the quota and ledger keeper) | %s | %s |\n' "$s" "$route" "$((sync / N))"
 done
 log "callgrind files and top functions in $OUT"

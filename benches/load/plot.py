@@ -16,10 +16,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-SETUP_ORDER = ["D", "N1", "P0", "G", "Gn", "Ga", "G-log"]
+SETUP_ORDER = ["D", "N1", "P0", "G", "Gq", "Gn", "Ga", "G-log"]
 ROUTES = [("send_message", "sendMessage"), ("send_group_event", "sendGroup event")]
 NAMES = {
     ("G", "send_group_event"): "Gv",
+    ("Gq", "send_group_event"): "Gqv",
     ("Gn", "send_group_event"): "Gnv",
     ("Ga", "send_group_event"): "Gav",
     ("G-log", "send_group_event"): "Gv-log",

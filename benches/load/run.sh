@@ -16,6 +16,8 @@
 #          redis-server this script starts on the load CPU, `state.path`
 #   Gn     Ga without `cluster:` (every part-two feature but shared budgets): Ga - Gn is what
 #          sharing budgets through Redis costs, Gn - G the rest of part two
+#   Gq     G with quotas and the ledger on (a monthly quota on the keys' plan that no run reaches,
+#          `ledger:`, `state.path`): Gq - G is what issue 26's counting costs
 #   G-log  G with TOLLGATE_LOG=info: one access line per request, to a file (1 repetition)
 # Routes: send_message = POST /v2/sendMessage/ (forwarded as is: "G"), send_group_event =
 # POST /v2/sendGroup with a group-event body Tollgate parses and checks ("Gv").
@@ -133,6 +135,16 @@ case " $SETUPS " in
     grep -q '^cluster:' "$TMP/tollgate-gn.yaml" && die "Gn's config still has a cluster block" ;;
 esac
 case " $SETUPS " in
+  *" Gq "*)
+    # Gq: the keys' plan (pro) with a quota no run reaches, the ledger on, kept in state.path.
+    sed -e 's|^  pro: {\(.*\) }$|  pro: {\1, quota: { requests: 1000000000, per: month } }|' \
+      "$TMP/tollgate.yaml" >"$TMP/tollgate-q.yaml"
+    printf 'ledger:\n  retention_days: 400\nstate:\n  path: "%s"\n' "$TMP/state-q.db" >>"$TMP/tollgate-q.yaml"
+    grep -q 'quota: { requests: 1000000000' "$TMP/tollgate-q.yaml" || die "Gq: no pro plan line"
+    "$TMP/tollgate" check --config "$TMP/tollgate-q.yaml" > "$OUT/logs/tollgate-q-check.txt" \
+      || die "generated Gq config refused: see $OUT/logs/tollgate-q-check.txt" ;;
+esac
+case " $SETUPS " in
   *" Ga "*)
     # The shared budgets' Redis, on the load CPU (in a fleet it is another machine).
     R_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -179,11 +191,12 @@ start_setup() { # setup
       taskset -c "$PROXY_CPU" "$TMP/p0" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1 \
         >"$OUT/logs/p0.out" 2>&1 &
       CUR_PID=$!; CUR_PORT=$P0_PORT; CUR_SIG=INT ;;
-    G | G-log | Ga | Gn)
+    G | G-log | Ga | Gn | Gq)
       local level=warn dest="$OUT/logs/g.out" config="$TMP/tollgate.yaml"
       if [ "$s" = G-log ]; then level=info; dest="$TMP/g-access.log"; fi
       if [ "$s" = Ga ]; then dest="$OUT/logs/ga.out"; config="$TMP/tollgate-all.yaml"; fi
       if [ "$s" = Gn ]; then dest="$OUT/logs/gn.out"; config="$TMP/tollgate-gn.yaml"; fi
+      if [ "$s" = Gq ]; then dest="$OUT/logs/gq.out"; config="$TMP/tollgate-q.yaml"; fi
       TOLLGATE_LOG=$level taskset -c "$PROXY_CPU" "$TMP/tollgate" run \
         --config "$config" --conf "$HERE/pingora.yaml" >>"$dest" 2>&1 &
       CUR_PID=$!; CUR_PORT=$G_PORT; CUR_SIG=INT ;;
@@ -191,7 +204,7 @@ start_setup() { # setup
   esac
   PIDS+=("$CUR_PID")
   wait_port "$CUR_PORT"
-  case $s in G | G-log | Ga | Gn) wait_ready "$G_ADMIN_PORT" ;; esac
+  case $s in G | G-log | Ga | Gn | Gq) wait_ready "$G_ADMIN_PORT" ;; esac
 }
 stop_setup() {
   if [ "$CUR_PID" != "$UP_PID" ]; then

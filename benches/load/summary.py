@@ -16,7 +16,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-SETUP_ORDER = ["D", "N1", "P0", "G", "Gn", "Ga", "G-log"]
+SETUP_ORDER = ["D", "N1", "P0", "G", "Gq", "Gn", "Ga", "G-log"]
 ROUTE_ORDER = ["send_message", "send_group_event"]
 ROUTE_TEXT = {
     "send_message": "POST /v2/sendMessage/",
@@ -28,6 +28,8 @@ ROW_NAME = {
     ("G", "send_group_event"): "Gv",
     ("Ga", "send_message"): "Ga",
     ("Ga", "send_group_event"): "Gav",
+    ("Gq", "send_message"): "Gq",
+    ("Gq", "send_group_event"): "Gqv",
     ("Gn", "send_message"): "Gn",
     ("Gn", "send_group_event"): "Gnv",
     ("G-log", "send_message"): "G-log",

@@ -249,6 +249,9 @@ struct Sample {
     /// ns per `KeyTable::lookup` of a present digest, and of an absent one, in random order.
     hit_ns: f64,
     miss_ns: f64,
+    /// Heap bytes per key once every key is active: a quota charged and a ledger count made
+    /// (its meter allocated: `crates/core/src/metering.rs`).
+    meter_b: f64,
 }
 
 impl Sample {
@@ -258,9 +261,10 @@ impl Sample {
 
     fn encode(&self) -> String {
         format!(
-            "rss_before={} load={} build={} rss_after={} hwm={} heap={} heap_peak={} allocs={} reload={} hwm_reload={} hit_ns={} miss_ns={}",
+            "rss_before={} load={} build={} rss_after={} hwm={} heap={} heap_peak={} allocs={} reload={} hwm_reload={} hit_ns={} miss_ns={} meter_b={}",
             self.rss_before, self.load, self.build, self.rss_after, self.hwm, self.heap,
-            self.heap_peak, self.allocs, self.reload, self.hwm_reload, self.hit_ns, self.miss_ns
+            self.heap_peak, self.allocs, self.reload, self.hwm_reload, self.hit_ns, self.miss_ns,
+            self.meter_b
         )
     }
 
@@ -281,6 +285,7 @@ impl Sample {
                 "hwm_reload" => s.hwm_reload = v.parse().ok()?,
                 "hit_ns" => s.hit_ns = v.parse().ok()?,
                 "miss_ns" => s.miss_ns = v.parse().ok()?,
+                "meter_b" => s.meter_b = v.parse().ok()?,
                 _ => {}
             }
         }
@@ -311,6 +316,7 @@ fn measure(path: &Path, n: usize) -> Sample {
     drop(policy);
     let (_, hwm_reload) = rss();
     let (hit_ns, miss_ns) = lookups(&again, n);
+    let meter_b = meters(&again, n);
 
     Sample {
         rss_before,
@@ -325,7 +331,28 @@ fn measure(path: &Path, n: usize) -> Sample {
         hwm_reload,
         hit_ns,
         miss_ns,
+        meter_b,
     }
+}
+
+/// Heap bytes per key for the meters of `n` active keys: each key charged to a quota and
+/// counted in the ledger once (what the first metered request of a key allocates).
+fn meters(policy: &Policy, n: usize) -> f64 {
+    if n == 0 {
+        return 0.0;
+    }
+    let before = LIVE.load(Ordering::Relaxed);
+    let period = tollgate_core::metering::PeriodAt::of(tollgate_core::config::Period::Month, 0);
+    for (_, e) in policy.keys.iter() {
+        let m = policy.metering.meter(&e.rate, &e.name);
+        let _ = m.charge(1_000, &period);
+        m.count(0, tollgate_core::metering::Column::Upstream2xx, 1);
+    }
+    // The registry holds each meter's state until the keeper takes it: not part of the cost.
+    let taken = policy.metering.take_new();
+    let grown = LIVE.load(Ordering::Relaxed).saturating_sub(before);
+    drop(taken);
+    grown as f64 / n as f64
 }
 
 /// ns per lookup of digests of present keys (or partners, for N = 0) and of absent ones, in a
@@ -522,13 +549,13 @@ fn main() {
 
     let base = rows.iter().find(|r| r.0 == 0).map(|r| r.2.clone());
     println!(
-        "| keys | file | load (parse + validate) | build (key table) | total | RSS after | peak RSS | B/key (RSS) | heap B/key | allocs/key | reload (load + carry-over build) | peak RSS in reload | lookup hit / miss |"
+        "| keys | file | load (parse + validate) | build (key table) | total | RSS after | peak RSS | B/key (RSS) | heap B/key | allocs/key | reload (load + carry-over build) | peak RSS in reload | lookup hit / miss | heap B/active key (meter) |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (n, size, s) in &rows {
         let (rss_b, heap_b) = base.as_ref().map_or((0, 0), |b| (b.rss_after, b.heap));
         println!(
-            "| {n} | {:.1} MB | {:.3} s | {:.3} s | {:.3} s | {} MiB | {} MiB | {} | {} | {} | {:.3} s | {} MiB | {:.0} / {:.0} ns |",
+            "| {n} | {:.1} MB | {:.3} s | {:.3} s | {:.3} s | {} MiB | {} MiB | {} | {} | {} | {:.3} s | {} MiB | {:.0} / {:.0} ns | {:.0} |",
             *size as f64 / 1e6,
             s.load,
             s.build,
@@ -542,6 +569,7 @@ fn main() {
             mib(s.hwm_reload),
             s.hit_ns,
             s.miss_ns,
+            s.meter_b,
         );
     }
     println!();
