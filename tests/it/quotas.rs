@@ -85,14 +85,13 @@ fn a_monthly_quota_refuses_after_its_last_unit_with_both_policies_in_the_fields(
     // Another key on the plan has its own count.
     assert_eq!(send(&gw, "acme-customer-key").status, 200);
     let a = gw.config.process.admin_listen;
-    let page = metrics_page(a);
-    assert_eq!(
+    // Recorded once the answer is sent (the logging phase).
+    eventually("the refusal in the metrics", || {
         metric(
-            &page,
-            r#"tollgate_requests_total{outcome="quota_exhausted",plan="basic",route="send_message"}"#
-        ),
-        Some(1.0)
-    );
+            &metrics_page(a),
+            r#"tollgate_requests_total{outcome="quota_exhausted",plan="basic",route="send_message"}"#,
+        ) == Some(1.0)
+    });
     let k = admin(a, "GET", "/api/keys/basic-1").json();
     assert_eq!(
         (
@@ -170,15 +169,20 @@ fn counts_outlive_a_kill_and_the_ledger_matches_the_metrics() {
     assert_eq!(post(listen, "basic-key-1", SEND, GOOD).status, 429);
     let hook = post(listen, "basic-key-1", "/v2/settings/webhook/set", "{}");
     assert_eq!(hook.status, 403);
-    let page = metrics_page(a);
     let total = |plan: &str| -> f64 {
-        page.lines()
+        metrics_page(a)
+            .lines()
             .filter(|l| {
                 l.starts_with("tollgate_requests_total{") && l.contains(&format!("plan=\"{plan}\""))
             })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     };
+    // A request is recorded after its answer is sent (the logging phase): the metrics show
+    // every one first, and the ledger counts each before its metrics do.
+    eventually("every request in the metrics", || {
+        total("basic") == 4.0 && total("standard") == 3.0
+    });
     // The ledger, asked now, holds every request made until now.
     let day = today();
     let rows = ledger(a, &format!("?from={day}&to={day}"))["rows"].clone();
@@ -351,9 +355,10 @@ fn three_replicas_share_a_quota_and_sum_the_ledger_in_redis() {
             })
             .sum()
     };
-    let total = fleet_total();
     for (_, _, a) in &replicas {
         eventually("the ledger holds every replica's counts", || {
+            // Read each time: a request is recorded after its answer is sent.
+            let total = fleet_total();
             let rows = ledger(*a, "?key=basic-1")["rows"].clone();
             let Some(r) = rows.as_array().and_then(|r| r.first()).cloned() else {
                 return false;
