@@ -4,7 +4,7 @@
 //! **Where the counts live.** A key's [`Meter`] hangs off its rate state
 //! ([`RateState::meter`]), which a reload carries over for the keys that remain: allocated on
 //! the key's first metered request and handed once to the process's [`Metering`] registry,
-//! which a background task reads ([`Metering::take`]) to keep the counts and to share them.
+//! which a background task reads ([`Metering::take_new`]) to keep the counts and to share them.
 //! So memory grows with the keys that were active, not with the keys configured.
 //!
 //! **The quota's count** is one word: the period's id (24 bits: `per` and the day or month
