@@ -24,9 +24,8 @@ use std::sync::Mutex;
 use redis::Value;
 
 use super::book::{BookError, Delta, Row};
-use super::{named, stash, who, Keeper, DAY_MS};
+use super::{named, stash, who, Keeper, Today, DAY_MS};
 use crate::config::{Cluster, Period};
-use crate::metering::PeriodAt;
 use crate::redis::{Client, StoreError};
 use crate::shared::Rider;
 
@@ -134,11 +133,11 @@ impl Rider for Keeper {
         self.take_new(&mut kept, false);
         let snap = self.live.load();
         let now_ms = snap.policy.metering.calendar.now_ms();
-        let today = (now_ms / DAY_MS) as u32;
-        let (day_id, month_id) = (
-            PeriodAt::of(Period::Day, now_ms).id,
-            PeriodAt::of(Period::Month, now_ms).id,
-        );
+        let Today {
+            today,
+            day_id,
+            month_id,
+        } = Today::of(&snap);
         let mut cmds = Vec::new();
         let mut sent = Vec::new();
         // What an earlier exchange did not take goes first, as it was.
@@ -281,6 +280,7 @@ fn period_end(per: Period, id: u32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metering::PeriodAt;
 
     #[test]
     fn a_period_id_names_its_end() {

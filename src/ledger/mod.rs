@@ -37,6 +37,25 @@ pub fn code_columns() -> impl Iterator<Item = Code> {
     Code::ALL.iter().copied().filter(|&c| Column::shown(c))
 }
 
+/// The calendar as a pass reads it: today's UTC day number, and the ids of the day's and
+/// the month's periods.
+struct Today {
+    today: u32,
+    day_id: u32,
+    month_id: u32,
+}
+
+impl Today {
+    fn of(snap: &Snapshot) -> Self {
+        let now_ms = snap.policy.metering.calendar.now_ms();
+        Self {
+            today: (now_ms / DAY_MS) as u32,
+            day_id: PeriodAt::of(Period::Day, now_ms).id,
+            month_id: PeriodAt::of(Period::Month, now_ms).id,
+        }
+    }
+}
+
 /// What the keeper remembers between passes.
 #[derive(Default)]
 struct Kept {
@@ -126,12 +145,11 @@ impl Keeper {
         let mut kept = self.lock();
         self.take_new(&mut kept, false);
         let snap = self.live.load();
-        let now_ms = snap.policy.metering.calendar.now_ms();
-        let today = (now_ms / DAY_MS) as u32;
-        let (day_id, month_id) = (
-            PeriodAt::of(Period::Day, now_ms).id,
-            PeriodAt::of(Period::Month, now_ms).id,
-        );
+        let Today {
+            today,
+            day_id,
+            month_id,
+        } = Today::of(&snap);
         if self.fleet.is_some() {
             // The counts ride on the budgets' exchange ([`fleet`]); only the gauge here.
             let n = kept

@@ -227,9 +227,16 @@ fn the_leaked_key_example_does_what_it_prints() {
         .status,
         200
     );
+    run_operations_example(&gw, "### Revoking a leaked key");
+}
+
+/// Run the sh block after `heading` in docs/operations.md against `gw` (its ports in place of
+/// the defaults, `$ADMIN_TOKEN` set to `the-admin-token`): each command prints what the
+/// comment under it says.
+fn run_operations_example(gw: &Gateway, heading: &str) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(".curlrc"), "max-time = 10\n").unwrap();
-    let written = block("docs/operations.md", "### Revoking a leaked key");
+    let written = block("docs/operations.md", heading);
     let script = written
         .replace(
             "127.0.0.1:9091",
@@ -242,7 +249,6 @@ fn the_leaked_key_example_does_what_it_prints() {
         &[("ADMIN_TOKEN", "the-admin-token")],
         Duration::from_secs(60),
     );
-    // Each command prints what the comment under it says.
     let shown: Vec<&str> = written
         .lines()
         .filter_map(|l| l.strip_prefix("# "))
@@ -264,27 +270,7 @@ fn the_quota_and_ledger_example_does_what_it_prints() {
             .ledger(400)
             .admin_token("the-admin-token"),
     );
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(".curlrc"), "max-time = 10\n").unwrap();
-    let written = block("docs/operations.md", "### A key's quota and its ledger");
-    let script = written
-        .replace(
-            "127.0.0.1:9091",
-            &gw.config.process.admin_listen.to_string(),
-        )
-        .replace("127.0.0.1:8080", &gw.addr.to_string());
-    let out = bash(
-        dir.path(),
-        &script,
-        &[("ADMIN_TOKEN", "the-admin-token")],
-        Duration::from_secs(60),
-    );
-    let shown: Vec<&str> = written
-        .lines()
-        .filter_map(|l| l.strip_prefix("# "))
-        .collect();
-    let printed: Vec<&str> = out.lines().collect();
-    assert_eq!(printed, shown, "{out}");
+    run_operations_example(&gw, "### A key's quota and its ledger");
 }
 
 /// `curl` commands in a doc: lines of its code blocks that run curl, and inline spans that
