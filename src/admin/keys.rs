@@ -111,8 +111,16 @@ fn parse_action(segment: &str, method: &Method, body: &[u8]) -> Result<Action, R
             let requests = v
                 .get("requests")
                 .and_then(Value::as_u64)
-                .filter(|&n| n >= 1)
-                .ok_or_else(|| invalid("/requests", "is required: an integer of at least 1"))?;
+                .filter(|&n| (1..=crate::config::MAX_QUOTA_REQUESTS).contains(&n))
+                .ok_or_else(|| {
+                    invalid(
+                        "/requests",
+                        &format!(
+                            "is required: an integer from 1 to {}, as a plan's",
+                            crate::config::MAX_QUOTA_REQUESTS
+                        ),
+                    )
+                })?;
             let per = match v.get("per").and_then(Value::as_str) {
                 Some("day") => Period::Day,
                 Some("month") => Period::Month,

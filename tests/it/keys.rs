@@ -200,6 +200,19 @@ fn a_key_of_its_own_limit_and_quota_set_live_and_taken_back() {
         r#"{"requests":1000,"per":"week"}"#,
     );
     assert_eq!(r.json()["errors"][0]["pointer"], "/per");
+    for body in [
+        r#"{"requests":0,"per":"day"}"#,
+        r#"{"requests":1000000000001,"per":"day"}"#,
+        r#"{"requests":18446744073709551615,"per":"day"}"#,
+    ] {
+        let r = admin_json(a, "PUT", "/api/keys/pro-1/quota", body);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid_body"),
+            "{body}"
+        );
+        assert_eq!(r.json()["errors"][0]["pointer"], "/requests");
+    }
     let r = admin_json(
         a,
         "PUT",

@@ -536,7 +536,8 @@ pub struct QuotaState {
 /// 2 a month), 0 for none.
 pub fn pack_quota(q: Option<QuotaSpec>) -> u64 {
     q.map_or(0, |q| {
-        (q.requests << 2)
+        // The config and the admin API keep a quota within `MAX_QUOTA_REQUESTS`.
+        (q.requests.min(crate::config::MAX_QUOTA_REQUESTS) << 2)
             | match q.per {
                 Period::Day => 1,
                 Period::Month => 2,
