@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableTable, TableDefinition};
+
+use crate::overrides::disk::read_table;
 use serde::{Deserialize, Serialize};
 
 const QUOTA: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("quota_used");
@@ -86,11 +88,8 @@ impl Book {
                 .map(|(k, &(id, n))| (k.clone(), id, n))
                 .collect()),
             Book::Disk(db) => {
-                let txn = db.begin_read().map_err(err)?;
-                let table = match txn.open_table(QUOTA) {
-                    Ok(t) => t,
-                    Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-                    Err(e) => return Err(err(e)),
+                let Some(table) = read_table(&**db, QUOTA).map_err(err)? else {
+                    return Ok(Vec::new());
                 };
                 let mut out = Vec::new();
                 for row in table.iter().map_err(err)? {
@@ -177,11 +176,8 @@ impl Book {
                 .map(|((day, k), r)| (*day, k.clone(), r.clone()))
                 .collect()),
             Book::Disk(db) => {
-                let txn = db.begin_read().map_err(err)?;
-                let table = match txn.open_table(LEDGER) {
-                    Ok(t) => t,
-                    Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-                    Err(e) => return Err(err(e)),
+                let Some(table) = read_table(&**db, LEDGER).map_err(err)? else {
+                    return Ok(Vec::new());
                 };
                 let (lo, hi) = (from.to_be_bytes(), to.saturating_add(1).to_be_bytes());
                 let mut out = Vec::new();

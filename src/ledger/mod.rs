@@ -25,12 +25,10 @@ use pingora::services::background::BackgroundService;
 
 use crate::config::Period;
 use crate::limit::RateState;
-use crate::metering::{self, Column, PeriodAt, COLUMNS, UPSTREAM_COLUMNS};
+use crate::metering::{self, day_of, Column, PeriodAt, COLUMNS, DAY_MS, UPSTREAM_COLUMNS};
 use crate::policy::Code;
 use crate::runtime::live::{LivePolicy, Snapshot};
 use book::{Book, BookError, Delta, Row};
-
-const DAY_MS: u64 = 86_400_000;
 
 /// The ledger's columns after the upstream ones: the refusal codes it shows.
 pub fn code_columns() -> impl Iterator<Item = Code> {
@@ -49,7 +47,7 @@ impl Today {
     fn of(snap: &Snapshot) -> Self {
         let now_ms = snap.policy.metering.calendar.now_ms();
         Self {
-            today: (now_ms / DAY_MS) as u32,
+            today: day_of(now_ms),
             day_id: PeriodAt::of(Period::Day, now_ms).id,
             month_id: PeriodAt::of(Period::Month, now_ms).id,
         }
@@ -242,7 +240,7 @@ impl Keeper {
 
     /// Today, as the metering's calendar has it (a UTC day number).
     pub fn today(&self) -> u32 {
-        (self.live.load().policy.metering.calendar.now_ms() / DAY_MS) as u32
+        day_of(self.live.load().policy.metering.calendar.now_ms())
     }
 }
 

@@ -55,13 +55,23 @@ pub fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, DiskError> 
         })
 }
 
+/// The table `def` of `db` to read, or `None` when nothing was ever written to it (the
+/// overrides' and the ledger's tables alike).
+pub fn read_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    db: &impl ReadableDatabase,
+    def: TableDefinition<'_, K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>, redb::Error> {
+    match db.begin_read()?.open_table(def) {
+        Ok(t) => Ok(Some(t)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Every override in the file.
 pub fn read_all(db: &impl ReadableDatabase) -> Result<Overrides, DiskError> {
-    let txn = db.begin_read().map_err(store)?;
-    let table = match txn.open_table(TABLE) {
-        Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Overrides::new()),
-        Err(e) => return Err(store(e)),
+    let Some(table) = read_table(db, TABLE).map_err(store)? else {
+        return Ok(Overrides::new());
     };
     let mut set = Overrides::new();
     for row in table.iter().map_err(store)? {

@@ -104,7 +104,7 @@ impl Ctx {
         let policy = &s.policy;
         let entry = policy.keys.get(k);
         let who = metering::who(s.generation as u32, plan, partner, partner_key);
-        let day = (policy.metering.calendar.now_ms() / 86_400_000) as u32;
+        let day = metering::day_of(policy.metering.calendar.now_ms());
         policy
             .metering
             .meter(&entry.rate, &entry.name)

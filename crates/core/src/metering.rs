@@ -29,7 +29,14 @@ use crate::config::{Period, QuotaSpec};
 use crate::limit::RateState;
 use crate::policy::Code;
 
-const DAY_MS: u64 = 86_400_000;
+/// A UTC day, in ms.
+pub const DAY_MS: u64 = 86_400_000;
+
+/// The UTC day number (days since 1970-01-01) of `ms` since the Unix epoch.
+#[inline]
+pub fn day_of(ms: u64) -> u32 {
+    (ms / DAY_MS) as u32
+}
 /// The count's bits in the quota word; the period id is above them.
 const COUNT_BITS: u32 = 40;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
