@@ -272,21 +272,23 @@ fn counts_outlive_a_kill_and_the_ledger_matches_the_metrics() {
         (r.status, r.json()["code"].as_str()),
         (429, Some("quota_exhausted"))
     );
-    let rows = ledger(a, "")["rows"].clone();
-    let standard = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["key"] == "standard-1")
-        .unwrap()
-        .clone();
-    assert_eq!(
+    // The refusal is counted in the logging phase, after the answer: wait for it, bounded.
+    let counts = || {
+        let rows = ledger(a, "")["rows"].clone();
+        let standard = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == "standard-1")
+            .unwrap()
+            .clone();
         (
             standard["forwarded"].as_u64(),
-            standard["quota_exhausted"].as_u64()
-        ),
-        (Some(5), Some(1))
-    );
+            standard["quota_exhausted"].as_u64(),
+        )
+    };
+    eventually("the refusal in the ledger", || counts().1 == Some(1));
+    assert_eq!(counts(), (Some(5), Some(1)));
 }
 
 /// Three replicas sharing quotas and the ledger through one Redis: the fleet admits the quota
