@@ -69,4 +69,5 @@ pub mod redis;
 pub mod runtime;
 pub mod server;
 pub mod shared;
+pub mod state;
 pub mod top;

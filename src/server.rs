@@ -158,7 +158,7 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     let live = Arc::new(LivePolicy::with_store(config, metrics, store, kept)?);
     live.forget_with(Arc::clone(&overrides) as Arc<dyn crate::runtime::live::Forget>);
     let keeper = Arc::new(
-        crate::ledger::Keeper::open(overrides.database(), Arc::clone(&live)).map_err(|e| {
+        crate::ledger::Keeper::open(overrides.state_file(), Arc::clone(&live)).map_err(|e| {
             SetupError::State {
                 file: live.path().to_path_buf(),
                 message: e.to_string(),

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `GET /metrics` | 200, Prometheus text format (see [`crate::runtime::metrics`]) |
 //! | `GET /healthz` | 200 `ok` while the process runs (liveness) |
-//! | `GET /readyz` | 200 `ready` once the gateway listener accepts connections; 503 while starting or draining (and 200 `upgrading` while handing over to a new process, which serves the same sockets; 200 `degraded` while the `cluster` store is unreachable and each replica enforces `limit / N` alone) |
+//! | `GET /readyz` | 200 `ready` once the gateway listener accepts connections; 503 while starting or draining (and 200 `upgrading` while handing over to a new process, which serves the same sockets; 200 `degraded` while the `cluster` store is unreachable and each replica enforces `limit / N` alone, or while the disk under `state.path` fails its writes) |
 //! | `POST /reload` | 200 and a JSON summary when the new config is in force; 422 problem+json with file, line, field and reason when it was refused (the old config keeps serving) |
 //! | `GET /api/overrides` | 200, `{"overrides": [...]}`: the partner upgrades in force (key name, plan, the plan it replaced, partner, when) |
 //! | `DELETE /api/overrides/{key name}` | 204: the key is back on its YAML plan, everywhere the overrides are kept; 404 problem+json when it had no override |
@@ -72,6 +72,13 @@ pub struct Admin {
 const PAGE: &str = include_str!("page.html");
 
 impl Admin {
+    /// Serving, but short of a store: the `cluster` store is unreachable, or the disk under
+    /// `state.path` fails its writes.
+    fn degraded(&self) -> bool {
+        self.cluster.as_ref().is_some_and(|c| !c.is_up())
+            || self.overrides.state_file().is_some_and(|f| f.is_failing())
+    }
+
     /// The answer to `method path`, without I/O (the HTTP layer is in `response`).
     pub fn answer(&self, method: &Method, path: &str, query: Option<&str>) -> Response<Vec<u8>> {
         let get = method == Method::GET || method == Method::HEAD;
@@ -107,8 +114,9 @@ impl Admin {
             ),
             "/healthz" => text(StatusCode::OK, "ok\n"),
             "/readyz" => match self.health.readiness() {
-                Readiness::Ready if self.cluster.as_ref().is_some_and(|c| !c.is_up()) => {
-                    // Serving, each replica on limit / N: still in rotation.
+                Readiness::Ready if self.degraded() => {
+                    // Serving (each replica on limit / N, or keeping counts in memory): still
+                    // in rotation.
                     text(StatusCode::OK, "degraded\n")
                 }
                 Readiness::Ready => text(StatusCode::OK, "ready\n"),

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use redb::{ReadableTable, TableDefinition};
 
 use crate::overrides::disk::read_table;
+use crate::state::StateFile;
 use serde::{Deserialize, Serialize};
 
 const QUOTA: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("quota_used");
@@ -48,7 +49,7 @@ fn err(e: impl std::fmt::Display) -> BookError {
 /// The store.
 pub enum Book {
     Memory(Mutex<Memory>),
-    Disk(Arc<redb::Database>),
+    Disk(Arc<StateFile>),
 }
 
 /// The book in memory (no `state.path`): lost with the process.
@@ -87,8 +88,8 @@ impl Book {
                 .iter()
                 .map(|(k, &(id, n))| (k.clone(), id, n))
                 .collect()),
-            Book::Disk(db) => {
-                let Some(table) = read_table(&**db, QUOTA).map_err(err)? else {
+            Book::Disk(file) => file.run(|db| {
+                let Some(table) = read_table(db, QUOTA).map_err(err)? else {
                     return Ok(Vec::new());
                 };
                 let mut out = Vec::new();
@@ -102,7 +103,7 @@ impl Book {
                     }
                 }
                 Ok(out)
-            }
+            }),
         }
     }
 
@@ -128,7 +129,7 @@ impl Book {
                 }
                 Ok(())
             }
-            Book::Disk(db) => {
+            Book::Disk(file) => file.run(|db| {
                 let txn = db.begin_write().map_err(err)?;
                 {
                     let mut q = txn.open_table(QUOTA).map_err(err)?;
@@ -155,7 +156,7 @@ impl Book {
                     }
                 }
                 txn.commit().map_err(err)
-            }
+            }),
         }
     }
 
@@ -175,8 +176,8 @@ impl Book {
                 .filter(|((_, k), _)| wanted(k))
                 .map(|((day, k), r)| (*day, k.clone(), r.clone()))
                 .collect()),
-            Book::Disk(db) => {
-                let Some(table) = read_table(&**db, LEDGER).map_err(err)? else {
+            Book::Disk(file) => file.run(|db| {
+                let Some(table) = read_table(db, LEDGER).map_err(err)? else {
                     return Ok(Vec::new());
                 };
                 let (lo, hi) = (from.to_be_bytes(), to.saturating_add(1).to_be_bytes());
@@ -194,7 +195,7 @@ impl Book {
                     }
                 }
                 Ok(out)
-            }
+            }),
         }
     }
 }
@@ -219,11 +220,8 @@ mod tests {
 
     fn both() -> (Vec<Book>, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        let db = crate::overrides::disk::open(&dir.path().join("state.db")).unwrap();
-        (
-            vec![Book::Memory(Mutex::default()), Book::Disk(Arc::new(db))],
-            dir,
-        )
+        let file = StateFile::open(&dir.path().join("state.db")).unwrap();
+        (vec![Book::Memory(Mutex::default()), Book::Disk(file)], dir)
     }
 
     #[test]

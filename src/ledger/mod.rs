@@ -28,6 +28,7 @@ use crate::limit::RateState;
 use crate::metering::{self, day_of, Column, PeriodAt, COLUMNS, DAY_MS, UPSTREAM_COLUMNS};
 use crate::policy::Code;
 use crate::runtime::live::{LivePolicy, Snapshot};
+use crate::state::StateFile;
 use book::{Book, BookError, Delta, Row};
 
 /// The ledger's columns after the upstream ones: the refusal codes it shows.
@@ -74,15 +75,18 @@ pub struct Keeper {
     /// read from there.
     fleet: Option<fleet::Fleet>,
     kept: Mutex<Kept>,
+    /// The `state.path` file (the book's, or the overrides' copy with `cluster`): probed each
+    /// pass while its disk fails.
+    file: Option<Arc<StateFile>>,
 }
 
 impl Keeper {
     /// A keeper writing to `db` (the `state.path` file), or to memory; the quota counts it
     /// holds are put back on the keys of the config in force.
-    pub fn open(db: Option<Arc<redb::Database>>, live: Arc<LivePolicy>) -> Result<Self, BookError> {
+    pub fn open(file: Option<Arc<StateFile>>, live: Arc<LivePolicy>) -> Result<Self, BookError> {
         let cluster = live.load().policy.config.process.cluster.clone();
-        let book = match db {
-            Some(db) if cluster.is_none() => Book::Disk(db),
+        let book = match &file {
+            Some(file) if cluster.is_none() => Book::Disk(Arc::clone(file)),
             _ => Book::Memory(Mutex::default()),
         };
         let keeper = Self {
@@ -90,6 +94,7 @@ impl Keeper {
             book,
             fleet: cluster.map(fleet::Fleet::new),
             kept: Mutex::default(),
+            file,
         };
         if keeper.fleet.is_none() {
             // With `cluster`, the fleet's counts are in Redis: the first exchange brings them.
@@ -358,6 +363,9 @@ impl BackgroundService for KeeperTick {
 
 impl KeeperTick {
     fn pass(&self) {
+        if let Some(file) = &self.0.file {
+            file.probe();
+        }
         if let Err(e) = self.0.keep() {
             tracing::warn!(
                 target: "tollgate::ledger",

@@ -24,6 +24,9 @@ pub enum DiskError {
         path: String,
         source: Box<redb::DatabaseError>,
     },
+    /// Opened, but a write fails (a full disk, a read-only filesystem).
+    #[error("{path}: cannot be written: {message}")]
+    Unwritable { path: String, message: String },
     #[error("{0}")]
     Store(Box<dyn std::error::Error + Send + Sync>),
 }

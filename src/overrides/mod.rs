@@ -37,16 +37,17 @@ use crate::policy::keys::{Found, KeyIdx};
 use crate::policy::overrides::{Action, ChangeRefused, Drop, Override, Overrides, Part, Upgrade};
 use crate::policy::Policy;
 use crate::runtime::live::{unix_ms, Forget, LivePolicy};
+use crate::state::StateFile;
 pub use sync::OverrideSync;
 
 /// Where the overrides are kept.
 enum Backend {
     Memory,
-    Disk(Arc<redb::Database>),
+    Disk(Arc<StateFile>),
     /// Redis, and (with `state.path` too) a copy on disk of the set last read from it, which a
     /// restart puts in force until Redis answers: a revocation holds through a restart while
     /// Redis is down.
-    Redis(Box<redis_set::RedisSet>, Option<Arc<redb::Database>>),
+    Redis(Box<redis_set::RedisSet>, Option<Arc<StateFile>>),
 }
 
 /// Why a change could not be kept.
@@ -118,9 +119,9 @@ impl PlanOverrides {
     ) -> Result<(Self, Overrides), disk::DiskError> {
         let disk = match state_path {
             Some(path) => {
-                let db = disk::open(path)?;
-                let set = disk::read_all(&db)?;
-                Some((Arc::new(db), set))
+                let file = StateFile::open(path)?;
+                let set = file.run(disk::read_all)?;
+                Some((file, set))
             }
             None => None,
         };
@@ -137,7 +138,7 @@ impl PlanOverrides {
 
     /// The `state.path` file, when there is one (the quota and ledger counts are kept there
     /// too).
-    pub fn database(&self) -> Option<Arc<redb::Database>> {
+    pub fn state_file(&self) -> Option<Arc<StateFile>> {
         match &self.backend {
             Backend::Memory => None,
             Backend::Disk(db) => Some(Arc::clone(db)),
@@ -311,7 +312,7 @@ impl PlanOverrides {
                     .iter()
                     .map(|(d, _, o)| (*d, (!o.is_empty()).then(|| o.clone())))
                     .collect();
-                tokio::task::spawn_blocking(move || disk::write_all(&db, &records))
+                tokio::task::spawn_blocking(move || db.run(|db| disk::write_all(db, &records)))
                     .await
                     .map_err(|e| KeepError::Task(e.to_string()))?
                     .map_err(KeepError::from)
@@ -374,7 +375,7 @@ impl Forget for PlanOverrides {
             Backend::Disk(db) => {
                 let records: Vec<(Digest, Option<Override>)> =
                     drops.iter().map(|d| (d.digest, d.after.clone())).collect();
-                if let Err(e) = disk::write_all(db, &records) {
+                if let Err(e) = db.run(|db| disk::write_all(db, &records)) {
                     tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
                 }
             }

@@ -51,10 +51,12 @@ impl OverrideSync {
         if let Some(db) = mirror {
             // The copy a restart starts from while Redis is down.
             let (db, copy) = (Arc::clone(db), set.clone());
-            let kept = tokio::task::spawn_blocking(move || super::disk::replace_all(&db, &copy))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
+            let kept = tokio::task::spawn_blocking(move || {
+                db.run(|db| super::disk::replace_all(db, &copy))
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
             if let Err(e) = kept {
                 tracing::warn!(target: "tollgate::overrides", error = %e, "the copy of the cluster's overrides at state.path was not written");
             }

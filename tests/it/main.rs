@@ -14,6 +14,7 @@ mod doc_examples;
 mod docnames;
 mod edge;
 mod edge_h2;
+mod faults;
 mod fleet_demo;
 mod gateway;
 mod keys;

@@ -1,0 +1,255 @@
+//! Faults on purpose, on the wire: a disk under `state.path` that fills up, a process out of
+//! file descriptors. Each test fails if a request is lost, if a change acknowledged before the
+//! fault is gone after it, or if the gateway stops serving.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::harness::{
+    admin, config_for, eventually, metric, metrics_page, send_raw, Mode, Process, Response,
+    Upstream,
+};
+
+/// A small tmpfs the test mounts (the machine's tests run as root, as CI does), unmounted when
+/// dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("mount runs");
+        assert!(
+            status.success(),
+            "mounting a {size} tmpfs for the disk-fault test needs root (CI runs as root)"
+        );
+        Self { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Fill what is left of the disk with one file.
+    fn fill(&self) {
+        let mut f = std::fs::File::create(self.path("filler")).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        loop {
+            if let Err(e) = f.write_all(&chunk) {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                break;
+            }
+        }
+        // The last partial chunk's bytes too: nothing is left.
+        while f.write(&[0u8; 512]).is_ok_and(|n| n > 0) {}
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.path("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+fn call(addr: SocketAddr, key: &str) -> Response {
+    let raw = format!(
+        "GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+fn readyz(a: SocketAddr) -> (u16, String) {
+    let r = admin(a, "GET", "/readyz");
+    (
+        r.status,
+        String::from_utf8_lossy(&r.body).trim().to_string(),
+    )
+}
+
+fn key_state(a: SocketAddr, name: &str) -> String {
+    let r = admin(a, "GET", &format!("/api/keys/{name}"));
+    assert_eq!(r.status, 200);
+    r.json()["state"].as_str().unwrap().to_string()
+}
+
+/// `state.path` on a disk that fills up: no request fails, an admin change answers 503 and is
+/// not applied, `/readyz` says `degraded`; once space returns, writes resume without a
+/// restart (redb latches an I/O error: the file is opened again), and after a `SIGKILL`
+/// everything acknowledged is there and nothing refused is.
+#[test]
+fn a_full_disk_refuses_admin_changes_and_fails_no_request() {
+    let up = Upstream::start(Mode::Ok);
+    let disk = SmallDisk::mount("1m");
+    let state = disk.path("state.db");
+    let config = config_for(&up)
+        .state_path(state.to_str().unwrap())
+        .plan_quota("standard", 1_000, "month")
+        .ledger(30);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut p, listen, a) = Process::run(dir.path(), "gw", &config);
+    assert_eq!(
+        admin(a, "POST", "/api/keys/basic-1/suspend").status,
+        200,
+        "kept before the fault"
+    );
+    assert_eq!(readyz(a), (200, "ready".into()));
+
+    disk.fill();
+    let r = admin(a, "POST", "/api/keys/standard-1/suspend");
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (503, "change_not_kept"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(key_state(a, "standard-1"), "active", "refused: not applied");
+    // No request fails: the quota and ledger counts wait in memory.
+    for _ in 0..20 {
+        assert_eq!(call(listen, "standard-key-1").status, 200);
+        assert_eq!(call(listen, "basic-key-1").status, 401);
+    }
+    eventually("/readyz says degraded", || {
+        readyz(a) == (200, "degraded".into())
+    });
+    assert_eq!(
+        metric(
+            &metrics_page(a),
+            r#"tollgate_admin_changes_total{action="suspend",result="refused"}"#
+        ),
+        Some(1.0)
+    );
+
+    // Space again: writes resume by themselves.
+    disk.free();
+    eventually("/readyz says ready again", || {
+        readyz(a) == (200, "ready".into())
+    });
+    assert_eq!(admin(a, "POST", "/api/keys/pro-1/suspend").status, 200);
+    // The counts that waited are written too: the ledger holds every request.
+    let ledger = admin(a, "GET", "/api/ledger?key=standard-1");
+    assert_eq!(ledger.status, 200);
+    assert_eq!(ledger.json()["rows"][0]["upstream_2xx"], 20);
+
+    p.signal("KILL");
+    let _ = p.wait_exit(Duration::from_secs(10));
+    let (_p, listen, a) = Process::run(dir.path(), "gw", &config);
+    assert_eq!(key_state(a, "basic-1"), "suspended");
+    assert_eq!(key_state(a, "pro-1"), "suspended");
+    assert_eq!(key_state(a, "standard-1"), "active");
+    assert_eq!(call(listen, "standard-key-1").status, 200);
+    let k = admin(a, "GET", "/api/keys/standard-1").json();
+    assert_eq!(k["quota"]["used"], 21, "{k}");
+}
+
+/// `SIGKILL` while admin changes are being written and the disk fills under them: the file
+/// opens again, every change acknowledged is in force, none refused is, and the one in flight
+/// when the process died is either (it may have been kept without its answer getting out).
+#[test]
+fn a_kill_while_the_disk_fills_under_writes_leaves_the_file_whole() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    const KEYS: u32 = 3_000;
+    let up = Upstream::start(Mode::Ok);
+    let disk = SmallDisk::mount("1m");
+    let state = disk.path("state.db");
+    let mut config = config_for(&up).state_path(state.to_str().unwrap());
+    for i in 0..KEYS {
+        config = config.add_key(&format!("c-{i}"), &format!("customer-key-{i}"), "basic");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (mut p, _, a) = Process::run(dir.path(), "gw", &config);
+    let (acked, refused, stop) = (
+        Arc::new(AtomicU32::new(0)),
+        Arc::new(AtomicU32::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    // Suspends c-0, c-1, ...: each a new record, so the file must grow.
+    let writer = {
+        let (acked, refused, stop) = (acked.clone(), refused.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut answered = Vec::new();
+            for i in 0..KEYS {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let raw = format!(
+                    "POST /api/keys/c-{i}/suspend HTTP/1.1\r\nHost: {a}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                match crate::harness::try_send_raw(a, raw.as_bytes()) {
+                    Some(r) => {
+                        assert!(r.status == 200 || r.status == 503, "{}", r.status);
+                        let n = if r.status == 200 { &acked } else { &refused };
+                        n.fetch_add(1, Ordering::Relaxed);
+                        answered.push(r.status == 200);
+                    }
+                    // Killed: this change was in flight.
+                    None => break,
+                }
+            }
+            answered
+        })
+    };
+    eventually("changes acknowledged", || {
+        acked.load(Ordering::Relaxed) >= 20
+    });
+    disk.fill();
+    eventually("changes refused on the full disk", || {
+        refused.load(Ordering::Relaxed) >= 3
+    });
+    disk.free();
+    let before = acked.load(Ordering::Relaxed);
+    eventually("changes acknowledged again", || {
+        acked.load(Ordering::Relaxed) >= before + 20
+    });
+    // Killed while writing.
+    p.signal("KILL");
+    let _ = p.wait_exit(Duration::from_secs(10));
+    stop.store(true, Ordering::Relaxed);
+    let answered = writer.join().unwrap();
+    let (_p, _, a) = Process::run(dir.path(), "gw", &config);
+    for (i, &ok) in answered.iter().enumerate() {
+        let want = if ok { "suspended" } else { "active" };
+        assert_eq!(key_state(a, &format!("c-{i}")), want, "c-{i}");
+    }
+    // The change in flight, and the next: either state, then nothing.
+    let n = answered.len();
+    assert_eq!(key_state(a, &format!("c-{}", n + 1)), "active");
+}
+
+/// A `state.path` that cannot be written at start is a setup error naming the path.
+#[test]
+fn an_unwritable_state_path_at_start_is_a_setup_error_naming_it() {
+    let up = Upstream::start(Mode::Ok);
+    let disk = SmallDisk::mount("64k");
+    disk.fill();
+    let state = disk.path("state.db");
+    let config = config_for(&up).state_path(state.to_str().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.yaml");
+    config.write(&path);
+    let mut p = Process::spawn(
+        dir.path(),
+        "gw",
+        &["run", "--config", path.to_str().unwrap()],
+        &[],
+    );
+    let status = p.wait_exit(Duration::from_secs(20)).expect("run exits");
+    assert!(!status.success());
+    let out = p.output();
+    assert!(out.contains(state.to_str().unwrap()), "{out}");
+}
