@@ -21,6 +21,7 @@ use pingora::services::listening::Service;
 use crate::admin::Admin;
 use crate::clock::Clock;
 use crate::config::{Config, Tls};
+use crate::edge::fds::Descriptors;
 use crate::edge::{EdgeApp, TlsListener};
 use crate::limit::{LocalStore, Store};
 use crate::overrides::{OverrideSync, PlanOverrides};
@@ -193,7 +194,9 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
             acceptor: tls_acceptor(&t)?,
         }),
     };
-    let edge = EdgeApp::gateway(Arc::new(proxy), Arc::clone(&live), tls_listener);
+    // The soft descriptor limit raised to the hard one, and the gateway's budget under it.
+    let fds = Arc::new(Descriptors::new(crate::edge::fds::raise_limit()));
+    let edge = EdgeApp::gateway(Arc::new(proxy), Arc::clone(&live), tls_listener, fds);
     let mut svc = Service::new("tollgate".into(), edge);
     let buffers = L4BufferSettings::new(L4_READ_BUFFER, DEFAULT_L4_WRITE_BUFFER_SIZE);
     svc.add_listener(ListenerConfig::tcp(listen.to_string()).l4_buffer(buffers));

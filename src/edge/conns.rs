@@ -26,6 +26,8 @@ pub enum Refused {
     MaxConnections,
     /// `server.max_connections_per_ip` are open from this address.
     MaxConnectionsPerIp,
+    /// The process is short of file descriptors ([`super::fds`]).
+    NoDescriptors,
 }
 
 impl Refused {
@@ -34,6 +36,7 @@ impl Refused {
         match self {
             Refused::MaxConnections => "max_connections",
             Refused::MaxConnectionsPerIp => "max_connections_per_ip",
+            Refused::NoDescriptors => "no_descriptors",
         }
     }
 }

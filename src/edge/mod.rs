@@ -19,6 +19,7 @@
 //! public, so nothing of Pingora is copied or changed.
 
 pub mod conns;
+pub mod fds;
 pub mod h2scan;
 pub mod stream;
 
@@ -37,7 +38,8 @@ use pingora::server::ShutdownWatch;
 use prometheus::{IntCounter, IntGauge};
 
 use crate::runtime::live::LivePolicy;
-use conns::{Caps, ConnLimiter};
+use conns::{Caps, ConnLimiter, Refused};
+use fds::Descriptors;
 use stream::EdgeStream;
 
 /// The TLS listener: its port (the listeners are told apart by the local port) and acceptor.
@@ -67,16 +69,27 @@ pub struct EdgeApp<A> {
     tls: Option<TlsListener>,
     /// `tollgate_connections{listener}`: `http` and `tls`, or `admin`.
     open: [IntGauge; 2],
-    /// `tollgate_connections_refused_total{reason}`: `max_connections`, `max_connections_per_ip`.
-    refused: [IntCounter; 2],
+    /// `tollgate_connections_refused_total{reason}`: `max_connections`,
+    /// `max_connections_per_ip`, `no_descriptors`.
+    refused: [IntCounter; 3],
+    /// The gateway's: its descriptor budget ([`fds`]).
+    fds: Option<Arc<Descriptors>>,
 }
 
 impl<A> EdgeApp<A> {
     /// The gateway's listeners, `tls` among them when configured.
-    pub fn gateway(app: Arc<A>, live: Arc<LivePolicy>, tls: Option<TlsListener>) -> Self {
+    pub fn gateway(
+        app: Arc<A>,
+        live: Arc<LivePolicy>,
+        tls: Option<TlsListener>,
+        fds: Arc<Descriptors>,
+    ) -> Self {
         let m = live.metrics();
         let open = [m.connections("http"), m.connections("tls")];
-        Self::new(app, live, Listeners::Gateway, tls, open)
+        Self {
+            fds: Some(fds),
+            ..Self::new(app, live, Listeners::Gateway, tls, open)
+        }
     }
 
     /// The admin listener.
@@ -102,7 +115,9 @@ impl<A> EdgeApp<A> {
             refused: [
                 m.connections_refused(conns::Refused::MaxConnections.as_str()),
                 m.connections_refused(conns::Refused::MaxConnectionsPerIp.as_str()),
+                m.connections_refused(conns::Refused::NoDescriptors.as_str()),
             ],
+            fds: None,
             live,
         }
     }
@@ -124,6 +139,33 @@ fn local_port(stream: &Stream) -> Option<u16> {
     match stream.get_socket_digest()?.local_addr()? {
         PeerAddr::Inet(a) => Some(a.port()),
         _ => None,
+    }
+}
+
+impl<A> EdgeApp<A> {
+    /// A gateway connection: within the descriptor budget, then under the caps.
+    fn admit_gateway(
+        &self,
+        fds: &Descriptors,
+        stream: &Stream,
+        peer: Option<IpAddr>,
+        caps: Caps,
+        limits: &crate::config::Server,
+        gauge: &IntGauge,
+    ) -> Result<conns::ConnGuard, Refused> {
+        let fd = stream
+            .as_any()
+            .downcast_ref::<L4Stream>()
+            .map(std::os::fd::AsRawFd::as_raw_fd);
+        let open = self.conns.open();
+        let admin = limits.admin_max_connections.get();
+        if fd.is_some_and(|fd| fds.exhausted(fd, open, admin)) {
+            fds.refused(open);
+            return Err(Refused::NoDescriptors);
+        }
+        let guard = self.conns.admit(peer, caps, limits, gauge)?;
+        fds.admitted();
+        Ok(guard)
     }
 }
 
@@ -192,7 +234,11 @@ impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for EdgeApp<A> {
             Listeners::Gateway => Caps::gateway(&limits),
             Listeners::Admin => Caps::admin(&limits),
         };
-        let guard = match self.conns.admit(peer, caps, &limits, gauge) {
+        let admitted = match &self.fds {
+            Some(fds) => self.admit_gateway(fds, &stream, peer, caps, &limits, gauge),
+            None => self.conns.admit(peer, caps, &limits, gauge),
+        };
+        let guard = match admitted {
             Ok(g) => g,
             Err(why) => {
                 self.refused[why as usize].inc();

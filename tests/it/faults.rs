@@ -3,7 +3,7 @@
 //! fault is gone after it, or if the gateway stops serving.
 
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -252,4 +252,52 @@ fn an_unwritable_state_path_at_start_is_a_setup_error_naming_it() {
     assert!(!status.success());
     let out = p.output();
     assert!(out.contains(state.to_str().unwrap()), "{out}");
+}
+
+/// Out of descriptors: under a 300-descriptor limit, 400 clients connect and hold their
+/// connections. The gateway refuses what it cannot hold
+/// (`tollgate_connections_refused_total{reason="no_descriptors"}`, one log line for the
+/// episode), the admin listener answers `/healthz` throughout (its descriptors are kept in
+/// reserve), and once the clients leave the gateway serves again.
+#[test]
+fn out_of_descriptors_the_gateway_refuses_and_the_admin_listener_answers() {
+    let up = Upstream::start(Mode::Ok);
+    let config = config_for(&up);
+    let dir = tempfile::tempdir().unwrap();
+    let (p, listen, a) = Process::run_limited(dir.path(), "gw", &config, Some(300));
+    assert_eq!(call(listen, "standard-key-1").status, 200);
+
+    let mut clients = Vec::new();
+    for _ in 0..400 {
+        match TcpStream::connect(listen) {
+            Ok(s) => clients.push(s),
+            Err(e) => panic!("the listener stops accepting: {e}"),
+        }
+    }
+    let refused = r#"tollgate_connections_refused_total{reason="no_descriptors"}"#;
+    eventually("connections refused for want of descriptors", || {
+        metric(&metrics_page(a), refused).is_some_and(|n| n >= 100.0)
+    });
+    // The admin listener answers while the gateway is out of descriptors.
+    for _ in 0..5 {
+        assert_eq!(admin(a, "GET", "/healthz").status, 200);
+    }
+    // The clients leave: the gateway serves again.
+    drop(clients);
+    eventually("the gateway serves again", || {
+        crate::harness::try_send_raw(
+            listen,
+            b"GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer standard-key-1\r\nConnection: close\r\n\r\n",
+        )
+        .is_some_and(|r| r.status == 200)
+    });
+    eventually("the episode's end is logged", || {
+        p.output().contains("file descriptors free again")
+    });
+    let out = p.output();
+    assert_eq!(
+        out.matches("out of file descriptors").count(),
+        1,
+        "one line per episode"
+    );
 }

@@ -16,6 +16,17 @@ pub(crate) struct Process {
 impl Process {
     /// `tollgate <args>` with `env`, output captured under `dir` with `tag` in the file names.
     pub(crate) fn spawn(dir: &Path, tag: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::spawn_limited(dir, tag, args, env, None)
+    }
+
+    /// [`Process::spawn`], with `RLIMIT_NOFILE` (soft and hard) set to `nofile` when given.
+    fn spawn_limited(
+        dir: &Path,
+        tag: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<u64>,
+    ) -> Self {
         let stdout = dir.join(format!("{tag}.stdout"));
         let stderr = dir.join(format!("{tag}.stderr"));
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"));
@@ -25,6 +36,23 @@ impl Process {
             .stderr(std::fs::File::create(&stderr).unwrap());
         for (k, v) in env {
             cmd.env(k, v);
+        }
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            let lim = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            // SAFETY: setrlimit is async-signal-safe and reads only `lim`.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
         }
         let child = cmd.spawn().expect("the tollgate binary starts");
         remember_failures();
@@ -42,13 +70,24 @@ impl Process {
         tag: &str,
         config: &tollgate_core::testing::TestConfig,
     ) -> (Self, std::net::SocketAddr, std::net::SocketAddr) {
+        Self::run_limited(dir, tag, config, None)
+    }
+
+    /// [`Process::run`] under a descriptor limit (`RLIMIT_NOFILE`, soft and hard) when given.
+    pub(crate) fn run_limited(
+        dir: &Path,
+        tag: &str,
+        config: &tollgate_core::testing::TestConfig,
+        nofile: Option<u64>,
+    ) -> (Self, std::net::SocketAddr, std::net::SocketAddr) {
         let path = dir.join(format!("{tag}.yaml"));
         config.write(&path);
-        let p = Self::spawn(
+        let p = Self::spawn_limited(
             dir,
             tag,
             &["run", "--config", path.to_str().unwrap()],
             &[("TOLLGATE_LOG", "info")],
+            nofile,
         );
         let listen = config.file.listen.parse().unwrap();
         let admin_addr = config.file.admin_listen.parse().unwrap();
