@@ -2,6 +2,7 @@
 # Install what a fresh Debian/Ubuntu machine lacks to build, test and check Tollgate:
 #   cmake and a C compiler   Pingora's zlib-ng build
 #   redis-server             tests/it/cluster.rs starts its own on a free port (shared budgets)
+#   redis-sentinel           tests/it/faults.rs starts its own Sentinel (a failover under load)
 #   chromium                 tests/it/usage.rs renders the usage page in a headless browser
 #   rustfmt, clippy          rustup components (.ci/run checks formatting and lints always)
 #   cargo-deny               cargo install (advisories, licences, bans, sources)
@@ -27,6 +28,7 @@ command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v git >/dev/null 2>&1 || need+=(git)
 if [ "${BOOTSTRAP_TESTS:-1}" = 1 ]; then
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+  command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
     need+=(chromium)
 fi

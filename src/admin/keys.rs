@@ -24,11 +24,12 @@ use super::{json_bytes, not_allowed, percent_decode, problem, reply, Admin};
 use crate::clock::rfc3339;
 use crate::config::{Period, QuotaSpec};
 use crate::digest::Digest;
-use crate::overrides::{ChangeError, Target};
+use crate::overrides::{ChangeError, KeepError, Target};
 use crate::policy::authenticate::bearer_token;
 use crate::policy::keys::{Credential, KeyIdx};
 use crate::policy::overrides::{Action, ChangeRefused, Override};
 use crate::policy::Policy;
+use crate::redis::StoreError;
 use crate::runtime::live::LivePolicy;
 
 /// The answer to a request under `/api/keys/` (`rest` is the path after it).
@@ -212,6 +213,12 @@ fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
             "not_a_customer_key",
             "Partner keys have no limit or quota of their own",
             &r.to_string(),
+        ),
+        ChangeError::NotKept(KeepError::Redis(StoreError::NotReplicated)) => problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "change_not_kept",
+            "The change could not be kept, and was not made",
+            "the Redis master took the change but no replica confirmed it within timeout_ms, so a failover could lose it: it may still take effect; retry it (a change made twice is made once)",
         ),
         ChangeError::NotKept(why) => problem(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -79,7 +79,8 @@ impl RedisSet {
 
     /// Write parts of overrides (each `(field, JSON)` put, or deleted when the JSON is
     /// `None`) and bump the version, all in one script: all of them are kept, or none.
-    /// Returns when Redis has them.
+    /// Returns when Redis has them; behind Sentinel, when a replica has them too (else
+    /// [`StoreError::NotReplicated`]: the change is not acknowledged).
     pub async fn write(&self, parts: &[(String, Option<String>)]) -> Result<(), StoreError> {
         let ttl = TTL.as_millis() as u64;
         let _: i64 = self
@@ -91,7 +92,25 @@ impl RedisSet {
                 }
             })
             .await?;
-        Ok(())
+        let client = self.client().await?;
+        if !client.replicated() {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + self.cfg.timeout;
+        match within(
+            deadline,
+            &self.cfg.redis_url,
+            client.held(self.cfg.timeout / 2),
+        )
+        .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(StoreError::NotReplicated),
+            Err(e) => {
+                self.client.lock().await.take();
+                Err(e)
+            }
+        }
     }
 
     /// The version, and the whole set when it is not `known`.

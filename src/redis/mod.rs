@@ -5,15 +5,20 @@
 //!
 //! | piece | what |
 //! |---|---|
-//! | [`Client`] | a single Redis through a reconnecting connection manager, or a Redis Cluster |
+//! | [`Client`] | a single Redis through a reconnecting connection manager, a Redis Cluster, or Redis behind Sentinel ([`SentinelLink`]) |
+//! | [`Client::held`] | behind Sentinel, whether a replica holds what was written (acknowledge only that) |
 //! | [`connect`] | the client the `cluster` block names, within its timeout |
 //! | [`Lua`] | a script: invoked alone or laid out as `EVALSHA` in a pipeline, from one place |
 //! | [`StoreError`] | why a call failed, never with the URL (it may hold a password) |
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, FromRedisValue, Pipeline, RedisError, Script};
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::config::{scrub, Cluster};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisError, Script, Value};
+
+use crate::config::{scrub, Cluster, SentinelUrl};
 
 /// Why a call to Redis failed. Its text never holds the store's URL.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -33,6 +38,10 @@ pub enum StoreError {
     /// An answer of another shape than the script's.
     #[error("{0}")]
     Malformed(&'static str),
+    /// Behind Sentinel: written to the master, but no replica confirmed it within the
+    /// timeout (a failover now could lose it).
+    #[error("no replica confirmed the write within timeout_ms")]
+    NotReplicated,
 }
 
 impl StoreError {
@@ -51,6 +60,7 @@ impl StoreError {
 pub enum Client {
     Single(ConnectionManager),
     Cluster(redis::cluster_async::ClusterConnection),
+    Sentinel(Arc<SentinelLink>),
 }
 
 impl Client {
@@ -59,6 +69,10 @@ impl Client {
         match self.clone() {
             Client::Single(mut c) => cmd.query_async(&mut c).await,
             Client::Cluster(mut c) => cmd.query_async(&mut c).await,
+            Client::Sentinel(s) => {
+                let mut c = s.conn().await?;
+                s.check(cmd.query_async(&mut c).await)
+            }
         }
     }
 
@@ -67,7 +81,40 @@ impl Client {
         match self.clone() {
             Client::Single(mut c) => pipe.query_async(&mut c).await,
             Client::Cluster(mut c) => pipe.query_async(&mut c).await,
+            Client::Sentinel(s) => {
+                let mut c = s.conn().await?;
+                s.check(pipe.query_async(&mut c).await)
+            }
         }
+    }
+
+    /// Whether writes must be held by a replica before they are acknowledged: behind
+    /// Sentinel, a failover promotes a replica, which has only what reached it.
+    pub fn replicated(&self) -> bool {
+        matches!(self, Client::Sentinel(_))
+    }
+
+    /// The commands that, sent after writes on this client (alone or at the end of their
+    /// pipeline), tell whether a replica holds them: `WAIT 1` within `timeout`, then `ROLE`
+    /// (a master with no replica has none to fail over to). Read with [`held`].
+    pub fn hold_commands(timeout: Duration) -> [Cmd; 2] {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(1).arg(timeout.as_millis().max(1) as u64);
+        [wait, redis::cmd("ROLE")]
+    }
+
+    /// Behind Sentinel, whether a replica holds what this client wrote (or the master has no
+    /// replica); elsewhere, yes.
+    pub async fn held(&self, timeout: Duration) -> redis::RedisResult<bool> {
+        if !self.replicated() {
+            return Ok(true);
+        }
+        let mut pipe = redis::pipe();
+        for c in Self::hold_commands(timeout) {
+            pipe.add_command(c);
+        }
+        let answers: Vec<Value> = self.pipeline(&pipe).await?;
+        Ok(matches!(answers.as_slice(), [wait, role] if held(wait, role)))
     }
 
     /// Load `lua` into the store (after `NOSCRIPT`).
@@ -85,6 +132,93 @@ impl Client {
             }
             r => r,
         }
+    }
+}
+
+/// What [`Client::hold_commands`] answered: a replica acknowledged (`WAIT` ≥ 1), or the
+/// master lists no replica (`ROLE`).
+pub fn held(wait: &Value, role: &Value) -> bool {
+    if matches!(wait, Value::Int(n) if *n >= 1) {
+        return true;
+    }
+    match role {
+        Value::Array(parts) => matches!(parts.get(2), Some(Value::Array(r)) if r.is_empty()),
+        _ => false,
+    }
+}
+
+/// Redis behind Sentinel: the master's address asked of the Sentinels, and one multiplexed
+/// connection to it, kept until a call fails in a way that says the master may have moved
+/// (the connection dropped or refused, no answer in time, `READONLY` from a demoted master);
+/// the next call asks the Sentinels again. A failover thus costs the calls of the moment it
+/// takes Sentinel to promote a replica, each within `timeout_ms`: no request waits on them.
+pub struct SentinelLink {
+    sentinel: tokio::sync::Mutex<SentinelClient>,
+    conn: std::sync::Mutex<Option<MultiplexedConnection>>,
+    config: redis::AsyncConnectionConfig,
+}
+
+impl SentinelLink {
+    fn new(url: &SentinelUrl, timeout: Duration) -> redis::RedisResult<Self> {
+        // The master's user, password and database, as a `redis://` URL would give them.
+        let node = url
+            .node_url("sentinel-master:6379")
+            .into_connection_info()?;
+        let mut info = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(node.redis_settings().clone());
+        if url.tls {
+            info = info.set_tls_mode(redis::TlsMode::Secure);
+        }
+        let sentinels: Vec<String> = url
+            .sentinels
+            .iter()
+            .map(|a| format!("redis://{a}"))
+            .collect();
+        let client = SentinelClient::build(
+            sentinels,
+            url.master.as_str(),
+            Some(info),
+            SentinelServerType::Master,
+        )?;
+        Ok(Self {
+            sentinel: tokio::sync::Mutex::new(client),
+            conn: std::sync::Mutex::new(None),
+            config: redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout)),
+        })
+    }
+
+    /// The connection to the master, asking the Sentinels where it is when there is none.
+    async fn conn(&self) -> redis::RedisResult<MultiplexedConnection> {
+        if let Some(c) = self.slot().clone() {
+            return Ok(c);
+        }
+        let master = self.sentinel.lock().await.async_get_client().await?;
+        let c = master
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        *self.slot() = Some(c.clone());
+        Ok(c)
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A call's result; one that says the master may have moved drops the connection.
+    fn check<T>(&self, r: redis::RedisResult<T>) -> redis::RedisResult<T> {
+        if let Err(e) = &r {
+            let moved = e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+                || e.is_timeout()
+                || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+            if moved {
+                self.slot().take();
+            }
+        }
+        r
     }
 }
 
@@ -155,6 +289,13 @@ async fn open(cfg: &Cluster) -> Result<Client, StoreError> {
     let url = cfg.redis_url.as_str();
     let fail = |e: RedisError| StoreError::of(&e, url);
     let t = cfg.timeout;
+    if let Some(sentinel) = SentinelUrl::parse(url) {
+        let sentinel = sentinel.map_err(StoreError::Redis)?;
+        let link = SentinelLink::new(&sentinel, t).map_err(fail)?;
+        // The master found and answering, as a single Redis's first connection is.
+        link.conn().await.map_err(fail)?;
+        return Ok(Client::Sentinel(Arc::new(link)));
+    }
     let client = redis::Client::open(url).map_err(fail)?;
     let mut probe = client
         .get_multiplexed_async_connection_with_config(

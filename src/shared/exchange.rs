@@ -9,6 +9,7 @@ use futures_util::future::join_all;
 use super::script::{pack_calls, unpack_answers};
 use super::BudgetSync;
 use crate::limit::shared::{store_key, Batch, Call, Reply, Settled};
+use crate::redis::held as redis_held;
 use crate::redis::{within, Client, StoreError};
 
 /// A budget call's answer: the script's `{granted, ahead}`, or why there is none.
@@ -42,7 +43,9 @@ impl BudgetSync {
         let mut failure = None;
         for chunk in calls.chunks(CHUNK) {
             let answers = match client {
-                Client::Single(_) => self.pipelined(client, chunk, deadline).await,
+                Client::Single(_) | Client::Sentinel(_) => {
+                    self.pipelined(client, chunk, deadline).await
+                }
                 Client::Cluster(_) => self.one_by_one(client, chunk, deadline).await,
             };
             for a in answers {
@@ -84,6 +87,14 @@ impl BudgetSync {
             for c in riding {
                 pipe.add_command(c);
             }
+            // Behind Sentinel, the rider's counts are taken as written only once a replica
+            // holds them (else they are sent again: a failover loses none).
+            let hold = client.replicated();
+            if hold {
+                for c in Client::hold_commands(self.cfg.timeout / 2) {
+                    pipe.add_command(c);
+                }
+            }
             let answers = within(
                 deadline,
                 &self.cfg.redis_url,
@@ -92,9 +103,18 @@ impl BudgetSync {
             .await;
             let rider = rider.expect("commands came from it");
             match answers {
-                Ok(mut a) if !a.is_empty() => {
+                Ok(mut a) if a.len() > if hold { 2 } else { 0 } => {
                     let heartbeat = a.remove(0);
-                    rider.answered(Ok(a));
+                    let held = !hold || {
+                        let role = a.pop().and_then(Result::ok);
+                        let wait = a.pop().and_then(Result::ok);
+                        matches!((wait, role), (Some(w), Some(r)) if redis_held(&w, &r))
+                    };
+                    if held {
+                        rider.answered(Ok(a));
+                    } else {
+                        rider.answered(Err(StoreError::NotReplicated));
+                    }
                     match heartbeat {
                         Ok(v) => redis::from_redis_value::<u32>(v)
                             .map_err(|_| StoreError::Malformed("a heartbeat that is not a count")),

@@ -301,3 +301,97 @@ fn out_of_descriptors_the_gateway_refuses_and_the_admin_listener_answers() {
         "one line per episode"
     );
 }
+
+/// Redis behind Sentinel fails over under load: two gateways on `redis+sentinel://`, requests
+/// flowing through both, the primary killed and its replica promoted. No request fails; the
+/// suspension and the quota counts acknowledged before the failover are in force after it
+/// (a change is acknowledged only once a replica holds it: `WAIT`), a change made after it
+/// reaches both gateways, and the quota counts add up exactly.
+#[test]
+fn a_sentinel_failover_under_load_fails_no_request_and_loses_no_change() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let _one = crate::harness::one_fleet();
+    let up = Upstream::start(Mode::Ok);
+    let mut sentinel = crate::harness::RedisSentinel::start();
+    let dir = tempfile::tempdir().unwrap();
+    let gateways: Vec<(Process, SocketAddr, SocketAddr)> = (0..2)
+        .map(|i| {
+            let config = config_for(&up)
+                .cluster(&sentinel.url(), "tgfail", 20)
+                .cluster_with(|c| c.timeout_ms = 500)
+                .all_limits(100_000)
+                .plan_quota("standard", 1_000_000, "month");
+            Process::run(dir.path(), &format!("gw{i}"), &config)
+        })
+        .collect();
+    let (g0, g1) = (
+        (gateways[0].1, gateways[0].2),
+        (gateways[1].1, gateways[1].2),
+    );
+
+    // Acknowledged before the failover: a suspension, and quota counts.
+    assert_eq!(admin(g0.1, "POST", "/api/keys/basic-1/suspend").status, 200);
+    let sent = Arc::new(AtomicU64::new(0));
+    for i in 0..30 {
+        let g = if i % 2 == 0 { g0 } else { g1 };
+        assert_eq!(call(g.0, "standard-key-1").status, 200);
+        sent.fetch_add(1, Ordering::Relaxed);
+    }
+    let used =
+        |a: SocketAddr| admin(a, "GET", "/api/keys/standard-1").json()["quota"]["used"].as_u64();
+    // A gateway learns the fleet's count when it sends its own: the one that sent last
+    // knows the whole of it.
+    let fleet_used = || used(g0.1).max(used(g1.1));
+    eventually("the fleet counts 30", || fleet_used() == Some(30));
+
+    // Load through both gateways while the primary dies.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Vec<_> = [g0.0, g1.0]
+        .into_iter()
+        .map(|listen| {
+            let (stop, sent) = (stop.clone(), sent.clone());
+            std::thread::spawn(move || {
+                let mut failed = Vec::new();
+                for _ in 0..100_000 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let r = call(listen, "standard-key-1");
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    if r.status != 200 {
+                        failed.push(r.status);
+                    }
+                    assert_eq!(call(listen, "basic-key-1").status, 401, "still suspended");
+                }
+                failed
+            })
+        })
+        .collect();
+    let before = sent.load(Ordering::Relaxed);
+    eventually("load flows", || sent.load(Ordering::Relaxed) >= before + 50);
+    sentinel.fail_over();
+    // The gateways find the new master: a change made now reaches both.
+    eventually("a change after the failover is kept", || {
+        admin(g1.1, "POST", "/api/keys/pro-1/suspend").status == 200
+    });
+    eventually("the change reaches the other gateway", || {
+        call(g0.0, "pro-key-1").status == 401
+    });
+    let after = sent.load(Ordering::Relaxed);
+    eventually("load flows after the failover", || {
+        sent.load(Ordering::Relaxed) >= after + 50
+    });
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        let failed = t.join().unwrap();
+        assert!(failed.is_empty(), "failed requests: {failed:?}");
+    }
+    // Acknowledged before, in force after; every count kept, none twice.
+    assert_eq!(call(g1.0, "basic-key-1").status, 401);
+    let total = sent.load(Ordering::Relaxed);
+    eventually("the quota counts add up", || fleet_used() == Some(total));
+    let ready = |a| admin(a, "GET", "/readyz").status;
+    assert_eq!((ready(g0.1), ready(g1.1)), (200, 200));
+}

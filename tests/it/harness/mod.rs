@@ -19,7 +19,7 @@ pub(crate) use gateway::{config_for, test_config, wait_listening, Gateway};
 pub(crate) use http::*;
 pub(crate) use pki::{pki, Pki};
 pub(crate) use process::Process;
-pub(crate) use redis::{RedisCluster, RedisServer};
+pub(crate) use redis::{RedisCluster, RedisSentinel, RedisServer};
 pub(crate) use tollgate_core::testing::TestConfig;
 pub(crate) use upstream::{Mode, Upstream};
 

@@ -25,6 +25,22 @@ impl RedisServer {
         Self::spawn(port, &[])
     }
 
+    /// A replica of the server on `primary`'s port ([`RedisSentinel`]).
+    pub(crate) fn start_replica_of(primary: u16) -> Self {
+        let server = Self::spawn(
+            closed_port(),
+            &["--replicaof", "127.0.0.1", &primary.to_string()],
+        );
+        eventually("the replica is in sync", || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut server.client())
+                .unwrap_or_default();
+            info.contains("master_link_status:up")
+        });
+        server
+    }
+
     /// A node of a Redis Cluster, not yet joined ([`RedisCluster`]).
     pub(crate) fn start_cluster_node() -> Self {
         Self::spawn(
@@ -161,5 +177,107 @@ impl RedisCluster {
         }
         all.sort();
         all
+    }
+}
+
+/// A primary, one replica and a `redis-sentinel` watching them as `tg` (quorum 1, down after
+/// 300 ms), on free loopback ports; all stopped when dropped. `.ci/run` installs
+/// `redis-sentinel` when missing.
+pub(crate) struct RedisSentinel {
+    pub(crate) primary: Option<RedisServer>,
+    pub(crate) replica: RedisServer,
+    pub(crate) port: u16,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisSentinel {
+    pub(crate) fn start() -> Self {
+        let primary = RedisServer::start();
+        let replica = RedisServer::start_replica_of(primary.port);
+        let dir = tempfile::tempdir().unwrap();
+        let port = closed_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor tg 127.0.0.1 {} 1\n\
+                 sentinel down-after-milliseconds tg 300\n\
+                 sentinel failover-timeout tg 2000\n",
+                dir.path().display(),
+                primary.port
+            ),
+        )
+        .unwrap();
+        let child = std::process::Command::new("redis-sentinel")
+            .arg(&conf)
+            .stdout(std::fs::File::create(dir.path().join("sentinel.log")).unwrap())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect(
+                "redis-sentinel is installed (.ci/run installs it: apt-get install redis-sentinel)",
+            );
+        let s = Self {
+            primary: Some(primary),
+            replica,
+            port,
+            child,
+            _dir: dir,
+        };
+        let p = s.primary.as_ref().unwrap().port;
+        eventually("Sentinel watches the primary and its replica", || {
+            s.master_port() == Some(p) && s.replicas_known() >= 1
+        });
+        s
+    }
+
+    /// `redis+sentinel://` for the gateway.
+    pub(crate) fn url(&self) -> String {
+        format!("redis+sentinel://127.0.0.1:{}/tg/0", self.port)
+    }
+
+    fn ask(&self) -> Option<redis::Connection> {
+        redis::Client::open(format!("redis://127.0.0.1:{}", self.port))
+            .ok()?
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .ok()
+    }
+
+    /// The master's port, as Sentinel sees it now.
+    pub(crate) fn master_port(&self) -> Option<u16> {
+        let addr: Vec<String> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg("tg")
+            .query(&mut self.ask()?)
+            .ok()?;
+        addr.get(1)?.parse().ok()
+    }
+
+    fn replicas_known(&self) -> usize {
+        let Some(mut c) = self.ask() else { return 0 };
+        let r: Vec<redis::Value> = redis::cmd("SENTINEL")
+            .arg("replicas")
+            .arg("tg")
+            .query(&mut c)
+            .unwrap_or_default();
+        r.len()
+    }
+
+    /// Kill the primary and wait until Sentinel has promoted the replica.
+    pub(crate) fn fail_over(&mut self) {
+        let old = self.primary.take().expect("a primary to kill").kill();
+        let new = self.replica.port;
+        assert_ne!(old, new);
+        eventually("Sentinel promotes the replica", || {
+            self.master_port() == Some(new)
+        });
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

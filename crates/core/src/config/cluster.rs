@@ -17,8 +17,9 @@ const MAX_PREFIX: usize = 64;
 /// configs only: never to a log or a page, which take [`Cluster::redacted_url`].)
 #[derive(Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Cluster {
-    /// `redis://` or `rediss://`, as written: it may hold a password, so it is never printed
-    /// (see [`Cluster::redacted_url`]); `Debug` redacts it too.
+    /// `redis://`, `rediss://`, or `redis+sentinel://` / `rediss+sentinel://` ([`SentinelUrl`]),
+    /// as written: it may hold a password, so it is never printed (see
+    /// [`Cluster::redacted_url`]); `Debug` redacts it too.
     pub redis_url: String,
     /// What every name this fleet writes in Redis starts with.
     pub key_prefix: String,
@@ -47,9 +48,106 @@ impl fmt::Debug for Cluster {
     }
 }
 
+/// A `redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT]/MASTER_NAME[/DB]` URL: Redis
+/// behind Sentinel. The Sentinels are asked where the master named `MASTER_NAME` is; the
+/// user and password are the master's (Sentinels are reached without them);
+/// `rediss+sentinel://` reaches the master over TLS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelUrl {
+    /// The Sentinels, `host:port`.
+    pub sentinels: Vec<String>,
+    /// The master's name, as the Sentinels monitor it.
+    pub master: String,
+    /// The database number (0 when not given).
+    pub db: u16,
+    /// Whether the master is reached over TLS (`rediss+sentinel://`).
+    pub tls: bool,
+    /// `USER:PASSWORD` as written, when given.
+    pub userinfo: Option<String>,
+}
+
+impl SentinelUrl {
+    /// `url` parsed, or `None` when it does not name Sentinels; `Err` says what is wrong.
+    pub fn parse(url: &str) -> Option<Result<Self, String>> {
+        let (tls, rest) = if let Some(r) = url.strip_prefix("redis+sentinel://") {
+            (false, r)
+        } else {
+            (true, url.strip_prefix("rediss+sentinel://")?)
+        };
+        Some(Self::parse_rest(tls, rest))
+    }
+
+    fn parse_rest(tls: bool, rest: &str) -> Result<Self, String> {
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u.to_string()), h),
+            None => (None, authority),
+        };
+        let mut sentinels = Vec::new();
+        for h in hosts.split(',') {
+            let port = h
+                .rsplit_once(':')
+                .map(|(host, port)| (host, port.parse::<u16>()));
+            match port {
+                Some((host, Ok(p))) if !host.is_empty() && p > 0 => sentinels.push(h.to_string()),
+                _ => {
+                    return Err(format!(
+                        "`{h}` is not a Sentinel's HOST:PORT; write redis+sentinel://HOST:PORT[,HOST:PORT]/MASTER_NAME/DB"
+                    ))
+                }
+            }
+        }
+        let mut parts = path.split('/');
+        let master = parts.next().unwrap_or_default();
+        if master.is_empty() {
+            return Err("names no master; write redis+sentinel://HOST:PORT/MASTER_NAME/DB".into());
+        }
+        let db = match parts.next() {
+            None | Some("") => 0,
+            Some(db) => db.parse::<u16>().map_err(|_| {
+                format!("the path `/{master}/{db}` does not end in a database number")
+            })?,
+        };
+        if parts.next().is_some_and(|p| !p.is_empty()) {
+            return Err(format!("the path `/{path}` is not /MASTER_NAME/DB"));
+        }
+        Ok(Self {
+            sentinels,
+            master: master.to_string(),
+            db,
+            tls,
+            userinfo,
+        })
+    }
+
+    /// The master's URL once its address is known (`redis://` or `rediss://`, the user, the
+    /// password and the database of this URL).
+    pub fn node_url(&self, addr: &str) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        match &self.userinfo {
+            Some(u) => format!("{scheme}://{u}@{addr}/{}", self.db),
+            None => format!("{scheme}://{addr}/{}", self.db),
+        }
+    }
+}
+
+/// The user information of `url` (what comes before the `@` of its authority), read without
+/// parsing the rest (a Sentinel URL lists several hosts, which no URL parser takes).
+fn userinfo(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split('/').next()?;
+    authority.rsplit_once('@').map(|(u, _)| u)
+}
+
 /// `url` with its password (and a user name given alone, which Redis takes as a password)
 /// replaced by `***`.
 pub fn redact(url: &str) -> String {
+    if SentinelUrl::parse(url).is_some() {
+        return match userinfo(url) {
+            Some(u) => url.replacen(&format!("{u}@"), "***@", 1),
+            None => url.to_string(),
+        };
+    }
     match url::Url::parse(url) {
         Ok(mut u) => {
             if u.password().is_some() {
@@ -66,6 +164,15 @@ pub fn redact(url: &str) -> String {
 /// `text` with the password (or lone user name) of `url` replaced by `***`: for a driver's
 /// error message that might repeat it.
 pub fn scrub(text: &str, url: &str) -> String {
+    if SentinelUrl::parse(url).is_some() {
+        let secret = userinfo(url)
+            .map(|u| u.split_once(':').map_or(u, |(_, p)| p))
+            .filter(|s| !s.is_empty());
+        return match secret {
+            Some(s) => text.replace(s, "***"),
+            None => text.to_string(),
+        };
+    }
     let Ok(u) = url::Url::parse(url) else {
         return text.to_string();
     };
@@ -95,27 +202,11 @@ pub(super) fn cluster(f: &FileCluster, env: &dyn Env) -> Result<Cluster, Invalid
             ))
         }
     };
-    let url = url::Url::parse(&redis_url).map_err(|e| {
-        Invalid::new(
-            "cluster.redis_url",
-            format!("not a URL ({e}); write redis://host:6379/0 or rediss://host:6380/0"),
-        )
-    })?;
-    if !matches!(url.scheme(), "redis" | "rediss") {
-        return Err(Invalid::new(
-            "cluster.redis_url",
-            format!("the scheme `{}` is not `redis` or `rediss`", url.scheme()),
-        ));
-    }
-    if url.host_str().map_or(true, str::is_empty) {
-        return Err(Invalid::new("cluster.redis_url", "has no host"));
-    }
-    let db = url.path().trim_start_matches('/');
-    if !db.is_empty() && db.parse::<u16>().is_err() {
-        return Err(Invalid::new(
-            "cluster.redis_url",
-            format!("the path `/{db}` is not a database number"),
-        ));
+    let sentinel = SentinelUrl::parse(&redis_url)
+        .transpose()
+        .map_err(|e| Invalid::new("cluster.redis_url", e))?;
+    if sentinel.is_none() {
+        check_url(&redis_url)?;
     }
     let p = &f.key_prefix;
     if p.is_empty()
@@ -145,6 +236,36 @@ pub(super) fn cluster(f: &FileCluster, env: &dyn Env) -> Result<Cluster, Invalid
         sync_interval: ms(f.sync_interval_ms, "cluster.sync_interval_ms", SYNC_MS)?,
         timeout: ms(f.timeout_ms, "cluster.timeout_ms", TIMEOUT_MS)?,
     })
+}
+
+/// A `redis://` or `rediss://` URL with a host and, if any, a database number.
+fn check_url(redis_url: &str) -> Result<(), Invalid> {
+    let url = url::Url::parse(redis_url).map_err(|e| {
+        Invalid::new(
+            "cluster.redis_url",
+            format!("not a URL ({e}); write redis://host:6379/0 or rediss://host:6380/0"),
+        )
+    })?;
+    if !matches!(url.scheme(), "redis" | "rediss") {
+        return Err(Invalid::new(
+            "cluster.redis_url",
+            format!(
+                "the scheme `{}` is not `redis`, `rediss` or `redis+sentinel`",
+                url.scheme()
+            ),
+        ));
+    }
+    if url.host_str().map_or(true, str::is_empty) {
+        return Err(Invalid::new("cluster.redis_url", "has no host"));
+    }
+    let db = url.path().trim_start_matches('/');
+    if !db.is_empty() && db.parse::<u16>().is_err() {
+        return Err(Invalid::new(
+            "cluster.redis_url",
+            format!("the path `/{db}` is not a database number"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -196,6 +317,50 @@ mod tests {
             assert_eq!(e.field, "cluster.redis_url");
             assert!(e.message.contains(says), "{url}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn a_sentinel_url_names_its_sentinels_master_and_database() {
+        let c = cluster(&file("redis+sentinel://:pw@10.0.0.1:26379,s2:26380/tg/3")).unwrap();
+        let s = SentinelUrl::parse(&c.redis_url).unwrap().unwrap();
+        assert_eq!(s.sentinels, ["10.0.0.1:26379", "s2:26380"]);
+        assert_eq!((s.master.as_str(), s.db, s.tls), ("tg", 3, false));
+        assert_eq!(s.node_url("10.0.0.9:6379"), "redis://:pw@10.0.0.9:6379/3");
+        let s = SentinelUrl::parse("rediss+sentinel://h:1/m")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (s.db, s.tls, s.node_url("a:2")),
+            (0, true, "rediss://a:2/0".into())
+        );
+        assert!(SentinelUrl::parse("redis://h:1").is_none());
+        for (url, says) in [
+            ("redis+sentinel://h/tg/0", "HOST:PORT"),
+            ("redis+sentinel://h:1,:2/tg", "HOST:PORT"),
+            ("redis+sentinel://h:0/tg", "HOST:PORT"),
+            ("redis+sentinel://h:1", "no master"),
+            ("redis+sentinel://h:1/tg/x", "database number"),
+            ("redis+sentinel://h:1/tg/0/more", "not /MASTER_NAME/DB"),
+        ] {
+            let e = cluster(&file(url)).unwrap_err();
+            assert_eq!(e.field, "cluster.redis_url");
+            assert!(e.message.contains(says), "{url}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn a_sentinel_urls_password_never_shows() {
+        let url = "redis+sentinel://user:s3cret@h1:1,h2:2/tg/0";
+        assert_eq!(redact(url), "redis+sentinel://***@h1:1,h2:2/tg/0");
+        assert_eq!(
+            scrub("auth failed: s3cret", url),
+            "auth failed: ***",
+            "the password, not the user"
+        );
+        assert_eq!(
+            redact("redis+sentinel://h1:1/tg"),
+            "redis+sentinel://h1:1/tg"
+        );
     }
 
     #[test]
