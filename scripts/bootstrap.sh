@@ -3,6 +3,7 @@
 #   cmake and a C compiler   Pingora's zlib-ng build
 #   redis-server             tests/it/cluster.rs starts its own on a free port (shared budgets)
 #   redis-sentinel           tests/it/faults.rs starts its own Sentinel (a failover under load)
+#   faketime                 tests/it/faults.rs steps a gateway's wall clock (libfaketime)
 #   chromium                 tests/it/usage.rs renders the usage page in a headless browser
 #   rustfmt, clippy          rustup components (.ci/run checks formatting and lints always)
 #   cargo-deny               cargo install (advisories, licences, bans, sources)
@@ -29,6 +30,7 @@ command -v git >/dev/null 2>&1 || need+=(git)
 if [ "${BOOTSTRAP_TESTS:-1}" = 1 ]; then
   command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
   command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)
+  [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 ] || need+=(faketime)
   command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
     need+=(chromium)
 fi

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::harness::{
@@ -394,4 +394,156 @@ fn a_sentinel_failover_under_load_fails_no_request_and_loses_no_change() {
     eventually("the quota counts add up", || fleet_used() == Some(total));
     let ready = |a| admin(a, "GET", "/readyz").status;
     assert_eq!((ready(g0.1), ready(g1.1)), (200, 200));
+}
+
+/// libfaketime's library, preloaded into a gateway so the test can step its wall clock
+/// (installed by `.ci/run`: apt-get install faketime).
+const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// The wall clock of a gateway the test steps: the offset from the real clock, in a file
+/// libfaketime reads on every call (the monotonic clock is left alone).
+struct SteppedClock {
+    file: PathBuf,
+}
+
+impl SteppedClock {
+    /// Put the gateway's wall clock at `at` (it runs on from there).
+    fn set(&self, at: time::OffsetDateTime) {
+        let offset = (at - time::OffsetDateTime::now_utc()).whole_seconds();
+        std::fs::write(&self.file, format!("{offset:+}\n")).unwrap();
+    }
+}
+
+/// `/api/ledger`'s default `to`: the gateway's today, by its calendar.
+fn gateway_today(a: SocketAddr) -> String {
+    admin(a, "GET", "/api/ledger").json()["to"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn day(at: time::OffsetDateTime) -> String {
+    let d = at.date();
+    format!("{:04}-{:02}-{:02}", d.year(), d.month() as u8, d.day())
+}
+
+/// The wall clock steps back across midnight, forward across the month's end, and back again
+/// (NTP): no window budget moves (windows run on the monotonic clock), the monthly quota
+/// charges no period twice and skips none (a count never goes back to an earlier period), and
+/// the ledger holds every request once, its rows in day order.
+#[test]
+fn a_wall_clock_step_moves_no_budget_and_charges_no_period_twice() {
+    use time::{Duration as Span, OffsetDateTime, Time};
+
+    assert!(
+        Path::new(FAKETIME).exists(),
+        "libfaketime is installed (.ci/run installs it: apt-get install faketime)"
+    );
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let clock = SteppedClock {
+        file: dir.path().join("faketime"),
+    };
+    // The first instant of next month, by the real clock.
+    let now = OffsetDateTime::now_utc();
+    let first = now.date().replace_day(1).unwrap();
+    let next_month = (first + Span::days(32))
+        .replace_day(1)
+        .unwrap()
+        .with_time(Time::MIDNIGHT);
+    let next_month = next_month.assume_utc();
+    let before_end = next_month - Span::seconds(30);
+    clock.set(before_end);
+
+    let mut config = config_for(&up).plan_quota("basic", 4, "month").ledger(30);
+    // A day-long window: none of it passes during the test, so the budget can only fall.
+    config.file.limits.window_seconds = 86_400;
+    let path = dir.path().join("gw.yaml");
+    config.write(&path);
+    let p = Process::spawn(
+        dir.path(),
+        "gw",
+        &["run", "--config", path.to_str().unwrap()],
+        &[
+            ("TOLLGATE_LOG", "info"),
+            ("LD_PRELOAD", FAKETIME),
+            ("FAKETIME_TIMESTAMP_FILE", clock.file.to_str().unwrap()),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("DONT_FAKE_MONOTONIC", "1"),
+        ],
+    );
+    let (listen, a): (SocketAddr, SocketAddr) = (
+        config.file.listen.parse().unwrap(),
+        config.file.admin_listen.parse().unwrap(),
+    );
+    crate::harness::wait_ready(a, 200);
+    let _p = p;
+    assert_eq!(
+        gateway_today(a),
+        day(before_end),
+        "the gateway runs on the stepped clock"
+    );
+
+    let used = || admin(a, "GET", "/api/keys/basic-1").json()["quota"]["used"].as_u64();
+    let mut window = Vec::new();
+    let mut send = || {
+        let r = call(listen, "basic-key-1");
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        window.push(r.remaining());
+    };
+    send();
+    send();
+    assert_eq!(used(), Some(2));
+
+    // Back across midnight: the window runs on, the month's count stays.
+    let yesterday = before_end - Span::hours(25);
+    clock.set(yesterday);
+    eventually("the gateway's calendar steps back", || {
+        gateway_today(a) == day(yesterday)
+    });
+    send();
+    assert_eq!(used(), Some(3), "no reset, and nothing charged twice");
+
+    // Forward past the month's end: a new period, counted from 0.
+    let new_month = next_month + Span::seconds(30);
+    clock.set(new_month);
+    eventually("the gateway's calendar reaches the new month", || {
+        gateway_today(a) == day(new_month)
+    });
+    send();
+    assert_eq!(used(), Some(1), "the new month's first request");
+
+    // Back into the old month: the count stays in the new one (the old month is not
+    // charged again, and the new one is not skipped).
+    clock.set(yesterday);
+    eventually("the gateway's calendar steps back again", || {
+        gateway_today(a) == day(yesterday)
+    });
+    send();
+    assert_eq!(used(), Some(2));
+
+    // The window's budget fell by one per request, whatever the wall clock did.
+    let first_left = window[0];
+    let expected: Vec<u32> = (0..5).map(|i| first_left - i).collect();
+    assert_eq!(window, expected);
+    // Every request once in the ledger, rows in day order.
+    let from = day(yesterday);
+    let to = day(new_month);
+    let rows = admin(
+        a,
+        "GET",
+        &format!("/api/ledger?key=basic-1&from={from}&to={to}"),
+    )
+    .json()["rows"]
+        .clone();
+    let rows = rows.as_array().unwrap();
+    let days: Vec<&str> = rows.iter().map(|r| r["day"].as_str().unwrap()).collect();
+    let mut sorted = days.clone();
+    sorted.sort_unstable();
+    assert_eq!(days, sorted, "rows in day order");
+    let total: u64 = rows
+        .iter()
+        .map(|r| r["upstream_2xx"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 5, "{rows:?}");
 }
