@@ -250,6 +250,51 @@ fn a_kept_alive_connection_keeps_the_server_settings_it_was_accepted_under() {
 }
 
 #[test]
+fn a_reload_mid_request_leaves_the_request_its_connections_deadline() {
+    // Accepted under a two-second body deadline; a request's body stalls, and while it waits
+    // a reload makes the deadline one second: the request in flight keeps its connection's
+    // two seconds (answered 408 at two, not one), and a connection accepted after the reload
+    // runs the new second.
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.yaml");
+    let config = config_for(&up).server(|s| {
+        s.body_timeout_seconds = 2;
+        s.idle_timeout_seconds = 30;
+    });
+    config.write(&path);
+    let gw = Gateway::start_file(&path);
+    let s = connect(&gw);
+    let head = "POST /v2/sendGroup HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer pro-key-1\r\n\
+                Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"name\":";
+    s.try_clone().unwrap().write_all(head.as_bytes()).unwrap();
+    let sent = Instant::now();
+    config
+        .clone()
+        .server(|s| s.body_timeout_seconds = 1)
+        .write(&path);
+    gw.live.reload().unwrap();
+    let r = read_response(&mut BufReader::new(s.try_clone().unwrap()));
+    let took = sent.elapsed();
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (408, "request_timeout"),
+        "{r:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(1800) && took < Duration::from_secs(4),
+        "the connection's own deadline (2 s), not the reloaded one: {took:?}"
+    );
+    let (r, took) = stall_a_checked_body(&connect(&gw));
+    assert_eq!(r.status, 408, "{r:?}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(1800),
+        "accepted after the reload: 1 s: {took:?}"
+    );
+    assert_eq!(up.count(), 0);
+}
+
+#[test]
 fn a_streamed_body_that_stops_ends_the_exchange() {
     let up = Upstream::start(Mode::Ok);
     let gw = gateway(&up, 1, 30, |_| {});

@@ -547,3 +547,91 @@ fn a_wall_clock_step_moves_no_budget_and_charges_no_period_twice() {
         .sum();
     assert_eq!(total, 5, "{rows:?}");
 }
+
+/// A reload while Redis hangs (`SIGSTOP`): it applies at once on the replica asked, requests
+/// flow on both replicas throughout, the suspension acknowledged before is in force during and
+/// after, and once Redis answers again a change made then reaches both.
+#[test]
+fn a_reload_while_redis_hangs_applies_and_loses_nothing() {
+    let _one = crate::harness::one_fleet();
+    let up = Upstream::start(Mode::Ok);
+    let redis = crate::harness::RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let configs: Vec<_> = (0..2)
+        .map(|_| {
+            config_for(&up)
+                .cluster(&redis.url(), "tgreload", 20)
+                .cluster_with(|c| c.timeout_ms = 200)
+        })
+        .collect();
+    let gateways: Vec<(Process, SocketAddr, SocketAddr)> = configs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Process::run(dir.path(), &format!("gw{i}"), c))
+        .collect();
+    let (g0, g1) = (
+        (gateways[0].1, gateways[0].2),
+        (gateways[1].1, gateways[1].2),
+    );
+    assert_eq!(admin(g0.1, "POST", "/api/keys/basic-1/suspend").status, 200);
+    eventually("the suspension reaches the other replica", || {
+        call(g1.0, "basic-key-1").status == 401
+    });
+
+    redis.signal("STOP");
+    // The reload: pro's limit changes.
+    configs[0]
+        .clone()
+        .plan_limit("pro", 77)
+        .write(&dir.path().join("gw0.yaml"));
+    let r = admin(g0.1, "POST", "/reload");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    for g in [g0, g1] {
+        for _ in 0..10 {
+            assert_eq!(call(g.0, "pro-key-1").status, 200);
+            assert_eq!(call(g.0, "basic-key-1").status, 401, "still suspended");
+        }
+    }
+    let r = call(g0.0, "pro-key-1");
+    assert!(
+        r.header("ratelimit-policy").unwrap().contains("q=77"),
+        "{:?}",
+        r.header("ratelimit-policy")
+    );
+
+    redis.signal("CONT");
+    eventually("a change after Redis is back is kept", || {
+        admin(g1.1, "POST", "/api/keys/standard-1/suspend").status == 200
+    });
+    eventually("and reaches the reloaded replica", || {
+        call(g0.0, "standard-key-1").status == 401
+    });
+    assert_eq!(call(g0.0, "basic-key-1").status, 401);
+    assert_eq!(call(g1.0, "basic-key-1").status, 401);
+}
+
+/// `SIGKILL` at once after `SIGHUP`, the new config dropping a suspended key: whatever
+/// moment of the reload the kill met, the process starts again on the new file, the store
+/// opens, and the change kept for the key that stays is in force.
+#[test]
+fn a_kill_during_a_reload_keeps_what_was_kept() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.db");
+    let config = config_for(&up).state_path(state.to_str().unwrap());
+    for round in 0..3 {
+        let (mut p, _, a) = Process::run(dir.path(), "gw", &config);
+        assert_eq!(admin(a, "POST", "/api/keys/basic-1/suspend").status, 200);
+        assert_eq!(admin(a, "POST", "/api/keys/standard-1/suspend").status, 200);
+        let dropped = config.clone().without_key("standard-1");
+        dropped.write(&dir.path().join("gw.yaml"));
+        p.signal("HUP");
+        p.signal("KILL");
+        let _ = p.wait_exit(Duration::from_secs(10));
+        let (_p, listen, a) = Process::run(dir.path(), "gw", &dropped);
+        assert_eq!(key_state(a, "basic-1"), "suspended", "round {round}");
+        assert_eq!(call(listen, "basic-key-1").status, 401);
+        assert_eq!(admin(a, "GET", "/api/keys/standard-1").status, 404);
+        assert_eq!(call(listen, "pro-key-1").status, 200);
+    }
+}
