@@ -15,11 +15,17 @@
 //!   number reaches the budget (the kernel hands out the lowest free number, so every number
 //!   below it is in use), or when the gateway's connections reach half the budget (each may
 //!   hold an upstream connection too);
-//! - one line is logged when an episode starts and one when a connection is admitted again.
+//! - one line is logged when an episode starts, and one when a connection is admitted a second
+//!   or more after the last refusal (an episode does not end on one admission between two
+//!   refusals: a descriptor freed for a moment).
 //!
 //! The listener never sees `EMFILE`, so it serves again as soon as descriptors are free.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long without a refusal ends an episode.
+const QUIET: Duration = Duration::from_secs(1);
 
 /// Descriptors kept beyond the admin listener's connections: listening sockets, the epoll and
 /// wake-up descriptors of the runtime's threads, Redis connections, the log file and
@@ -60,6 +66,9 @@ pub struct Descriptors {
     limit: u64,
     short: AtomicBool,
     refused: AtomicU64,
+    /// When the last refusal was, in ms since `since`.
+    last_refused: AtomicU64,
+    since: Instant,
 }
 
 impl Descriptors {
@@ -69,7 +78,13 @@ impl Descriptors {
             limit,
             short: AtomicBool::new(false),
             refused: AtomicU64::new(0),
+            last_refused: AtomicU64::new(0),
+            since: Instant::now(),
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.since.elapsed().as_millis() as u64
     }
 
     /// The gateway's budget: what is left of the limit after the reserve and the admin
@@ -93,6 +108,7 @@ impl Descriptors {
     /// logs.
     pub fn refused(&self, open: u32) {
         self.refused.fetch_add(1, Ordering::Relaxed);
+        self.last_refused.store(self.now_ms(), Ordering::Relaxed);
         if !self.short.swap(true, Ordering::AcqRel) {
             tracing::warn!(
                 target: "tollgate::edge",
@@ -103,9 +119,18 @@ impl Descriptors {
         }
     }
 
-    /// A gateway connection was admitted: an episode, if one was on, is over.
+    /// A gateway connection was admitted: an episode, if one was on and no connection was
+    /// refused for [`QUIET`], is over.
     pub fn admitted(&self) {
-        if self.short.load(Ordering::Relaxed) && self.short.swap(false, Ordering::AcqRel) {
+        self.admitted_at(self.now_ms());
+    }
+
+    fn admitted_at(&self, now_ms: u64) {
+        if !self.short.load(Ordering::Relaxed) {
+            return;
+        }
+        let quiet = now_ms.saturating_sub(self.last_refused.load(Ordering::Relaxed));
+        if quiet >= QUIET.as_millis() as u64 && self.short.swap(false, Ordering::AcqRel) {
             let refused = self.refused.swap(0, Ordering::Relaxed);
             tracing::info!(
                 target: "tollgate::edge",
@@ -145,7 +170,13 @@ mod tests {
         d.refused(5);
         assert!(d.short.load(Ordering::Relaxed));
         assert_eq!(d.refused.load(Ordering::Relaxed), 2);
-        d.admitted();
+        let at = d.last_refused.load(Ordering::Relaxed);
+        d.admitted_at(at + 10);
+        assert!(
+            d.short.load(Ordering::Relaxed),
+            "a moment's admission ends nothing"
+        );
+        d.admitted_at(at + 1_000);
         assert!(!d.short.load(Ordering::Relaxed));
         assert_eq!(d.refused.load(Ordering::Relaxed), 0);
     }

@@ -79,8 +79,8 @@ impl RedisSet {
 
     /// Write parts of overrides (each `(field, JSON)` put, or deleted when the JSON is
     /// `None`) and bump the version, all in one script: all of them are kept, or none.
-    /// Returns when Redis has them; behind Sentinel, when a replica has them too (else
-    /// [`StoreError::NotReplicated`]: the change is not acknowledged).
+    /// Returns when Redis has them; behind Sentinel or on a Redis Cluster, when a replica has
+    /// them too (else [`StoreError::NotReplicated`]: the change is not acknowledged).
     pub async fn write(&self, parts: &[(String, Option<String>)]) -> Result<(), StoreError> {
         let ttl = TTL.as_millis() as u64;
         let _: i64 = self
@@ -100,7 +100,7 @@ impl RedisSet {
         match within(
             deadline,
             &self.cfg.redis_url,
-            client.held(self.cfg.timeout / 2),
+            client.held(&self.set_key, self.cfg.timeout / 2),
         )
         .await
         {

@@ -16,9 +16,11 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisError, Script, Value};
+use redis::{
+    Cmd, FromRedisValue, IntoConnectionInfo, Pipeline, RedisError, RedisResult, Script, Value,
+};
 
-use crate::config::{scrub, Cluster, SentinelUrl};
+use crate::config::{at_address, scrub, Cluster, SentinelUrl};
 
 /// Why a call to Redis failed. Its text never holds the store's URL.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -89,9 +91,10 @@ impl Client {
     }
 
     /// Whether writes must be held by a replica before they are acknowledged: behind
-    /// Sentinel, a failover promotes a replica, which has only what reached it.
+    /// Sentinel or on a Redis Cluster, a failover promotes a replica, which has only what
+    /// reached it.
     pub fn replicated(&self) -> bool {
-        matches!(self, Client::Sentinel(_))
+        matches!(self, Client::Sentinel(_) | Client::Cluster(_))
     }
 
     /// The commands that, sent after writes on this client (alone or at the end of their
@@ -103,18 +106,21 @@ impl Client {
         [wait, redis::cmd("ROLE")]
     }
 
-    /// Behind Sentinel, whether a replica holds what this client wrote (or the master has no
-    /// replica); elsewhere, yes.
-    pub async fn held(&self, timeout: Duration) -> redis::RedisResult<bool> {
+    /// Where writes must be held ([`Client::replicated`]), whether a replica holds what this
+    /// client wrote to `key`'s master (or that master has no replica); elsewhere, yes. On a
+    /// Redis Cluster the pipeline goes to `key`'s node (an `EXISTS` routes it), on the
+    /// connection the writes took.
+    pub async fn held(&self, key: &str, timeout: Duration) -> redis::RedisResult<bool> {
         if !self.replicated() {
             return Ok(true);
         }
         let mut pipe = redis::pipe();
+        pipe.cmd("EXISTS").arg(key);
         for c in Self::hold_commands(timeout) {
             pipe.add_command(c);
         }
         let answers: Vec<Value> = self.pipeline(&pipe).await?;
-        Ok(matches!(answers.as_slice(), [wait, role] if held(wait, role)))
+        Ok(matches!(answers.as_slice(), [_, wait, role] if held(wait, role)))
     }
 
     /// Load `lua` into the store (after `NOSCRIPT`).
@@ -296,30 +302,30 @@ async fn open(cfg: &Cluster) -> Result<Client, StoreError> {
         link.conn().await.map_err(fail)?;
         return Ok(Client::Sentinel(Arc::new(link)));
     }
-    let client = redis::Client::open(url).map_err(fail)?;
-    let mut probe = client
-        .get_multiplexed_async_connection_with_config(
-            &redis::AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(t))
-                .set_response_timeout(Some(t)),
-        )
-        .await
-        .map_err(fail)?;
-    let info: String = redis::cmd("INFO")
-        .arg("cluster")
-        .query_async(&mut probe)
-        .await
-        .map_err(fail)?;
-    if info.contains("cluster_enabled:1") {
-        let cluster = redis::cluster::ClusterClient::builder(vec![url])
-            .connection_timeout(t)
-            .response_timeout(t)
-            .retries(0)
-            .build()
-            .map_err(fail)?;
-        let conn = cluster.get_async_connection().await.map_err(fail)?;
-        return Ok(Client::Cluster(conn));
-    }
+    // A Redis Cluster this process reached before: start from every node it knew, so that
+    // losing the configured node (a failover) does not lose the cluster.
+    let known = known_nodes(url);
+    let probe = async {
+        let client = redis::Client::open(url)?;
+        let mut probe = client
+            .get_multiplexed_async_connection_with_config(
+                &redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(t))
+                    .set_response_timeout(Some(t)),
+            )
+            .await?;
+        let info: String = redis::cmd("INFO")
+            .arg("cluster")
+            .query_async(&mut probe)
+            .await?;
+        Ok::<_, RedisError>((client, info.contains("cluster_enabled:1")))
+    };
+    let client = match probe.await {
+        Ok((_, true)) => return cluster(cfg, known).await,
+        Ok((client, false)) => client,
+        Err(_) if !known.is_empty() => return cluster(cfg, known).await,
+        Err(e) => return Err(fail(e)),
+    };
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(t))
         .set_response_timeout(Some(t))
@@ -331,9 +337,88 @@ async fn open(cfg: &Cluster) -> Result<Client, StoreError> {
     Ok(Client::Single(manager))
 }
 
+/// A connection to the Redis Cluster `cfg` names, starting from its URL and the nodes `known`
+/// (URLs); the nodes it has now are remembered for the next.
+async fn cluster(cfg: &Cluster, known: Vec<String>) -> Result<Client, StoreError> {
+    let url = cfg.redis_url.as_str();
+    let fail = |e: RedisError| StoreError::of(&e, url);
+    let t = cfg.timeout;
+    let mut initial = vec![url.to_string()];
+    initial.extend(known.into_iter().filter(|k| k != url));
+    let cluster = redis::cluster::ClusterClient::builder(initial)
+        .connection_timeout(t)
+        .response_timeout(t)
+        .retries(0)
+        .build()
+        .map_err(fail)?;
+    let mut conn = cluster.get_async_connection().await.map_err(fail)?;
+    let nodes: RedisResult<String> = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await;
+    if let Ok(nodes) = nodes {
+        remember_nodes(url, &nodes);
+    }
+    Ok(Client::Cluster(conn))
+}
+
+/// The nodes of each Redis Cluster this process reached, by the URL it was configured with,
+/// as URLs with that URL's credentials and database.
+static CLUSTER_NODES: std::sync::Mutex<Vec<(String, Vec<String>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn known_nodes(url: &str) -> Vec<String> {
+    let known = CLUSTER_NODES.lock().unwrap_or_else(|e| e.into_inner());
+    known
+        .iter()
+        .find(|(u, _)| u == url)
+        .map(|(_, nodes)| nodes.clone())
+        .unwrap_or_default()
+}
+
+/// Keep the addresses `CLUSTER NODES` lists (`<id> <ip:port@bus> <flags> ...`, nodes marked
+/// failed or without an address left out), as URLs like `url`.
+fn remember_nodes(url: &str, listing: &str) {
+    let nodes: Vec<String> = listing
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let addr = fields.nth(1)?.split(['@', ',']).next()?;
+            let flags = fields.next()?;
+            if flags.contains("fail") || flags.contains("noaddr") {
+                return None;
+            }
+            at_address(url, addr)
+        })
+        .collect();
+    if nodes.is_empty() {
+        return;
+    }
+    let mut known = CLUSTER_NODES.lock().unwrap_or_else(|e| e.into_inner());
+    known.retain(|(u, _)| u != url);
+    known.push((url.to_string(), nodes));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clusters_nodes_are_remembered_as_urls_with_the_credentials() {
+        let url = "redis://:pw@10.0.0.1:7000/0";
+        remember_nodes(
+            url,
+            "a1 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460\n\
+             b2 10.0.0.2:7001@17001,host-b master - 0 0 2 connected 5461-10922\n\
+             c3 10.0.0.3:7002@17002 master,fail - 0 0 3 disconnected\n\
+             d4 :0@0 slave,noaddr - 0 0 3 disconnected\n",
+        );
+        assert_eq!(
+            known_nodes(url),
+            ["redis://:pw@10.0.0.1:7000/0", "redis://:pw@10.0.0.2:7001/0"]
+        );
+        assert!(known_nodes("redis://other:1").is_empty());
+    }
 
     #[test]
     fn errors_never_carry_the_password() {

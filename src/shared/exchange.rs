@@ -65,7 +65,8 @@ impl BudgetSync {
     }
 
     /// The heartbeat: this replica is alive; how many are. The rider's commands, if any, go
-    /// in the same pipeline.
+    /// in the same pipeline (on a Redis Cluster, where a pipeline goes to one node, in a
+    /// pipeline of their own to their slot's node, at the same time).
     async fn beat(
         &self,
         client: &Client,
@@ -75,61 +76,21 @@ impl BudgetSync {
         self.metrics.calls.inc();
         let mut beat = self.heartbeat.evalsha(&[&self.fleet_key]);
         beat.arg(&self.replica).arg(horizon);
-        let rider = self.rider.get();
-        let riding = rider.map(|r| r.commands()).unwrap_or_default();
+        let url = &self.cfg.redis_url;
+        let riding = self.rider.get().map(|r| r.commands()).unwrap_or_default();
         let first = if riding.is_empty() {
-            within(deadline, &self.cfg.redis_url, client.query::<u32>(&beat)).await
+            within(deadline, url, client.query::<u32>(&beat)).await
+        } else if matches!(client, Client::Cluster(_)) {
+            let alone = within(deadline, url, client.query::<u32>(&beat));
+            // The rider's own failure is the rider's (told in `ride`), not the heartbeat's.
+            let (first, _) = tokio::join!(alone, self.ride(client, None, riding, deadline));
+            first
         } else {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            pipe.add_command(beat.clone());
-            // Plain commands in the heartbeat's round trip: no script call is counted.
-            for c in riding {
-                pipe.add_command(c);
-            }
-            // Behind Sentinel, the rider's counts are taken as written only once a replica
-            // holds them (else they are sent again: a failover loses none).
-            let hold = client.replicated();
-            if hold {
-                for c in Client::hold_commands(self.cfg.timeout / 2) {
-                    pipe.add_command(c);
-                }
-            }
-            let answers = within(
-                deadline,
-                &self.cfg.redis_url,
-                client.pipeline::<Vec<redis::RedisResult<redis::Value>>>(&pipe),
-            )
-            .await;
-            let rider = rider.expect("commands came from it");
-            match answers {
-                Ok(mut a) if a.len() > if hold { 2 } else { 0 } => {
-                    let heartbeat = a.remove(0);
-                    let held = !hold || {
-                        let role = a.pop().and_then(Result::ok);
-                        let wait = a.pop().and_then(Result::ok);
-                        matches!((wait, role), (Some(w), Some(r)) if redis_held(&w, &r))
-                    };
-                    if held {
-                        rider.answered(Ok(a));
-                    } else {
-                        rider.answered(Err(StoreError::NotReplicated));
-                    }
-                    match heartbeat {
-                        Ok(v) => redis::from_redis_value::<u32>(v)
-                            .map_err(|_| StoreError::Malformed("a heartbeat that is not a count")),
-                        Err(e) => Err(StoreError::of(&e, &self.cfg.redis_url)),
-                    }
-                }
-                Ok(_) => {
-                    rider.answered(Err(StoreError::Malformed("an empty pipeline answer")));
-                    Err(StoreError::Malformed("an empty pipeline answer"))
-                }
-                Err(e) => {
-                    rider.answered(Err(e.clone()));
-                    Err(e)
-                }
-            }
+            let heartbeat = self.ride(client, Some(&beat), riding, deadline).await;
+            heartbeat.and_then(|v| {
+                redis::from_redis_value::<u32>(v)
+                    .map_err(|_| StoreError::Malformed("a heartbeat that is not a count"))
+            })
         };
         match first {
             Err(StoreError::NoScript) => {
@@ -137,9 +98,74 @@ impl BudgetSync {
                     client.load(&self.heartbeat).await?;
                     client.query::<u32>(&beat).await
                 };
-                within(deadline, &self.cfg.redis_url, reload).await
+                within(deadline, url, reload).await
             }
             r => r,
+        }
+    }
+
+    /// Send the rider's commands, after `beat` when given (whose answer is returned), and tell
+    /// the rider what came back. Where a failover promotes a replica (Sentinel, a Redis
+    /// Cluster), the counts are taken as written only once a replica holds them (`WAIT`,
+    /// `ROLE` at the end of the pipeline, on the same connection); else they are sent again,
+    /// and a failover loses none.
+    async fn ride(
+        &self,
+        client: &Client,
+        beat: Option<&redis::Cmd>,
+        riding: Vec<redis::Cmd>,
+        deadline: tokio::time::Instant,
+    ) -> Result<redis::Value, StoreError> {
+        let rider = self.rider.get().expect("commands came from it");
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        if let Some(b) = beat {
+            pipe.add_command(b.clone());
+        }
+        // Plain commands in the heartbeat's round trip: no script call is counted.
+        for c in riding {
+            pipe.add_command(c);
+        }
+        let hold = client.replicated();
+        if hold {
+            for c in Client::hold_commands(self.cfg.timeout / 2) {
+                pipe.add_command(c);
+            }
+        }
+        let answers = within(
+            deadline,
+            &self.cfg.redis_url,
+            client.pipeline::<Vec<redis::RedisResult<redis::Value>>>(&pipe),
+        )
+        .await;
+        let extra = usize::from(beat.is_some()) + if hold { 2 } else { 0 };
+        match answers {
+            Ok(mut a) if a.len() > extra => {
+                let heartbeat = beat.map(|_| a.remove(0));
+                let held = !hold || {
+                    let role = a.pop().and_then(Result::ok);
+                    let wait = a.pop().and_then(Result::ok);
+                    matches!((wait, role), (Some(w), Some(r)) if redis_held(&w, &r))
+                };
+                if held {
+                    rider.answered(Ok(a));
+                } else {
+                    rider.answered(Err(StoreError::NotReplicated));
+                }
+                match heartbeat {
+                    Some(Ok(v)) => Ok(v),
+                    Some(Err(e)) => Err(StoreError::of(&e, &self.cfg.redis_url)),
+                    None => Ok(redis::Value::Nil),
+                }
+            }
+            Ok(_) => {
+                rider.answered(Err(StoreError::Malformed("an empty pipeline answer")));
+                Err(StoreError::Malformed("an empty pipeline answer"))
+            }
+            Err(e) => {
+                rider.answered(Err(e.clone()));
+                Err(e)
+            }
         }
     }
 

@@ -291,7 +291,9 @@ fn out_of_descriptors_the_gateway_refuses_and_the_admin_listener_answers() {
         )
         .is_some_and(|r| r.status == 200)
     });
+    // The episode ends with an admission a second after the last refusal.
     eventually("the episode's end is logged", || {
+        assert_eq!(call(listen, "standard-key-1").status, 200);
         p.output().contains("file descriptors free again")
     });
     let out = p.output();
@@ -302,24 +304,44 @@ fn out_of_descriptors_the_gateway_refuses_and_the_admin_listener_answers() {
     );
 }
 
-/// Redis behind Sentinel fails over under load: two gateways on `redis+sentinel://`, requests
-/// flowing through both, the primary killed and its replica promoted. No request fails; the
-/// suspension and the quota counts acknowledged before the failover are in force after it
-/// (a change is acknowledged only once a replica holds it: `WAIT`), a change made after it
-/// reaches both gateways, and the quota counts add up exactly.
+/// Redis behind Sentinel fails over under load ([`failover_under_load`]).
 #[test]
 fn a_sentinel_failover_under_load_fails_no_request_and_loses_no_change() {
+    let _one = crate::harness::one_fleet();
+    let mut sentinel = crate::harness::RedisSentinel::start();
+    let url = sentinel.url();
+    failover_under_load(&url, "tgfail", || sentinel.fail_over());
+}
+
+/// A Redis Cluster with a replica per master fails over under load: the master holding the
+/// overrides' slot, the very node the gateways were configured with, is killed and its
+/// replica takes over ([`failover_under_load`]).
+#[test]
+fn a_redis_cluster_failover_under_load_fails_no_request_and_loses_no_change() {
+    let _one = crate::harness::one_fleet();
+    let mut cluster = crate::harness::RedisCluster::start_with(3, 1);
+    let port = cluster.master_port_of("{tgcfail:ov}:set");
+    let url = format!("redis://127.0.0.1:{port}/0");
+    failover_under_load(&url, "tgcfail", || {
+        cluster.kill_master_of("{tgcfail:ov}:set");
+    });
+}
+
+/// Two gateways on the store at `url`, requests flowing through both while `fail_over` kills
+/// the master and a replica takes over. No request fails; the suspension and the quota counts
+/// acknowledged before are in force after (behind Sentinel a change is acknowledged only once
+/// a replica holds it: `WAIT`), a change made after reaches both gateways, and the quota
+/// counts add up exactly.
+fn failover_under_load(url: &str, prefix: &str, fail_over: impl FnOnce()) {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
 
-    let _one = crate::harness::one_fleet();
     let up = Upstream::start(Mode::Ok);
-    let mut sentinel = crate::harness::RedisSentinel::start();
     let dir = tempfile::tempdir().unwrap();
     let gateways: Vec<(Process, SocketAddr, SocketAddr)> = (0..2)
         .map(|i| {
             let config = config_for(&up)
-                .cluster(&sentinel.url(), "tgfail", 20)
+                .cluster(url, prefix, 20)
                 .cluster_with(|c| c.timeout_ms = 500)
                 .all_limits(100_000)
                 .plan_quota("standard", 1_000_000, "month");
@@ -371,7 +393,7 @@ fn a_sentinel_failover_under_load_fails_no_request_and_loses_no_change() {
         .collect();
     let before = sent.load(Ordering::Relaxed);
     eventually("load flows", || sent.load(Ordering::Relaxed) >= before + 50);
-    sentinel.fail_over();
+    fail_over();
     // The gateways find the new master: a change made now reaches both.
     eventually("a change after the failover is kept", || {
         admin(g1.1, "POST", "/api/keys/pro-1/suspend").status == 200

@@ -39,6 +39,12 @@ pub(crate) fn write(dir: &Path, name: &str, text: &str) -> String {
 /// client connections could take it (seen once in `scripts/fleet-demo.sh`, which picked its
 /// ports the same way).
 pub(crate) fn closed_port() -> u16 {
+    closed_port_with(0)
+}
+
+/// A free port `p` whose `p + offset` is free too, both given out (a Redis Cluster node's
+/// bus listens on its port + 10000).
+pub(crate) fn closed_port_with(offset: u16) -> u16 {
     use std::hash::{BuildHasher, Hasher};
     static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -52,11 +58,14 @@ pub(crate) fn closed_port() -> u16 {
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
         let port = 20_000 + ((x >> 33) % 12_768) as u16;
-        if given.contains(&port) {
+        let other = port + offset;
+        if given.contains(&port) || given.contains(&other) {
             continue;
         }
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && (offset == 0 || free(other)) {
             given.push(port);
+            given.push(other);
             return port;
         }
     }

@@ -41,15 +41,20 @@ impl RedisServer {
         server
     }
 
-    /// A node of a Redis Cluster, not yet joined ([`RedisCluster`]).
+    /// A node of a Redis Cluster, not yet joined ([`RedisCluster`]); a master it holds slots
+    /// of is failed over 500 ms after it stops answering.
     pub(crate) fn start_cluster_node() -> Self {
         Self::spawn(
-            closed_port(),
+            super::closed_port_with(10_000),
             &[
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
                 "nodes.conf",
+                "--cluster-node-timeout",
+                "500",
+                "--repl-diskless-sync-delay",
+                "0",
             ],
         )
     }
@@ -140,6 +145,12 @@ pub(crate) struct RedisCluster {
 
 impl RedisCluster {
     pub(crate) fn start(n: usize) -> Self {
+        Self::start_with(n, 0)
+    }
+
+    /// `masters` masters with `replicas` replicas each.
+    pub(crate) fn start_with(masters: usize, replicas: usize) -> Self {
+        let n = masters * (1 + replicas);
         let nodes: Vec<RedisServer> = (0..n).map(|_| RedisServer::start_cluster_node()).collect();
         let addrs: Vec<String> = nodes
             .iter()
@@ -149,7 +160,7 @@ impl RedisCluster {
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli is installed with redis-server");
         assert!(
@@ -165,7 +176,72 @@ impl RedisCluster {
                 .unwrap_or_default();
             info.contains("cluster_state:ok")
         });
+        // Every replica in sync (a master killed before its replica has its data cannot be
+        // failed over).
+        for node in &cluster.nodes {
+            eventually("the replicas are in sync", || {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut node.client())
+                    .unwrap_or_default();
+                info.contains("role:master") || info.contains("master_link_status:up")
+            });
+        }
         cluster
+    }
+
+    /// The port of the master that holds `key`'s slot, as the node on `via` sees it.
+    fn master_of(&self, via: u16, key: &str) -> Option<u16> {
+        let mut c = self.nodes.iter().find(|n| n.port == via)?.client();
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut c)
+            .ok()?;
+        let slots: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut c).ok()?;
+        for range in slots {
+            let redis::Value::Array(parts) = range else {
+                continue;
+            };
+            let num = |v: Option<&redis::Value>| match v {
+                Some(redis::Value::Int(n)) => Some(*n),
+                _ => None,
+            };
+            let (Some(lo), Some(hi)) = (num(parts.first()), num(parts.get(1))) else {
+                continue;
+            };
+            if (lo..=hi).contains(&slot) {
+                let Some(redis::Value::Array(master)) = parts.get(2) else {
+                    return None;
+                };
+                return num(master.get(1)).and_then(|p| u16::try_from(p).ok());
+            }
+        }
+        None
+    }
+
+    /// The port of the master holding `key`'s slot now.
+    pub(crate) fn master_port_of(&self, key: &str) -> u16 {
+        self.master_of(self.nodes[0].port, key)
+            .expect("a master holds the slot")
+    }
+
+    /// Kill the master holding `key`'s slot and wait until one of its replicas has taken
+    /// the slot over and the cluster is whole again; the killed master's port.
+    pub(crate) fn kill_master_of(&mut self, key: &str) -> u16 {
+        let first = self.nodes[0].port;
+        let old = self.master_of(first, key).expect("a master holds the slot");
+        let at = self.nodes.iter().position(|n| n.port == old).unwrap();
+        self.nodes.remove(at).kill();
+        let via = self.nodes[0].port;
+        eventually("a replica takes the slot over", || {
+            let ok: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut self.nodes[0].client())
+                .unwrap_or_default();
+            ok.contains("cluster_state:ok") && self.master_of(via, key).is_some_and(|p| p != old)
+        });
+        old
     }
 
     /// Every name held by any node.

@@ -131,6 +131,16 @@ impl SentinelUrl {
     }
 }
 
+/// `url` (`redis://` or `rediss://`) with its host and port those of `addr` (`host:port`):
+/// another node of the same Redis Cluster, with the same credentials and database.
+pub fn at_address(url: &str, addr: &str) -> Option<String> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let mut u = url::Url::parse(url).ok()?;
+    u.set_host(Some(host)).ok()?;
+    u.set_port(Some(port.parse().ok()?)).ok()?;
+    Some(u.to_string())
+}
+
 /// The user information of `url` (what comes before the `@` of its authority), read without
 /// parsing the rest (a Sentinel URL lists several hosts, which no URL parser takes).
 fn userinfo(url: &str) -> Option<&str> {

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use cluster::{redact, scrub, Cluster, SentinelUrl};
+pub use cluster::{at_address, redact, scrub, Cluster, SentinelUrl};
 pub use edge::{AuthFailures, Server, WebhookGuard, MAX_HEADERS, MAX_HEADER_BYTES};
 pub use file::LogFormat;
 use file::{FileCatalogue, FileConfig};
