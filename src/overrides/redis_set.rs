@@ -14,7 +14,7 @@ use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::limit::shared::hashed;
 use crate::policy::overrides::Part;
-use crate::redis::{connect, within, Client, Lua, StoreError};
+use crate::redis::{connect, within, Client, Hold, Lua, StoreError};
 
 /// How long the overrides stay in Redis after the last replica touched them.
 const TTL: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -28,6 +28,8 @@ pub struct RedisSet {
     write: Lua,
     poll: Lua,
     client: tokio::sync::Mutex<Option<Client>>,
+    /// Whether the master of the set's slot has replicas to wait for.
+    hold: Hold,
 }
 
 /// What a poll found: the version, and the set (field → JSON) when it moved.
@@ -46,6 +48,7 @@ impl RedisSet {
             write: Lua::new(include_str!("write.lua")),
             poll: Lua::new(include_str!("poll.lua")),
             client: tokio::sync::Mutex::new(None),
+            hold: Hold::default(),
         }
     }
 
@@ -100,7 +103,7 @@ impl RedisSet {
         match within(
             deadline,
             &self.cfg.redis_url,
-            client.held(&self.set_key, self.cfg.timeout / 2),
+            client.held(&self.hold, &self.set_key, self.cfg.timeout / 2),
         )
         .await
         {

@@ -6,7 +6,7 @@
 //! | piece | what |
 //! |---|---|
 //! | [`Client`] | a single Redis through a reconnecting connection manager, a Redis Cluster, or Redis behind Sentinel ([`SentinelLink`]) |
-//! | [`Client::held`] | behind Sentinel, whether a replica holds what was written (acknowledge only that) |
+//! | [`Client::held`], [`Hold`] | behind Sentinel or on a Redis Cluster, whether a replica holds what was written (acknowledge only that) |
 //! | [`connect`] | the client the `cluster` block names, within its timeout |
 //! | [`Lua`] | a script: invoked alone or laid out as `EVALSHA` in a pipeline, from one place |
 //! | [`StoreError`] | why a call failed, never with the URL (it may hold a password) |
@@ -40,8 +40,8 @@ pub enum StoreError {
     /// An answer of another shape than the script's.
     #[error("{0}")]
     Malformed(&'static str),
-    /// Behind Sentinel: written to the master, but no replica confirmed it within the
-    /// timeout (a failover now could lose it).
+    /// Behind Sentinel or on a Redis Cluster: written to the master, but no replica confirmed
+    /// it within the timeout (a failover now could lose it).
     #[error("no replica confirmed the write within timeout_ms")]
     NotReplicated,
 }
@@ -97,30 +97,21 @@ impl Client {
         matches!(self, Client::Sentinel(_) | Client::Cluster(_))
     }
 
-    /// The commands that, sent after writes on this client (alone or at the end of their
-    /// pipeline), tell whether a replica holds them: `WAIT 1` within `timeout`, then `ROLE`
-    /// (a master with no replica has none to fail over to). Read with [`held`].
-    pub fn hold_commands(timeout: Duration) -> [Cmd; 2] {
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(1).arg(timeout.as_millis().max(1) as u64);
-        [wait, redis::cmd("ROLE")]
-    }
-
     /// Where writes must be held ([`Client::replicated`]), whether a replica holds what this
     /// client wrote to `key`'s master (or that master has no replica); elsewhere, yes. On a
     /// Redis Cluster the pipeline goes to `key`'s node (an `EXISTS` routes it), on the
     /// connection the writes took.
-    pub async fn held(&self, key: &str, timeout: Duration) -> redis::RedisResult<bool> {
+    pub async fn held(&self, hold: &Hold, key: &str, timeout: Duration) -> RedisResult<bool> {
         if !self.replicated() {
             return Ok(true);
         }
         let mut pipe = redis::pipe();
         pipe.cmd("EXISTS").arg(key);
-        for c in Self::hold_commands(timeout) {
+        for c in hold.commands(timeout) {
             pipe.add_command(c);
         }
         let answers: Vec<Value> = self.pipeline(&pipe).await?;
-        Ok(matches!(answers.as_slice(), [_, wait, role] if held(wait, role)))
+        Ok(matches!(answers.as_slice(), [_, wait, role] if hold.read(wait, role)))
     }
 
     /// Load `lua` into the store (after `NOSCRIPT`).
@@ -141,15 +132,48 @@ impl Client {
     }
 }
 
-/// What [`Client::hold_commands`] answered: a replica acknowledged (`WAIT` ≥ 1), or the
-/// master lists no replica (`ROLE`).
-pub fn held(wait: &Value, role: &Value) -> bool {
-    if matches!(wait, Value::Int(n) if *n >= 1) {
-        return true;
+/// Whether one master's writes are held by a replica: the commands that, sent after writes
+/// (alone or at the end of their pipeline, on the same connection), tell it, and what the
+/// master said of its replicas last time. `WAIT 1` waits up to its timeout when the master
+/// has no replica, so a master whose last `ROLE` listed none is asked `WAIT 0` (at once):
+/// with no replica there is none to fail over to, and its acknowledgement stands.
+#[derive(Debug)]
+pub struct Hold {
+    replicas: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Hold {
+    /// Until a master says otherwise, it has replicas.
+    fn default() -> Self {
+        Self {
+            replicas: std::sync::atomic::AtomicBool::new(true),
+        }
     }
-    match role {
-        Value::Array(parts) => matches!(parts.get(2), Some(Value::Array(r)) if r.is_empty()),
-        _ => false,
+}
+
+impl Hold {
+    /// `WAIT` (1 replica within `timeout`, or 0 when the master had none), then `ROLE`.
+    pub fn commands(&self, timeout: Duration) -> [Cmd; 2] {
+        let replicas = self.replicas.load(std::sync::atomic::Ordering::Relaxed);
+        let mut wait = redis::cmd("WAIT");
+        if replicas {
+            wait.arg(1).arg(timeout.as_millis().max(1) as u64);
+        } else {
+            wait.arg(0).arg(1);
+        }
+        [wait, redis::cmd("ROLE")]
+    }
+
+    /// What [`Hold::commands`] answered: held when a replica acknowledged (`WAIT` ≥ 1) or the
+    /// master lists no replica (`ROLE`); what `ROLE` said is kept for the next time.
+    pub fn read(&self, wait: &Value, role: &Value) -> bool {
+        let none = match role {
+            Value::Array(parts) => matches!(parts.get(2), Some(Value::Array(r)) if r.is_empty()),
+            _ => false,
+        };
+        self.replicas
+            .store(!none, std::sync::atomic::Ordering::Relaxed);
+        none || matches!(wait, Value::Int(n) if *n >= 1)
     }
 }
 
@@ -402,6 +426,36 @@ fn remember_nodes(url: &str, listing: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_is_held_by_a_replica_or_by_a_master_without_one() {
+        let arg = |c: &Cmd, i: usize| match c.args_iter().nth(i) {
+            Some(redis::Arg::Simple(b)) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        };
+        let hold = Hold::default();
+        let [wait, _] = hold.commands(Duration::from_millis(50));
+        assert_eq!((arg(&wait, 1), arg(&wait, 2)), ("1".into(), "50".into()));
+        let replica = Value::Array(vec![
+            Value::SimpleString("127.0.0.1".into()),
+            Value::SimpleString("6380".into()),
+            Value::SimpleString("0".into()),
+        ]);
+        let role = |replicas: Vec<Value>| {
+            Value::Array(vec![
+                Value::BulkString(b"master".to_vec()),
+                Value::Int(7),
+                Value::Array(replicas),
+            ])
+        };
+        assert!(hold.read(&Value::Int(1), &role(vec![replica.clone()])));
+        assert!(!hold.read(&Value::Int(0), &role(vec![replica])), "not held");
+        // A master with no replica: held, and the next WAIT does not wait.
+        assert!(hold.read(&Value::Int(0), &role(vec![])));
+        let [wait, _] = hold.commands(Duration::from_millis(50));
+        assert_eq!(arg(&wait, 1), "0");
+        assert!(!hold.read(&Value::Nil, &Value::Nil), "no answer: not held");
+    }
 
     #[test]
     fn a_clusters_nodes_are_remembered_as_urls_with_the_credentials() {

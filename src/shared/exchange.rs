@@ -9,7 +9,6 @@ use futures_util::future::join_all;
 use super::script::{pack_calls, unpack_answers};
 use super::BudgetSync;
 use crate::limit::shared::{store_key, Batch, Call, Reply, Settled};
-use crate::redis::held as redis_held;
 use crate::redis::{within, Client, StoreError};
 
 /// A budget call's answer: the script's `{granted, ahead}`, or why there is none.
@@ -128,7 +127,7 @@ impl BudgetSync {
         }
         let hold = client.replicated();
         if hold {
-            for c in Client::hold_commands(self.cfg.timeout / 2) {
+            for c in self.hold.commands(self.cfg.timeout / 2) {
                 pipe.add_command(c);
             }
         }
@@ -145,7 +144,7 @@ impl BudgetSync {
                 let held = !hold || {
                     let role = a.pop().and_then(Result::ok);
                     let wait = a.pop().and_then(Result::ok);
-                    matches!((wait, role), (Some(w), Some(r)) if redis_held(&w, &r))
+                    matches!((wait, role), (Some(w), Some(r)) if self.hold.read(&w, &r))
                 };
                 if held {
                     rider.answered(Ok(a));

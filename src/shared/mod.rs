@@ -85,6 +85,8 @@ pub struct BudgetSync {
     names: Mutex<HashMap<Digest, Arc<str>, foldhash::fast::RandomState>>,
     /// What rides on the heartbeat's round trip at each tick (the quota and ledger counts).
     rider: std::sync::OnceLock<Arc<dyn Rider>>,
+    /// Whether the master the rider's counts go to has replicas to wait for.
+    hold: crate::redis::Hold,
 }
 
 /// Commands that ride on each tick's heartbeat, in the same pipeline (one round trip for the
@@ -133,6 +135,7 @@ impl BudgetSync {
             settling,
             names: Mutex::default(),
             rider: std::sync::OnceLock::new(),
+            hold: crate::redis::Hold::default(),
         };
         (store, svc)
     }
