@@ -284,15 +284,16 @@ def main():
                     f.write(config(ports, state, a.keys, 40 + minute % 2))
                 status, _ = http("POST", f'http://127.0.0.1:{ports["admin"]}/reload')
                 reloads[status == 200] += 1
+                rss, fds, rmem, req = sample(gw.pid, ports)
+                rows.append((minute, rss, fds, rmem, req))
+                print(f"{minute},{rss},{fds},{rmem},{req:.0f}", flush=True)
+                # Redis restarted (empty: no persistence) after the sample, twice.
                 if minute in (a.minutes // 3, 2 * a.minutes // 3) and restarts < 2:
                     redis.kill()
                     redis.wait()
                     redis = start_redis(ports["redis"], d)
                     procs.append(redis)
                     restarts += 1
-                rss, fds, rmem, req = sample(gw.pid, ports)
-                rows.append((minute, rss, fds, rmem, req))
-                print(f"{minute},{rss},{fds},{rmem},{req:.0f}", flush=True)
         out, _ = load.communicate(timeout=60)
         rate = re.search(r"Requests/sec:\s+([\d.]+)", out)
         with open(os.path.join(a.out, "soak.csv"), "w") as f:

@@ -81,9 +81,10 @@ impl BudgetSync {
             within(deadline, url, client.query::<u32>(&beat)).await
         } else if matches!(client, Client::Cluster(_)) {
             let alone = within(deadline, url, client.query::<u32>(&beat));
-            // The rider's own failure is the rider's (told in `ride`), not the heartbeat's.
-            let (first, _) = tokio::join!(alone, self.ride(client, None, riding, deadline));
-            first
+            let (first, ridden) = tokio::join!(alone, self.ride(client, None, riding, deadline));
+            // A failed round trip to the meters' node fails the exchange too: the connection
+            // is then rebuilt, with the nodes as they are now (a failover there).
+            first.and_then(|n| ridden.map(|_| n))
         } else {
             let heartbeat = self.ride(client, Some(&beat), riding, deadline).await;
             heartbeat.and_then(|v| {

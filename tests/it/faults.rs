@@ -335,16 +335,20 @@ fn a_redis_cluster_failover_under_load_fails_no_request_and_loses_no_change() {
 fn failover_under_load(url: &str, prefix: &str, fail_over: impl FnOnce()) {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
+    const LIMIT: u32 = 20;
 
     let up = Upstream::start(Mode::Ok);
     let dir = tempfile::tempdir().unwrap();
     let gateways: Vec<(Process, SocketAddr, SocketAddr)> = (0..2)
         .map(|i| {
-            let config = config_for(&up)
+            let mut config = config_for(&up)
                 .cluster(url, prefix, 20)
                 .cluster_with(|c| c.timeout_ms = 500)
                 .all_limits(100_000)
+                .plan_limit("basic", LIMIT)
                 .plan_quota("standard", 1_000_000, "month");
+            // An hour's window: the budget checked after the failover is one window's.
+            config.file.limits.window_seconds = 3_600;
             Process::run(dir.path(), &format!("gw{i}"), &config)
         })
         .collect();
@@ -416,6 +420,21 @@ fn failover_under_load(url: &str, prefix: &str, fail_over: impl FnOnce()) {
     eventually("the quota counts add up", || fleet_used() == Some(total));
     let ready = |a| admin(a, "GET", "/readyz").status;
     assert_eq!((ready(g0.1), ready(g1.1)), (200, 200));
+    // Budgets keep their bound after the failover: a key on a 20-per-window plan, asked 100
+    // times through both gateways, is admitted its limit and at most a window's limit more
+    // per replica (the contract's bound).
+    let admitted = (0..100)
+        .filter(|i| {
+            let g = if i % 2 == 0 { g0 } else { g1 };
+            let r = call(g.0, "acme-customer-key");
+            assert!(r.status == 200 || r.status == 429, "{}", r.status);
+            r.status == 200
+        })
+        .count();
+    assert!(
+        (LIMIT as usize..=3 * LIMIT as usize).contains(&admitted),
+        "admitted {admitted} of a limit of {LIMIT}"
+    );
 }
 
 /// libfaketime's library, preloaded into a gateway so the test can step its wall clock
