@@ -9,11 +9,12 @@
 
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::harness::{
     config_for, connect_from, eventually, metric, metrics_page, read_response, read_until_closed,
-    Gateway, Mode, Upstream,
+    Gateway, Mode, TestConfig, Upstream,
 };
 use tollgate::config::file::FileServer;
 
@@ -177,13 +178,35 @@ fn a_checked_body_that_stops_is_408_and_never_forwarded() {
 /// A stalled checked body on `s` (a connection already open): its answer, and how long after
 /// the head it came.
 fn stall_a_checked_body(s: &TcpStream) -> (crate::harness::Response, Duration) {
-    let head = "POST /v2/sendGroup HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer pro-key-1\r\n\
-                Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"name\":";
-    let mut w = s.try_clone().unwrap();
-    w.write_all(head.as_bytes()).unwrap();
-    let sent = Instant::now();
+    let sent = send_a_stalling_head(s);
     let r = read_response(&mut BufReader::new(s.try_clone().unwrap()));
     (r, sent.elapsed())
+}
+
+/// The head of a checked body on `s`, and the body's first bytes only: when it was sent.
+fn send_a_stalling_head(s: &TcpStream) -> Instant {
+    let head = "POST /v2/sendGroup HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer pro-key-1\r\n\
+                Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"name\":";
+    s.try_clone().unwrap().write_all(head.as_bytes()).unwrap();
+    Instant::now()
+}
+
+/// A gateway started from a file (so that a test can rewrite it and reload) whose connections
+/// get `body_timeout` seconds for a body and 30 s of idle: the file's directory, its path, the
+/// config written there, and the gateway.
+fn reloadable(
+    up: &Upstream,
+    body_timeout: u64,
+) -> (tempfile::TempDir, PathBuf, TestConfig, Gateway) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.yaml");
+    let config = config_for(up).server(|s| {
+        s.body_timeout_seconds = body_timeout;
+        s.idle_timeout_seconds = 30;
+    });
+    config.write(&path);
+    let gw = Gateway::start_file(&path);
+    (dir, path, config, gw)
 }
 
 #[test]
@@ -193,14 +216,7 @@ fn a_kept_alive_connection_keeps_the_server_settings_it_was_accepted_under() {
     // the request path's checked-body deadline is its stream's, so a stalled body is answered
     // 408 at one second (not cut by the stream while the request path waits for two).
     let up = Upstream::start(Mode::Ok);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.yaml");
-    let config = config_for(&up).server(|s| {
-        s.body_timeout_seconds = 1;
-        s.idle_timeout_seconds = 30;
-    });
-    config.write(&path);
-    let gw = Gateway::start_file(&path);
+    let (_dir, path, config, gw) = reloadable(&up, 1);
     let old = connect(&gw);
     let mut w = old.try_clone().unwrap();
     w.write_all(get("pro-key-1", "/v2/client/getStatus").as_bytes())
@@ -256,19 +272,9 @@ fn a_reload_mid_request_leaves_the_request_its_connections_deadline() {
     // two seconds (answered 408 at two, not one), and a connection accepted after the reload
     // runs the new second.
     let up = Upstream::start(Mode::Ok);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gw.yaml");
-    let config = config_for(&up).server(|s| {
-        s.body_timeout_seconds = 2;
-        s.idle_timeout_seconds = 30;
-    });
-    config.write(&path);
-    let gw = Gateway::start_file(&path);
+    let (_dir, path, config, gw) = reloadable(&up, 2);
     let s = connect(&gw);
-    let head = "POST /v2/sendGroup HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer pro-key-1\r\n\
-                Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"name\":";
-    s.try_clone().unwrap().write_all(head.as_bytes()).unwrap();
-    let sent = Instant::now();
+    let sent = send_a_stalling_head(&s);
     config
         .clone()
         .server(|s| s.body_timeout_seconds = 1)
