@@ -218,7 +218,7 @@ fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
             StatusCode::SERVICE_UNAVAILABLE,
             "change_not_kept",
             "The change could not be kept, and was not made",
-            "the Redis master took the change but no replica confirmed it within timeout_ms, so a failover could lose it: it may still take effect; retry it (a change made twice is made once)",
+            "the Redis master took the change but no replica confirmed it within timeout_ms, so a failover could lose it: it may still take effect; retry it (repeating a change that took effect changes nothing more)",
         ),
         ChangeError::NotKept(why) => problem(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -81,8 +81,9 @@ pub struct Keeper {
 }
 
 impl Keeper {
-    /// A keeper writing to `db` (the `state.path` file), or to memory; the quota counts it
-    /// holds are put back on the keys of the config in force.
+    /// A keeper writing to `file` (`state.path`; with `cluster`, only probed: the counts go
+    /// to Redis), or to memory; the quota counts it holds are put back on the keys of the
+    /// config in force.
     pub fn open(file: Option<Arc<StateFile>>, live: Arc<LivePolicy>) -> Result<Self, BookError> {
         let cluster = live.load().policy.config.process.cluster.clone();
         let book = match &file {
