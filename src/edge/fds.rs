@@ -120,7 +120,7 @@ impl Descriptors {
     }
 
     /// A gateway connection was admitted: an episode, if one was on and no connection was
-    /// refused for [`QUIET`], is over.
+    /// refused for a second, is over.
     pub fn admitted(&self) {
         self.admitted_at(self.now_ms());
     }
