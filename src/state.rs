@@ -2,7 +2,8 @@
 //!
 //! One embedded [redb] database holds what this process keeps on local disk: the overrides
 //! ([`crate::overrides::disk`]) and the quota and ledger counts ([`crate::ledger`]). Every
-//! write and read goes through [`StateFile::run`], which handles the disk's faults:
+//! write goes through [`StateFile::write`] and every read through [`StateFile::read`], which
+//! handle the disk's faults:
 //!
 //! - at start, the file must open and take a write (an empty transaction): a file that cannot
 //!   is a setup error naming the path;
@@ -12,7 +13,9 @@
 //! - redb latches an I/O error (every later call fails with "Previous I/O error occurred"), so
 //!   the file is opened again after each failure; the keeper probes it each second while it
 //!   fails ([`StateFile::probe`]), and once a write succeeds everything resumes, without a
-//!   restart, and one line says so.
+//!   restart, and one line says so;
+//! - a read that fails fails alone (the caller answers its error) and opens the file again,
+//!   but says nothing about writes: only a write marks the disk failing.
 //!
 //! The file is never left half-written: redb commits copy-on-write with a checksummed header,
 //! so a write cut by a full disk or a `SIGKILL` leaves the last commit in force.
@@ -39,16 +42,11 @@ impl StateFile {
             db: Mutex::new(Arc::new(db)),
             failing: AtomicBool::new(false),
         };
-        file.run(probe).map_err(|e| DiskError::Unwritable {
+        file.write(probe).map_err(|e| DiskError::Unwritable {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
         Ok(Arc::new(file))
-    }
-
-    /// The path, for messages.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// Whether the last write failed (and none has succeeded since): `/readyz` says
@@ -61,10 +59,23 @@ impl StateFile {
         Arc::clone(&self.db.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Run `f` on the database (blocking: from a blocking thread or the keeper's). When it
-    /// fails, the disk is marked failing and the file opened again for the next call; when
-    /// it succeeds after failures, writes have resumed.
-    pub fn run<T, E: std::fmt::Display>(
+    /// Read with `f` (blocking: from a blocking thread or the keeper's). When it fails, the
+    /// file is opened again for the next call (redb may have latched an I/O error); whether
+    /// the disk takes writes is left to the writes to say.
+    pub fn read<T, E>(&self, f: impl FnOnce(&redb::Database) -> Result<T, E>) -> Result<T, E> {
+        let db = self.db();
+        let result = f(&db);
+        if result.is_err() {
+            drop(db);
+            self.reopen();
+        }
+        result
+    }
+
+    /// Write with `f` (blocking: from a blocking thread or the keeper's). When it fails, the
+    /// disk is marked failing and the file opened again for the next call; when it succeeds
+    /// after failures, writes have resumed.
+    pub fn write<T, E: std::fmt::Display>(
         &self,
         f: impl FnOnce(&redb::Database) -> Result<T, E>,
     ) -> Result<T, E> {
@@ -90,7 +101,7 @@ impl StateFile {
     /// A write of nothing, while the disk fails: whether it takes writes again.
     pub fn probe(&self) {
         if self.is_failing() {
-            let _ = self.run(probe);
+            let _ = self.write(probe);
         }
     }
 

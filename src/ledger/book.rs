@@ -88,7 +88,7 @@ impl Book {
                 .iter()
                 .map(|(k, &(id, n))| (k.clone(), id, n))
                 .collect()),
-            Book::Disk(file) => file.run(|db| {
+            Book::Disk(file) => file.read(|db| {
                 let Some(table) = read_table(db, QUOTA).map_err(err)? else {
                     return Ok(Vec::new());
                 };
@@ -129,7 +129,7 @@ impl Book {
                 }
                 Ok(())
             }
-            Book::Disk(file) => file.run(|db| {
+            Book::Disk(file) => file.write(|db| {
                 let txn = db.begin_write().map_err(err)?;
                 {
                     let mut q = txn.open_table(QUOTA).map_err(err)?;
@@ -176,7 +176,7 @@ impl Book {
                 .filter(|((_, k), _)| wanted(k))
                 .map(|((day, k), r)| (*day, k.clone(), r.clone()))
                 .collect()),
-            Book::Disk(file) => file.run(|db| {
+            Book::Disk(file) => file.read(|db| {
                 let Some(table) = read_table(db, LEDGER).map_err(err)? else {
                     return Ok(Vec::new());
                 };

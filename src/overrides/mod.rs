@@ -120,7 +120,7 @@ impl PlanOverrides {
         let disk = match state_path {
             Some(path) => {
                 let file = StateFile::open(path)?;
-                let set = file.run(disk::read_all)?;
+                let set = file.read(disk::read_all)?;
                 Some((file, set))
             }
             None => None,
@@ -312,7 +312,7 @@ impl PlanOverrides {
                     .iter()
                     .map(|(d, _, o)| (*d, (!o.is_empty()).then(|| o.clone())))
                     .collect();
-                tokio::task::spawn_blocking(move || db.run(|db| disk::write_all(db, &records)))
+                tokio::task::spawn_blocking(move || db.write(|db| disk::write_all(db, &records)))
                     .await
                     .map_err(|e| KeepError::Task(e.to_string()))?
                     .map_err(KeepError::from)
@@ -375,7 +375,7 @@ impl Forget for PlanOverrides {
             Backend::Disk(db) => {
                 let records: Vec<(Digest, Option<Override>)> =
                     drops.iter().map(|d| (d.digest, d.after.clone())).collect();
-                if let Err(e) = db.run(|db| disk::write_all(db, &records)) {
+                if let Err(e) = db.write(|db| disk::write_all(db, &records)) {
                     tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
                 }
             }

@@ -52,7 +52,7 @@ impl OverrideSync {
             // The copy a restart starts from while Redis is down.
             let (db, copy) = (Arc::clone(db), set.clone());
             let kept = tokio::task::spawn_blocking(move || {
-                db.run(|db| super::disk::replace_all(db, &copy))
+                db.write(|db| super::disk::replace_all(db, &copy))
             })
             .await
             .map_err(|e| e.to_string())
