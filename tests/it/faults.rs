@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::harness::{
-    admin, config_for, eventually, metric, metrics_page, send_raw, Mode, Process, Response,
-    Upstream,
+    admin, config_for, eventually, metric, metrics_page, send_raw, settled, Mode, Process,
+    Response, Upstream,
 };
 
 /// A small tmpfs the test mounts (the machine's tests run as root, as CI does), unmounted when
@@ -419,16 +419,7 @@ fn failover_under_load(url: &str, prefix: &str, fail_over: impl FnOnce()) {
     // count that tick twice (docs/cluster.md): never fewer, a few more at most.
     assert_eq!(call(g1.0, "basic-key-1").status, 401);
     let total = sent.load(Ordering::Relaxed);
-    let mut seen = None;
-    let settled = std::time::Instant::now() + Duration::from_secs(20);
-    while std::time::Instant::now() < settled {
-        seen = fleet_used();
-        if seen == Some(total) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let counted = seen.expect("a count");
+    let counted = settled(fleet_used, |seen| *seen == Some(total)).expect("a count");
     assert!(
         (total..=total + total / 20 + 10).contains(&counted),
         "{counted} counted for {total} requests"

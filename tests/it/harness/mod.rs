@@ -96,10 +96,19 @@ pub(crate) fn curl_missing(test: &str) -> bool {
 }
 
 /// Poll (bounded) until `f` holds.
-pub(crate) fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+pub(crate) fn eventually(what: &str, f: impl FnMut() -> bool) {
+    assert!(settled(f, |&done| done), "timed out waiting: {what}");
+}
+
+/// Poll `f` (bounded: 20 s) until `done` holds of its value, and return the last value, done
+/// or not: the caller asserts on it, with a message that says what was seen.
+pub(crate) fn settled<T>(mut f: impl FnMut() -> T, done: impl Fn(&T) -> bool) -> T {
     let end = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < end, "timed out waiting: {what}");
+    loop {
+        let v = f();
+        if done(&v) || Instant::now() >= end {
+            return v;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
