@@ -10,6 +10,9 @@
 //!
 //! SIGINT exits at once (Pingora's fast shutdown); SIGTERM is a graceful terminate without a
 //! grace period.
+//!
+//! P0 runs the system allocator (glibc malloc); P0m (`p0m.rs`) is this same program with
+//! Tollgate's allocator, the like-for-like baseline.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -46,7 +49,8 @@ fn usage() -> ! {
     std::process::exit(2)
 }
 
-fn main() {
+/// Parse the arguments and run the pass-through (`p0m.rs` calls it too).
+pub(crate) fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() != 3 {
         usage();

@@ -4,6 +4,7 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | [`alloc`] | the binary's allocator: mimalloc's plain entry points |
 //! | [`live`] | the config in force as one snapshot (policy, upstream, metric handles), swapped whole on reload |
 //! | [`upstream`] | the upstream resolved once per config |
 //! | [`lifecycle`] | readiness, SIGHUP reload, SIGTERM drain, SIGQUIT upgrade |
@@ -11,6 +12,7 @@
 //! | [`metrics`] | the Prometheus metrics, label handles resolved once per config |
 //! | [`error`] | [`SetupError`]: what can stop the gateway from starting |
 
+pub mod alloc;
 pub mod error;
 pub mod lifecycle;
 pub mod live;
