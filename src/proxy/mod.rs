@@ -40,6 +40,7 @@ use crate::policy::overrides::Pending;
 use crate::policy::{Forward, Refusal, RequestHead};
 use crate::runtime::lifecycle::Health;
 use crate::runtime::live::LivePolicy;
+use crate::runtime::logging::AccessLine;
 use crate::runtime::metrics::Record;
 pub use context::Ctx;
 use head::RequestIds;
@@ -443,24 +444,21 @@ impl ProxyHttp for Gateway {
                 upstream_seconds: ctx.upstream_elapsed.map(|d| d.as_secs_f64()),
             });
         }
-        // Never the key, the Authorization header, the path, the query or a body.
-        tracing::info!(
-            target: "tollgate::access",
-            request_id = head::id_str(&ctx.request_id),
-            client = ctx.client.map(|c| c.ip).map(tracing::field::display),
-            method = session.req_header().method.as_str(),
-            route = ctx.route_id(),
-            key = ctx.key_name(),
-            plan = ctx.plan(),
-            status = ctx.status,
-            outcome = ctx.outcome.as_str(),
-            duration_ms = total.as_secs_f64() * 1e3,
-            upstream_ms = ctx.upstream_elapsed.map(|d| d.as_secs_f64() * 1e3),
-            upgrade = ctx.upgraded.as_deref(),
-            change = ctx.changed.map(tracing::field::display),
-            // `reason=suspended`, as the contract writes it.
-            reason = ctx.reason().map(tracing::field::display),
-            "request"
-        );
+        AccessLine {
+            request_id: head::id_str(&ctx.request_id),
+            client: ctx.client.map(|c| c.ip),
+            method: session.req_header().method.as_str(),
+            route: ctx.route_id(),
+            key: ctx.key_name(),
+            plan: ctx.plan(),
+            status: ctx.status,
+            outcome: ctx.outcome.as_str(),
+            duration: total,
+            upstream: ctx.upstream_elapsed,
+            upgrade: ctx.upgraded.as_deref(),
+            change: ctx.changed,
+            reason: ctx.reason(),
+        }
+        .log();
     }
 }

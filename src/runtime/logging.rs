@@ -1,7 +1,23 @@
-//! Logging: `tracing` to stderr, as text or JSON, written by a background thread.
+//! Logging: `tracing` to stderr, as text or JSON, written by a background thread; the access
+//! line written without `tracing`.
 //!
 //! Pingora logs through the `log` crate, raw request bytes (bearer keys included) among them;
 //! no bridge from `log` is installed, so none of that can reach the output.
+//!
+//! Every line, the access line and `tracing`'s alike, goes through one [`Sink`]: loggers append
+//! the line's bytes to a queue under a lock (a copy, no allocation once the queue has grown),
+//! and a writer thread swaps the queue for its spare buffer and writes the batch with one
+//! `write`. A line is never dropped: past [`QUEUE_CAP`] bytes queued, loggers wait for the
+//! writer. The access line ([`AccessLine`], one per request) skips `tracing` altogether: it is
+//! formatted by hand into a reused per-thread buffer, in the same text or JSON layout
+//! `tracing-subscriber` gives every other line (the tests hold the two to the same bytes).
+
+use std::cell::RefCell;
+use std::io::Write as _;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::LogFormat;
 
@@ -10,17 +26,156 @@ use crate::config::LogFormat;
 pub enum LogWriter {
     /// A background thread takes the lines and writes them in batches (one `write` per batch,
     /// not per line), so a slow log sink never stalls a request. No line is dropped: past
-    /// 128,000 queued lines, logging waits. Lines still queued are written at exit (not after
-    /// a SIGKILL).
+    /// [`QUEUE_CAP`] bytes queued, logging waits. Lines still queued are written at exit (not
+    /// after a SIGKILL).
     Background,
     /// Each line written from the thread that logs it. For `--daemon`: the background thread
     /// would not survive Pingora's fork.
     Direct,
 }
 
+/// Bytes queued for the writer thread at most (some 40,000 access lines); a logger that
+/// would pass it waits until the writer has taken the queue.
+pub const QUEUE_CAP: usize = 8 << 20;
+
+/// The capacity the writer's buffers go back to after a burst made them larger.
+const BATCH_KEEP: usize = 256 << 10;
+
+/// Where every line goes: a queue the writer thread drains, or stderr directly.
+pub struct Sink {
+    /// Bytes queued at most ([`QUEUE_CAP`]; less in the tests).
+    cap: usize,
+    /// Lines are written by the thread that logs them (`--daemon`, or no writer thread).
+    direct: AtomicBool,
+    queue: Mutex<Queue>,
+    /// The writer waits here for lines.
+    lines: Condvar,
+    /// Loggers wait here for room, and [`LogGuard`]'s drop for the last batch.
+    room: Condvar,
+}
+
+struct Queue {
+    buf: Vec<u8>,
+    /// Set by [`LogGuard`]'s drop: the writer writes what is queued and stops.
+    closing: bool,
+    /// The writer is between taking a batch and having written it.
+    writing: bool,
+}
+
+impl Sink {
+    fn new(direct: bool, cap: usize) -> Self {
+        Sink {
+            cap,
+            direct: AtomicBool::new(direct),
+            queue: Mutex::new(Queue {
+                buf: Vec::with_capacity(BATCH_KEEP),
+                closing: false,
+                writing: false,
+            }),
+            lines: Condvar::new(),
+            room: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue one whole line (or write it, direct). The writer is woken only when the queue
+    /// was empty: under load, one wake-up per batch, not per line.
+    pub fn push(&self, line: &[u8]) {
+        if self.direct.load(Ordering::Relaxed) {
+            let _ = std::io::stderr().lock().write_all(line);
+            return;
+        }
+        let mut q = self.lock();
+        while !q.buf.is_empty() && q.buf.len() + line.len() > self.cap && !q.closing {
+            q = self.room.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+        let was_empty = q.buf.is_empty();
+        q.buf.extend_from_slice(line);
+        drop(q);
+        if was_empty {
+            self.lines.notify_one();
+        }
+    }
+
+    /// The writer thread: take what is queued, write it in one go, until closed and empty.
+    fn drain(&self, out: &mut dyn std::io::Write) {
+        let mut batch = Vec::with_capacity(BATCH_KEEP);
+        loop {
+            {
+                let mut q = self.lock();
+                q.writing = false;
+                self.room.notify_all();
+                while q.buf.is_empty() && !q.closing {
+                    q = self.lines.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+                if q.buf.is_empty() {
+                    return;
+                }
+                std::mem::swap(&mut q.buf, &mut batch);
+                q.writing = true;
+            }
+            self.room.notify_all();
+            // Nowhere to report a failed write of the log itself: the lines are dropped then
+            // (stderr closed), not kept to grow without bound.
+            let _ = out.write_all(&batch);
+            let _ = out.flush();
+            batch.clear();
+            if batch.capacity() > BATCH_KEEP {
+                batch.shrink_to(BATCH_KEEP);
+            }
+        }
+    }
+
+    /// Stop the writer after what is queued, and wait until it is written.
+    fn close(&self) {
+        let mut q = self.lock();
+        q.closing = true;
+        self.lines.notify_one();
+        while !q.buf.is_empty() || q.writing {
+            q = self.room.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// `tracing-subscriber`'s writer: each event's formatted line is one `write` into the sink.
+struct SinkWriter(&'static Sink);
+
+impl std::io::Write for SinkWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.push(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The process's logging, once installed: the sink, and how the access line is written.
+struct Installed {
+    sink: &'static Sink,
+    /// Whether the filter lets `tollgate::access` lines through at `info`.
+    access: bool,
+    json: bool,
+}
+
+static INSTALLED: OnceLock<Installed> = OnceLock::new();
+
 /// Keeps the background log writer running; drop it last (it writes what is queued).
 pub struct LogGuard {
-    _worker: Option<tracing_appender::non_blocking::WorkerGuard>,
+    worker: Option<(&'static Sink, std::thread::JoinHandle<()>)>,
+}
+
+impl Drop for LogGuard {
+    fn drop(&mut self) {
+        if let Some((sink, worker)) = self.worker.take() {
+            sink.close();
+            let _ = worker.join();
+        }
+    }
 }
 
 /// Install the log subscriber. Pingora logs through the `log` crate, raw request bytes
@@ -30,32 +185,587 @@ pub fn init_logging(format: LogFormat, writer: LogWriter) -> LogGuard {
     let filter = EnvFilter::try_from_env("TOLLGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     // Colours only for a terminal: journald, files and log shippers get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let (make_writer, guard) = match writer {
-        LogWriter::Background => {
-            let (w, g) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-                .lossy(false)
-                .thread_name("tollgate-log")
-                .finish(std::io::BufWriter::with_capacity(
-                    64 * 1024,
-                    std::io::stderr(),
-                ));
-            (
-                tracing_subscriber::fmt::writer::BoxMakeWriter::new(w),
-                Some(g),
-            )
-        }
-        LogWriter::Direct => (
-            tracing_subscriber::fmt::writer::BoxMakeWriter::new(std::io::stderr),
-            None,
-        ),
-    };
+    let sink: &'static Sink =
+        Box::leak(Box::new(Sink::new(writer == LogWriter::Direct, QUEUE_CAP)));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(make_writer);
-    let _ = match format {
+        .with_writer(move || SinkWriter(sink));
+    let installed = match format {
         LogFormat::Text => tracing::subscriber::set_global_default(builder.finish()),
         LogFormat::Json => tracing::subscriber::set_global_default(builder.json().finish()),
     };
-    LogGuard { _worker: guard }
+    if installed.is_err() {
+        // A subscriber was installed before (a test): it keeps the output.
+        return LogGuard { worker: None };
+    }
+    let _ = INSTALLED.set(Installed {
+        sink,
+        access: tracing::enabled!(target: "tollgate::access", tracing::Level::INFO),
+        // The terminal's colours are `tracing`'s business: the access line stays plain.
+        json: format == LogFormat::Json,
+    });
+    let worker = match writer {
+        LogWriter::Direct => None,
+        LogWriter::Background => {
+            let spawned = std::thread::Builder::new()
+                .name("tollgate-log".into())
+                .spawn(move || sink.drain(&mut std::io::stderr()));
+            if spawned.is_err() {
+                // No writer thread: each line is written where it is logged (the few queued
+                // so far are written first).
+                let mut q = sink.lock();
+                let _ = std::io::stderr().lock().write_all(&q.buf);
+                q.buf.clear();
+                sink.direct.store(true, Ordering::Relaxed);
+            }
+            spawned.ok().map(|w| (sink, w))
+        }
+    };
+    LogGuard { worker }
+}
+
+/// One request's access line: never the key, the `Authorization` header, the path, the query
+/// or a body. Fields left `None` are left out of the line.
+#[derive(Clone, Copy, Debug)]
+pub struct AccessLine<'a> {
+    pub request_id: &'a str,
+    pub client: Option<IpAddr>,
+    pub method: &'a str,
+    pub route: &'a str,
+    pub key: &'a str,
+    pub plan: &'a str,
+    pub status: u16,
+    pub outcome: &'a str,
+    pub duration: Duration,
+    pub upstream: Option<Duration>,
+    pub upgrade: Option<&'a str>,
+    pub change: Option<&'a str>,
+    /// `reason=suspended`, as the contract writes it.
+    pub reason: Option<&'a str>,
+}
+
+impl AccessLine<'_> {
+    /// Write the line, when the filter lets `tollgate::access` through (else nothing: one
+    /// load of a flag).
+    pub fn log(&self) {
+        let Some(installed) = INSTALLED.get().filter(|i| i.access) else {
+            return;
+        };
+        thread_local! {
+            static LINE: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(512));
+        }
+        LINE.with(|line| {
+            let Ok(mut line) = line.try_borrow_mut() else {
+                return;
+            };
+            line.clear();
+            let now = Stamp::now();
+            if installed.json {
+                self.write_json(&now, &mut line);
+            } else {
+                self.write_text(&now, &mut line);
+            }
+            installed.sink.push(&line);
+        });
+    }
+
+    /// `tracing-subscriber`'s full text layout, without colours:
+    /// `<time>  INFO tollgate::access: request request_id="…" client=… …`. Strings are
+    /// written as `Debug` writes them (quoted, escaped), addresses and the `change`/`reason`
+    /// words as `Display` (bare), numbers bare.
+    fn write_text(&self, now: &Stamp, out: &mut Vec<u8>) {
+        now.write(out);
+        out.extend_from_slice(b"  INFO tollgate::access: request");
+        text_str(out, b" request_id=", self.request_id);
+        if let Some(ip) = self.client {
+            out.extend_from_slice(b" client=");
+            write_ip(out, ip);
+        }
+        text_str(out, b" method=", self.method);
+        text_str(out, b" route=", self.route);
+        text_str(out, b" key=", self.key);
+        text_str(out, b" plan=", self.plan);
+        out.extend_from_slice(b" status=");
+        out.extend_from_slice(itoa::Buffer::new().format(self.status).as_bytes());
+        text_str(out, b" outcome=", self.outcome);
+        out.extend_from_slice(b" duration_ms=");
+        write_ms(out, self.duration);
+        if let Some(up) = self.upstream {
+            out.extend_from_slice(b" upstream_ms=");
+            write_ms(out, up);
+        }
+        if let Some(u) = self.upgrade {
+            text_str(out, b" upgrade=", u);
+        }
+        for (name, word) in [(&b" change="[..], self.change), (b" reason=", self.reason)] {
+            if let Some(w) = word {
+                out.extend_from_slice(name);
+                out.extend_from_slice(w.as_bytes());
+            }
+        }
+        out.push(b'\n');
+    }
+
+    /// `tracing-subscriber`'s JSON layout: `{"timestamp":…,"level":"INFO","fields":{"message":
+    /// "request",…},"target":"tollgate::access"}`, strings escaped as `serde_json` does.
+    fn write_json(&self, now: &Stamp, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"timestamp\":\"");
+        now.write(out);
+        out.extend_from_slice(b"\",\"level\":\"INFO\",\"fields\":{\"message\":\"request\"");
+        json_str(out, b",\"request_id\":", self.request_id);
+        if let Some(ip) = self.client {
+            out.extend_from_slice(b",\"client\":\"");
+            write_ip(out, ip);
+            out.push(b'"');
+        }
+        json_str(out, b",\"method\":", self.method);
+        json_str(out, b",\"route\":", self.route);
+        json_str(out, b",\"key\":", self.key);
+        json_str(out, b",\"plan\":", self.plan);
+        out.extend_from_slice(b",\"status\":");
+        out.extend_from_slice(itoa::Buffer::new().format(self.status).as_bytes());
+        json_str(out, b",\"outcome\":", self.outcome);
+        out.extend_from_slice(b",\"duration_ms\":");
+        write_ms(out, self.duration);
+        if let Some(up) = self.upstream {
+            out.extend_from_slice(b",\"upstream_ms\":");
+            write_ms(out, up);
+        }
+        if let Some(u) = self.upgrade {
+            json_str(out, b",\"upgrade\":", u);
+        }
+        if let Some(c) = self.change {
+            json_str(out, b",\"change\":", c);
+        }
+        if let Some(r) = self.reason {
+            json_str(out, b",\"reason\":", r);
+        }
+        out.extend_from_slice(b"},\"target\":\"tollgate::access\"}\n");
+    }
+}
+
+/// Milliseconds as `f64`, written as `serde_json` writes it (the shortest digits that read
+/// back the same; `Debug` writes the same digits for any duration from 100 ns on).
+fn write_ms(out: &mut Vec<u8>, d: Duration) {
+    let ms = d.as_secs_f64() * 1e3;
+    out.extend_from_slice(zmij::Buffer::new().format(ms).as_bytes());
+}
+
+/// An address as `Display` writes it: the common IPv4 case by hand, the rest through `fmt`.
+fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                out.extend_from_slice(itoa::Buffer::new().format(octet).as_bytes());
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
+    }
+}
+
+/// Whether `Debug` and `serde_json` both write `s` between quotes as it is: printable ASCII
+/// other than `"` and `\`.
+fn plain(s: &str) -> bool {
+    s.bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+}
+
+/// ` name="value"`, the value as `Debug` writes a string.
+fn text_str(out: &mut Vec<u8>, name: &[u8], s: &str) {
+    out.extend_from_slice(name);
+    if plain(s) {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        let _ = write!(out, "{s:?}");
+    }
+}
+
+/// `"name":"value"`, the value escaped as `serde_json` escapes a string.
+fn json_str(out: &mut Vec<u8>, name: &[u8], s: &str) {
+    out.extend_from_slice(name);
+    if plain(s) {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        let _ = serde_json::to_writer(&mut *out, s);
+    }
+}
+
+/// The time of a line, as `tracing-subscriber` writes it: RFC 3339, UTC, microseconds
+/// (`2026-11-26T11:20:50.123456Z`). The date and time of day are worked out once per second
+/// per thread and reused.
+struct Stamp {
+    /// `YYYY-MM-DDTHH:MM:SS`
+    second: [u8; 19],
+    micros: u32,
+}
+
+impl Stamp {
+    fn now() -> Self {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        thread_local! {
+            static LAST: std::cell::Cell<(u64, [u8; 19])> = const { std::cell::Cell::new((u64::MAX, [0; 19])) };
+        }
+        let secs = since.as_secs();
+        let second = LAST.with(|last| {
+            let (at, text) = last.get();
+            if at == secs {
+                return text;
+            }
+            let text = civil(secs);
+            last.set((secs, text));
+            text
+        });
+        Stamp {
+            second,
+            micros: since.subsec_micros(),
+        }
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.second);
+        out.push(b'.');
+        let mut digits = [b'0'; 6];
+        let mut m = self.micros;
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (m % 10) as u8;
+            m /= 10;
+        }
+        out.extend_from_slice(&digits);
+        out.push(b'Z');
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` of a Unix time in seconds (UTC; the days-to-civil arithmetic of
+/// Howard Hinnant's `civil_from_days`, as `tracing-subscriber` does it).
+fn civil(secs: u64) -> [u8; 19] {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (h, mi, s) = (rem / 3600, rem / 60 % 60, rem % 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let mut out = [0u8; 19];
+    let mut put = |at: usize, v: u64, width: usize| {
+        let mut v = v;
+        for i in (0..width).rev() {
+            out[at + i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, y.clamp(0, 9999) as u64, 4);
+    put(5, m as u64, 2);
+    put(8, d as u64, 2);
+    put(11, h, 2);
+    put(14, mi, 2);
+    put(17, s, 2);
+    for (at, c) in [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':')] {
+        out[at] = c;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    /// The bytes `tracing-subscriber` writes for the access line as the gateway logged it
+    /// before it had its own writer (the same fields, the same `info!`), at a fixed time.
+    fn through_tracing(a: &AccessLine<'_>, json: bool, at: &'static str) -> String {
+        struct Fixed(&'static str);
+        impl tracing_subscriber::fmt::time::FormatTime for Fixed {
+            fn format_time(
+                &self,
+                w: &mut tracing_subscriber::fmt::format::Writer<'_>,
+            ) -> std::fmt::Result {
+                w.write_str(self.0)
+            }
+        }
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let captured = Arc::clone(&out);
+        let make = move || Capture(Arc::clone(&captured));
+        let builder = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_timer(Fixed(at))
+            .with_writer(make);
+        let event = || {
+            tracing::info!(
+                target: "tollgate::access",
+                request_id = a.request_id,
+                client = a.client.map(tracing::field::display),
+                method = a.method,
+                route = a.route,
+                key = a.key,
+                plan = a.plan,
+                status = a.status,
+                outcome = a.outcome,
+                duration_ms = a.duration.as_secs_f64() * 1e3,
+                upstream_ms = a.upstream.map(|d| d.as_secs_f64() * 1e3),
+                upgrade = a.upgrade,
+                change = a.change.map(tracing::field::display),
+                reason = a.reason.map(tracing::field::display),
+                "request"
+            );
+        };
+        if json {
+            tracing::subscriber::with_default(builder.json().finish(), event);
+        } else {
+            tracing::subscriber::with_default(builder.finish(), event);
+        }
+        let bytes = out.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    struct Capture(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn ours(a: &AccessLine<'_>, json: bool, stamp: &Stamp) -> String {
+        let mut out = Vec::new();
+        if json {
+            a.write_json(stamp, &mut out);
+        } else {
+            a.write_text(stamp, &mut out);
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    const AT: &str = "2026-11-26T11:20:50.012345Z";
+
+    fn at() -> Stamp {
+        Stamp {
+            second: civil(1_795_692_050),
+            micros: 12_345,
+        }
+    }
+
+    fn sample() -> AccessLine<'static> {
+        AccessLine {
+            request_id: "05ed8c32aaf8c2d10000000000000000",
+            client: Some("127.0.0.1".parse().unwrap()),
+            method: "POST",
+            route: "send_message",
+            key: "demo-basic",
+            plan: "basic",
+            status: 200,
+            outcome: "forwarded",
+            duration: Duration::from_nanos(2_587_616),
+            upstream: Some(Duration::from_nanos(1_439_299)),
+            upgrade: None,
+            change: None,
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn the_stamp_is_tracings() {
+        let mut out = Vec::new();
+        at().write(&mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), AT);
+    }
+
+    #[test]
+    fn a_forwarded_and_a_refused_line_are_the_bytes_tracing_wrote() {
+        let refused = AccessLine {
+            client: None,
+            route: "-",
+            key: "shop-1",
+            plan: "-",
+            status: 401,
+            outcome: "unauthorized",
+            upstream: None,
+            reason: Some("suspended"),
+            ..sample()
+        };
+        let partner = AccessLine {
+            upgrade: Some("basic->standard"),
+            change: Some("partner_suspend"),
+            client: Some("2001:db8::1".parse().unwrap()),
+            ..sample()
+        };
+        for a in [sample(), refused, partner] {
+            for json in [false, true] {
+                assert_eq!(
+                    ours(&a, json, &at()),
+                    through_tracing(&a, json, AT),
+                    "json {json}"
+                );
+            }
+        }
+        assert_eq!(
+            ours(&sample(), false, &at()),
+            "2026-11-26T11:20:50.012345Z  INFO tollgate::access: request \
+             request_id=\"05ed8c32aaf8c2d10000000000000000\" client=127.0.0.1 method=\"POST\" \
+             route=\"send_message\" key=\"demo-basic\" plan=\"basic\" status=200 \
+             outcome=\"forwarded\" duration_ms=2.587616 upstream_ms=1.439299\n"
+        );
+    }
+
+    fn word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[ -~]{0,40}",   // printable ASCII, quotes and backslashes included
+            "\\PC{0,20}",    // any printable character
+            any::<String>(), // anything, control characters included
+        ]
+    }
+
+    proptest! {
+        /// Whatever the strings, addresses and durations, the hand-written line is the line
+        /// `tracing-subscriber` writes, in text and in JSON (durations from 100 ns: below it
+        /// `Debug` and `serde_json` write floats differently, and no request is that quick).
+        #[test]
+        fn any_line_is_the_bytes_tracing_writes(
+            id in word(), method in word(), route in word(), key in word(), plan in word(),
+            outcome in word(), upgrade in proptest::option::of(word()),
+            v4 in any::<[u8; 4]>(), v6 in any::<[u16; 8]>(), which in 0..3u8,
+            status in any::<u16>(),
+            nanos in 100u64..3_600_000_000_000, up in proptest::option::of(100u64..3_600_000_000_000),
+            change in proptest::option::of(word()), reason in proptest::option::of(word()),
+        ) {
+            let client = match which {
+                0 => None,
+                1 => Some(IpAddr::from(v4)),
+                _ => Some(IpAddr::from(v6)),
+            };
+            let a = AccessLine {
+                request_id: &id, client, method: &method, route: &route, key: &key,
+                plan: &plan, status, outcome: &outcome,
+                duration: Duration::from_nanos(nanos),
+                upstream: up.map(Duration::from_nanos),
+                upgrade: upgrade.as_deref(), change: change.as_deref(), reason: reason.as_deref(),
+            };
+            for json in [false, true] {
+                prop_assert_eq!(ours(&a, json, &at()), through_tracing(&a, json, AT));
+            }
+        }
+
+        /// The calendar: each day's date follows the day before's (months of their length,
+        /// leap years by the Gregorian rule), from 1970 to 2200, at any second of the day.
+        #[test]
+        fn civil_dates_follow_the_calendar(day in 0u64..84_000, second in 0u64..86_400) {
+            let date = |secs: u64| {
+                let t = civil(secs);
+                let n = |a: usize, b: usize| std::str::from_utf8(&t[a..b]).unwrap().parse::<u64>().unwrap();
+                (n(0, 4), n(5, 7), n(8, 10), n(11, 13), n(14, 16), n(17, 19))
+            };
+            let (y, m, d, h, mi, s) = date(day * 86_400 + second);
+            prop_assert_eq!((h, mi, s), (second / 3600, second / 60 % 60, second % 60));
+            let (y2, m2, d2, ..) = date((day + 1) * 86_400);
+            let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+            let len = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][m as usize - 1];
+            let next = if d < len { (y, m, d + 1) } else if m < 12 { (y, m + 1, 1) } else { (y + 1, 1, 1) };
+            prop_assert_eq!((y2, m2, d2), next);
+        }
+    }
+
+    #[test]
+    fn known_dates() {
+        for (secs, text) in [
+            (0, "1970-01-01T00:00:00"),
+            (951_782_400, "2000-02-29T00:00:00"),
+            (4_102_444_799, "2099-12-31T23:59:59"),
+            (1_795_692_050, "2026-11-26T11:20:50"),
+        ] {
+            assert_eq!(std::str::from_utf8(&civil(secs)).unwrap(), text);
+        }
+    }
+
+    /// A writer that holds every write until let go, and keeps what it was given.
+    struct Held {
+        gate: Arc<(Mutex<bool>, Condvar)>,
+        got: Arc<Mutex<Vec<u8>>>,
+    }
+    impl std::io::Write for Held {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let (open, cv) = &*self.gate;
+            let mut o = open.lock().unwrap();
+            while !*o {
+                o = cv.wait(o).unwrap();
+            }
+            self.got.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn no_line_is_lost_and_a_stalled_sink_holds_the_loggers_not_the_memory() {
+        let sink: &'static Sink = Box::leak(Box::new(Sink::new(false, 4096)));
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let mut out = Held {
+            gate: Arc::clone(&gate),
+            got: Arc::clone(&got),
+        };
+        let writer = std::thread::spawn(move || sink.drain(&mut out));
+        // Four loggers, 1,000 lines each, while the writer is stalled: the queue never passes
+        // its cap (the loggers wait), and once it writes again every line arrives whole.
+        let loggers: Vec<_> = (0..4)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..1000 {
+                        sink.push(format!("thread {t} line {i:04}\n").as_bytes());
+                    }
+                })
+            })
+            .collect();
+        // The queue fills up to its cap (a line is 20 bytes), and stays there.
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        while sink.lock().buf.len() + 20 <= 4096 {
+            assert!(std::time::Instant::now() < end, "the queue never filled");
+            std::thread::yield_now();
+        }
+        assert!(sink.lock().buf.len() <= 4096);
+        assert!(
+            loggers.iter().any(|l| !l.is_finished()),
+            "loggers wait for room"
+        );
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        for l in loggers {
+            l.join().unwrap();
+        }
+        sink.close();
+        writer.join().unwrap();
+        let text = String::from_utf8(got.lock().unwrap().clone()).unwrap();
+        for t in 0..4 {
+            let mine: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with(&format!("thread {t} ")))
+                .collect();
+            let want: Vec<String> = (0..1000)
+                .map(|i| format!("thread {t} line {i:04}"))
+                .collect();
+            assert_eq!(mine, want, "thread {t}'s lines, in order, none lost");
+        }
+        assert_eq!(text.lines().count(), 4000);
+    }
 }
