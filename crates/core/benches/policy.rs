@@ -5,6 +5,7 @@
 //! | `decide/one_thread` | `Policy::decide` (authenticate + classify + authorize + limit), Pro key, `POST /v2/sendMessage/` | ≤ 150 ns |
 //! | `decide/two_threads_one_key` | the same, while a second thread decides on the same key | ≤ 500 ns |
 //! | `limit/acquire` | `RateState::acquire` alone | ≤ 50 ns |
+//! | `digest/of_40B` | `Digest::of`, a 40-byte key (the SHA-256 every request makes) | — |
 //! | `check_body/group_event_200B` | `check_body(GroupEvent, ~200-byte valid body, 65536, default webhook guard)` | ≤ 1 µs |
 //!
 //! The bench config gives the Pro plan the largest allowed limit (1 000 000 per 10 s, one
@@ -138,6 +139,12 @@ fn bench_limit(c: &mut Criterion) {
     });
 }
 
+fn bench_digest(c: &mut Criterion) {
+    let key = b"tg_live_4f9c2a7e1b8d3f6a0c5e9b2d7f1a4c8e";
+    assert_eq!(key.len(), 40);
+    c.bench_function("digest/of_40B", |b| b.iter(|| Digest::of(black_box(key))));
+}
+
 fn bench_check_body(c: &mut Criterion) {
     let body = EVENT.as_bytes();
     let guard = WebhookGuard::default();
@@ -176,6 +183,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_decide, bench_limit, bench_check_body
+    targets = bench_decide, bench_limit, bench_digest, bench_check_body
 }
 criterion_main!(benches);

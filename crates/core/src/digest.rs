@@ -58,15 +58,35 @@ impl fmt::Debug for Digest {
 /// RFC 7235 token68: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`.
 pub fn is_token68(b: &[u8]) -> bool {
     let body_end = b.iter().rposition(|&c| c != b'=').map_or(0, |i| i + 1);
-    body_end > 0
-        && b[..body_end].iter().all(|&c| {
-            c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'+' | b'/')
-        })
+    body_end > 0 && b[..body_end].iter().all(|&c| TOKEN68[usize::from(c)])
 }
+
+/// The bytes of a token68's body, as a table: one load per byte instead of a chain of range
+/// tests.
+const TOKEN68: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let c = i as u8;
+        t[i] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'+' | b'/');
+        i += 1;
+    }
+    t
+};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table says of every byte what RFC 7235's token68 grammar says.
+    #[test]
+    fn the_token68_table_is_the_grammar() {
+        for c in 0..=255u8 {
+            let rule = c.is_ascii_alphanumeric() || b"-._~+/".contains(&c);
+            assert_eq!(TOKEN68[usize::from(c)], rule, "byte {c:#04x}");
+            assert_eq!(is_token68(&[c]), rule, "byte {c:#04x}");
+        }
+    }
 
     #[test]
     fn ct_eq_sees_a_difference_in_any_byte() {
