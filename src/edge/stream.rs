@@ -219,6 +219,10 @@ struct H2 {
     limits: H2Limits,
 }
 
+/// Bytes read at most while a kept-alive connection waits for its next request: a typical
+/// head whole (the rest comes by the reads that follow).
+pub const WAIT_READ: usize = 2048;
+
 /// The stream Pingora's HTTP code reads and writes; see the module comment.
 pub struct EdgeStream {
     inner: Stream,
@@ -228,9 +232,11 @@ pub struct EdgeStream {
     /// When the current stall of writes began to count, ns since `accepted`.
     write_deadline: u64,
     h2: Option<Box<H2>>,
-    /// The first byte of the next request, read while the connection waited for it
-    /// ([`EdgeStream::wait_for_request`]); given back before anything else.
-    pending: Option<u8>,
+    /// The start of the next request, read while the connection waited for it
+    /// ([`EdgeStream::wait_for_request`]), from `pending_at` on; given back before anything
+    /// else. Its capacity stays with the connection (at most [`WAIT_READ`] bytes).
+    pending: Vec<u8>,
+    pending_at: usize,
     _guard: ConnGuard,
 }
 
@@ -270,7 +276,8 @@ impl EdgeStream {
             write_timer: Timer::new(),
             write_deadline: NONE,
             h2,
-            pending: None,
+            pending: Vec::new(),
+            pending_at: 0,
             _guard: guard,
         }
     }
@@ -280,28 +287,33 @@ impl EdgeStream {
         self.h2.is_some()
     }
 
-    /// Wait for the first byte of the next request on a kept-alive HTTP/1.1 connection,
-    /// within the idle deadline, holding one byte of buffer: the byte read is kept and given
-    /// back first, and the request's head is due `header_timeout` after it. An error: the
-    /// client closed the connection, or the idle deadline passed.
+    /// Wait for the start of the next request on a kept-alive HTTP/1.1 connection, within
+    /// the idle deadline: what arrives (up to [`WAIT_READ`] bytes, usually the whole head) is
+    /// read, kept and given back first, and the request's head is due `header_timeout` after
+    /// its first byte. One read, as without the wait (it once read one byte, then the rest: a
+    /// system call more per request). An error: the client closed the connection, or the
+    /// idle deadline passed.
     pub async fn wait_for_request(&mut self) -> io::Result<()> {
         std::future::poll_fn(|cx| self.poll_wait(cx)).await
     }
 
     fn poll_wait(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.pending.is_some() {
+        if self.pending_at < self.pending.len() {
             return Poll::Ready(Ok(()));
         }
-        let mut byte = [0u8; 1];
-        let mut buf = ReadBuf::new(&mut byte);
+        let mut chunk = [0u8; WAIT_READ];
+        let mut buf = ReadBuf::new(&mut chunk);
         match Pin::new(&mut *self.inner).poll_read(cx, &mut buf) {
             Poll::Ready(Ok(())) if buf.filled().is_empty() => Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the client closed the connection",
             ))),
             Poll::Ready(Ok(())) => {
-                self.on_read(&byte)?;
-                self.pending = Some(byte[0]);
+                let read = buf.filled();
+                self.on_read(read)?;
+                self.pending.clear();
+                self.pending.extend_from_slice(read);
+                self.pending_at = 0;
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
@@ -412,22 +424,12 @@ impl AsyncRead for EdgeStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if let Some(b) = this.pending.take() {
-            // The byte the wait read (already followed by `on_read`), then whatever else is
-            // there without waiting: the head in one read, as without the wait.
-            if buf.remaining() == 0 {
-                this.pending = Some(b);
-                return Poll::Ready(Ok(()));
-            }
-            buf.put_slice(&[b]);
-            let before = buf.filled().len();
-            if let Poll::Ready(Ok(())) = Pin::new(&mut *this.inner).poll_read(cx, buf) {
-                let read = &buf.filled()[before..];
-                if !read.is_empty() {
-                    this.on_read(read)?;
-                }
-            }
-            // An error (or the end) shows again on the next read.
+        if this.pending_at < this.pending.len() {
+            // What the wait read (already followed by `on_read`), as much as fits; the
+            // caller reads again for more (from the socket once this is all given back).
+            let give = (this.pending.len() - this.pending_at).min(buf.remaining());
+            buf.put_slice(&this.pending[this.pending_at..this.pending_at + give]);
+            this.pending_at += give;
             return Poll::Ready(Ok(()));
         }
         let before = buf.filled().len();

@@ -307,6 +307,38 @@ fn a_reload_mid_request_leaves_the_request_its_connections_deadline() {
 }
 
 #[test]
+fn a_kept_alive_connection_takes_a_next_head_longer_than_its_wait_reads() {
+    // Between requests the edge reads ahead what arrives (2 KiB at most) while it waits; a
+    // next head of 6 KiB, and one sent with its body in the same write, are read whole.
+    let up = Upstream::start(Mode::Ok);
+    let gw = gateway(&up, 2, 30, |_| {});
+    let s = connect(&gw);
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    w.write_all(get("pro-key-1", "/v2/client/getStatus").as_bytes())
+        .unwrap();
+    assert_eq!(read_response(&mut r).status, 200);
+    let filler: String = (0..60)
+        .map(|i| format!("X-Filler-{i:02}: {}\r\n", "a".repeat(90)))
+        .collect();
+    let long = format!(
+        "GET /v2/client/getStatus HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer pro-key-1\r\n{filler}\r\n"
+    );
+    assert!(long.len() > 6000);
+    w.write_all(long.as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r).status, 200);
+    let body = r#"{"chatId":"1234@c.us","message":"hi"}"#;
+    let post = format!(
+        "POST /v2/sendMessage/ HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer pro-key-1\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    w.write_all(post.as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r).status, 200);
+    assert_eq!(up.count(), 3);
+}
+
+#[test]
 fn a_streamed_body_that_stops_ends_the_exchange() {
     let up = Upstream::start(Mode::Ok);
     let gw = gateway(&up, 1, 30, |_| {});
