@@ -6,7 +6,8 @@
 //!
 //! Every line, the access line and `tracing`'s alike, goes through one [`Sink`]: loggers append
 //! the line's bytes to a queue under a lock (a copy, no allocation once the queue has grown),
-//! and a writer thread swaps the queue for its spare buffer and writes the batch with one
+//! and a writer thread, woken by a batch's first line, lets the batch gather for up to
+//! [`BATCH_WAIT`], swaps the queue for its spare buffer and writes the batch with one
 //! `write`. A line is never dropped: past [`QUEUE_CAP`] bytes queued, loggers wait for the
 //! writer. The access line ([`AccessLine`], one per request) skips `tracing` altogether: it is
 //! formatted by hand into a reused per-thread buffer, in the same text or JSON layout
@@ -25,9 +26,9 @@ use crate::config::LogFormat;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogWriter {
     /// A background thread takes the lines and writes them in batches (one `write` per batch,
-    /// not per line), so a slow log sink never stalls a request. No line is dropped: past
-    /// [`QUEUE_CAP`] bytes queued, logging waits. Lines still queued are written at exit (not
-    /// after a SIGKILL).
+    /// not per line; a line waits [`BATCH_WAIT`] at most), so a slow log sink never stalls a
+    /// request. No line is dropped: past [`QUEUE_CAP`] bytes queued, logging waits. Lines
+    /// still queued are written at exit (not after a SIGKILL).
     Background,
     /// Each line written from the thread that logs it. For `--daemon`: the background thread
     /// would not survive Pingora's fork.
@@ -40,6 +41,13 @@ pub const QUEUE_CAP: usize = 8 << 20;
 
 /// The capacity the writer's buffers go back to after a burst made them larger.
 const BATCH_KEEP: usize = 256 << 10;
+
+/// How long the writer lets lines gather after the first of a batch, unless [`BATCH_FULL`]
+/// come first: a line reaches stderr within this (or at exit).
+pub const BATCH_WAIT: Duration = Duration::from_millis(50);
+
+/// Bytes queued that start a write at once (a logger that crosses it wakes the writer).
+pub const BATCH_FULL: usize = 128 << 10;
 
 /// Where every line goes: a queue the writer thread drains, or stderr directly.
 pub struct Sink {
@@ -81,8 +89,9 @@ impl Sink {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queue one whole line (or write it, direct). The writer is woken only when the queue
-    /// was empty: under load, one wake-up per batch, not per line.
+    /// Queue one whole line (or write it, direct). The writer is woken by the first line of
+    /// a batch and by the line that fills one ([`BATCH_FULL`]), not by the others: under load
+    /// a thousand lines cost one wake-up and one `write`, not a context switch each.
     pub fn push(&self, line: &[u8]) {
         if self.direct.load(Ordering::Relaxed) {
             let _ = std::io::stderr().lock().write_all(line);
@@ -92,15 +101,19 @@ impl Sink {
         while !q.buf.is_empty() && q.buf.len() + line.len() > self.cap && !q.closing {
             q = self.room.wait(q).unwrap_or_else(|e| e.into_inner());
         }
-        let was_empty = q.buf.is_empty();
+        let before = q.buf.len();
         q.buf.extend_from_slice(line);
+        let full = self.full();
+        let wake = before == 0 || (before < full && q.buf.len() >= full);
         drop(q);
-        if was_empty {
+        if wake {
             self.lines.notify_one();
         }
     }
 
-    /// The writer thread: take what is queued, write it in one go, until closed and empty.
+    /// The writer thread: wait for a first line, let the batch gather ([`BATCH_WAIT`] at
+    /// most, less when it fills or the sink closes), take it and write it in one go; until
+    /// closed and empty.
     fn drain(&self, out: &mut dyn std::io::Write) {
         let mut batch = Vec::with_capacity(BATCH_KEEP);
         loop {
@@ -110,6 +123,18 @@ impl Sink {
                 self.room.notify_all();
                 while q.buf.is_empty() && !q.closing {
                     q = self.lines.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+                let due = std::time::Instant::now() + BATCH_WAIT;
+                while q.buf.len() < self.full() && !q.closing {
+                    let left = due.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    q = self
+                        .lines
+                        .wait_timeout(q, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
                 if q.buf.is_empty() {
                     return;
@@ -127,6 +152,12 @@ impl Sink {
                 batch.shrink_to(BATCH_KEEP);
             }
         }
+    }
+
+    /// Bytes queued that make a batch full: [`BATCH_FULL`], or half the cap when that is less
+    /// (so that the writer is never left waiting while loggers wait for room).
+    fn full(&self) -> usize {
+        BATCH_FULL.min(self.cap / 2)
     }
 
     /// Stop the writer after what is queued, and wait until it is written.
