@@ -6,9 +6,14 @@
 #   N=20000 SETUPS="G" benches/load/instructions.sh
 #   SETUPS="G Gc" benches/load/instructions.sh   # Gc: G with `cluster:` on, against a redis-server
 #                                                # the script starts (shared budgets, docs/cluster.md)
-#   SETUPS="G Ga" benches/load/instructions.sh   # Ga: every part-two feature on (benches/load/all.yaml:
-#                                                # the edge, auth-failure blocking, webhook guard,
-#                                                # usage counting, cluster, state.path)
+#   SETUPS="P0m G" benches/load/instructions.sh  # P0m: P0 with Tollgate's allocator (p0m.rs)
+#   SETUPS="G G-log" benches/load/instructions.sh # G-log: G with an access line per request
+#                                                # (TOLLGATE_LOG=info, stderr to a file)
+#   SETUPS="G Ga" benches/load/instructions.sh   # Ga: every part-two and part-three feature on
+#                                                # (benches/load/all.yaml: the edge, auth-failure
+#                                                # blocking, webhook guard, usage counting,
+#                                                # cluster, state.path, the ledger; gen.py's
+#                                                # tollgate-p3.yaml: quotas, expiries, rotations)
 #   SETUPS="Gn" benches/load/instructions.sh      # Gn: Ga without cluster (Gnv: on the validated route)
 #   SETUPS="G Gq" benches/load/instructions.sh    # Gq: G with a monthly quota on the keys' plan and the
 #                                                # ledger on, kept in state.path (issue 26's cost)
@@ -59,7 +64,7 @@ case " $SETUPS " in
   *" Gc "* | *" Ga "* | *" Gav "*) need redis-server ;;
 esac
 
-(cd "$ROOT" && cargo build --release --locked --quiet --bin tollgate --example p0)
+(cd "$ROOT" && cargo build --release --locked --quiet --bin tollgate --example p0 --example p0m)
 REL=$(cd "$ROOT" && realpath -m "${CARGO_TARGET_DIR:-target}")/release
 TOLLGATE=${TOLLGATE:-$REL/tollgate}
 TMP=$(mktemp -d)
@@ -82,10 +87,10 @@ case " $SETUPS " in
     cp "$TMP/tollgate.yaml" "$TMP/tollgate-cluster.yaml"
     printf 'cluster:\n  redis_url: "redis://127.0.0.1:%s/0"\n  key_prefix: "tgbench"\n' "$R_PORT" \
       >>"$TMP/tollgate-cluster.yaml"
-    # Ga: every part-two feature (benches/load/all.yaml), the cluster's Redis above.
+    # Ga: every part-two and part-three feature (all.yaml, tollgate-p3.yaml), the Redis above.
     # Under valgrind the gateway runs some fifty times slower: an exchange would pass all.yaml's
     # 100 ms timeout, fail, and be sent again, counting its work twice. 5 s here.
-    { cat "$TMP/tollgate.yaml"; sed -e "s|@REDIS_PORT@|$R_PORT|" -e "s|@STATE@|$TMP/state.db|" \
+    { cat "$TMP/tollgate-p3.yaml"; sed -e "s|@REDIS_PORT@|$R_PORT|" -e "s|@STATE@|$TMP/state.db|" \
       -e "s|timeout_ms: 100$|timeout_ms: 5000|" "$HERE/all.yaml"; } >"$TMP/tollgate-all.yaml" ;;
 esac
 
@@ -155,7 +160,10 @@ for s in $SETUPS; do
       [ "$s" = P0v ] && route=send_group_event
       cmd=("$REL/examples/p0" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1)
       port=$P0_PORT ;;
-    G | Gv)
+    P0m)
+      cmd=("$REL/examples/p0m" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1)
+      port=$P0_PORT ;;
+    G | Gv | G-log)
       [ "$s" = Gv ] && route=send_group_event
       cmd=("$TOLLGATE" run --config "$TMP/tollgate.yaml" --conf "$HERE/pingora.yaml")
       port=$G_PORT ;;
@@ -173,11 +181,14 @@ for s in $SETUPS; do
       [ "$s" = Gnv ] && route=send_group_event
       cmd=("$TOLLGATE" run --config "$TMP/tollgate-gn.yaml" --conf "$HERE/pingora.yaml")
       port=$G_PORT ;;
-    *) die "unknown setup $s (P0, P0v, G, Gv, Gc, Gn, Gnv, Gq, Ga, Gav)" ;;
+    *) die "unknown setup $s (P0, P0v, P0m, G, Gv, G-log, Gc, Gn, Gnv, Gq, Ga, Gav)" ;;
   esac
   threads=no
-  case $s in Gc | Gq | Ga | Gav) threads=yes ;; esac  # one dump per thread: the request path apart from the sync
-  TOLLGATE_LOG=warn valgrind --tool=callgrind --instr-atstart=no --separate-threads="$threads" \
+  # One dump per thread: the request path apart from the sync (G-log: apart from the log writer).
+  case $s in Gc | Gq | Ga | Gav | G-log) threads=yes ;; esac
+  level=warn
+  [ "$s" = G-log ] && level=info
+  TOLLGATE_LOG=$level valgrind --tool=callgrind --instr-atstart=no --separate-threads="$threads" \
     --callgrind-out-file="$OUT/callgrind.$s.%p" "${cmd[@]}" >"$OUT/$s.out" 2>&1 &
   pid=$!
   python3 "$TMP/client.py" "$port" "$(cat "$TMP/path-$route")" "$TMP/body-$route.json" "$W" "$N" "$pid" "$KEYS"
@@ -203,6 +214,6 @@ for s in $SETUPS; do
   ((path > 0)) || die "no request-path thread in the $s dumps (see $OUT/$s.out)"
   printf '| %s | %s | %s |\n' "$s" "$route" "$(((path + sync) / N))"
   printf '| %s, the request path (the proxy threads) | %s | %s |\n' "$s" "$route" "$((path / N))"
-  printf '| %s, the other threads (the exchange with Redis, the quota and ledger keeper) | %s | %s |\n' "$s" "$route" "$((sync / N))"
+  printf '| %s, the other threads (the exchange with Redis, the keeper, the log writer) | %s | %s |\n' "$s" "$route" "$((sync / N))"
 done
 log "callgrind files and top functions in $OUT"

@@ -38,7 +38,7 @@ def main():
             except ValueError:
                 pass
     setups = [s for s in SETUP_ORDER if any(k[0] == s for k in data)]
-    rates = sorted({int(m.split("@")[1]) for (_s, _r, m) in data if m.startswith("p99_ms@")})
+    rates = sorted({int(m.split("@")[1]) for (_s, _r, m) in data if m.startswith("p99_ms@") and m.split("@")[1].isdigit()})
 
     def stat(s, r, m):
         v = data.get((s, r, m))

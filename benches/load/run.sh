@@ -9,16 +9,25 @@
 #   D      direct to the upstream: nginx `return 200 '{}'`, one worker (also the upstream of all
 #          the proxies below)
 #   N1     nginx doing the policy nginx can do (nginx/policy.conf), one worker
-#   P0     bare Pingora pass-through (p0.rs, `cargo build --release --example p0`), 1 thread
+#   H1     HAProxy doing the policy HAProxy can do (haproxy/policy.cfg: bearer key -> digest ->
+#          plan through a map, the Basic allow-list by ACL, a per-key 10 s request rate in a
+#          stick table), one thread
+#   P0     bare Pingora pass-through (p0.rs, `cargo build --release --example p0`), 1 thread,
+#          the system allocator
+#   P0m    P0 with Tollgate's allocator (p0m.rs): the like-for-like baseline
 #   G      Tollgate, every policy on, 1 thread, TOLLGATE_LOG=warn (no access log lines)
-#   Ga     G with every part-two feature on (benches/load/all.yaml): the edge spelled out,
-#          auth-failure blocking, the webhook guard, usage counting, `cluster:` against a
-#          redis-server this script starts on the load CPU, `state.path`
+#   Ga     G with every part-two and part-three feature on (benches/load/all.yaml and gen.py's
+#          tollgate-p3.yaml): the edge spelled out, auth-failure blocking, the webhook guard,
+#          usage counting, `cluster:` against a redis-server this script starts on the load
+#          CPU, `state.path`, the ledger, a monthly quota on the keys' plan, an expiry on every
+#          key and one key in ten sent by its rotated `previous` digest
 #   Gn     Ga without `cluster:` (every part-two feature but shared budgets): Ga - Gn is what
 #          sharing budgets through Redis costs, Gn - G the rest of part two
 #   Gq     G with quotas and the ledger on (a monthly quota on the keys' plan that no run reaches,
 #          `ledger:`, `state.path`): Gq - G is what issue 26's counting costs
-#   G-log  G with TOLLGATE_LOG=info: one access line per request, to a file (1 repetition)
+#   N1-log N1 with a buffered access log (`access_log … buffer=64k flush=1s`)
+#   G-log  G with TOLLGATE_LOG=info: one access line per request, to a file
+#          (N1-log and G-log: saturation on sendMessage only, every line checked present)
 # Routes: send_message = POST /v2/sendMessage/ (forwarded as is: "G"), send_group_event =
 # POST /v2/sendGroup with a group-event body Tollgate parses and checks ("Gv").
 #
@@ -30,6 +39,10 @@
 #               the proxy's system calls and context switches per request
 #   latency     oha open loop at 5,000 and 20,000 req/s, -c64, --latency-correction -> p50,
 #               p99, p99.9; one fixed key on the `bench` plan (1,000,000 req / 10 s)
+#   overload    after the repetitions, for G and Ga (OVERLOAD_SETUPS): oha open loop at 1.5x
+#               the setup's saturating rate, -c250 (under G's default per-address cap of
+#               256) -> achieved req/s, p50/p99/p99.9, errors, and the proxy's RSS before,
+#               after and at its peak (see overload() below)
 # Output in $OUT (default target/bench-results/<timestamp>/): results.csv (setup, route,
 # metric, rep, value), summary.md (medians, ratios, machine), benchmarks.png, raw/ (tool
 # output), logs/.
@@ -56,7 +69,10 @@ else
 fi
 CONNS=${CONNS:-64}
 RATES=${RATES:-"5000 20000"}
-SETUPS=${SETUPS:-"D N1 P0 G Gn Ga"}
+SETUPS=${SETUPS:-"D N1 H1 P0 P0m G Ga"}
+LOG_SETUPS=${LOG_SETUPS:-"N1-log G-log"}
+OVERLOAD_SETUPS=${OVERLOAD_SETUPS:-"G Ga"}
+OVERLOAD_CONNS=${OVERLOAD_CONNS:-250}   # below the gateway's default max_connections_per_ip (256)
 ROUTES="send_message send_group_event"
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
@@ -75,9 +91,11 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || apt_missing+=(ngin
 command -v wrk >/dev/null 2>&1 || apt_missing+=(wrk)
 command -v curl >/dev/null 2>&1 || apt_missing+=(curl)
 command -v taskset >/dev/null 2>&1 || apt_missing+=(util-linux)
+case " $SETUPS " in *" H1 "*) command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || apt_missing+=(haproxy) ;; esac
 case " $SETUPS " in *" Ga "*) command -v redis-server >/dev/null 2>&1 || apt_missing+=(redis-server) ;; esac
 apt_install "${apt_missing[@]}"
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 export PATH="$HOME/.cargo/bin:$PATH"
 if ! command -v oha >/dev/null 2>&1; then
   log "installing oha (cargo install oha --locked; a few minutes)"
@@ -104,23 +122,24 @@ OHA_WAIT=()
 oha --help 2>&1 | grep -q -- '--wait-ongoing-requests-after-deadline' && OHA_WAIT=(-w)
 
 # --- build (then run private copies: others may rebuild target/ during the run) -----------
-log "building (cargo build --release --locked; --example p0)"
+log "building (cargo build --release --locked; --example p0 --example p0m)"
 cargo build --release --locked --quiet
-cargo build --release --locked --quiet --example p0
+cargo build --release --locked --quiet --example p0 --example p0m
 TMP=$(mktemp -d /tmp/tollgate-bench.XXXXXX)
 cp target/release/tollgate "$TMP/tollgate"
 cp target/release/examples/p0 "$TMP/p0"
+cp target/release/examples/p0m "$TMP/p0m"
 
 # --- processes -----------------------------------------------------------------------------
 trap on_exit_cleanup EXIT
 trap 'exit 130' INT TERM
 
 # Free ports on 127.0.0.1, outside the kernel's ephemeral range (lib.sh).
-read -r D_PORT N1_PORT P0_PORT G_PORT G_ADMIN_PORT < <(free_ports 5)
-[ -n "${G_ADMIN_PORT:-}" ] || die "no 5 free ports found"
+read -r D_PORT N1_PORT P0_PORT G_PORT G_ADMIN_PORT H1_PORT < <(free_ports 6)
+[ -n "${H1_PORT:-}" ] || die "no 6 free ports found"
 
 python3 "$HERE/gen.py" --dir "$TMP" --keys "$KEYS" --d-port "$D_PORT" --n1-port "$N1_PORT" \
-  --g-port "$G_PORT" --g-admin-port "$G_ADMIN_PORT"
+  --h1-port "$H1_PORT" --g-port "$G_PORT" --g-admin-port "$G_ADMIN_PORT"
 "$TMP/tollgate" check --config "$TMP/tollgate.yaml" > "$OUT/logs/tollgate-check.txt" \
   || die "generated tollgate config refused: see $OUT/logs/tollgate-check.txt"
 R_PORT=""
@@ -148,15 +167,18 @@ case " $SETUPS " in
   *" Ga "*)
     # The shared budgets' Redis, on the load CPU (in a fleet it is another machine).
     R_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    { cat "$TMP/tollgate.yaml"; sed -e "s|@REDIS_PORT@|$R_PORT|" -e "s|@STATE@|$TMP/state.db|" \
+    { cat "$TMP/tollgate-p3.yaml"; sed -e "s|@REDIS_PORT@|$R_PORT|" -e "s|@STATE@|$TMP/state.db|" \
       "$HERE/all.yaml"; } >"$TMP/tollgate-all.yaml"
     "$TMP/tollgate" check --config "$TMP/tollgate-all.yaml" > "$OUT/logs/tollgate-all-check.txt" \
       || die "generated all-on config refused: see $OUT/logs/tollgate-all-check.txt" ;;
 esac
-for n in nginx-d nginx-n1; do
+for n in nginx-d nginx-n1 nginx-n1log; do
   "$NGINX" -t -q -p "$TMP/$n" -c "$TMP/$n/nginx.conf" -e "$TMP/$n/error.log" \
     || die "nginx refused $TMP/$n/nginx.conf"
 done
+case " $SETUPS " in
+  *" H1 "*) "$HAPROXY" -c -q -f "$TMP/haproxy-h1/haproxy.cfg" || die "haproxy refused $TMP/haproxy-h1/haproxy.cfg" ;;
+esac
 
 start_nginx() { # name cpu -> echo pid
   local n=$1 cpu=$2
@@ -187,9 +209,16 @@ start_setup() { # setup
     D) CUR_PID=$UP_PID; CUR_PORT=$D_PORT; return ;;
     N1)
       CUR_PID=$(start_nginx nginx-n1 "$PROXY_CPU"); CUR_PORT=$N1_PORT; CUR_SIG=TERM ;;
-    P0)
-      taskset -c "$PROXY_CPU" "$TMP/p0" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1 \
-        >"$OUT/logs/p0.out" 2>&1 &
+    N1-log)
+      CUR_PID=$(start_nginx nginx-n1log "$PROXY_CPU"); CUR_PORT=$N1_PORT; CUR_SIG=TERM ;;
+    H1)
+      taskset -c "$PROXY_CPU" "$HAPROXY" -db -f "$TMP/haproxy-h1/haproxy.cfg" \
+        >"$OUT/logs/h1.out" 2>&1 &
+      CUR_PID=$!; CUR_PORT=$H1_PORT; CUR_SIG=TERM ;;
+    P0 | P0m)
+      local bin=p0; [ "$s" = P0m ] && bin=p0m
+      taskset -c "$PROXY_CPU" "$TMP/$bin" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1 \
+        >"$OUT/logs/$bin.out" 2>&1 &
       CUR_PID=$!; CUR_PORT=$P0_PORT; CUR_SIG=INT ;;
     G | G-log | Ga | Gn | Gq)
       local level=warn dest="$OUT/logs/g.out" config="$TMP/tollgate.yaml"
@@ -300,7 +329,7 @@ sanity() { # setup
     expect "$r with a pro key" "$(status POST "$p" "$(cat "$TMP/path-$r")" bench-key-00000 "$TMP/body-$r.json")" 200
     expect "$r with the oha key" "$(status POST "$p" "$(cat "$TMP/path-$r")" "$OHA_KEY" "$TMP/body-$r.json")" 200
   done
-  [ "$s" = D ] || [ "$s" = P0 ] || {
+  [ "$s" = D ] || [ "$s" = P0 ] || [ "$s" = P0m ] || {
     expect "no key" "$(status POST "$p" /v2/sendMessage/ "" "$TMP/body-send_message.json")" 401
     expect "unknown key" "$(status POST "$p" /v2/sendMessage/ nope "$TMP/body-send_message.json")" 401
     expect "basic key, allowed route" "$(status GET "$p" /v2/history/sentList bench-basic-key)" 200
@@ -311,7 +340,7 @@ sanity() { # setup
     local bad; bad=$(status POST "$p" /v2/sendGroup bench-key-00002 "$TMP/bad-event.json")
     case $s in
       G*) expect "invalid group event body" "$bad" 400 ;;
-      N1) expect "invalid group event body (nginx cannot check JSON: forwarded)" "$bad" 200 ;;
+      N1* | H1) expect "invalid group event body ($s cannot check JSON: forwarded)" "$bad" 200 ;;
     esac
   }
 }
@@ -320,7 +349,7 @@ sanity() { # setup
 saturation() { # setup route rep
   local s=$1 r=$2 rep=$3 f="$OUT/raw/wrk-$1-$2-$3.txt" pf="$OUT/raw/perf-$1-$2-$3.txt" perf_pid=""
   local url="http://127.0.0.1:$CUR_PORT/"
-  taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${WARMUP}s" -s "$TMP/wrk-$r.lua" "$url" >/dev/null
+  taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${WARMUP}s" -s "$TMP/wrk-$r.lua" "$url" >"$TMP/warm.txt"
   if [ "$PERF_SYSCALLS" = 1 ]; then
     # The proxy's system calls and context switches over the run (every process of it: nginx's
     # master and workers), on the CPU that perf itself does not load (it sleeps meanwhile).
@@ -339,6 +368,7 @@ saturation() { # setup route rep
   errs=$(awk '/Socket errors/ {gsub(/,/, ""); print $4 + $6 + $8 + $10}' "$f"); errs=${errs:-0}
   [ -n "$reqs" ] && [ "$reqs" -gt 0 ] || die "wrk measured nothing: $f"
   row "$s" "$r" rps "$rep" "$rps"
+  ACCESS_SENT=$((ACCESS_SENT + reqs + $(awk '/requests in/ {print $1}' "$TMP/warm.txt")))
   row "$s" "$r" requests "$rep" "$reqs"
   row "$s" "$r" non2xx "$rep" "$non2xx"
   row "$s" "$r" socket_errors "$rep" "$errs"
@@ -371,39 +401,96 @@ latency() { # setup route rep rate
 }
 
 measure_setup() { # setup rep what(all|sat)
-  local s=$1 rep=$2 what=${3:-all} r q
+  local s=$1 rep=$2 what=${3:-all} routes=${4:-$ROUTES} r q
   CUR_SETUP=$s
   start_setup "$s"
   sanity "$s"
-  for r in $ROUTES; do
+  access_lines "$s" - -   # the sanity checks' lines out of the count
+  for r in $routes; do
     saturation "$s" "$r" "$rep"
     access_lines "$s" "$r" "$rep"
     [ "$what" = all ] || continue
-    for q in $RATES; do latency "$s" "$r" "$rep" "$q"; access_lines "$s" "$r" "$rep"; done
+    for q in $RATES; do latency "$s" "$r" "$rep" "$q"; done
   done
   stop_setup
   return 0
 }
-access_lines() { # setup route rep: G-log only: check one line per request, then empty the file
-  [ "$1" = G-log ] || return 0
-  local n; n=$(grep -c 'tollgate::access' "$TMP/g-access.log" || true)
-  log "  G-log: $n access lines since the last check"
-  : > "$TMP/g-access.log"   # opened with O_APPEND (>>): writes go on at the new end
+# G-log and N1-log: every request answered has its line. wrk's count of requests completed is
+# compared with the lines written since the last check (the warm-up's included, counted by
+# wrk's report of it), then the file is emptied. A line short fails the run.
+access_lines() { # setup route rep
+  local f
+  case $1 in
+    G-log) f=$TMP/g-access.log ;;
+    N1-log) f=$TMP/nginx-n1log/access.log; sleep 1.5 ;;  # nginx flushes its buffer each second
+    *) return 0 ;;
+  esac
+  local n; n=$(grep -c 'tollgate::access.*status=200\|HTTP/1.1" 200 ' "$f" || true)
+  if [ "$2" != - ]; then
+    log "  $1: $n access lines of 200s, $ACCESS_SENT requests answered 200 since the last check"
+    [ "$n" -ge "$ACCESS_SENT" ] || die "$1: $n access lines for $ACCESS_SENT requests answered"
+  fi
+  : > "$f"   # opened with O_APPEND: writes go on at the new end
+  ACCESS_SENT=0
 }
+ACCESS_SENT=0
 
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 log "load average before the run: $LOAD_START (should be near 0: the numbers assume an idle machine)"
-log "ports: D $D_PORT, N1 $N1_PORT, P0 $P0_PORT, G, Gn and Ga $G_PORT (admin $G_ADMIN_PORT); $KEYS keys"
-log "$REPS repetition(s) of ${DURATION}s (warm-up ${WARMUP}s); setups $SETUPS + G-log; output $OUT"
+log "ports: D $D_PORT, N1 $N1_PORT, H1 $H1_PORT, P0 and P0m $P0_PORT, G* $G_PORT (admin $G_ADMIN_PORT); $KEYS keys"
+log "$REPS repetition(s) of ${DURATION}s (warm-up ${WARMUP}s); setups $SETUPS, $LOG_SETUPS; output $OUT"
 for rep in $(seq "$REPS"); do
   for s in $SETUPS; do
     log "rep $rep: $s"
     measure_setup "$s" "$rep"
   done
+  # With an access line per request (saturation, sendMessage only).
+  for s in $LOG_SETUPS; do
+    log "rep $rep: $s"
+    measure_setup "$s" "$rep" sat send_message
+  done
 done
-# G with access logging, once (quick: saturation only).
-log "G-log (TOLLGATE_LOG=info, access lines to a file)"
-if [ "$QUICK" = 1 ]; then measure_setup G-log 1 sat; else measure_setup G-log 1; fi
+
+# --- overload: open loop at 1.5x the saturating rate ------------------------------------------
+# For each of OVERLOAD_SETUPS: the rate is 1.5x the setup's median saturating req/s measured
+# above (sendMessage); oha sends it open loop for DURATION s over OVERLOAD_CONNS connections
+# with the fixed key (never limited). Recorded: what was achieved, the latency percentiles of
+# the answers (with --latency-correction: from when each request was due), errors, and the
+# proxy's resident memory before, after, and at its peak (VmHWM, reset before the run):
+# memory that stays flat while the offered load exceeds capacity means nothing queues
+# without bound inside the proxy (the excess waits in the client, as it would in the network).
+overload() { # setup
+  local s=$1 r=send_message f="$OUT/raw/oha-$1-overload.json" sat q rss0 rss1 hwm
+  sat=$(awk -F, -v s="$s" '$1 == s && $2 == "send_message" && $3 == "rps" { print $5 }' "$CSV" | sort -n |
+    awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }')
+  [ -n "$sat" ] || { log "overload $s: no saturation measured; skipped"; return 0; }
+  q=$(awk -v x="$sat" 'BEGIN { printf "%d", x * 1.5 }')
+  CUR_SETUP=$s
+  start_setup "$s"
+  local cmd=(taskset -c "$LOAD_CPU" oha --no-tui -c "$OVERLOAD_CONNS" -q "$q" "${OHA_LATCORR[@]}" "${OHA_WAIT[@]}"
+    -m POST -H "Content-Type: application/json" -H "Authorization: Bearer $OHA_KEY"
+    -D "$TMP/body-$r.json" "${OHA_JSON[@]}" "http://127.0.0.1:$CUR_PORT$(cat "$TMP/path-$r")")
+  "${cmd[@]}" -z "${WARMUP}s" >/dev/null
+  rss0=$(awk '$1 == "VmRSS:" { print $2 }' "/proc/$CUR_PID/status")
+  echo 5 > "/proc/$CUR_PID/clear_refs" 2>/dev/null || true
+  measured "$s-overload" "$r" 1 "@over" -- "${cmd[@]}" -z "${DURATION}s" > "$f"
+  rss1=$(awk '$1 == "VmRSS:" { print $2 }' "/proc/$CUR_PID/status")
+  hwm=$(awk '$1 == "VmHWM:" { print $2 }' "/proc/$CUR_PID/status")
+  stop_setup
+  python3 "$HERE/summary.py" --oha "$f" --rate "$q" --setup "$s-overload" --route "$r" --rep 1 \
+    --cpu-ticks "$M_PROXY_TICKS" --clk-tck "$CLK_TCK" | sed "s/@$q,/@over,/" >> "$CSV"
+  row "$s-overload" "$r" offered_rps 1 "$q"
+  row "$s-overload" "$r" saturating_rps 1 "$sat"
+  row "$s-overload" "$r" rss_before_kb 1 "$rss0"
+  row "$s-overload" "$r" rss_after_kb 1 "$rss1"
+  row "$s-overload" "$r" rss_peak_kb 1 "$hwm"
+  log "  $s overload at $q req/s (1.5 x $sat): $(awk -F, -v s="$s-overload" \
+    '$1==s && ($3 ~ /@over$/ || $3 ~ /rss/) {printf "%s=%s ", $3, $5}' "$CSV")"
+}
+for s in $OVERLOAD_SETUPS; do
+  log "overload: $s"
+  overload "$s"
+done
 
 # --- report ----------------------------------------------------------------------------------
 {
@@ -412,6 +499,7 @@ if [ "$QUICK" = 1 ]; then measure_setup G-log 1 sat; else measure_setup G-log 1;
   echo "kernel=$(uname -srm)"
   echo "virtualization=$(lscpu 2>/dev/null | awk -F': *' '/^Hypervisor vendor:/ {h=$2} /^Virtualization type:/ {t=$2} END {print (h != "" ? h " " t : "none reported")}')"
   echo "nginx=$("$NGINX" -v 2>&1 | sed 's/^nginx version: //')"
+  echo "haproxy=$("$HAPROXY" -v 2>&1 | head -n 1 | awk '{print $3}')"
   echo "wrk=$(wrk -v 2>&1 | head -n 1 | awk '{print $1, $2}')"
   echo "oha=$(oha --version 2>&1 | head -n 1)"
   echo "rustc=$(rustc --version)"
@@ -422,6 +510,7 @@ if [ "$QUICK" = 1 ]; then measure_setup G-log 1 sat; else measure_setup G-log 1;
   echo "duration_s=$DURATION"
   echo "warmup_s=$WARMUP"
   echo "conns=$CONNS"
+  echo "overload_conns=$OVERLOAD_CONNS"
   echo "keys=$KEYS"
   echo "rates=$RATES"
   echo "oha_latency_correction=${OHA_LATCORR[*]:-no}"

@@ -16,7 +16,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-SETUP_ORDER = ["D", "N1", "P0", "G", "Gq", "Gn", "Ga", "G-log"]
+SETUP_ORDER = ["D", "N1", "N1-log", "H1", "P0", "P0m", "G", "Gq", "Gn", "Ga", "G-log"]
 ROUTE_ORDER = ["send_message", "send_group_event"]
 ROUTE_TEXT = {
     "send_message": "POST /v2/sendMessage/",
@@ -225,37 +225,61 @@ def summarize(a):
 
     msg, ev = "send_message", "send_group_event"
     q0 = rates[0] if rates else 5000
+    def pair_diff(a, b, r, m="cpu_us_per_req"):
+        return paired(data, a, b, r, m, lambda u, v: u - v)
+
+    def pair_ratio(a, b, r, m="rps"):
+        return paired(data, a, b, r, m, lambda u, v: u / v)
+
     lines = [
-        ("G / P0 throughput (sendMessage)", ratio(med(data, "G", msg, "rps"), med(data, "P0", msg, "rps")), "×", 2),
-        ("Gv / P0 throughput (sendGroup event)", ratio(med(data, "G", ev, "rps"), med(data, "P0", ev, "rps")), "×", 2),
-        ("G / N1 throughput (sendMessage)", ratio(med(data, "G", msg, "rps"), med(data, "N1", msg, "rps")), "×", 2),
-        ("G CPU/req − P0 CPU/req (sendMessage)", diff(med(data, "G", msg, "cpu_us_per_req"), med(data, "P0", msg, "cpu_us_per_req")), "µs", 1),
-        ("Gv CPU/req − P0 CPU/req (sendGroup event)", diff(med(data, "G", ev, "cpu_us_per_req"), med(data, "P0", ev, "cpu_us_per_req")), "µs", 1),
-        ("G user CPU/req − P0 user CPU/req (sendMessage)", diff(med(data, "G", msg, "user_us_per_req"), med(data, "P0", msg, "user_us_per_req")), "µs", 1),
-        ("Gv user CPU/req − P0 user CPU/req (sendGroup event)", diff(med(data, "G", ev, "user_us_per_req"), med(data, "P0", ev, "user_us_per_req")), "µs", 1),
-        ("G / P0 throughput, median of per-repetition ratios (sendMessage)", paired(data, "G", "P0", msg, "rps", lambda u, v: u / v), "×", 2),
-        ("Gv / P0 throughput, median of per-repetition ratios (sendGroup event)", paired(data, "G", "P0", ev, "rps", lambda u, v: u / v), "×", 2),
-        ("G CPU/req − P0 CPU/req, median of per-repetition differences (sendMessage)", paired(data, "G", "P0", msg, "cpu_us_per_req", lambda u, v: u - v), "µs", 1),
-        ("Ga / P0 throughput, median of per-repetition ratios (sendMessage, every part-two feature on)", paired(data, "Ga", "P0", msg, "rps", lambda u, v: u / v), "×", 2),
-        ("Gav / P0 throughput, median of per-repetition ratios (sendGroup event, every part-two feature on)", paired(data, "Ga", "P0", ev, "rps", lambda u, v: u / v), "×", 2),
-        ("Ga CPU/req − P0 CPU/req, median of per-repetition differences (sendMessage)", paired(data, "Ga", "P0", msg, "cpu_us_per_req", lambda u, v: u - v), "µs", 1),
-        ("Gav CPU/req − P0 CPU/req, median of per-repetition differences (sendGroup event)", paired(data, "Ga", "P0", ev, "cpu_us_per_req", lambda u, v: u - v), "µs", 1),
-        ("Ga / G throughput, median of per-repetition ratios (sendMessage: the price of part two)", paired(data, "Ga", "G", msg, "rps", lambda u, v: u / v), "×", 3),
-        ("Gn / P0 throughput, median of per-repetition ratios (sendMessage, part two without shared budgets)", paired(data, "Gn", "P0", msg, "rps", lambda u, v: u / v), "×", 2),
-        ("Gn CPU/req − P0 CPU/req, median of per-repetition differences (sendMessage)", paired(data, "Gn", "P0", msg, "cpu_us_per_req", lambda u, v: u - v), "µs", 1),
-        ("Ga user CPU/req − P0 user CPU/req, median of per-repetition differences (sendMessage)", paired(data, "Ga", "P0", msg, "user_us_per_req", lambda u, v: u - v), "µs", 1),
-        ("Ga / P0 requests per proxy CPU-second, median of per-repetition ratios (sendMessage: 1 / CPU µs per request, whatever the load CPU allowed)", paired(data, "P0", "Ga", msg, "cpu_us_per_req", lambda u, v: u / v), "×", 2),
-        ("Gav / P0 requests per proxy CPU-second, median of per-repetition ratios (sendGroup event)", paired(data, "P0", "Ga", ev, "cpu_us_per_req", lambda u, v: u / v), "×", 2),
-        ("G CPU/req − N1 CPU/req (sendMessage)", diff(med(data, "G", msg, "cpu_us_per_req"), med(data, "N1", msg, "cpu_us_per_req")), "µs", 1),
-        ("G-log CPU/req − G CPU/req (access line at info)", diff(med(data, "G-log", msg, "cpu_us_per_req"), med(data, "G", msg, "cpu_us_per_req")), "µs", 1),
+        # The issue's goals, against the like-for-like baseline (P0m: P0 with Tollgate's allocator).
+        ("**G − P0m** CPU/req (sendMessage; goal ≤ +1 µs)", pair_diff("G", "P0m", msg), "µs", 2),
+        ("**Ga − P0m** CPU/req (sendMessage, every feature of parts two and three; goal ≤ +1.5 µs)", pair_diff("Ga", "P0m", msg), "µs", 2),
+        ("**G-log − G** CPU/req (sendMessage, an access line per request to a file; goal ≤ +1 µs)", pair_diff("G-log", "G", msg), "µs", 2),
+        ("Gv − P0m CPU/req (sendGroup event: Gv parses and checks the body)", pair_diff("G", "P0m", ev), "µs", 2),
+        ("Gav − P0m CPU/req (sendGroup event, everything on)", pair_diff("Ga", "P0m", ev), "µs", 2),
+        ("G − P0m user CPU/req (sendMessage: the proxy's own code, without the kernel)", pair_diff("G", "P0m", msg, "user_us_per_req"), "µs", 2),
+        ("Ga − P0m user CPU/req (sendMessage)", pair_diff("Ga", "P0m", msg, "user_us_per_req"), "µs", 2),
+        ("G / P0m throughput (sendMessage)", pair_ratio("G", "P0m", msg), "×", 2),
+        ("Ga / P0m throughput (sendMessage)", pair_ratio("Ga", "P0m", msg), "×", 2),
+        ("P0m − P0 CPU/req (the allocator alone)", pair_diff("P0m", "P0", msg), "µs", 2),
+        # The peers.
+        ("G − H1 CPU/req (sendMessage: HAProxy with a digest map, ACLs and a stick table)", pair_diff("G", "H1", msg), "µs", 2),
+        ("G − N1 CPU/req (sendMessage: nginx with a plain-key map and limit_req)", pair_diff("G", "N1", msg), "µs", 2),
+        ("G / H1 throughput (sendMessage)", pair_ratio("G", "H1", msg), "×", 2),
+        ("G / N1 throughput (sendMessage)", pair_ratio("G", "N1", msg), "×", 2),
+        ("N1-log − N1 CPU/req (nginx, buffered access_log)", pair_diff("N1-log", "N1", msg), "µs", 2),
+        ("G-log − N1-log CPU/req (both logging every request)", pair_diff("G-log", "N1-log", msg), "µs", 2),
+        # Part by part.
+        ("Gq − G CPU/req (quotas and the ledger)", pair_diff("Gq", "G", msg), "µs", 2),
+        ("Gn − G CPU/req (part two without shared budgets)", pair_diff("Gn", "G", msg), "µs", 2),
+        ("Ga requests per proxy CPU-second / P0m's (sendMessage: 1 / CPU µs per request, whatever the load CPU allowed)", paired(data, "P0m", "Ga", msg, "cpu_us_per_req", lambda u, v: u / v), "×", 2),
         ("p99(G) − p99(D) @%d req/s (sendMessage)" % q0, diff(med(data, "G", msg, "p99_ms@%d" % q0), med(data, "D", msg, "p99_ms@%d" % q0)), "ms", 3),
         ("p99(Gv) − p99(D) @%d req/s (sendGroup event)" % q0, diff(med(data, "G", ev, "p99_ms@%d" % q0), med(data, "D", ev, "p99_ms@%d" % q0)), "ms", 3),
+        ("p99(Ga) − p99(D) @%d req/s (sendMessage)" % q0, diff(med(data, "Ga", msg, "p99_ms@%d" % q0), med(data, "D", msg, "p99_ms@%d" % q0)), "ms", 3),
     ]
+    # Rows of setups this run did not measure are left out.
+    lines = [ln for ln in lines if ln[1] is not None]
     out.append("| comparison | value |")
     out.append("|---|---|")
     for label, v, unit, d in lines:
         out.append("| %s | %s |" % (label, "–" if v is None else "%s %s" % (fmt(v, d), unit)))
     out.append("")
+    over = [s for s in ("G-overload", "Ga-overload") if (s, msg, "offered_rps") in data]
+    if over:
+        out.append("Overload (open loop at 1.5× the setup's saturating rate, sendMessage, -c%s):" % machine.get("overload_conns", "?"))
+        out.append("")
+        out.append("| setup | offered req/s | achieved req/s | p50 / p99 / p99.9 ms | errors / non-2xx | proxy RSS before / after / peak |")
+        out.append("|---|---:|---:|---|---|---|")
+        for s in over:
+            g = lambda m: med(data, s, msg, m)
+            mb = lambda m: "–" if g(m) is None else "%.1f MB" % (g(m) / 1024)
+            out.append("| %s | %s | %s | %s / %s / %s | %s / %s | %s / %s / %s |" % (
+                s.replace("-overload", ""), fmt(g("offered_rps")), fmt(g("achieved_rps@over")),
+                fmt(g("p50_ms@over"), 2), fmt(g("p99_ms@over"), 2), fmt(g("p999_ms@over"), 2),
+                fmt(g("errors@over")), fmt(g("non2xx@over")),
+                mb("rss_before_kb"), mb("rss_after_kb"), mb("rss_peak_kb")))
+        out.append("")
     if bad:
         out.append("**Warnings:**")
         out.extend("- " + b for b in bad)
@@ -275,9 +299,19 @@ def summarize(a):
     out.append("- D is the upstream nginx itself, measured directly; it runs on CPU 1 next to the load generator.")
     out.append("- N1 does not check JSON bodies (nginx cannot): on the sendGroup event route it checks only Content-Type and size. "
                "Gv parses and checks the body. N1's key map holds plain keys; Tollgate hashes every presented key (SHA-256).")
+    out.append("- H1 is HAProxy (one thread) doing what it can (benches/load/haproxy/policy.cfg): the bearer token hashed with "
+               "`sha2(256)` and looked up in a map of digests (as Tollgate holds them), the Basic allow-list by ACL, a per-key "
+               "`http_req_rate(10s)` in a stick table against the plan's limit, Content-Type on the event route. Like N1 it "
+               "does not normalize paths, check JSON bodies, count quotas or change keys live.")
+    out.append("- P0 is the bare Pingora pass-through with the system allocator (glibc); P0m is the same program with "
+               "Tollgate's allocator (mimalloc): the goals are measured against P0m, which differs from G only by G's work.")
+    out.append("- N1-log is N1 with `access_log … buffer=64k flush=1s` (one line per request, to a file); "
+               "G-log is G with TOLLGATE_LOG=info (one access line per request, to a file). Both saturation only.")
     ga_redis = med(data, "Ga", "send_message", "redis_cpu_pct")
-    out.append("- Ga is G with every part-two feature on (benches/load/all.yaml): the edge spelled out, auth-failure blocking, "
-               "the webhook guard, usage counting, `cluster:` against a redis-server on the load CPU, `state.path`. "
+    out.append("- Ga is G with every part-two and part-three feature on (benches/load/all.yaml, gen.py's tollgate-p3.yaml): "
+               "the edge spelled out, auth-failure blocking, the webhook guard, usage counting, `cluster:` against a "
+               "redis-server on the load CPU, `state.path`, the ledger, a monthly quota, an expiry on every key and one key in "
+               "ten sent by its rotated `previous` digest. "
                "Its CPU µs/req include the background exchange with Redis."
                + ("" if ga_redis is None else
                   " Redis itself took %s %% of the load CPU during Ga's saturation runs (sendMessage; median), "
@@ -288,11 +322,11 @@ def summarize(a):
     if has_sys:
         out.append("- System calls and context switches per request: `perf stat -e raw_syscalls:sys_enter,context-switches` "
                    "on the proxy's process over the saturation run (nginx: master and workers), divided by wrk's count.")
-    out.append("- G runs with TOLLGATE_LOG=warn (no access lines). G-log runs with TOLLGATE_LOG=info: one access line per request, written to a file (1 repetition).")
+    out.append("- G runs with TOLLGATE_LOG=warn (no access lines).")
     out.append("")
     out.append("Machine:")
     out.append("")
-    for k in ("nproc", "cpu", "virtualization", "kernel", "nginx", "wrk", "oha", "rustc", "pingora", "commit",
+    for k in ("nproc", "cpu", "virtualization", "kernel", "nginx", "haproxy", "wrk", "oha", "rustc", "pingora", "commit",
               "loadavg_start", "loadavg_end", "date"):
         out.append("- %s: %s" % (k, machine.get(k, "?")))
     out.append("")
