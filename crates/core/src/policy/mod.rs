@@ -326,8 +326,12 @@ impl Policy {
         match decided {
             Ok(quota) => d.quota = Some(quota),
             Err(denied) if denied.unsettled => {
+                // The request waits for the fleet and is decided again: this refusal is never
+                // answered, so its detail is not formatted.
                 d.unsettled = true;
-                return Err(rate_limited(denied));
+                let mut r = Refusal::new(Code::RateLimited, "settling with the fleet");
+                r.retry_after = Some(denied.retry_after_secs);
+                return Err(r);
             }
             Err(denied) if shadow => {
                 d.quota = Some(denied.quota);
