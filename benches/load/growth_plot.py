@@ -42,8 +42,8 @@ def main():
     x, y = series(growth, "configured", "instructions_per_request")
     if x:
         a.plot(x, [v / 1e3 for v in y], "o-", label="G (request path)")
+        a.set_ylim(0, max(y) / 1e3 * 1.25)
     a.set_xscale("log")
-    a.set_ylim(bottom=0)
     a.set_xlabel("configured keys")
     a.set_ylabel("k instructions / request")
     a.set_title("Cost per request vs configured keys (callgrind)")

@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-SETUP_ORDER = ["D", "N1", "P0", "G", "Gq", "Gn", "Ga", "G-log"]
+SETUP_ORDER = ["D", "N1", "N1-log", "H1", "P0", "P0m", "G", "Gq", "Gn", "Ga", "G-log"]
 ROUTES = [("send_message", "sendMessage"), ("send_group_event", "sendGroup event")]
 NAMES = {
     ("G", "send_group_event"): "Gv",
@@ -98,7 +98,7 @@ def main():
     ax2.legend(fontsize=8)
     ax2.grid(axis="y", alpha=0.3, which="both")
 
-    fig.suptitle("Tollgate vs nginx vs bare Pingora (D: upstream direct; G/Gv: Tollgate)")
+    fig.suptitle("Tollgate vs HAProxy, nginx and bare Pingora (D: upstream direct; P0m: P0 with mimalloc; G/Gv: Tollgate)")
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=110)
 
