@@ -478,21 +478,12 @@ impl Stamp {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS` of a Unix time in seconds (UTC; the days-to-civil arithmetic of
-/// Howard Hinnant's `civil_from_days`, as `tracing-subscriber` does it).
+/// `YYYY-MM-DDTHH:MM:SS` of a Unix time in seconds (UTC; the day's date by the metering
+/// calendar's [`civil_from_days`](crate::metering::civil_from_days)).
 fn civil(secs: u64) -> [u8; 19] {
-    let days = (secs / 86_400) as i64;
+    let (y, m, d) = crate::metering::civil_from_days((secs / 86_400) as i64);
     let rem = secs % 86_400;
     let (h, mi, s) = (rem / 3600, rem / 60 % 60, rem % 60);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
     let mut out = [0u8; 19];
     let mut put = |at: usize, v: u64, width: usize| {
         let mut v = v;
@@ -502,8 +493,8 @@ fn civil(secs: u64) -> [u8; 19] {
         }
     };
     put(0, y.clamp(0, 9999) as u64, 4);
-    put(5, m as u64, 2);
-    put(8, d as u64, 2);
+    put(5, u64::from(m), 2);
+    put(8, u64::from(d), 2);
     put(11, h, 2);
     put(14, mi, 2);
     put(17, s, 2);
