@@ -101,6 +101,13 @@ impl Sink {
         while !q.buf.is_empty() && q.buf.len() + line.len() > self.cap && !q.closing {
             q = self.room.wait(q).unwrap_or_else(|e| e.into_inner());
         }
+        if q.closing {
+            // The writer is stopping (the process exits): what comes now is written here (it
+            // may come out before the last batch).
+            drop(q);
+            let _ = std::io::stderr().lock().write_all(line);
+            return;
+        }
         let before = q.buf.len();
         q.buf.extend_from_slice(line);
         let full = self.full();
