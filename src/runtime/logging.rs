@@ -300,85 +300,141 @@ impl AccessLine<'_> {
             line.clear();
             let now = Stamp::now();
             if installed.json {
-                self.write_json(&now, &mut line);
+                self.write::<Json>(&now, &mut line);
             } else {
-                self.write_text(&now, &mut line);
+                self.write::<Text>(&now, &mut line);
             }
             installed.sink.push(&line);
         });
     }
 
-    /// `tracing-subscriber`'s full text layout, without colours:
-    /// `<time>  INFO tollgate::access: request request_id="…" client=… …`. Strings are
-    /// written as `Debug` writes them (quoted, escaped), addresses and the `change`/`reason`
-    /// words as `Display` (bare), numbers bare.
-    fn write_text(&self, now: &Stamp, out: &mut Vec<u8>) {
-        now.write(out);
-        out.extend_from_slice(b"  INFO tollgate::access: request");
-        text_str(out, b" request_id=", self.request_id);
+    /// The fields, in `tracing`'s order, in layout `L`; a field left `None` is left out.
+    fn write<L: Layout>(&self, now: &Stamp, out: &mut Vec<u8>) {
+        L::start(out, now);
+        L::string(out, "request_id", self.request_id);
         if let Some(ip) = self.client {
-            out.extend_from_slice(b" client=");
-            write_ip(out, ip);
+            L::address(out, "client", ip);
         }
-        text_str(out, b" method=", self.method);
-        text_str(out, b" route=", self.route);
-        text_str(out, b" key=", self.key);
-        text_str(out, b" plan=", self.plan);
-        out.extend_from_slice(b" status=");
+        L::string(out, "method", self.method);
+        L::string(out, "route", self.route);
+        L::string(out, "key", self.key);
+        L::string(out, "plan", self.plan);
+        L::name(out, "status");
         out.extend_from_slice(itoa::Buffer::new().format(self.status).as_bytes());
-        text_str(out, b" outcome=", self.outcome);
-        out.extend_from_slice(b" duration_ms=");
+        L::string(out, "outcome", self.outcome);
+        L::name(out, "duration_ms");
         write_ms(out, self.duration);
         if let Some(up) = self.upstream {
-            out.extend_from_slice(b" upstream_ms=");
+            L::name(out, "upstream_ms");
             write_ms(out, up);
         }
         if let Some(u) = self.upgrade {
-            text_str(out, b" upgrade=", u);
+            L::string(out, "upgrade", u);
         }
-        for (name, word) in [(&b" change="[..], self.change), (b" reason=", self.reason)] {
+        for (name, word) in [("change", self.change), ("reason", self.reason)] {
             if let Some(w) = word {
-                out.extend_from_slice(name);
-                out.extend_from_slice(w.as_bytes());
+                L::word(out, name, w);
             }
         }
-        out.push(b'\n');
+        L::end(out);
+    }
+}
+
+/// How the access line's fields are written: `tracing-subscriber`'s text or JSON layout.
+/// Numbers are written bare in both, after [`Layout::name`].
+trait Layout {
+    /// The time, level, target and message, up to the first field.
+    fn start(out: &mut Vec<u8>, now: &Stamp);
+    /// A field's name and separator.
+    fn name(out: &mut Vec<u8>, name: &str);
+    /// A string field, recorded as `&str`.
+    fn string(out: &mut Vec<u8>, name: &str, s: &str);
+    /// A word field, recorded as `Display` (`change`, `reason`).
+    fn word(out: &mut Vec<u8>, name: &str, w: &str);
+    /// An address, recorded as `Display`.
+    fn address(out: &mut Vec<u8>, name: &str, ip: IpAddr);
+    /// What closes the line.
+    fn end(out: &mut Vec<u8>);
+}
+
+/// `<time>  INFO tollgate::access: request request_id="…" client=… …`, without colours:
+/// strings as `Debug` writes them (quoted, escaped), `Display` values bare.
+struct Text;
+
+impl Layout for Text {
+    fn start(out: &mut Vec<u8>, now: &Stamp) {
+        now.write(out);
+        out.extend_from_slice(b"  INFO tollgate::access: request");
     }
 
-    /// `tracing-subscriber`'s JSON layout: `{"timestamp":…,"level":"INFO","fields":{"message":
-    /// "request",…},"target":"tollgate::access"}`, strings escaped as `serde_json` does.
-    fn write_json(&self, now: &Stamp, out: &mut Vec<u8>) {
+    fn name(out: &mut Vec<u8>, name: &str) {
+        out.push(b' ');
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'=');
+    }
+
+    fn string(out: &mut Vec<u8>, name: &str, s: &str) {
+        Self::name(out, name);
+        if plain(s) {
+            quoted(out, s);
+        } else {
+            let _ = write!(out, "{s:?}");
+        }
+    }
+
+    fn word(out: &mut Vec<u8>, name: &str, w: &str) {
+        Self::name(out, name);
+        out.extend_from_slice(w.as_bytes());
+    }
+
+    fn address(out: &mut Vec<u8>, name: &str, ip: IpAddr) {
+        Self::name(out, name);
+        write_ip(out, ip);
+    }
+
+    fn end(out: &mut Vec<u8>) {
+        out.push(b'\n');
+    }
+}
+
+/// `{"timestamp":…,"level":"INFO","fields":{"message":"request",…},"target":
+/// "tollgate::access"}`: every value but numbers a string, escaped as `serde_json` does.
+struct Json;
+
+impl Layout for Json {
+    fn start(out: &mut Vec<u8>, now: &Stamp) {
         out.extend_from_slice(b"{\"timestamp\":\"");
         now.write(out);
         out.extend_from_slice(b"\",\"level\":\"INFO\",\"fields\":{\"message\":\"request\"");
-        json_str(out, b",\"request_id\":", self.request_id);
-        if let Some(ip) = self.client {
-            out.extend_from_slice(b",\"client\":\"");
-            write_ip(out, ip);
-            out.push(b'"');
+    }
+
+    fn name(out: &mut Vec<u8>, name: &str) {
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b"\":");
+    }
+
+    fn string(out: &mut Vec<u8>, name: &str, s: &str) {
+        Self::name(out, name);
+        if plain(s) {
+            quoted(out, s);
+        } else {
+            let _ = serde_json::to_writer(&mut *out, s);
         }
-        json_str(out, b",\"method\":", self.method);
-        json_str(out, b",\"route\":", self.route);
-        json_str(out, b",\"key\":", self.key);
-        json_str(out, b",\"plan\":", self.plan);
-        out.extend_from_slice(b",\"status\":");
-        out.extend_from_slice(itoa::Buffer::new().format(self.status).as_bytes());
-        json_str(out, b",\"outcome\":", self.outcome);
-        out.extend_from_slice(b",\"duration_ms\":");
-        write_ms(out, self.duration);
-        if let Some(up) = self.upstream {
-            out.extend_from_slice(b",\"upstream_ms\":");
-            write_ms(out, up);
-        }
-        if let Some(u) = self.upgrade {
-            json_str(out, b",\"upgrade\":", u);
-        }
-        if let Some(c) = self.change {
-            json_str(out, b",\"change\":", c);
-        }
-        if let Some(r) = self.reason {
-            json_str(out, b",\"reason\":", r);
-        }
+    }
+
+    fn word(out: &mut Vec<u8>, name: &str, w: &str) {
+        Self::string(out, name, w);
+    }
+
+    fn address(out: &mut Vec<u8>, name: &str, ip: IpAddr) {
+        Self::name(out, name);
+        out.push(b'"');
+        write_ip(out, ip);
+        out.push(b'"');
+    }
+
+    fn end(out: &mut Vec<u8>) {
         out.extend_from_slice(b"},\"target\":\"tollgate::access\"}\n");
     }
 }
@@ -414,28 +470,11 @@ fn plain(s: &str) -> bool {
         .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
 }
 
-/// ` name="value"`, the value as `Debug` writes a string.
-fn text_str(out: &mut Vec<u8>, name: &[u8], s: &str) {
-    out.extend_from_slice(name);
-    if plain(s) {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-    } else {
-        let _ = write!(out, "{s:?}");
-    }
-}
-
-/// `"name":"value"`, the value escaped as `serde_json` escapes a string.
-fn json_str(out: &mut Vec<u8>, name: &[u8], s: &str) {
-    out.extend_from_slice(name);
-    if plain(s) {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-    } else {
-        let _ = serde_json::to_writer(&mut *out, s);
-    }
+/// `"s"`, for a string that needs no escaping ([`plain`]).
+fn quoted(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    out.extend_from_slice(s.as_bytes());
+    out.push(b'"');
 }
 
 /// The time of a line, as `tracing-subscriber` writes it: RFC 3339, UTC, microseconds
@@ -578,9 +617,9 @@ mod tests {
     fn ours(a: &AccessLine<'_>, json: bool, stamp: &Stamp) -> String {
         let mut out = Vec::new();
         if json {
-            a.write_json(stamp, &mut out);
+            a.write::<Json>(stamp, &mut out);
         } else {
-            a.write_text(stamp, &mut out);
+            a.write::<Text>(stamp, &mut out);
         }
         String::from_utf8(out).unwrap()
     }
