@@ -150,7 +150,14 @@ pub struct Catalogue {
     /// methods and near spellings ([`Catalogue::guard`]).
     guarded: Vec<Guarded>,
     unknown: RouteIdx,
+    /// The exact paths as spelled, and the route each method reaches there
+    /// ([`crate::policy::classify::classify`]'s one-lookup path).
+    spelled: Spellings,
 }
+
+/// A catalogue's exact paths as it spells them → (method, route) for every method that
+/// reaches a route there with the path forwarded unchanged.
+pub(crate) type Spellings = HashMap<Box<str>, Vec<(&'static str, RouteIdx)>, Fast>;
 
 /// The path of a checked route: no other method and no near spelling of it is forwarded
 /// unchecked (see [`Catalogue::guard`]).
@@ -175,7 +182,8 @@ pub enum Guard<'c> {
     NearSpelling,
 }
 
-const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
+/// The methods a route's path is tried with (for `Allow`, and the catalogue's spellings).
+pub(crate) const METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
 
 impl Catalogue {
     /// Build from the file form, refusing anything ambiguous. Errors name the field path.
@@ -241,14 +249,17 @@ impl Catalogue {
             effect: None,
             key_field: None,
         });
-        Ok(Self {
+        let mut catalogue = Self {
             routes,
             exact,
             prefixes,
             partner_prefixes,
             guarded,
             unknown,
-        })
+            spelled: HashMap::default(),
+        };
+        catalogue.spelled = crate::policy::classify::spellings(&catalogue);
+        Ok(catalogue)
     }
 
     /// Parse and compile the built-in catalogue.
@@ -281,6 +292,18 @@ impl Catalogue {
     /// The Partner API's path prefixes (`partner_prefixes`), lower-cased, each ending in `/`.
     pub fn partner_prefixes(&self) -> &[String] {
         &self.partner_prefixes
+    }
+
+    /// The route a request with exactly this path (as sent) and method is classified to,
+    /// when the path is one of the catalogue's own spellings of an exact route's path (see
+    /// [`crate::policy::classify`]); `None`: classify it step by step.
+    #[inline]
+    pub fn spelled(&self, path: &str, method: &str) -> Option<RouteIdx> {
+        self.spelled
+            .get(path)?
+            .iter()
+            .find(|&&(m, _)| m == method)
+            .map(|&(_, r)| r)
     }
 
     /// Routes registered at exactly this lower-cased path that accept `method`.

@@ -23,11 +23,18 @@
 //! with a body rule from being reached unchecked: their path with another method is
 //! `405 method_not_allowed` (with `Allow`), and a near spelling of it (`/set.json`, `/set~`,
 //! `/set%20`, `/set/x`) is `404 unknown_route`.
+//!
+//! **The catalogue's own spellings.** A path that is, byte for byte, an exact route's path as
+//! the catalogue spells it (`/v2/sendMessage/`: what clients built from the spec send) is
+//! classified by one lookup ([`Catalogue::spelled`]): each such path and method was classified
+//! the long way when the catalogue was built ([`spellings`]), and the answer kept, so the
+//! lookup answers exactly what the steps above would.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use super::refusal::{Code, Refusal};
-use crate::config::routes::{Catalogue, Guard, PathMatch, RouteIdx};
+use crate::config::routes::{Catalogue, Guard, PathMatch, RouteIdx, Spellings, METHODS};
 use crate::path::{normalize, PathError};
 
 impl From<PathError> for Refusal {
@@ -50,7 +57,46 @@ pub struct Classified<'a> {
 const STACK_PATH: usize = 256;
 
 /// Classify a request path (without its query).
+#[inline]
 pub fn classify<'a>(
+    catalogue: &Catalogue,
+    method: &str,
+    path: &'a str,
+) -> Result<Classified<'a>, Refusal> {
+    match catalogue.spelled(path, method) {
+        Some(route) => Ok(Classified {
+            route,
+            path: Cow::Borrowed(path),
+        }),
+        None => classify_steps(catalogue, method, path),
+    }
+}
+
+/// The catalogue's exact paths as it spells them, with the route each method reaches there:
+/// every (path, method) that [`classify_steps`] admits and forwards unchanged. Called once,
+/// when the catalogue is built.
+pub(crate) fn spellings(catalogue: &Catalogue) -> Spellings {
+    let mut out: Spellings = HashMap::default();
+    for route in catalogue.routes() {
+        let PathMatch::Exact(p) = &route.path else {
+            continue;
+        };
+        for &m in METHODS {
+            if let Ok(c) = classify_steps(catalogue, m, p) {
+                if c.path == p.as_str() {
+                    let slot = out.entry(p.clone().into_boxed_str()).or_default();
+                    if !slot.iter().any(|&(have, _)| have == m) {
+                        slot.push((m, c.route));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The steps of [`classify`]: normalize, match, guard.
+fn classify_steps<'a>(
     catalogue: &Catalogue,
     method: &str,
     path: &'a str,
@@ -362,5 +408,72 @@ mod tests {
             id(&c, "GET", "/v2/sendMessage/../settings/webhook/set"),
             Err(Code::InvalidPath)
         );
+    }
+}
+
+#[cfg(test)]
+mod spelled_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Each catalogue's exact paths, with their case and trailing-slash variants, and some
+    /// paths near them.
+    fn paths(c: &Catalogue) -> Vec<String> {
+        let mut out = Vec::new();
+        for r in c.routes() {
+            let p = match &r.path {
+                PathMatch::Exact(p) | PathMatch::Prefix(p) => p.clone(),
+            };
+            out.push(p.to_ascii_uppercase());
+            out.push(format!("{p}x"));
+            out.push(format!("{p}/"));
+            out.push(p.trim_end_matches('/').to_string());
+            out.push(p.replace('/', "//"));
+            out.push(p);
+        }
+        out
+    }
+
+    #[test]
+    fn the_catalogues_own_spellings_are_classified_by_one_lookup() {
+        let c = Catalogue::builtin();
+        assert_eq!(
+            c.spelled("/v2/sendMessage/", "POST"),
+            c.find("send_message")
+        );
+        // Not a route of its own with GET: the `unknown` route, as the steps find it.
+        assert_eq!(c.spelled("/v2/sendMessage/", "GET"), Some(c.unknown()));
+        // Another case, the slash toggled, a method spelled otherwise: the steps decide.
+        assert_eq!(c.spelled("/v2/sendmessage/", "POST"), None);
+        assert_eq!(c.spelled("/v2/sendMessage", "POST"), None);
+        assert_eq!(c.spelled("/v2/sendMessage/", "post"), None);
+    }
+
+    #[test]
+    fn the_lookup_answers_what_the_steps_answer() {
+        let c = Catalogue::builtin();
+        let mut hits = 0;
+        for p in paths(&c) {
+            for m in METHODS.iter().copied().chain(["post", "FOO"]) {
+                if c.spelled(&p, m).is_some() {
+                    hits += 1;
+                }
+                assert_eq!(classify(&c, m, &p), classify_steps(&c, m, &p), "{m} {p}");
+            }
+        }
+        assert!(hits > 20, "the index is used: {hits}");
+    }
+
+    proptest! {
+        #[test]
+        fn any_path_is_classified_as_the_steps_classify_it(
+            i in 0usize..64, tail in "[a-zA-Z/%.~]{0,6}", m in 0usize..8
+        ) {
+            let c = Catalogue::builtin();
+            let all = paths(&c);
+            let p = format!("{}{tail}", all[i % all.len()]);
+            let m = METHODS.get(m).copied().unwrap_or("BREW");
+            prop_assert_eq!(classify(&c, m, &p), classify_steps(&c, m, &p));
+        }
     }
 }
