@@ -171,7 +171,8 @@ impl Gateway {
         let client = ctx.client.map(|c| c.ip);
         let mut decision = policy.decide_waiting(&head, client, self.clock.now(), true);
         if decision.unsettled {
-            decision = Box::pin(self.settled(policy, &head, client)).await;
+            let again = decision.again(&head);
+            decision = Box::pin(self.settled(policy, &again, client)).await;
         }
         if let Some(why) = decision.not_authenticated {
             self.live.metrics().key_refused(why.reason);
@@ -202,8 +203,9 @@ impl Gateway {
 
     /// A request that its key's lease could not decide: wait for the shared store's exchange
     /// that carries it (at most `cluster.timeout_ms` in all) and decide again; with no answer
-    /// in time, decide on what this replica knows (`limit / N`). Boxed at the call: only these
-    /// requests carry this future's state.
+    /// in time, decide on what this replica knows (`limit / N`). `head` is the first
+    /// decision's [`again`](crate::policy::Decision::again): its key is not hashed twice.
+    /// Boxed at the call: only these requests carry this future's state.
     async fn settled<'s>(
         &self,
         policy: &crate::policy::Policy,

@@ -17,6 +17,9 @@ pub enum AuthHeader<'a> {
     One(&'a [u8]),
     /// More than one `Authorization` field: ambiguous, refused.
     Many,
+    /// The digest of the bearer key this request's first decision hashed: a request decided
+    /// again after waiting for the fleet ([`super::Decision::unsettled`]) is not hashed twice.
+    Digest(Digest),
 }
 
 /// Extract the bearer token from one `Authorization` value: scheme case-insensitive, one or
@@ -62,14 +65,31 @@ pub fn authenticate(
     table: &KeyTable,
     header: AuthHeader<'_>,
 ) -> Result<(KeyIdx, Live), NotAuthenticated> {
-    let AuthHeader::One(value) = header else {
-        return Err(NotAuthenticated::UNKNOWN);
-    };
-    let token = bearer_token(value).ok_or(NotAuthenticated::UNKNOWN)?;
-    let digest = Digest::of(token);
-    let (key, alias) = match table.lookup(&digest) {
+    authenticate_digest(table, &presented(header)?)
+}
+
+/// The digest of the bearer key `header` presents (hashed here, unless it is one already).
+#[inline]
+pub fn presented(header: AuthHeader<'_>) -> Result<Digest, NotAuthenticated> {
+    match header {
+        AuthHeader::One(value) => {
+            let token = bearer_token(value).ok_or(NotAuthenticated::UNKNOWN)?;
+            Ok(Digest::of(token))
+        }
+        AuthHeader::Digest(d) => Ok(d),
+        AuthHeader::Missing | AuthHeader::Many => Err(NotAuthenticated::UNKNOWN),
+    }
+}
+
+/// [`authenticate`] a presented key's digest.
+#[inline]
+pub fn authenticate_digest(
+    table: &KeyTable,
+    digest: &Digest,
+) -> Result<(KeyIdx, Live), NotAuthenticated> {
+    let (key, alias) = match table.lookup(digest) {
         Some(k) => (k, None),
-        None => match table.resolve(&digest) {
+        None => match table.resolve(digest) {
             Some(Found::Alias(a)) => (table.alias(a).key, Some(table.alias(a))),
             _ => return Err(NotAuthenticated::UNKNOWN),
         },

@@ -49,7 +49,7 @@ use crate::config::Config;
 use crate::digest::Digest;
 use crate::limit::{LocalStore, Quota, Rate, Store};
 use crate::metering::{Metering, QuotaState};
-use authenticate::{authenticate, AuthHeader, NotAuthenticated};
+use authenticate::{authenticate_digest, AuthHeader, NotAuthenticated};
 use authorize::authorize;
 use blocking::{BlockStarted, FailureTable};
 use body::Checked;
@@ -95,11 +95,25 @@ pub struct Decision<'a> {
     /// The request to forward, or why it is refused.
     pub verdict: Result<Forward<'a>, Refusal>,
     /// The limit step is not decided yet: a shared store needs its next exchange for this key
-    /// ([`Policy::decide_waiting`]). The verdict is then a placeholder 429, not to be sent.
+    /// ([`Policy::decide_waiting`]). The verdict is then a placeholder 429, not to be sent,
+    /// and the request is decided again with [`Decision::again`].
     pub unsettled: bool,
+    /// When `unsettled`: the digest of the key presented, so that the next decision does not
+    /// hash it again.
+    presented: Option<Digest>,
     /// Why authentication failed, when it did (for the access line and
     /// `tollgate_key_refusals_total`; the client's 401 is the same whatever it is).
     pub not_authenticated: Option<NotAuthenticated>,
+}
+
+impl Decision<'_> {
+    /// The head to decide an unsettled request again with: `req`, its key already hashed.
+    pub fn again<'a>(&self, req: &RequestHead<'a>) -> RequestHead<'a> {
+        RequestHead {
+            authorization: self.presented.map_or(req.authorization, AuthHeader::Digest),
+            ..*req
+        }
+    }
 }
 
 /// An admitted request: whose it is, where to send it, and whether its body must be checked
@@ -248,6 +262,7 @@ impl Policy {
     ) -> Decision<'a> {
         let mut d = Decision {
             unsettled: false,
+            presented: None,
             not_authenticated: None,
             key: None,
             credential: None,
@@ -291,7 +306,12 @@ impl Policy {
                 return Err(too_many_auth_failures(secs));
             }
         }
-        let (key, live) = match authenticate(&self.keys, req.authorization) {
+        let presented = authenticate::presented(req.authorization);
+        let authenticated = presented
+            .as_ref()
+            .map_err(|&why| why)
+            .and_then(|digest| authenticate_digest(&self.keys, digest));
+        let (key, live) = match authenticated {
             Ok((key, live)) => (*d.key.insert(key), live),
             Err(why) => {
                 d.not_authenticated = Some(why);
@@ -329,6 +349,7 @@ impl Policy {
                 // The request waits for the fleet and is decided again: this refusal is never
                 // answered, so its detail is not formatted.
                 d.unsettled = true;
+                d.presented = presented.ok();
                 let mut r = Refusal::new(Code::RateLimited, "settling with the fleet");
                 r.retry_after = Some(denied.retry_after_secs);
                 return Err(r);
@@ -747,10 +768,27 @@ mod tests {
         let d = p.decide_waiting(&head("GET", "/v2/x", "Bearer nope"), None, 0, true);
         assert!(!d.unsettled);
         assert_eq!(code(&d), Some(Code::Unauthorized));
+        // Decided again from the key's digest (not hashed twice): the same key and route.
+        let first = p.decide_waiting(&send, None, 0, true);
+        let again = first.again(&send);
+        assert!(matches!(again.authorization, AuthHeader::Digest(_)));
+        assert_eq!((again.method, again.path), (send.method, send.path));
         // The wait is over with no answer: decided on limit / N here.
-        let d = p.decide_waiting(&send, None, 0, false);
+        let d = p.decide_waiting(&again, None, 0, false);
         assert!(!d.unsettled);
         assert!(d.verdict.is_ok());
+        assert_eq!((d.key, d.route), (first.key, first.route));
+        // A key revoked or suspended while its request waited is refused when decided again.
+        let k = first.key.unwrap();
+        assert!(p.keys.get(k).set_flag(keys::SUSPENDED, true));
+        let d = p.decide_waiting(&again, None, 0, false);
+        assert_eq!(code(&d), Some(Code::Unauthorized));
+        // A decision that settled has nothing to carry: its head is the request's.
+        let settled = p.decide(&head("POST", "/v2/sendMessage/", "Bearer pro-key-1"), 0);
+        assert!(matches!(
+            settled.again(&send).authorization,
+            AuthHeader::One(_)
+        ));
         // `decide` never waits.
         assert!(!p.decide(&send, 0).unsettled);
     }
