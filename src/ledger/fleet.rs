@@ -130,7 +130,7 @@ impl Rider for Keeper {
             return Vec::new();
         };
         let mut kept = self.lock();
-        self.take_new(&mut kept, false);
+        let visit = self.visits(&mut kept);
         let snap = self.live.load();
         let now_ms = snap.policy.metering.calendar.now_ms();
         let Today {
@@ -148,7 +148,9 @@ impl Rider for Keeper {
             days.insert(d.day);
         }
         let mut periods = BTreeSet::new();
-        for (at, (state, last)) in kept.meters.iter().enumerate() {
+        let mut over = Vec::new();
+        for &at in &visit {
+            let (state, last) = &kept.meters[at];
             let Some(m) = state.meter.get() else {
                 continue;
             };
@@ -156,7 +158,12 @@ impl Rider for Keeper {
             let (id, count) = m.quota_word();
             let base = if last.0 == id { last.1 } else { 0 };
             let delta = count as i64 - base as i64;
-            if id != 0 && (delta != 0 || m.exhausted_in(day_id, month_id)) {
+            let exhausted = m.exhausted_in(day_id, month_id);
+            if exhausted {
+                // Asked about every tick while over its quota ([`super::Kept::watch`]).
+                over.push(at);
+            }
+            if id != 0 && (delta != 0 || exhausted) {
                 let mut c = redis::cmd("HINCRBY");
                 c.arg(fleet.quota_key(id)).arg(name).arg(delta);
                 cmds.push(c);
@@ -180,6 +187,7 @@ impl Rider for Keeper {
                 deltas.push(d);
             }
         }
+        kept.watch.extend(over);
         for id in periods {
             // A day after the period's end (any period id names its own end).
             let per = if id & (1 << 23) != 0 {
@@ -219,8 +227,15 @@ impl Rider for Keeper {
             Ok(a) if a.len() == flight.sent.len() => a,
             _ => {
                 // Nothing taken as applied: the ledger counts are sent again next tick; so
-                // are the quota counts (their total here has not moved).
-                stash(&mut self.lock().unsent, flight.deltas);
+                // are the quota counts (their total here has not moved: their meters are
+                // visited again, changed or not).
+                let mut kept = self.lock();
+                stash(&mut kept.unsent, flight.deltas);
+                for s in &flight.sent {
+                    if let Sent::Quota { at, .. } = *s {
+                        kept.watch.insert(at);
+                    }
+                }
                 return;
             }
         };
@@ -230,6 +245,8 @@ impl Rider for Keeper {
                 continue;
             };
             let Ok(Value::Int(total)) = a else {
+                // Not applied: sent again next tick.
+                kept.watch.insert(at);
                 continue;
             };
             let total = u64::try_from(total).unwrap_or(0);

@@ -15,7 +15,7 @@
 pub mod book;
 mod fleet;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,6 +60,12 @@ impl Today {
 struct Kept {
     /// Every meter allocated, with the quota word last kept.
     meters: Vec<(Arc<RateState>, (u32, u64))>,
+    /// Where each meter is in `meters`, by the address of its rate state.
+    at: HashMap<usize, usize>,
+    /// Meters (places in `meters`) visited by the next pass whether changed or not: those
+    /// over their quota (a give-back elsewhere must be seen, and the gauge counts them), and
+    /// those whose quota count was not kept (it is sent again).
+    watch: BTreeSet<usize>,
     /// Ledger counts taken from the meters that the store did not take (it failed): sent
     /// again with the next pass, one entry per day and key however long the store fails.
     unsent: Vec<Delta>,
@@ -140,14 +146,27 @@ impl Keeper {
                 Some(m) if restored => m.quota_word(),
                 _ => (0, 0),
             };
-            kept.meters.push((state, word));
+            kept.hold(state, word);
         }
+    }
+
+    /// The meters (places in `kept.meters`) this pass visits, in order: every meter changed
+    /// since the last pass ([`crate::metering::Metering::touched`]), and the watched ones.
+    /// A pass's work so follows the keys in use, not every key ever metered.
+    fn visits(&self, kept: &mut Kept) -> Vec<usize> {
+        self.take_new(kept, false);
+        let snap = self.live.load();
+        let mut visit = std::mem::take(&mut kept.watch);
+        for state in snap.policy.metering.take_changed() {
+            let at = kept.hold(state, (0, 0));
+            visit.insert(at);
+        }
+        visit.into_iter().collect()
     }
 
     /// One pass: keep what changed since the last. Serialized (the tick and `/api/ledger`).
     pub fn keep(&self) -> Result<(), BookError> {
         let mut kept = self.lock();
-        self.take_new(&mut kept, false);
         let snap = self.live.load();
         let Today {
             today,
@@ -155,20 +174,24 @@ impl Keeper {
             month_id,
         } = Today::of(&snap);
         if self.fleet.is_some() {
-            // The counts ride on the budgets' exchange ([`fleet`]); only the gauge here.
+            // The counts ride on the budgets' exchange ([`fleet`]), which watches the meters
+            // over their quota; only the gauge here.
+            self.take_new(&mut kept, false);
             let n = kept
-                .meters
+                .watch
                 .iter()
-                .filter_map(|(s, _)| s.meter.get())
+                .filter_map(|&at| kept.meters[at].0.meter.get())
                 .filter(|m| m.exhausted_in(day_id, month_id))
                 .count();
             self.live.metrics().set_quota_exhausted_keys(n);
             return Ok(());
         }
+        let visit = self.visits(&mut kept);
         let mut quotas = Vec::new();
         let mut deltas = std::mem::take(&mut kept.unsent);
-        let mut exhausted = 0;
-        for (state, last) in &mut kept.meters {
+        let mut over = Vec::new();
+        for &at in &visit {
+            let (state, last) = &kept.meters[at];
             let Some(m) = state.meter.get() else {
                 continue;
             };
@@ -177,7 +200,7 @@ impl Keeper {
                 quotas.push((m.name.as_str().to_string(), word.0, word.1));
             }
             if m.exhausted_in(day_id, month_id) {
-                exhausted += 1;
+                over.push(at);
             }
             for (day, counts) in m.take(today) {
                 if let Some(counts) = counts {
@@ -196,6 +219,8 @@ impl Keeper {
         let keep_from = retention
             .filter(|_| kept.pruned != today)
             .map(|days| today.saturating_sub(days - 1));
+        let exhausted = over.len();
+        kept.watch.extend(over);
         if quotas.is_empty() && deltas.is_empty() && keep_from.is_none() {
             self.live.metrics().set_quota_exhausted_keys(exhausted);
             return Ok(());
@@ -206,7 +231,8 @@ impl Keeper {
                     .iter()
                     .map(|(k, id, n)| (k.as_str(), (*id, *n)))
                     .collect();
-                for (state, last) in &mut kept.meters {
+                for &at in &visit {
+                    let (state, last) = &mut kept.meters[at];
                     if let Some(w) = state.meter.get().and_then(|m| changed.get(m.name.as_str())) {
                         *last = *w;
                     }
@@ -216,13 +242,15 @@ impl Keeper {
                 }
                 // Meters no policy holds any more (keys gone from the config) are dropped
                 // once kept.
-                kept.meters.retain(|(s, _)| Arc::strong_count(s) > 1);
+                kept.drop_unheld();
                 self.live.metrics().set_quota_exhausted_keys(exhausted);
                 Ok(())
             }
             Err(e) => {
-                // Not kept: the ledger counts wait for the next pass.
+                // Not kept: the ledger counts wait for the next pass, and the quota counts
+                // are sent again by it (their meters are visited whether changed or not).
                 stash(&mut kept.unsent, deltas);
+                kept.watch.extend(visit);
                 Err(e)
             }
         }
@@ -247,6 +275,52 @@ impl Keeper {
     /// Today, as the metering's calendar has it (a UTC day number).
     pub fn today(&self) -> u32 {
         day_of(self.live.load().policy.metering.calendar.now_ms())
+    }
+}
+
+impl Kept {
+    /// Hold the meter of `state` (with the quota word `word` kept, if it is new): its place
+    /// in `meters`.
+    fn hold(&mut self, state: Arc<RateState>, word: (u32, u64)) -> usize {
+        let key = Arc::as_ptr(&state) as usize;
+        *self.at.entry(key).or_insert_with(|| {
+            self.meters.push((state, word));
+            self.meters.len() - 1
+        })
+    }
+
+    /// Drop the meters no policy holds any more (keys gone from the config), their counts
+    /// kept: the places of the others move, `at` and `watch` with them.
+    fn drop_unheld(&mut self) {
+        // Read once: a reload may let go of a rate state meanwhile.
+        let held: Vec<bool> = self
+            .meters
+            .iter()
+            .map(|(s, _)| Arc::strong_count(s) > 1)
+            .collect();
+        if held.iter().all(|&h| h) {
+            return;
+        }
+        let mut moved = Vec::with_capacity(held.len());
+        let mut n = 0;
+        for &h in &held {
+            moved.push(h.then(|| {
+                n += 1;
+                n - 1
+            }));
+        }
+        let mut i = 0;
+        self.meters.retain(|_| {
+            i += 1;
+            held[i - 1]
+        });
+        self.watch = self.watch.iter().filter_map(|&at| moved[at]).collect();
+        self.at = self
+            .meters
+            .iter()
+            .enumerate()
+            .map(|(i, (s, _))| (Arc::as_ptr(s) as usize, i))
+            .collect();
     }
 }
 
@@ -380,6 +454,68 @@ impl KeeperTick {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::metering::Column;
+    use tollgate_core::testing::TestConfig;
+
+    /// A keeper's pass visits the meters changed since the last pass, each once however
+    /// often it changed, and the meters over their quota; not every meter ever used.
+    #[test]
+    fn a_pass_visits_what_changed_and_what_is_over_its_quota() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gw.yaml");
+        TestConfig::new().write(&path);
+        let live = Arc::new(LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap());
+        let keeper = Keeper::open(None, Arc::clone(&live)).unwrap();
+        let snap = live.load();
+        let p = &snap.policy;
+        let now_ms = p.metering.calendar.now_ms();
+        let day = day_of(now_ms);
+        let count = |i: usize| {
+            let (_, e) = p.keys.iter().nth(i).unwrap();
+            p.metering
+                .meter(&e.rate, &e.name)
+                .count(day, Column::Upstream2xx, 1);
+            p.metering.touched(&e.rate);
+        };
+        let keys = p.keys.iter().len();
+        assert!(keys >= 3);
+        for i in 0..keys {
+            count(i);
+        }
+        let visits = |k: &Keeper| k.visits(&mut k.lock());
+        assert_eq!(visits(&keeper).len(), keys, "every meter changed");
+        assert!(visits(&keeper).is_empty(), "nothing changed since");
+        count(1);
+        count(1);
+        count(2);
+        assert_eq!(visits(&keeper), vec![1, 2], "each changed meter once");
+
+        // A key refused for its quota is visited by every pass until it is not over it.
+        let (_, e) = p.keys.iter().next().unwrap();
+        let m = p.metering.meter(&e.rate, &e.name);
+        let period = p.metering.calendar.period(Period::Day, now_ms);
+        assert!(m.charge(1, &period).is_ok());
+        assert!(m.charge(1, &period).is_err());
+        p.metering.touched(&e.rate);
+        keeper.keep().unwrap();
+        assert!(keeper.lock().watch.contains(&0));
+        keeper.keep().unwrap();
+        assert!(
+            keeper.lock().watch.contains(&0),
+            "still over: still watched"
+        );
+        // Every count reaches the book once: the visits above only listed the meters (a
+        // pass takes the counts of what it visits); counted again, every meter is visited
+        // and gives all it holds.
+        for i in 0..keys {
+            count(i);
+        }
+        keeper.keep().unwrap();
+        let rows = keeper.book.rows(day, day, None).unwrap();
+        let total: u64 = rows.iter().map(|(_, _, r)| r.counts["upstream_2xx"]).sum();
+        assert_eq!(total, 2 * keys as u64 + 3);
+    }
 
     fn delta(day: u32, key: &str, counts: &[(&'static str, u64)]) -> Delta {
         Delta {

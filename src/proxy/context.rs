@@ -80,8 +80,10 @@ impl Ctx {
             return;
         };
         if let Some(id) = q.charged.take() {
-            if let Some(m) = s.policy.keys.get(k).rate.meter.get() {
+            let state = &s.policy.keys.get(k).rate;
+            if let Some(m) = state.meter.get() {
                 m.give_back(id);
+                s.policy.metering.touched(state);
             }
             q.remaining = (q.remaining + 1).min(q.spec.requests);
         }
@@ -109,6 +111,7 @@ impl Ctx {
             .metering
             .meter(&entry.rate, &entry.name)
             .count(day, column, who);
+        policy.metering.touched(&entry.rate);
     }
 
     pub fn new() -> Self {

@@ -276,6 +276,9 @@ pub struct Meter {
     exhausted: AtomicU32,
     /// Whether ledger counts were added since they were last taken.
     counted: AtomicBool,
+    /// Whether the meter waits in [`Metering`]'s queue of meters changed since the keeper
+    /// last visited them ([`Metering::touched`]).
+    queued: AtomicBool,
     /// Who the key was when last counted: the policy generation (high 32 bits) and the
     /// credential's plan index + 1, or partner index + 1 with bit 31.
     who: AtomicU64,
@@ -299,6 +302,7 @@ impl Meter {
             used: AtomicU64::new(0),
             exhausted: AtomicU32::new(0),
             counted: AtomicBool::new(false),
+            queued: AtomicBool::new(false),
             who: AtomicU64::new(0),
             cells: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU32::new(0))),
         }
@@ -475,6 +479,10 @@ pub struct Metering {
     pub calendar: Calendar,
     born: Mutex<mpsc::Sender<Arc<RateState>>>,
     registry: Mutex<mpsc::Receiver<Arc<RateState>>>,
+    /// Meters changed (charged, given back, counted) since the keeper last visited them: the
+    /// keeper visits these, not every meter, so that its work follows the keys in use.
+    changed_tx: Mutex<mpsc::Sender<Arc<RateState>>>,
+    changed_rx: Mutex<mpsc::Receiver<Arc<RateState>>>,
 }
 
 impl Default for Metering {
@@ -487,11 +495,53 @@ impl Metering {
     /// Metering with the calendar at `wall_ms`.
     pub fn new(wall_ms: u64) -> Self {
         let (tx, rx) = mpsc::channel();
+        let (changed_tx, changed_rx) = mpsc::channel();
         Self {
             calendar: Calendar::new(wall_ms),
             born: Mutex::new(tx),
             registry: Mutex::new(rx),
+            changed_tx: Mutex::new(changed_tx),
+            changed_rx: Mutex::new(changed_rx),
         }
+    }
+
+    /// The meter of `state` was just changed (charged, given back, counted): queue it for the
+    /// keeper's next visit, unless it is queued already. Call it after the change. The flag
+    /// is swapped (a read-modify-write), not only read: a change made after the keeper took
+    /// the meter off the queue (and cleared the flag) either finds the flag clear and queues
+    /// the meter again, or is seen by the keeper's visit (which clears the flag with a
+    /// read-modify-write too, before it reads the counts).
+    #[inline]
+    pub fn touched(&self, state: &Arc<RateState>) {
+        if let Some(m) = state.meter.get() {
+            if !m.queued.swap(true, Ordering::AcqRel) {
+                self.queue(state);
+            }
+        }
+    }
+
+    #[cold]
+    fn queue(&self, state: &Arc<RateState>) {
+        let tx = self.changed_tx.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = tx.send(Arc::clone(state));
+    }
+
+    /// The meters changed since the last call, each once, their flags cleared: the keeper
+    /// reads their counts after this returns.
+    pub fn take_changed(&self) -> Vec<Arc<RateState>> {
+        let rx = self.changed_rx.lock().unwrap_or_else(|e| e.into_inner());
+        rx.try_iter()
+            .inspect(|state| {
+                if let Some(m) = state.meter.get() {
+                    Self::visit(m);
+                }
+            })
+            .collect()
+    }
+
+    /// The keeper is about to read `m`: later changes queue it again.
+    fn visit(m: &Meter) {
+        m.queued.swap(false, Ordering::AcqRel);
     }
 
     /// The meter of the key whose rate state is `state`, allocated (and registered) on first
@@ -766,5 +816,30 @@ mod tests {
             })
         );
         assert_eq!(unpack_quota(0), None);
+    }
+
+    #[test]
+    fn a_changed_meter_is_queued_once_until_the_keeper_takes_it() {
+        let metering = Metering::new(JAN_31_2026);
+        let a = Arc::new(RateState::default());
+        let b = Arc::new(RateState::default());
+        // No meter yet: nothing to keep.
+        metering.touched(&a);
+        assert!(metering.take_changed().is_empty());
+        let ma = metering.meter(&a, &KeyName::new("a"));
+        metering.meter(&b, &KeyName::new("b"));
+        for _ in 0..3 {
+            ma.count(1, Column::Upstream2xx, 1);
+            metering.touched(&a);
+        }
+        metering.touched(&b);
+        let taken = metering.take_changed();
+        assert_eq!(taken.len(), 2, "each changed meter once");
+        assert!(Arc::ptr_eq(&taken[0], &a) && Arc::ptr_eq(&taken[1], &b));
+        assert!(metering.take_changed().is_empty(), "nothing changed since");
+        // Changed again after it was taken: queued again.
+        ma.count(1, Column::Upstream2xx, 1);
+        metering.touched(&a);
+        assert_eq!(metering.take_changed().len(), 1);
     }
 }

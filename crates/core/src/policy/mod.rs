@@ -375,7 +375,9 @@ impl Policy {
                 period_secs: period.secs(),
                 charged: None,
             };
-            match meter.charge(spec.requests, &period) {
+            let charged = meter.charge(spec.requests, &period);
+            self.metering.touched(&entry.rate);
+            match charged {
                 Ok((id, used)) => {
                     state.remaining = spec.requests.saturating_sub(used);
                     state.charged = Some(id);
