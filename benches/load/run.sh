@@ -72,6 +72,8 @@ RATES=${RATES:-"5000 20000"}
 SETUPS=${SETUPS:-"D N1 H1 P0 P0m G Ga"}
 LOG_SETUPS=${LOG_SETUPS:-"N1-log G-log"}
 OVERLOAD_SETUPS=${OVERLOAD_SETUPS:-"G Ga"}
+PROFILE=${PROFILE:-0}   # 1: a perf profile of each setup and route (see profile() below)
+PROFILE_RECORD=${PROFILE_RECORD:-}   # more `perf record` options (e.g. -g: the data file is kept in raw/)
 OVERLOAD_CONNS=${OVERLOAD_CONNS:-250}   # below the gateway's default max_connections_per_ip (256)
 ROUTES="send_message send_group_event"
 PROXY_CPU=${PROXY_CPU:-0}
@@ -111,6 +113,9 @@ PERF_SYSCALLS=0
 if command -v perf >/dev/null 2>&1 &&
   perf stat -x, -e raw_syscalls:sys_enter -- true 2>&1 | grep -q '^[0-9]'; then
   PERF_SYSCALLS=1
+fi
+if [ "$PROFILE" = 1 ] && ! perf record -q -e cpu-clock -o /dev/null -- true >/dev/null 2>&1; then
+  die "PROFILE=1 needs perf record -e cpu-clock (apt-get install linux-perf)"
 fi
 # oha's JSON switch changed names across versions.
 if oha --help 2>&1 | grep -q -- '--output-format'; then OHA_JSON=(--output-format json)
@@ -387,6 +392,32 @@ saturation() { # setup route rep
     '$1==s && $2==r && $4==k && ($3=="cpu_us_per_req" || $3=="user_us_per_req" || $3=="proxy_cpu_pct" || $3=="wrk_p99_ms") {printf "%s=%s ", $3, $5}' "$CSV")"
 }
 
+# PROFILE=1: after the first repetition's saturation run of each setup and route, one more
+# wrk run of the same kind (not measured) with the proxy sampled by `perf record -e cpu-clock`
+# (a software event: it works where the VM exposes no hardware counters), kernel included.
+# raw/profile-<setup>-<route>.txt is `perf report` by object and function, and the run's CPU
+# µs per request goes in results.csv as profile_cpu_us_per_req (sampling at 999 Hz costs a
+# few per cent; at 4999 Hz it cost a quarter on this VM, each sample a timer interrupt):
+# profile.py spreads the measured runs' median µs per request over the samples, by crate
+# and function, and gives one setup's difference to another's.
+profile() { # setup route
+  local s=$1 r=$2 f="$OUT/raw/wrk-profile-$1-$2.txt" data="$TMP/perf-$1-$2.data"
+  local url="http://127.0.0.1:$CUR_PORT/" pids
+  pids=$(echo "$CUR_PID" $(pgrep -P "$CUR_PID" || true) | tr ' ' ',')
+  # shellcheck disable=SC2086 # PROFILE_RECORD is a list of perf options
+  perf record -q -e cpu-clock -F 999 $PROFILE_RECORD -p "$pids" -o "$data" -- sleep "$DURATION" >/dev/null 2>&1 &
+  local perf_pid=$!
+  measured "$s" "$r" 1 "_profile" -- \
+    taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$TMP/wrk-$r.lua" "$url" > "$f"
+  wait "$perf_pid" 2>/dev/null || true
+  local reqs; reqs=$(awk '/requests in/ {print $1}' "$f")
+  row "$s" "$r" profile_cpu_us_per_req 1 "$(awk -v d="$M_PROXY_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
+  perf report -i "$data" --stdio --no-children --sort dso,sym --percent-limit 0.01 -g none \
+    >"$OUT/raw/profile-$s-$r.txt" 2>/dev/null || log "  warning: perf report failed for $s $r"
+  [ -z "$PROFILE_RECORD" ] || cp "$data" "$OUT/raw/perf-$s-$r.data"
+  log "  $s $r profile: $(awk -F, -v s="$s" -v r="$r" '$1==s && $2==r && $3=="profile_cpu_us_per_req" {print $5}' "$CSV") µs/req, raw/profile-$s-$r.txt"
+}
+
 latency() { # setup route rep rate
   local s=$1 r=$2 rep=$3 q=$4 f="$OUT/raw/oha-$1-$2-$3-$4.json"
   local cmd=(taskset -c "$LOAD_CPU" oha --no-tui -c "$CONNS" -q "$q" "${OHA_LATCORR[@]}" "${OHA_WAIT[@]}" -m POST
@@ -409,6 +440,10 @@ measure_setup() { # setup rep what(all|sat)
   for r in $routes; do
     saturation "$s" "$r" "$rep"
     access_lines "$s" "$r" "$rep"
+    if [ "$PROFILE" = 1 ] && [ "$rep" = 1 ] && [ "$s" != D ]; then
+      profile "$s" "$r"
+      access_lines "$s" - -
+    fi
     [ "$what" = all ] || continue
     for q in $RATES; do latency "$s" "$r" "$rep" "$q"; done
   done
