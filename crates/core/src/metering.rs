@@ -274,8 +274,6 @@ pub struct Meter {
     /// The id + 1 of the period in which the key was last refused for its quota; 0 once a
     /// request is charged again.
     exhausted: AtomicU32,
-    /// Whether ledger counts were added since they were last taken.
-    counted: AtomicBool,
     /// Whether the meter waits in [`Metering`]'s queue of meters changed since the keeper
     /// last visited them ([`Metering::touched`]).
     queued: AtomicBool,
@@ -301,7 +299,6 @@ impl Meter {
             name,
             used: AtomicU64::new(0),
             exhausted: AtomicU32::new(0),
-            counted: AtomicBool::new(false),
             queued: AtomicBool::new(false),
             who: AtomicU64::new(0),
             cells: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU32::new(0))),
@@ -416,9 +413,6 @@ impl Meter {
         if self.who.load(Ordering::Relaxed) != who {
             self.who.store(who, Ordering::Relaxed);
         }
-        if !self.counted.load(Ordering::Relaxed) {
-            self.counted.store(true, Ordering::Release);
-        }
     }
 
     /// Who the key was when last counted ([`who`]).
@@ -427,19 +421,23 @@ impl Meter {
     }
 
     /// Take the ledger counts added since the last take: for `today` and the day before,
-    /// each with its counts by column (empty when there were none).
+    /// each with its counts by column (empty when there were none). Each cell is read, and
+    /// swapped to 0 only when it holds a count: a request counts in one cell or two, and a
+    /// swap is a locked instruction where a read is not. A count added after its cell was
+    /// read is left for the next take (its meter is queued again: [`Metering::touched`]).
     pub fn take(&self, today: u32) -> [(u32, Option<[u32; COLUMNS]>); 2] {
         let mut out = [(today, None), (today.wrapping_sub(1), None)];
-        if !self.counted.swap(false, Ordering::AcqRel) {
-            return out;
-        }
         for (day, counts) in &mut out {
             let cells = &self.cells[(*day & 1) as usize];
             let mut taken = [0u32; COLUMNS];
+            let mut any = false;
             for (t, c) in taken.iter_mut().zip(cells) {
-                *t = c.swap(0, Ordering::AcqRel);
+                if c.load(Ordering::Relaxed) != 0 {
+                    *t = c.swap(0, Ordering::AcqRel);
+                    any |= *t != 0;
+                }
             }
-            if taken.iter().any(|&n| n != 0) {
+            if any {
                 *counts = Some(taken);
             }
         }
