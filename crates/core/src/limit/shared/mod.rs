@@ -172,6 +172,7 @@ impl SharedStore {
             held: Vec::new(),
             incoming: Vec::new(),
             recovering: false,
+            spare: Spare::default(),
         };
         (store, syncer)
     }
@@ -456,6 +457,21 @@ pub struct Syncer {
     /// The store was unreachable since the last complete exchange: the next exchange sends
     /// each key's view as a floor rather than its debt.
     recovering: bool,
+    /// Buffers kept from one exchange to the next, empty, with their capacity: with 10,000
+    /// keys held a tick's lists are about a megabyte, and allocated afresh each tick they
+    /// were fresh pages from the kernel, each a page fault that zeroes a 2 MiB huge page.
+    spare: Spare,
+}
+
+/// The [`Syncer`]'s reusable buffers (see its `spare`).
+#[derive(Debug, Default)]
+struct Spare {
+    held: Vec<Held>,
+    entries: Vec<Held>,
+    calls: Vec<Call>,
+    /// Keys seen this pass, and each key's latest rate, by the address of its state.
+    seen: HashSet<usize, foldhash::fast::RandomState>,
+    latest: HashMap<usize, Rate, foldhash::fast::RandomState>,
 }
 
 impl Syncer {
@@ -490,6 +506,8 @@ impl Syncer {
         self.drain();
         let mut batch = Batch {
             recovering: self.recovering,
+            entries: std::mem::take(&mut self.spare.entries),
+            calls: std::mem::take(&mut self.spare.calls),
             ..Batch::default()
         };
         if tick {
@@ -505,10 +523,11 @@ impl Syncer {
     /// parked, or a first admission since the tick), each asking for its parked requests, so
     /// that its cost follows the requests that wait, not the keys held.
     fn urgent(&mut self, batch: &mut Batch) {
-        let mut seen: HashSet<*const RateState, foldhash::fast::RandomState> =
-            HashSet::with_capacity_and_hasher(self.incoming.len(), Default::default());
-        for h in std::mem::take(&mut self.incoming) {
-            if !seen.insert(Arc::as_ptr(&h.t.state)) {
+        let mut seen = std::mem::take(&mut self.spare.seen);
+        seen.clear();
+        let mut incoming = std::mem::take(&mut self.incoming);
+        for h in incoming.drain(..) {
+            if !seen.insert(Arc::as_ptr(&h.t.state) as usize) {
                 continue;
             }
             let state = &h.t.state;
@@ -525,6 +544,8 @@ impl Syncer {
             }
             self.push_call(batch, h, parked, parked, 0, debt, 0);
         }
+        self.incoming = incoming;
+        self.spare.seen = seen;
     }
 
     /// A tick: every key held, its pace and target renewed, its lease topped up or given back.
@@ -535,17 +556,18 @@ impl Syncer {
         // parked); the first, which carries its pace, is kept, with the latest limit (a plan
         // changed by an override or a reload). Pointers hash with foldhash: they are not the
         // client's to choose.
-        let mut latest: HashMap<*const RateState, Rate, foldhash::fast::RandomState> =
-            HashMap::with_capacity_and_hasher(self.held.len(), Default::default());
+        let mut latest = std::mem::take(&mut self.spare.latest);
+        latest.clear();
         for h in &self.held {
-            latest.insert(Arc::as_ptr(&h.t.state), h.t.rate);
+            latest.insert(Arc::as_ptr(&h.t.state) as usize, h.t.rate);
         }
-        let mut seen: HashSet<*const RateState, foldhash::fast::RandomState> =
-            HashSet::with_capacity_and_hasher(self.held.len(), Default::default());
-        let held = std::mem::take(&mut self.held);
-        let mut kept = Vec::with_capacity(held.len());
-        for mut h in held {
-            let ptr = Arc::as_ptr(&h.t.state);
+        let mut seen = std::mem::take(&mut self.spare.seen);
+        seen.clear();
+        let mut held = std::mem::take(&mut self.held);
+        let mut kept = std::mem::take(&mut self.spare.held);
+        kept.clear();
+        for mut h in held.drain(..) {
+            let ptr = Arc::as_ptr(&h.t.state) as usize;
             if !seen.insert(ptr) {
                 continue;
             }
@@ -607,7 +629,12 @@ impl Syncer {
             }
             self.push_call(batch, h, ask, parked, give, debt, floor_us);
         }
-        self.held.append(&mut kept);
+        // Nothing was added to `self.held` meanwhile; the drained list is the next spare.
+        kept.append(&mut self.held);
+        self.held = kept;
+        self.spare.held = held;
+        self.spare.seen = seen;
+        self.spare.latest = latest;
     }
 
     /// Add `h`'s call to `batch`.
@@ -642,10 +669,10 @@ impl Syncer {
     /// get their grant and a new view; the others get their debt back for the next exchange.
     /// A lost answer's grant and give-back are not restored: whether the store applied them
     /// is unknown, and the error must be toward refusing, never toward admitting.
-    pub fn finish(&mut self, batch: Batch, replies: &[Option<Reply>], now: Nanos) -> Settled {
+    pub fn finish(&mut self, mut batch: Batch, replies: &[Option<Reply>], now: Nanos) -> Settled {
         let now_us = now / 1000;
         let mut settled = Settled::default();
-        for (i, h) in batch.entries.into_iter().enumerate() {
+        for (i, h) in batch.entries.drain(..).enumerate() {
             let state = &h.t.state;
             match replies.get(i).copied().flatten() {
                 Some(reply) => {
@@ -685,6 +712,9 @@ impl Syncer {
         if settled.failed == 0 && batch.recovering {
             self.recovering = false;
         }
+        batch.calls.clear();
+        self.spare.entries = batch.entries;
+        self.spare.calls = batch.calls;
         settled
     }
 
