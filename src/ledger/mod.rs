@@ -71,7 +71,13 @@ struct Kept {
     unsent: Vec<Delta>,
     /// The last day whose old rows were dropped.
     pruned: u32,
+    /// Passes since meters no policy holds were last looked for (a look reads every meter:
+    /// once a minute, not every pass).
+    since_drop: u32,
 }
+
+/// Passes (seconds) between two looks for meters no policy holds any more.
+const DROP_EVERY: u32 = 60;
 
 /// Keeps the meters' counts in the book (see the module's docs).
 pub struct Keeper {
@@ -241,8 +247,12 @@ impl Keeper {
                     kept.pruned = today;
                 }
                 // Meters no policy holds any more (keys gone from the config) are dropped
-                // once kept.
-                kept.drop_unheld();
+                // once kept; looked for once a minute.
+                kept.since_drop += 1;
+                if kept.since_drop >= DROP_EVERY {
+                    kept.since_drop = 0;
+                    kept.drop_unheld();
+                }
                 self.live.metrics().set_quota_exhausted_keys(exhausted);
                 Ok(())
             }
@@ -457,6 +467,26 @@ mod tests {
     use crate::config::Config;
     use crate::metering::Column;
     use tollgate_core::testing::TestConfig;
+
+    #[test]
+    fn meters_no_policy_holds_are_dropped_and_the_places_move_with_them() {
+        let mut states: Vec<Arc<RateState>> = (0..3).map(|_| Arc::default()).collect();
+        let mut kept = Kept::default();
+        for s in &states {
+            kept.hold(Arc::clone(s), (0, 0));
+        }
+        kept.watch.extend([0, 2]);
+        kept.drop_unheld();
+        assert_eq!(kept.meters.len(), 3, "every one still held");
+        let gone = Arc::as_ptr(&states[0]) as usize;
+        let last = Arc::as_ptr(&states[2]) as usize;
+        drop(states.remove(0));
+        kept.drop_unheld();
+        assert_eq!(kept.meters.len(), 2);
+        assert!(!kept.at.contains_key(&gone));
+        assert_eq!(kept.at[&last], 1);
+        assert_eq!(kept.watch, BTreeSet::from([1]));
+    }
 
     /// A keeper's pass visits the meters changed since the last pass, each once however
     /// often it changed, and the meters over their quota; not every meter ever used.
