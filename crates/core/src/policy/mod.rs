@@ -275,6 +275,10 @@ impl Policy {
         };
         let client = client.map(ClientKey::of);
         d.verdict = self.steps(req, client, now, wait, &mut d);
+        if d.unsettled {
+            // A placeholder, decided again after the wait: nothing of it is reported.
+            return d;
+        }
         // Refused before the limit step: the budget is reported, not spent.
         if let (Some(key), Some(credential), None) = (d.key, d.credential, d.quota) {
             let rate = self.rate(credential);
@@ -765,7 +769,10 @@ mod tests {
             Some(Code::RateLimited),
             "a placeholder, not to be sent"
         );
-        assert!(d.key.is_some() && d.quota.is_some());
+        assert!(
+            d.key.is_some() && d.quota.is_none(),
+            "a placeholder: nothing reported"
+        );
         // An earlier step still refuses first, and never waits.
         let d = p.decide_waiting(&head("GET", "/v2/x", "Bearer nope"), None, 0, true);
         assert!(!d.unsettled);
