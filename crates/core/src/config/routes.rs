@@ -150,8 +150,8 @@ pub struct Catalogue {
     /// methods and near spellings ([`Catalogue::guard`]).
     guarded: Vec<Guarded>,
     unknown: RouteIdx,
-    /// The exact paths as spelled, and the route each method reaches there
-    /// ([`crate::policy::classify::classify`]'s one-lookup path).
+    /// The exact paths as spelled, and the route each method reaches there (the one-lookup
+    /// path of the policy's classification; empty until the policy sets it).
     spelled: Spellings,
 }
 
@@ -249,7 +249,7 @@ impl Catalogue {
             effect: None,
             key_field: None,
         });
-        let mut catalogue = Self {
+        Ok(Self {
             routes,
             exact,
             prefixes,
@@ -257,9 +257,14 @@ impl Catalogue {
             guarded,
             unknown,
             spelled: HashMap::default(),
-        };
-        catalogue.spelled = crate::policy::classify::spellings(&catalogue);
-        Ok(catalogue)
+        })
+    }
+
+    /// Keep the answers for the exact paths as spelled, which the policy computes with its
+    /// classification when it is built (this module may not call it); without them every
+    /// request is classified step by step, with the same answers.
+    pub(crate) fn set_spellings(&mut self, spelled: Spellings) {
+        self.spelled = spelled;
     }
 
     /// Parse and compile the built-in catalogue.

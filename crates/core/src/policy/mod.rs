@@ -214,6 +214,8 @@ impl Policy {
             .map(|p| Limit::new(&p.name, Rate::new(p.limit, window)))
             .collect();
         let partner_limit = Limit::new(PARTNER, Rate::new(config.partner_limit, window));
+        let spelled = classify::spellings(&config.catalogue);
+        config.catalogue.set_spellings(spelled);
         let keys = KeyTable::build(&config, previous.map(|p| &p.keys));
         let failures = previous.map_or_else(Arc::default, |p| Arc::clone(&p.failures));
         let metering = previous.map_or_else(
