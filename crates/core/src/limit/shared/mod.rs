@@ -474,6 +474,22 @@ struct Spare {
     latest: HashMap<usize, Rate, foldhash::fast::RandomState>,
 }
 
+impl Spare {
+    /// Give memory back when the keys held (`used`) fell far below what the buffers were
+    /// grown for: a fleet that once held 100,000 keys and now holds 1,000 does not keep
+    /// room for the 100,000.
+    fn trim(&mut self, used: usize) {
+        let room = used.max(1024);
+        if self.held.capacity() > 4 * room {
+            self.held.shrink_to(2 * room);
+            self.entries.shrink_to(2 * room);
+            self.calls.shrink_to(2 * room);
+            self.seen.shrink_to(2 * room);
+            self.latest.shrink_to(2 * room);
+        }
+    }
+}
+
 impl Syncer {
     /// The request-path half this syncer reconciles.
     pub fn store(&self) -> &Arc<SharedStore> {
@@ -632,9 +648,11 @@ impl Syncer {
         // Nothing was added to `self.held` meanwhile; the drained list is the next spare.
         kept.append(&mut self.held);
         self.held = kept;
+        let used = self.held.len();
         self.spare.held = held;
         self.spare.seen = seen;
         self.spare.latest = latest;
+        self.spare.trim(used);
     }
 
     /// Add `h`'s call to `batch`.
@@ -755,6 +773,18 @@ impl Syncer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spare_buffers_give_memory_back_when_the_keys_held_fall() {
+        let mut spare = Spare::default();
+        spare.held.reserve(100_000);
+        spare.seen.reserve(100_000);
+        spare.trim(50_000);
+        assert!(spare.held.capacity() >= 100_000, "still in use: kept");
+        spare.trim(10);
+        assert!(spare.held.capacity() < 10_000, "{}", spare.held.capacity());
+        assert!(spare.seen.capacity() < 10_000, "{}", spare.seen.capacity());
+    }
     use std::num::NonZeroU32;
 
     const MS: u64 = 1_000_000;
