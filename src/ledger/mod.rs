@@ -1,9 +1,11 @@
 //! Keeping quota counts and the usage ledger: the background half of
 //! [`crate::metering`].
 //!
-//! The request path counts into each key's meter without a lock; the [`Keeper`] reads them
-//! once a second (and before answering `/api/ledger`): every quota count that changed, and
-//! every ledger count added, go to the [`book::Book`] in one transaction — the `state.path`
+//! The request path counts into each key's meter without a lock, and queues a meter it
+//! changed for the keeper ([`crate::metering::Metering::touched`]); the [`Keeper`] reads the
+//! queued meters (and those over their quota) once a second (and before answering
+//! `/api/ledger`): every quota count that changed, and every ledger count added, go to the
+//! [`book::Book`] in one transaction — the `state.path`
 //! file when there is one (durable when the transaction returns), else memory. A process
 //! killed outright loses at most the last second of counts: admissions uncounted, which only
 //! ever favours the customer. At start, the quota counts kept are put back on the keys'
