@@ -130,14 +130,16 @@ impl Keeper {
             .iter()
             .map(|(k, e)| (e.name.as_str(), k))
             .collect();
+        let mut kept = self.lock();
         for (name, id, n) in rows {
             if let Some(&k) = by_name.get(name.as_str()) {
                 let e = policy.keys.get(k);
-                policy.metering.meter(&e.rate, &e.name).restore(id, n);
+                let m = policy.metering.meter(&e.rate, &e.name);
+                m.restore(id, n);
+                // What was restored is what is kept: not written again until it changes.
+                kept.hold(Arc::clone(&e.rate), m.quota_word());
             }
         }
-        // What was restored is what is kept: not written again until it changes.
-        self.take_new(&mut self.lock(), true);
         Ok(())
     }
 
@@ -145,24 +147,10 @@ impl Keeper {
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Take the meters allocated since the last call; `restored`: their counts are the
-    /// book's (else nothing of them is kept yet).
-    fn take_new(&self, kept: &mut Kept, restored: bool) {
-        let snap = self.live.load();
-        for state in snap.policy.metering.take_new() {
-            let word = match state.meter.get() {
-                Some(m) if restored => m.quota_word(),
-                _ => (0, 0),
-            };
-            kept.hold(state, word);
-        }
-    }
-
     /// The meters (places in `kept.meters`) this pass visits, in order: every meter changed
     /// since the last pass ([`crate::metering::Metering::touched`]), and the watched ones.
     /// A pass's work so follows the keys in use, not every key ever metered.
     fn visits(&self, kept: &mut Kept) -> Vec<usize> {
-        self.take_new(kept, false);
         let snap = self.live.load();
         let mut visit = std::mem::take(&mut kept.watch);
         for state in snap.policy.metering.take_changed() {
@@ -184,7 +172,6 @@ impl Keeper {
         if self.fleet.is_some() {
             // The counts ride on the budgets' exchange ([`fleet`]), which watches the meters
             // over their quota; only the gauge here.
-            self.take_new(&mut kept, false);
             let n = kept
                 .watch
                 .iter()
@@ -291,8 +278,8 @@ impl Keeper {
 }
 
 impl Kept {
-    /// Hold the meter of `state` (with the quota word `word` kept, if it is new): its place
-    /// in `meters`.
+    /// Hold the meter of `state` (with the quota word `word` kept, if it is new: nothing for
+    /// a meter first seen changed, the book's for one restored): its place in `meters`.
     fn hold(&mut self, state: Arc<RateState>, word: (u32, u64)) -> usize {
         let key = Arc::as_ptr(&state) as usize;
         *self.at.entry(key).or_insert_with(|| {

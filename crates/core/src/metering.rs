@@ -3,8 +3,8 @@
 //!
 //! **Where the counts live.** A key's [`Meter`] hangs off its rate state
 //! ([`RateState::meter`]), which a reload carries over for the keys that remain: allocated on
-//! the key's first metered request and handed once to the process's [`Metering`] registry,
-//! which a background task reads ([`Metering::take_new`]) to keep the counts and to share them.
+//! the key's first metered request, and queued for the background task that keeps and shares
+//! the counts whenever they change ([`Metering::touched`], [`Metering::take_changed`]).
 //! So memory grows with the keys that were active, not with the keys configured.
 //!
 //! **The quota's count** is one word: the period's id (24 bits: `per` and the day or month
@@ -469,16 +469,15 @@ pub fn who_parts(w: u64) -> (u32, Option<usize>, Option<usize>, bool) {
     )
 }
 
-/// The process's metering: the calendar, and the registry of meters allocated (shared by
-/// every policy; a reload keeps it).
+/// The process's metering: the calendar, and the queue of meters changed since the keeper
+/// last visited them (shared by every policy; a reload keeps it).
 #[derive(Debug)]
 pub struct Metering {
     /// The wall clock that calendar periods are read from.
     pub calendar: Calendar,
-    born: Mutex<mpsc::Sender<Arc<RateState>>>,
-    registry: Mutex<mpsc::Receiver<Arc<RateState>>>,
     /// Meters changed (charged, given back, counted) since the keeper last visited them: the
-    /// keeper visits these, not every meter, so that its work follows the keys in use.
+    /// keeper visits these, not every meter, so that its work follows the keys in use. A new
+    /// meter comes to the keeper this way too, with its first change.
     changed_tx: Mutex<mpsc::Sender<Arc<RateState>>>,
     changed_rx: Mutex<mpsc::Receiver<Arc<RateState>>>,
 }
@@ -492,12 +491,9 @@ impl Default for Metering {
 impl Metering {
     /// Metering with the calendar at `wall_ms`.
     pub fn new(wall_ms: u64) -> Self {
-        let (tx, rx) = mpsc::channel();
         let (changed_tx, changed_rx) = mpsc::channel();
         Self {
             calendar: Calendar::new(wall_ms),
-            born: Mutex::new(tx),
-            registry: Mutex::new(rx),
             changed_tx: Mutex::new(changed_tx),
             changed_rx: Mutex::new(changed_rx),
         }
@@ -542,8 +538,8 @@ impl Metering {
         m.queued.swap(false, Ordering::AcqRel);
     }
 
-    /// The meter of the key whose rate state is `state`, allocated (and registered) on first
-    /// use.
+    /// The meter of the key whose rate state is `state`, allocated on first use (it reaches
+    /// the keeper with its first change: [`Metering::touched`]).
     #[inline]
     pub fn meter<'s>(&self, state: &'s Arc<RateState>, name: &KeyName) -> &'s Meter {
         if let Some(m) = state.meter.get() {
@@ -554,18 +550,8 @@ impl Metering {
 
     #[cold]
     fn allocate<'s>(&self, state: &'s Arc<RateState>, name: &KeyName) -> &'s Meter {
-        if state.meter.set(Box::new(Meter::new(name.clone()))).is_ok() {
-            // Only the thread whose meter was kept hands it over.
-            let tx = self.born.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = tx.send(Arc::clone(state));
-        }
+        let _ = state.meter.set(Box::new(Meter::new(name.clone())));
         state.meter.get().expect("set above, or by another thread")
-    }
-
-    /// The meters allocated since the last call, for the task that keeps their counts.
-    pub fn take_new(&self) -> Vec<Arc<RateState>> {
-        let rx = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-        rx.try_iter().collect()
     }
 }
 

@@ -140,7 +140,7 @@ pub struct Policy {
     store: Arc<dyn Store>,
     /// Failed authentications per client address. Carried over a reload.
     pub failures: Arc<FailureTable>,
-    /// The calendar and the registry of meters (quotas, the ledger). Carried over a reload.
+    /// The calendar and the queue of meters changed (quotas, the ledger). Carried over a reload.
     pub metering: Arc<Metering>,
     /// Per plan, in `config.plans` order.
     plan_limits: Vec<Limit>,
