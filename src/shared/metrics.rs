@@ -49,7 +49,7 @@ impl SharedMetrics {
         .expect("valid metric");
         let calls = IntCounter::new(
             "tollgate_cluster_redis_calls_total",
-            "Script calls sent to the shared store (one heartbeat per interval; one per key on a Redis Cluster, one per 128 keys of an exchange on a single Redis; one per 512 quota and ledger counts of a tick).",
+            "Script calls sent to the shared store (one heartbeat per interval; one per key on a Redis Cluster, one per 128 keys of an exchange on a single Redis).",
         )
         .expect("valid metric");
         let errors = IntCounter::new(

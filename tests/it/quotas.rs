@@ -370,8 +370,8 @@ fn three_replicas_share_a_quota_and_sum_the_ledger_in_redis() {
                     == total
         });
     }
-    // What sharing cost Redis: the script calls (heartbeats, budgets, and the quota and ledger
-    // counts riding on the heartbeats) and the HINCRBY they ran, per admitted request.
+    // What sharing cost Redis: the script calls (heartbeats and budgets: round trips) and the
+    // plain commands that rode with the heartbeats, per admitted request.
     let calls: f64 = replicas
         .iter()
         .filter_map(|(_, _, a)| metric(&metrics_page(*a), "tollgate_cluster_redis_calls_total"))
@@ -388,7 +388,7 @@ fn three_replicas_share_a_quota_and_sum_the_ledger_in_redis() {
         .and_then(|v| v.split(',').next()?.parse().ok())
         .unwrap_or(0);
     eprintln!(
-        "per admitted request: {:.2} script calls, {:.2} HINCRBY run by the quota and ledger calls",
+        "per admitted request: {:.2} script calls, {:.2} HINCRBY riding on heartbeats",
         calls / admitted as f64,
         hincrby as f64 / admitted as f64
     );
