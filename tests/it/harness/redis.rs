@@ -2,7 +2,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{closed_port, eventually};
 
@@ -264,7 +264,7 @@ pub(crate) struct RedisSentinel {
     pub(crate) replica: RedisServer,
     pub(crate) port: u16,
     child: std::process::Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl RedisSentinel {
@@ -280,7 +280,7 @@ impl RedisSentinel {
                 "port {port}\nbind 127.0.0.1\ndir {}\n\
                  sentinel monitor tg 127.0.0.1 {} 1\n\
                  sentinel down-after-milliseconds tg 300\n\
-                 sentinel failover-timeout tg 2000\n",
+                 sentinel failover-timeout tg 5000\n",
                 dir.path().display(),
                 primary.port
             ),
@@ -299,7 +299,7 @@ impl RedisSentinel {
             replica,
             port,
             child,
-            _dir: dir,
+            dir,
         };
         let p = s.primary.as_ref().unwrap().port;
         eventually("Sentinel watches the primary and its replica", || {
@@ -340,14 +340,29 @@ impl RedisSentinel {
         r.len()
     }
 
-    /// Kill the primary and wait until Sentinel has promoted the replica.
+    /// Kill the primary and wait until Sentinel has promoted the replica. On a loaded machine
+    /// (the suite runs beside this test's own load) Sentinel can abort an attempt whose
+    /// promotion it did not see within `failover-timeout`, and tries again after twice that:
+    /// the wait is bounded at a minute, and its failure shows Sentinel's own log.
     pub(crate) fn fail_over(&mut self) {
         let old = self.primary.take().expect("a primary to kill").kill();
         let new = self.replica.port;
         assert_ne!(old, new);
-        eventually("Sentinel promotes the replica", || {
-            self.master_port() == Some(new)
-        });
+        let end = Instant::now() + Duration::from_secs(60);
+        while self.master_port() != Some(new) {
+            if Instant::now() >= end {
+                let log = std::fs::read_to_string(self.dir.path().join("sentinel.log"))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                panic!(
+                    "Sentinel did not promote the replica (port {new}) within a minute; \
+                     master now {:?}; its log, newest first:\n{}",
+                    self.master_port(),
+                    tail.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
