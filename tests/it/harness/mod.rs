@@ -102,8 +102,17 @@ pub(crate) fn eventually(what: &str, f: impl FnMut() -> bool) {
 
 /// Poll `f` (bounded: 20 s) until `done` holds of its value, and return the last value, done
 /// or not: the caller asserts on it, with a message that says what was seen.
-pub(crate) fn settled<T>(mut f: impl FnMut() -> T, done: impl Fn(&T) -> bool) -> T {
-    let end = Instant::now() + Duration::from_secs(20);
+pub(crate) fn settled<T>(f: impl FnMut() -> T, done: impl Fn(&T) -> bool) -> T {
+    settled_within(Duration::from_secs(20), f, done)
+}
+
+/// [`settled`] with its own bound, for what takes longer on a loaded machine.
+pub(crate) fn settled_within<T>(
+    limit: Duration,
+    mut f: impl FnMut() -> T,
+    done: impl Fn(&T) -> bool,
+) -> T {
+    let end = Instant::now() + limit;
     loop {
         let v = f();
         if done(&v) || Instant::now() >= end {

@@ -2,9 +2,9 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{closed_port, eventually};
+use super::{closed_port, eventually, settled_within};
 
 /// A `redis-server` of the test's own, on a free loopback port, with no persistence; killed
 /// (and its directory removed) when dropped. `.ci/run` installs `redis-server` when missing.
@@ -348,20 +348,20 @@ impl RedisSentinel {
         let old = self.primary.take().expect("a primary to kill").kill();
         let new = self.replica.port;
         assert_ne!(old, new);
-        let end = Instant::now() + Duration::from_secs(60);
-        while self.master_port() != Some(new) {
-            if Instant::now() >= end {
-                let log = std::fs::read_to_string(self.dir.path().join("sentinel.log"))
-                    .unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                panic!(
-                    "Sentinel did not promote the replica (port {new}) within a minute; \
-                     master now {:?}; its log, newest first:\n{}",
-                    self.master_port(),
-                    tail.join("\n")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let master = settled_within(
+            Duration::from_secs(60),
+            || self.master_port(),
+            |p| *p == Some(new),
+        );
+        if master != Some(new) {
+            let log =
+                std::fs::read_to_string(self.dir.path().join("sentinel.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            panic!(
+                "Sentinel did not promote the replica (port {new}) within a minute; \
+                 master now {master:?}; its log, newest first:\n{}",
+                tail.join("\n")
+            );
         }
     }
 }
