@@ -774,6 +774,11 @@ impl Syncer {
 mod tests {
     use super::*;
 
+    use std::num::NonZeroU32;
+
+    const MS: u64 = 1_000_000;
+    const SEC: u64 = 1_000 * MS;
+
     #[test]
     fn spare_buffers_give_memory_back_when_the_keys_held_fall() {
         let mut spare = Spare::default();
@@ -785,10 +790,6 @@ mod tests {
         assert!(spare.held.capacity() < 10_000, "{}", spare.held.capacity());
         assert!(spare.seen.capacity() < 10_000, "{}", spare.seen.capacity());
     }
-    use std::num::NonZeroU32;
-
-    const MS: u64 = 1_000_000;
-    const SEC: u64 = 1_000 * MS;
 
     fn timing() -> Timing {
         Timing {
