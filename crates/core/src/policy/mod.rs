@@ -35,6 +35,7 @@ pub mod overrides;
 #[cfg(test)]
 mod quota_tests;
 pub mod refusal;
+pub mod versions;
 pub mod webhook;
 
 use std::borrow::Cow;

@@ -1,0 +1,360 @@
+//! The order of the changes kept for keys: how the copies that replicas hold, and the one in
+//! the store where they meet, merge into one, whatever order they meet in.
+//!
+//! Each part of a digest's record ([`Part`]) is kept on its own under a *field* (a hash of
+//! the digest, then the part's suffix), as a [`Kept`]: a version and the part as JSON. A part
+//! taken out (a resume, a limit or quota cleared, an upgrade taken back, a reload's drop) is
+//! kept too, as a *tombstone*: a record holding no part, with the version of its removal, so
+//! that a later removal beats an earlier change wherever the two meet. Two copies of one
+//! field merge by [`Kept::replaces`]:
+//!
+//! | part | the copy kept |
+//! |---|---|
+//! | a revocation | a revocation, whatever the versions: it is never undone; of two, the earlier (the one kept first) |
+//! | any other | the later version; on a tie, the larger text (every copy picks the same one) |
+//!
+//! Merging is therefore commutative, associative and idempotent: copies that met in any order,
+//! any number of times, hold the same ([`merge`]; the property tests below check it). The store
+//! applies the same rule in its scripts, so a store that lost its data and is put back by every
+//! replica ends as if nothing was lost.
+//!
+//! Versions are readings of a hybrid logical clock ([`Hlc`]): the wall clock in µs (ms × 1000
+//! and a counter), never behind a version the replica has seen. A change made after another
+//! was seen is later, whatever the two replicas' clocks say; the store's write script also
+//! moves a change past the version it replaces ([`Kept`] is what it answers).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::overrides::{Override, Part};
+
+/// A kept part's version: a [`Hlc`] reading.
+pub type Version = u64;
+
+/// Digits of a version as kept (zero-padded, so that the texts order as the numbers do).
+pub const VERSION_DIGITS: usize = 16;
+
+/// The largest version: a Lua number (a double) holds it exactly, as the store's scripts
+/// compare and add to it (µs since the Unix epoch reach it in the year 2255).
+pub const MAX_VERSION: Version = (1 << 53) - 1;
+
+/// One part of a digest's record as it is kept: `<version>|<JSON>` (a record written before
+/// versions, plain JSON, reads as version 0).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// When it was made, in the order of changes.
+    pub version: Version,
+    /// The text kept, version included: what the store holds, byte for byte.
+    pub raw: String,
+}
+
+impl Kept {
+    /// The kept form of `record` (one part, or none: a tombstone) at `version`.
+    pub fn new(version: Version, record: &Override) -> Self {
+        let json = serde_json::to_string(record).expect("a record serializes");
+        Self::of_json(version, &json)
+    }
+
+    /// `json` at `version`.
+    pub fn of_json(version: Version, json: &str) -> Self {
+        let v = version.min(MAX_VERSION);
+        Self {
+            version: v,
+            raw: format!("{v:0width$}|{json}", width = VERSION_DIGITS),
+        }
+    }
+
+    /// A kept text as the store holds it; `None` when it is neither form.
+    pub fn parse(raw: &str) -> Option<Self> {
+        let version = match raw.split_once('|') {
+            Some((v, _)) if v.len() == VERSION_DIGITS && v.bytes().all(|b| b.is_ascii_digit()) => {
+                v.parse().ok()?
+            }
+            _ if raw.starts_with('{') => 0,
+            _ => return None,
+        };
+        Some(Self {
+            version,
+            raw: raw.to_string(),
+        })
+    }
+
+    /// The JSON part of it.
+    pub fn json(&self) -> &str {
+        match self.raw.split_once('|') {
+            Some((v, json)) if v.len() == VERSION_DIGITS => json,
+            _ => &self.raw,
+        }
+    }
+
+    /// The record it holds (one part, or none); `None` when its JSON is not a record.
+    pub fn record(&self) -> Option<Override> {
+        serde_json::from_str(self.json()).ok()
+    }
+
+    /// Whether it holds no part: a removal.
+    pub fn is_tombstone(&self) -> bool {
+        self.record().map_or(true, |o| o.is_empty())
+    }
+
+    /// Whether it holds a revocation.
+    fn revokes(&self) -> bool {
+        self.record().is_some_and(|o| o.revoked.is_some())
+    }
+
+    /// Whether this copy of a field of `part` replaces `current` (see the module's table).
+    pub fn replaces(&self, part: Part, current: &Kept) -> bool {
+        let later = (self.version, &self.raw) > (current.version, &current.raw);
+        if part != Part::Revoked {
+            return later;
+        }
+        match (self.revokes(), current.revokes()) {
+            (true, false) => true,
+            (false, true) => false,
+            // The earliest revocation: the one every copy keeps, whichever came first.
+            (true, true) => (self.version, &self.raw) < (current.version, &current.raw),
+            (false, false) => later,
+        }
+    }
+}
+
+/// The part a field kept in the store holds: a 32-character hash of the digest, then the
+/// part's suffix; `None` for any other name (the store's own marks).
+pub fn part_of_field(field: &str) -> Option<Part> {
+    let (_, suffix) = field.split_at_checked(32)?;
+    Part::of_suffix(suffix)
+}
+
+/// Merge the copy `from` into `into`, field by field ([`Kept::replaces`]); the fields that
+/// changed in `into`. Fields that name no part are ignored.
+pub fn merge(
+    into: &mut HashMap<String, Kept>,
+    from: impl IntoIterator<Item = (String, Kept)>,
+) -> Vec<String> {
+    let mut changed = Vec::new();
+    for (field, kept) in from {
+        let Some(part) = part_of_field(&field) else {
+            continue;
+        };
+        let replace = into
+            .get(&field)
+            .map_or(true, |cur| kept.replaces(part, cur));
+        if replace {
+            changed.push(field.clone());
+            into.insert(field, kept);
+        }
+    }
+    changed
+}
+
+/// A hybrid logical clock: each reading later than the last one given and than every version
+/// seen, and otherwise the wall clock (ms × 1000, so that a thousand changes fit in one ms).
+#[derive(Debug, Default)]
+pub struct Hlc {
+    last: AtomicU64,
+}
+
+impl Hlc {
+    /// A version for a change made at the wall clock's `wall_ms`.
+    pub fn next(&self, wall_ms: u64) -> Version {
+        let floor = wall_ms.saturating_mul(1000).min(MAX_VERSION);
+        let mut cur = self.last.load(Ordering::Acquire);
+        loop {
+            let v = floor.max(cur.saturating_add(1)).min(MAX_VERSION);
+            match self
+                .last
+                .compare_exchange_weak(cur, v, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return v,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// A version seen (in the store, or another replica's): later readings are past it.
+    pub fn observe(&self, v: Version) {
+        self.last.fetch_max(v.min(MAX_VERSION), Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::overrides::Change;
+
+    fn field(suffix: &str) -> String {
+        format!("{}{suffix}", "a".repeat(32))
+    }
+
+    fn suspended(v: Version, since_ms: u64) -> Kept {
+        let o = Override {
+            suspended: Some(Change {
+                since_ms,
+                by: "admin".into(),
+                reason: None,
+            }),
+            ..Override::named("k")
+        };
+        Kept::new(v, &o)
+    }
+
+    #[test]
+    fn a_later_resume_beats_an_earlier_suspension_and_a_revocation_stays() {
+        let f = field(":s");
+        let mut a = HashMap::from([(f.clone(), suspended(5, 1))]);
+        let resume = Kept::new(6, &Override::named("k"));
+        assert!(resume.is_tombstone());
+        let b = HashMap::from([(f.clone(), resume.clone())]);
+        // Either order: the resume.
+        let mut c = b.clone();
+        merge(&mut a, b);
+        merge(&mut c, HashMap::from([(f.clone(), suspended(5, 1))]));
+        assert_eq!(a[&f], resume);
+        assert_eq!(c[&f], resume);
+
+        let r = field(":r");
+        let revoked = |v: Version, since_ms: u64| {
+            Kept::new(
+                v,
+                &Override {
+                    revoked: Some(Change {
+                        since_ms,
+                        by: "admin".into(),
+                        reason: None,
+                    }),
+                    ..Override::named("k")
+                },
+            )
+        };
+        let mut kept = HashMap::from([(r.clone(), revoked(3, 3))]);
+        let changed = merge(
+            &mut kept,
+            [
+                (r.clone(), revoked(9, 9)),
+                (r.clone(), Kept::new(10, &Override::named("k"))),
+            ],
+        );
+        assert!(changed.is_empty());
+        assert_eq!(kept[&r], revoked(3, 3), "the first revocation stays");
+        // Met the other way round: the same one.
+        let mut other = HashMap::from([(r.clone(), revoked(9, 9))]);
+        merge(&mut other, [(r.clone(), revoked(3, 3))]);
+        assert_eq!(other[&r], revoked(3, 3));
+    }
+
+    #[test]
+    fn a_kept_text_reads_back_and_plain_json_is_version_0() {
+        let k = suspended(1_796_083_200_000_123, 7);
+        assert!(k.raw.starts_with("1796083200000123|{"));
+        assert_eq!(Kept::parse(&k.raw), Some(k.clone()));
+        assert_eq!(k.record().unwrap().suspended.unwrap().since_ms, 7);
+        let legacy = Kept::parse(r#"{"key":"k","plan_id":2}"#).unwrap();
+        assert_eq!(legacy.version, 0);
+        assert_eq!(legacy.record().unwrap().plan_id, Some(2));
+        assert!(k.replaces(Part::Suspended, &legacy));
+        for bad in ["", "12|{}", "x|{}", "0000000000000001"] {
+            assert_eq!(Kept::parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(part_of_field(&field(":q")), Some(Part::Quota));
+        assert_eq!(part_of_field(&field("")), Some(Part::Plan));
+        assert_eq!(part_of_field("~epoch"), None);
+    }
+
+    #[test]
+    fn the_clock_moves_past_what_it_saw_and_never_back() {
+        let c = Hlc::default();
+        let a = c.next(1_000);
+        assert_eq!(a, 1_000_000);
+        assert_eq!(c.next(1_000), 1_000_001, "same ms: one more");
+        assert_eq!(c.next(999), 1_000_002, "a clock stepped back: still later");
+        c.observe(5_000_000);
+        assert_eq!(
+            c.next(1_001),
+            5_000_001,
+            "later than what another replica wrote"
+        );
+        assert_eq!(c.next(6_000), 6_000_000);
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A copy: a few fields of a few parts, each a change or a tombstone at a small version
+        /// (so that ties happen).
+        fn copy() -> impl Strategy<Value = Vec<(String, Kept)>> {
+            let one = (0u8..3, 0usize..5, 0u64..6, any::<bool>(), 0u64..3).prop_map(
+                |(digest, part, version, tombstone, since)| {
+                    let part = Part::ALL[part];
+                    let field = format!(
+                        "{}{}",
+                        char::from(b'a' + digest).to_string().repeat(32),
+                        part.suffix()
+                    );
+                    let mut o = Override::named("k");
+                    if !tombstone {
+                        let c = Change {
+                            since_ms: since,
+                            by: "admin".into(),
+                            reason: None,
+                        };
+                        match part {
+                            Part::Plan => o.plan_id = Some(since as u32 + 1),
+                            Part::Suspended => o.suspended = Some(c),
+                            Part::Revoked => o.revoked = Some(c),
+                            Part::Limit => {
+                                o.limit = Some(crate::policy::overrides::LimitChange {
+                                    requests_per_window: since as u32 + 1,
+                                    change: c,
+                                })
+                            }
+                            Part::Quota => o.yaml = Some(since.to_string()),
+                        }
+                    }
+                    (field, Kept::new(version, &o))
+                },
+            );
+            proptest::collection::vec(one, 0..8)
+        }
+
+        fn merged(copies: &[&Vec<(String, Kept)>]) -> HashMap<String, Kept> {
+            let mut into = HashMap::new();
+            for c in copies {
+                merge(&mut into, (*c).clone());
+            }
+            into
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+
+            /// Copies met in any order, any number of times, hold the same.
+            #[test]
+            fn merging_is_a_join(a in copy(), b in copy(), c in copy()) {
+                let abc = merged(&[&a, &b, &c]);
+                prop_assert_eq!(&abc, &merged(&[&c, &a, &b]));
+                prop_assert_eq!(&abc, &merged(&[&b, &c, &a, &b, &a]));
+                // Associative: (a ∪ b) ∪ c = a ∪ (b ∪ c).
+                let mut bc = merged(&[&b, &c]);
+                merge(&mut bc, a.clone());
+                prop_assert_eq!(&abc, &bc);
+            }
+
+            /// What the merge keeps of a field: a revocation whenever any copy has one (the
+            /// earliest); otherwise the latest version.
+            #[test]
+            fn a_revocation_is_never_undone_and_otherwise_the_latest_wins(a in copy(), b in copy()) {
+                let all = merged(&[&a, &b]);
+                for (f, k) in a.iter().chain(&b) {
+                    let kept = &all[f];
+                    if f.ends_with(":r") && k.revokes() {
+                        prop_assert!(kept.revokes(), "{} undone", f);
+                        prop_assert!(kept.version <= k.version);
+                    } else if !f.ends_with(":r") {
+                        prop_assert!(kept.version >= k.version);
+                    }
+                }
+            }
+        }
+    }
+}
