@@ -157,6 +157,7 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     let overrides = Arc::new(overrides);
     let sync_every = config.process.cluster.as_ref().map(|c| c.sync_interval);
     let live = Arc::new(LivePolicy::with_store(config, metrics, store, kept)?);
+    overrides.start(&live);
     live.forget_with(Arc::clone(&overrides) as Arc<dyn crate::runtime::live::Forget>);
     let keeper = Arc::new(
         crate::ledger::Keeper::open(overrides.state_file(), Arc::clone(&live)).map_err(|e| {

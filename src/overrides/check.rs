@@ -7,6 +7,7 @@ use std::path::Path;
 use super::{disk, redis_set, show, Shown};
 use crate::config::{Cluster, Plan};
 use crate::policy::overrides::Override;
+use crate::policy::versions::Kept;
 use crate::redis::{connect, within, StoreError};
 
 /// The records kept at `state.path` (upgrades and key changes).
@@ -37,15 +38,16 @@ pub fn read_redis(cfg: &Cluster) -> Result<Vec<Override>, StoreError> {
     })
 }
 
-/// The records of a Redis set (field → one part as JSON), each digest's parts merged: one
-/// record per digest, whatever their number.
+/// The records of a Redis set (field → one part as kept), each digest's parts merged: one
+/// record per digest, whatever their number; parts taken out (tombstones) hold nothing.
 fn records_of_fields(pairs: &HashMap<String, String>) -> Vec<Override> {
     let mut by_hash: HashMap<&str, Override> = HashMap::new();
     for (f, v) in pairs {
         let Some((hash, _)) = redis_set::split_field(f) else {
             continue;
         };
-        if let Ok(o) = serde_json::from_str::<Override>(v) {
+        let record = Kept::parse(v).and_then(|k| k.record());
+        if let Some(o) = record.filter(|o| !o.is_empty()) {
             by_hash.entry(hash).or_default().merge(o);
         }
     }

@@ -7,14 +7,20 @@
 //! the file while a gateway holds it. SQLite (through rusqlite) would bring a C library and SQL
 //! for one table of two columns.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::digest::Digest;
 use crate::policy::overrides::{Override, Overrides};
+use crate::policy::versions::Kept;
 
 const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("plan_overrides");
+
+/// With `cluster`: this replica's copy of the fleet's overrides ([`super::fleet`]), field by
+/// field as Redis names and holds them (a hash of the digest and the part; the kept text).
+const FIELDS: TableDefinition<'_, &str, &str> = TableDefinition::new("cluster_overrides");
 
 /// Why the disk store failed.
 #[derive(Debug, thiserror::Error)]
@@ -114,17 +120,44 @@ pub fn write_all(
     txn.commit().map_err(store)
 }
 
-/// Make the table hold `set` and nothing else, in one transaction (the copy of the cluster's
-/// set; [`super::PlanOverrides`]).
-pub fn replace_all(db: &redb::Database, set: &Overrides) -> Result<(), DiskError> {
+/// The copy of the fleet's overrides kept here (empty when none was ever written).
+pub fn read_fields(db: &impl ReadableDatabase) -> Result<HashMap<String, Kept>, DiskError> {
+    let Some(table) = read_table(db, FIELDS).map_err(store)? else {
+        return Ok(HashMap::new());
+    };
+    let mut out = HashMap::new();
+    for row in table.iter().map_err(store)? {
+        let (f, v) = row.map_err(store)?;
+        if let Some(k) = Kept::parse(v.value()) {
+            out.insert(f.value().to_string(), k);
+        }
+    }
+    Ok(out)
+}
+
+/// Put `fields` in the copy (each replacing what was under its name), in one transaction.
+pub fn write_fields(db: &redb::Database, fields: &[(String, Kept)]) -> Result<(), DiskError> {
     let txn = db.begin_write().map_err(store)?;
     {
-        let mut table = txn.open_table(TABLE).map_err(store)?;
+        let mut table = txn.open_table(FIELDS).map_err(store)?;
+        for (f, k) in fields {
+            table.insert(f.as_str(), k.raw.as_str()).map_err(store)?;
+        }
+    }
+    txn.commit().map_err(store)
+}
+
+/// Make the copy hold `fields` and nothing else, in one transaction.
+pub fn replace_fields(
+    db: &redb::Database,
+    fields: &HashMap<String, Kept>,
+) -> Result<(), DiskError> {
+    let txn = db.begin_write().map_err(store)?;
+    {
+        let mut table = txn.open_table(FIELDS).map_err(store)?;
         table.retain(|_, _| false).map_err(store)?;
-        for (d, o) in set {
-            table
-                .insert(&d.0[..], super::json(o).as_bytes())
-                .map_err(store)?;
+        for (f, k) in fields {
+            table.insert(f.as_str(), k.raw.as_str()).map_err(store)?;
         }
     }
     txn.commit().map_err(store)

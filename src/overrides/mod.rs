@@ -6,9 +6,9 @@
 //!
 //! | config | where | a change reaches |
 //! |---|---|---|
-//! | `cluster:` | Redis ([`redis_set`]) | every replica within one `sync_interval` ([`sync`]: each polls the version) |
+//! | `cluster:` | Redis ([`redis_set`]), and a copy on every replica ([`fleet`]), put back when Redis is found emptied | every replica within one `sync_interval` ([`sync`]: each polls the version) |
 //! | `state.path` | an embedded, crash-safe database on local disk ([`disk`]) | this process |
-//! | both | Redis, and at `state.path` a copy of the set last read from it, put in force at start until Redis answers | as `cluster:` |
+//! | both | as `cluster:`, and each replica's copy at `state.path` too, put in force at start until Redis answers | as `cluster:` |
 //! | neither | memory | this process, until it stops (`check` warns) |
 //!
 //! Part three keeps the changes of keys that change live in the same records (suspension,
@@ -22,11 +22,12 @@
 
 pub mod check;
 pub mod disk;
+mod fleet;
 pub mod redis_set;
 pub mod sync;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -44,10 +45,10 @@ pub use sync::OverrideSync;
 enum Backend {
     Memory,
     Disk(Arc<StateFile>),
-    /// Redis, and (with `state.path` too) a copy on disk of the set last read from it, which a
-    /// restart puts in force until Redis answers: a revocation holds through a restart while
-    /// Redis is down.
-    Redis(Box<redis_set::RedisSet>, Option<Arc<StateFile>>),
+    /// Redis, and this replica's copy of what it holds (on disk too with `state.path`, which
+    /// a restart puts in force until Redis answers: a revocation holds through a restart while
+    /// Redis is down).
+    Redis(Box<fleet::Fleet>),
 }
 
 /// Why a change could not be kept.
@@ -84,12 +85,11 @@ pub enum Target<'a> {
     Digest(&'a Digest),
 }
 
-/// Where the overrides are kept, and (with Redis) the version this process last applied.
+/// Where the overrides are kept.
 pub struct PlanOverrides {
     backend: Backend,
-    version: Mutex<String>,
     /// Changes made here, one at a time (each reads the records in force, keeps the new ones,
-    /// then applies them).
+    /// then applies them), and (with Redis) the polls of the fleet's set.
     serial: tokio::sync::Mutex<()>,
 }
 
@@ -112,28 +112,39 @@ impl PlanOverrides {
     }
 
     /// Open the store the config names, and what it holds now: Redis with `cluster` (whose
-    /// set [`OverrideSync`] reads), else the file at `state.path`, else memory.
+    /// set [`OverrideSync`] reads; what this replica's copy holds is put in force by
+    /// [`PlanOverrides::start`]), else the file at `state.path`, else memory.
     pub fn open(
         cluster: Option<&Cluster>,
         state_path: Option<&Path>,
     ) -> Result<(Self, Overrides), disk::DiskError> {
-        let disk = match state_path {
-            Some(path) => {
-                let file = StateFile::open(path)?;
-                let set = file.read(disk::read_all)?;
-                Some((file, set))
-            }
-            None => None,
-        };
+        let file = state_path.map(StateFile::open).transpose()?;
         if let Some(c) = cluster {
-            let redis = Box::new(redis_set::RedisSet::new(c));
-            let (mirror, set) = disk.map_or((None, Overrides::new()), |(db, set)| (Some(db), set));
-            return Ok((Self::with(Backend::Redis(redis, mirror)), set));
+            let fleet = Box::new(fleet::Fleet::open(c, file)?);
+            return Ok((Self::with(Backend::Redis(fleet)), Overrides::new()));
         }
-        match disk {
-            Some((db, set)) => Ok((Self::with(Backend::Disk(db)), set)),
+        match file {
+            Some(db) => {
+                let set = db.read(disk::read_all)?;
+                Ok((Self::with(Backend::Disk(db)), set))
+            }
             None => Ok((Self::memory(), Overrides::new())),
         }
+    }
+
+    /// With `cluster`: put what this replica's copy holds (kept at `state.path`) in force, so
+    /// that a restart while Redis is down still refuses what was revoked. What no longer
+    /// applies to this config is left to the first read of the set to drop.
+    pub fn start(&self, live: &LivePolicy) {
+        let Backend::Redis(fleet) = &self.backend else {
+            return;
+        };
+        let fields = fleet.fields();
+        if fields.is_empty() {
+            return;
+        }
+        let mut set = sync::from_fields(&live.load().policy, &fields);
+        live.replace_overrides(&mut set);
     }
 
     /// The `state.path` file, when there is one (the quota and ledger counts are kept there
@@ -142,27 +153,15 @@ impl PlanOverrides {
         match &self.backend {
             Backend::Memory => None,
             Backend::Disk(db) => Some(Arc::clone(db)),
-            Backend::Redis(_, mirror) => mirror.clone(),
+            Backend::Redis(fleet) => fleet.disk.clone(),
         }
     }
 
     fn with(backend: Backend) -> Self {
         Self {
             backend,
-            version: Mutex::new(String::new()),
             serial: tokio::sync::Mutex::new(()),
         }
-    }
-
-    fn version(&self) -> String {
-        self.version
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    fn set_version(&self, v: String) {
-        *self.version.lock().unwrap_or_else(|e| e.into_inner()) = v;
     }
 
     /// The upstream accepted `upgrade` from the key `by`, decided on `decided` (the policy of
@@ -317,18 +316,8 @@ impl PlanOverrides {
                     .map_err(|e| KeepError::Task(e.to_string()))?
                     .map_err(KeepError::from)
             }
-            Backend::Redis(r, _) => {
-                let parts: Vec<(String, Option<String>)> = changes
-                    .iter()
-                    .map(|(d, part, o)| {
-                        (
-                            redis_set::part_field(d, *part),
-                            o.only(*part).as_ref().map(json),
-                        )
-                    })
-                    .collect();
-                Ok(r.write(&parts).await?)
-            }
+            // Boxed: the write's future is deep, and every admin route awaits this one.
+            Backend::Redis(fleet) => Ok(Box::pin(fleet.keep(changes)).await?),
         }
     }
 
@@ -379,7 +368,7 @@ impl Forget for PlanOverrides {
                     tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
                 }
             }
-            Backend::Redis(..) => self.set_version(String::new()),
+            Backend::Redis(fleet) => fleet.forget_version(),
         }
     }
 }

@@ -1,23 +1,42 @@
 //! Overrides in Redis (with the `cluster` block): one hash `{<prefix>:ov}:set` and a version
 //! counter `{<prefix>:ov}:v`; both expire 30 days after the last replica touched them. Each
 //! part of a key's record ([`Part`]) is a field of its own: a hash of the digest, then the
-//! part's suffix (none for an upgrade, as in part two; `:s`, `:r`, `:l`, `:q`), its value
-//! that part as JSON, with the key's *name*. Two replicas changing two parts of one key never
-//! overwrite each other. `write.lua` changes parts and bumps the version in one step;
-//! `poll.lua` answers the version and, when it moved, the whole set. Both keys share a hash
-//! tag: one slot on a Redis Cluster.
+//! part's suffix (none for an upgrade, as in part two; `:s`, `:r`, `:l`, `:q`), its value the
+//! part as kept ([`Kept`]: a version and the JSON, with the key's *name*; a part taken out is
+//! a tombstone). Two replicas changing two parts of one key never overwrite each other.
+//!
+//! The set also holds its *epoch*, a random mark in the field `~epoch`: a set without it, or
+//! with another than the one a replica read last, is not the data that replica last saw (a
+//! Redis restarted empty, a failover to a replica that lost it, eviction). Tombstones keep a
+//! set whose every change was taken back non-empty and marked, so an emptied set is never
+//! mistaken for one.
+//!
+//! | script | what |
+//! |---|---|
+//! | `write.lua` | changes parts, each later than the copy it replaces, and bumps the version, in one step |
+//! | `poll.lua` | the epoch, then the version and, when it moved, the whole set |
+//! | `restore.lua` | merges a replica's copy in (the merge rule of `policy::versions`) and marks the epoch |
+//!
+//! The keys share a hash tag: one slot on a Redis Cluster.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::limit::shared::hashed;
 use crate::policy::overrides::Part;
+use crate::policy::versions::{Kept, VERSION_DIGITS};
 use crate::redis::{connect, within, Client, Hold, Lua, StoreError};
 
 /// How long the overrides stay in Redis after the last replica touched them.
 const TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Fields per call of `restore.lua` (Redis runs a script alone: a few thousand fields keep
+/// each call within a few milliseconds).
+const RESTORE_BATCH: usize = 1000;
+
+/// The field that holds the set's epoch.
+pub const EPOCH_FIELD: &str = "~epoch";
 
 /// The overrides' place in Redis, and a connection to it (made on first use, dropped after a
 /// failure).
@@ -27,15 +46,31 @@ pub struct RedisSet {
     version_key: String,
     write: Lua,
     poll: Lua,
+    restore: Lua,
     client: tokio::sync::Mutex<Option<Client>>,
     /// Whether the master of the set's slot has replicas to wait for.
     hold: Hold,
 }
 
-/// What a poll found: the version, and the set (field → JSON) when it moved.
-pub struct Polled {
-    pub version: String,
-    pub pairs: Option<HashMap<String, String>>,
+/// What a poll found.
+pub enum Polled {
+    /// The set is the one this replica read last, unchanged.
+    Same,
+    /// It moved: its version, and every field (`~epoch` included) with its text.
+    Moved {
+        version: String,
+        fields: Vec<(String, String)>,
+    },
+    /// Its epoch is not the one this replica knows: the set was emptied or replaced, or this
+    /// replica has read none yet. Its epoch (empty: none) and how many fields it holds.
+    Unknown { epoch: String, fields: u64 },
+}
+
+/// A part to write: its field, its version, its JSON.
+pub struct NewPart {
+    pub field: String,
+    pub version: u64,
+    pub json: String,
 }
 
 impl RedisSet {
@@ -47,6 +82,7 @@ impl RedisSet {
             version_key: format!("{{{prefix}:ov}}:v"),
             write: Lua::new(include_str!("write.lua")),
             poll: Lua::new(include_str!("poll.lua")),
+            restore: Lua::new(include_str!("restore.lua")),
             client: tokio::sync::Mutex::new(None),
             hold: Hold::default(),
         }
@@ -80,21 +116,34 @@ impl RedisSet {
         r
     }
 
-    /// Write parts of overrides (each `(field, JSON)` put, or deleted when the JSON is
-    /// `None`) and bump the version, all in one script: all of them are kept, or none.
-    /// Returns when Redis has them; behind Sentinel or on a Redis Cluster, when a replica has
-    /// them too (else [`StoreError::NotReplicated`]: the change is not acknowledged).
-    pub async fn write(&self, parts: &[(String, Option<String>)]) -> Result<(), StoreError> {
+    /// Write parts of overrides (a part taken out as a tombstone), each at its version or
+    /// later than the copy it replaces, and bump the version, all in one script: all of them
+    /// are kept, or none. The texts as kept, in order. Returns when Redis has them; behind
+    /// Sentinel or on a Redis Cluster, when a replica has them too (else
+    /// [`StoreError::NotReplicated`]: the change is not acknowledged).
+    pub async fn write(&self, parts: &[NewPart]) -> Result<Vec<Kept>, StoreError> {
         let ttl = TTL.as_millis() as u64;
-        let _: i64 = self
+        let texts: Vec<String> = self
             .call(&self.write, |c| {
-                c.arg(ttl);
-                for (f, json) in parts {
-                    let op = if json.is_some() { "put" } else { "del" };
-                    c.arg(op).arg(f).arg(json.as_deref().unwrap_or(""));
+                c.arg(ttl).arg(new_epoch());
+                for p in parts {
+                    let v = format!("{:0width$}", p.version, width = VERSION_DIGITS);
+                    c.arg(&p.field).arg(v).arg(&p.json);
                 }
             })
             .await?;
+        let kept: Vec<Kept> = texts.iter().filter_map(|t| Kept::parse(t)).collect();
+        if kept.len() != parts.len() {
+            return Err(StoreError::Malformed(
+                "the overrides' write answered other texts",
+            ));
+        }
+        self.held().await?;
+        Ok(kept)
+    }
+
+    /// Behind Sentinel or on a Redis Cluster, whether a replica holds what was written.
+    async fn held(&self) -> Result<(), StoreError> {
         let client = self.client().await?;
         if !client.replicated() {
             return Ok(());
@@ -116,28 +165,85 @@ impl RedisSet {
         }
     }
 
-    /// The version, and the whole set when it is not `known`.
-    pub async fn poll(&self, known: &str) -> Result<Polled, StoreError> {
+    /// What the set is now, against the version and epoch this replica knows.
+    pub async fn poll(&self, known: &str, epoch: &str) -> Result<Polled, StoreError> {
         let ttl = TTL.as_millis() as u64;
         let reply: ::redis::Value = self
             .call(&self.poll, |c| {
-                c.arg(known).arg(ttl);
+                c.arg(known).arg(ttl).arg(epoch);
             })
             .await?;
+        let malformed = || StoreError::Malformed("the overrides' poll answered another shape");
         let ::redis::Value::Array(items) = reply else {
-            return Err(StoreError::Malformed(
-                "the overrides' poll answered no list",
-            ));
+            return Err(malformed());
         };
-        let version: String = items
-            .first()
-            .and_then(|v| ::redis::from_redis_value(v.clone()).ok())
-            .unwrap_or_default();
-        let pairs = items
-            .get(1)
-            .map(|p| ::redis::from_redis_value(p.clone()).unwrap_or_default());
-        Ok(Polled { version, pairs })
+        let text = |i: usize| -> Option<String> {
+            items
+                .get(i)
+                .and_then(|v| ::redis::from_redis_value(v.clone()).ok())
+        };
+        let version = text(0).ok_or_else(malformed)?;
+        if version.is_empty() {
+            let fields = items
+                .get(2)
+                .and_then(|v| ::redis::from_redis_value::<u64>(v.clone()).ok())
+                .unwrap_or(0);
+            return Ok(Polled::Unknown {
+                epoch: text(1).unwrap_or_default(),
+                fields,
+            });
+        }
+        match items.get(2) {
+            None => Ok(Polled::Same),
+            Some(set) => Ok(Polled::Moved {
+                version,
+                fields: ::redis::from_redis_value(set.clone()).map_err(|_| malformed())?,
+            }),
+        }
     }
+
+    /// Merge `fields` (a replica's copy: name and text) into the set and mark its epoch
+    /// (`epoch`, unless it has one): the set's epoch, and how many fields changed.
+    pub async fn restore(
+        &self,
+        fields: &[(String, String)],
+        epoch: &str,
+    ) -> Result<(String, u64), StoreError> {
+        let ttl = TTL.as_millis() as u64;
+        let mut changed = 0;
+        let mut marked = String::new();
+        let mut batches: Vec<&[(String, String)]> = fields.chunks(RESTORE_BATCH).collect();
+        if batches.is_empty() {
+            batches.push(&[]);
+        }
+        for batch in batches {
+            let (e, n): (String, u64) = self
+                .call(&self.restore, |c| {
+                    c.arg(ttl).arg(epoch);
+                    for (f, raw) in batch {
+                        c.arg(f).arg(raw);
+                    }
+                })
+                .await?;
+            changed += n;
+            marked = e;
+        }
+        self.held().await?;
+        Ok((marked, changed))
+    }
+}
+
+/// A random epoch for a set that has none: 16 hex digits.
+pub fn new_epoch() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
 }
 
 /// The overrides' set in Redis under `prefix`.
@@ -159,8 +265,8 @@ pub fn part_field(d: &Digest, part: Part) -> String {
 
 /// A field split into the digest's hash and the part it holds (`None`: not a field of ours).
 pub fn split_field(f: &str) -> Option<(&str, Part)> {
-    let (hash, suffix) = f.split_at_checked(32)?;
-    Some((hash, Part::of_suffix(suffix)?))
+    let part = crate::policy::versions::part_of_field(f)?;
+    Some((&f[..32], part))
 }
 
 #[cfg(test)]

@@ -1,5 +1,13 @@
-//! With `cluster`: every replica polls the overrides' version in Redis each `sync_interval`
-//! and, when it moved, puts the whole set in force here.
+//! With `cluster`: every replica polls the overrides' set in Redis each `sync_interval` and,
+//! when it moved, puts the whole set in force here and takes it as its copy.
+//!
+//! A set whose epoch is not the one this replica read last (`poll.lua` says so) was emptied
+//! or replaced: a Redis restarted without persistence, a failover to a replica that lost it,
+//! eviction. It is never read as "no changes": the replica first puts back every field it
+//! holds ([`super::fleet`], merged by the changes' own order in `restore.lua`), and only then
+//! reads the set, which now holds what every replica that found it so put back. A replica's
+//! first poll does the same, so that a restart with a copy at `state.path` puts back what the
+//! store may have lost meanwhile.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,9 +17,11 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use super::redis_set::{field, part_field, split_field};
+use super::fleet::Fleet;
+use super::redis_set::{field, new_epoch, split_field, Polled};
 use super::{Backend, PlanOverrides};
 use crate::policy::overrides::{Override, Overrides};
+use crate::policy::versions::Kept;
 use crate::policy::Policy;
 use crate::redis::StoreError;
 use crate::runtime::live::LivePolicy;
@@ -25,65 +35,105 @@ pub struct OverrideSync {
 
 impl OverrideSync {
     async fn round(&self) -> Result<(), StoreError> {
-        let Backend::Redis(r, mirror) = &self.overrides.backend else {
+        let Backend::Redis(fleet) = &self.overrides.backend else {
             return Ok(());
         };
-        let known = self.overrides.version();
-        let polled = r.poll(&known).await?;
-        let Some(pairs) = polled.pairs else {
-            return Ok(());
-        };
-        // Serialized with the changes made here: a change kept but not yet applied here is
-        // applied before this set is put in force (it is in the set).
+        // Serialized with the changes made here: a change is kept and held before a poll
+        // reads the set, or after the poll's set is in force.
         let _one = self.overrides.serial.lock().await;
+        let (known, epoch) = fleet.known();
+        let (version, raw) = match fleet.set.poll(&known, &epoch).await? {
+            Polled::Same => return Ok(()),
+            Polled::Moved { version, fields } => (version, fields),
+            Polled::Unknown {
+                epoch: found,
+                fields,
+            } => {
+                if fields == 0 && fleet.fields().is_empty() {
+                    // No set, and nothing to put back: nothing to mark either (a fleet that
+                    // never changed a key leaves nothing in Redis).
+                    fleet.marked(String::new());
+                    return Ok(());
+                }
+                put_back(fleet, &epoch, &found, fields).await?;
+                let (_, epoch) = fleet.known();
+                match fleet.set.poll("", &epoch).await? {
+                    Polled::Moved { version, fields } => (version, fields),
+                    // Emptied again meanwhile: the next round puts back again.
+                    Polled::Same | Polled::Unknown { .. } => return Ok(()),
+                }
+            }
+        };
+        let fields = fleet.adopt(version, raw);
         let snap = self.live.load();
-        let mut set = from_fields(&snap.policy, &pairs);
+        let mut set = from_fields(&snap.policy, &fields);
         let dropped = self.live.replace_overrides(&mut set);
         for d in &dropped {
             tracing::info!(target: "tollgate::overrides", key = %d.before.key, reason = d.why.as_str(), "override dropped");
-            let gone: Vec<(String, Option<String>)> = d
-                .parts
+        }
+        if !dropped.is_empty() {
+            // Each part dropped, kept as taken out (a tombstone): every replica drops it too.
+            let gone: Vec<_> = dropped
                 .iter()
-                .map(|&p| (part_field(&d.digest, p), None))
+                .flat_map(|d| {
+                    d.parts
+                        .iter()
+                        .map(|&p| (d.digest, p, Override::named(&d.before.key)))
+                })
                 .collect();
-            let _ = r.write(&gone).await;
+            let _ = fleet.keep(&gone).await;
+            // Read everything again next time.
+            fleet.forget_version();
         }
-        if let Some(db) = mirror {
-            // The copy a restart starts from while Redis is down.
-            let (db, copy) = (Arc::clone(db), set.clone());
-            let kept = tokio::task::spawn_blocking(move || {
-                db.write(|db| super::disk::replace_all(db, &copy))
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()));
-            if let Err(e) = kept {
-                tracing::warn!(target: "tollgate::overrides", error = %e, "the copy of the cluster's overrides at state.path was not written");
-            }
-        }
-        // After a drop, read everything again next time (what was deleted is gone by then).
-        self.overrides.set_version(if dropped.is_empty() {
-            polled.version
-        } else {
-            String::new()
-        });
+        fleet.copy_to_disk(fleet.fields()).await;
         Ok(())
     }
 }
 
-/// The records of Redis's `pairs` (field → one part as JSON) for the digests of `policy`'s
-/// keys and their `previous` digests. Fields are hashes of digests and each part names its
+/// The set was found with another epoch than `known` (`found`, empty for none, holding
+/// `fields` fields): put back what this replica holds, and take the epoch the set has then.
+/// Logged once, at `warn`, when the set was emptied or replaced under this replica, or found
+/// empty while this replica holds changes.
+async fn put_back(fleet: &Fleet, known: &str, found: &str, fields: u64) -> Result<(), StoreError> {
+    let copy: Vec<(String, String)> = fleet
+        .fields()
+        .into_iter()
+        .map(|(f, k)| (f, k.raw))
+        .collect();
+    let (epoch, changed) = fleet.set.restore(&copy, &new_epoch()).await?;
+    let held = copy.len();
+    // Emptied or replaced under this replica (it had read another epoch), or found empty
+    // while this replica holds changes (a restart with a copy at `state.path`).
+    let lost = !known.is_empty() || (found.is_empty() && fields == 0);
+    if lost && held > 0 {
+        tracing::warn!(
+            target: "tollgate::overrides",
+            held,
+            put_back = changed,
+            "the cluster store's overrides were found emptied or replaced; restored from this replica's copy"
+        );
+    } else if found.is_empty() && fields > 0 {
+        tracing::info!(target: "tollgate::overrides", fields, "the cluster store's overrides had no epoch (an earlier version wrote them); marked");
+    } else if changed > 0 {
+        tracing::info!(target: "tollgate::overrides", put_back = changed, "changes the cluster store did not have put back from this replica's copy");
+    }
+    fleet.marked(epoch);
+    Ok(())
+}
+
+/// The records of the set's `fields` (field → one part as kept) for the digests of
+/// `policy`'s keys and their `previous` digests; tombstones hold nothing. Fields are hashes of digests and each part names its
 /// key: a digest counts when its key's name is the part's and it hashes to the field. One
 /// pass over the keys, whatever the number of records; only a revocation whose key's name is
 /// in no entry any more (a renamed or removed key) makes every digest be hashed, so that it
 /// still finds its digest.
-fn from_fields(policy: &Policy, pairs: &HashMap<String, String>) -> Overrides {
+pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Overrides {
     let mut by_hash: HashMap<&str, Override> = HashMap::new();
-    for (f, v) in pairs {
+    for (f, k) in fields {
         let Some((hash, _)) = split_field(f) else {
             continue;
         };
-        if let Ok(o) = serde_json::from_str::<Override>(v) {
+        if let Some(o) = k.record().filter(|o| !o.is_empty()) {
             by_hash.entry(hash).or_default().merge(o);
         }
     }

@@ -16,6 +16,7 @@ mod edge;
 mod edge_h2;
 mod faults;
 mod fleet_demo;
+mod forgets_nothing;
 mod gateway;
 mod keys;
 mod operate;

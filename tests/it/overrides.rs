@@ -366,14 +366,21 @@ fn with_a_cluster_every_replica_applies_an_upgrade_within_a_second_and_keeps_it(
     let names: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
     let set_name = format!("{{ov{}:ov}}:set", redis.port);
     assert!(names.contains(&set_name), "{names:?}");
-    let fields: HashMap<String, String> = redis::cmd("HGETALL")
+    let mut fields: HashMap<String, String> = redis::cmd("HGETALL")
         .arg(&set_name)
         .query(&mut con)
         .unwrap();
+    // The set's epoch (how a replica tells a set emptied since it last read it), and one
+    // field: the upgrade, a version before its JSON.
+    let epoch = fields.remove("~epoch").expect("the set carries its epoch");
+    assert_eq!(epoch.len(), 16, "{epoch}");
     assert_eq!(fields.len(), 1);
     for (f, v) in &fields {
         assert!(!f.contains("acme-customer-key") && !v.contains("acme-customer-key"));
         assert_eq!(f.len(), 32);
+        let (version, json) = v.split_once('|').unwrap();
+        assert_eq!(version.len(), 16, "{v}");
+        assert!(json.contains(r#""plan_id":2"#), "{v}");
     }
     let ttl: i64 = redis::cmd("PTTL").arg(&set_name).query(&mut con).unwrap();
     assert!(ttl > 0, "it expires");

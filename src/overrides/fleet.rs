@@ -1,0 +1,188 @@
+//! With `cluster`: the overrides as the fleet keeps them. Redis is where the replicas meet;
+//! each replica also holds a copy of every change it has read or made ([`Fleet`]'s copy,
+//! field by field as Redis names them, in memory and, with `state.path`, on disk), and puts
+//! that copy back whenever it finds the set in Redis emptied or replaced ([`super::sync`]).
+//!
+//! Every change is written with a version from the process's clock ([`Hlc`]), and a part
+//! taken out is written as a tombstone, so copies merge by the changes' own order
+//! ([`crate::policy::versions`]): a later resume beats an earlier suspension, a revocation is
+//! never undone, whichever copy reaches the store first.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::disk::{self, DiskError};
+use super::redis_set::{part_field, NewPart, RedisSet};
+use crate::config::Cluster;
+use crate::digest::Digest;
+use crate::policy::overrides::{Override, Part};
+use crate::policy::versions::{part_of_field, Hlc, Kept};
+use crate::redis::StoreError;
+use crate::runtime::live::unix_ms;
+use crate::state::StateFile;
+
+/// The overrides in Redis, and this replica's copy of them.
+pub(super) struct Fleet {
+    pub(super) set: RedisSet,
+    /// The `state.path` file, where the copy is kept too.
+    pub(super) disk: Option<Arc<StateFile>>,
+    copy: Mutex<Copy>,
+    hlc: Hlc,
+}
+
+/// What this replica holds of the set.
+#[derive(Default)]
+struct Copy {
+    /// Every field, as last read or written.
+    fields: HashMap<String, Kept>,
+    /// The set's version the copy is of (empty: read the whole set next time).
+    version: String,
+    /// The set's epoch as last read (empty: none read yet).
+    epoch: String,
+}
+
+impl Fleet {
+    /// The set in Redis, and the copy kept at `state.path` (if any) as this replica's own.
+    pub(super) fn open(cfg: &Cluster, disk: Option<Arc<StateFile>>) -> Result<Self, DiskError> {
+        let fields = match &disk {
+            Some(file) => file.read(|db| {
+                let fields = disk::read_fields(db)?;
+                if !fields.is_empty() {
+                    return Ok(fields);
+                }
+                // A copy written before versions: the same records, at version 0.
+                Ok(disk::read_all(db)?
+                    .iter()
+                    .flat_map(|(d, o)| legacy_fields(d, o))
+                    .collect())
+            })?,
+            None => HashMap::new(),
+        };
+        let hlc = Hlc::default();
+        fields.values().for_each(|k| hlc.observe(k.version));
+        Ok(Self {
+            set: RedisSet::new(cfg),
+            disk,
+            copy: Mutex::new(Copy {
+                fields,
+                ..Copy::default()
+            }),
+            hlc,
+        })
+    }
+
+    fn copy(&self) -> std::sync::MutexGuard<'_, Copy> {
+        self.copy.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The fields held.
+    pub(super) fn fields(&self) -> HashMap<String, Kept> {
+        self.copy().fields.clone()
+    }
+
+    /// The set's version and epoch this copy is of.
+    pub(super) fn known(&self) -> (String, String) {
+        let c = self.copy();
+        (c.version.clone(), c.epoch.clone())
+    }
+
+    /// Read the whole set at the next poll (a reload dropped records: apply the set again).
+    pub(super) fn forget_version(&self) {
+        self.copy().version.clear();
+    }
+
+    /// The set's epoch is now `epoch`; read it whole next time.
+    pub(super) fn marked(&self, epoch: String) {
+        let mut c = self.copy();
+        c.epoch = epoch;
+        c.version.clear();
+    }
+
+    /// Take the set read from Redis (same epoch: Redis has every change) as the copy, at
+    /// `version`. The fields that name a part, parsed.
+    pub(super) fn adopt(
+        &self,
+        version: String,
+        raw: Vec<(String, String)>,
+    ) -> HashMap<String, Kept> {
+        let fields: HashMap<String, Kept> = raw
+            .into_iter()
+            .filter(|(f, _)| part_of_field(f).is_some())
+            .filter_map(|(f, v)| Some((f, Kept::parse(&v)?)))
+            .collect();
+        fields.values().for_each(|k| self.hlc.observe(k.version));
+        let mut c = self.copy();
+        c.fields.clone_from(&fields);
+        c.version = version;
+        fields
+    }
+
+    /// Keep the parts `changes` name (each digest's record after the change, the part changed
+    /// named; a part the record no longer holds is written as a tombstone), at a version
+    /// later than any this replica has seen; held here once Redis has them.
+    pub(super) async fn keep(
+        &self,
+        changes: &[(Digest, Part, Override)],
+    ) -> Result<(), StoreError> {
+        let parts: Vec<NewPart> = changes
+            .iter()
+            .map(|(d, part, o)| {
+                let record = o.only(*part).unwrap_or_else(|| Override::named(&o.key));
+                NewPart {
+                    field: part_field(d, *part),
+                    version: self.hlc.next(unix_ms()),
+                    json: serde_json::to_string(&record).expect("a record serializes"),
+                }
+            })
+            .collect();
+        let kept = self.set.write(&parts).await?;
+        let written: Vec<(String, Kept)> = parts.into_iter().map(|p| p.field).zip(kept).collect();
+        {
+            let mut c = self.copy();
+            for (f, k) in &written {
+                self.hlc.observe(k.version);
+                c.fields.insert(f.clone(), k.clone());
+            }
+        }
+        if let Some(file) = &self.disk {
+            let file = Arc::clone(file);
+            let kept = tokio::task::spawn_blocking(move || {
+                file.write(|db| disk::write_fields(db, &written))
+            })
+            .await;
+            if !matches!(kept, Ok(Ok(()))) {
+                tracing::warn!(target: "tollgate::overrides", "a change kept in the cluster store was not copied to state.path (it is, at the next read of the set)");
+            }
+        }
+        Ok(())
+    }
+
+    /// Keep the copy at `state.path` as `fields` (what the set holds now).
+    pub(super) async fn copy_to_disk(&self, fields: HashMap<String, Kept>) {
+        let Some(file) = &self.disk else {
+            return;
+        };
+        let file = Arc::clone(file);
+        let kept =
+            tokio::task::spawn_blocking(move || file.write(|db| disk::replace_fields(db, &fields)))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+        if let Err(e) = kept {
+            tracing::warn!(target: "tollgate::overrides", error = %e, "the copy of the cluster's overrides at state.path was not written");
+        }
+    }
+}
+
+/// The fields of a record kept before versions (each part at version 0, as plain JSON, which
+/// is how Redis held it then).
+fn legacy_fields(d: &Digest, o: &Override) -> Vec<(String, Kept)> {
+    Part::ALL
+        .into_iter()
+        .filter_map(|part| {
+            let only = o.only(part)?;
+            let json = serde_json::to_string(&only).ok()?;
+            Some((part_field(d, part), Kept::parse(&json)?))
+        })
+        .collect()
+}

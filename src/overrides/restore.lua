@@ -1,0 +1,49 @@
+-- Put back what a replica holds of the overrides, merged field by field by the rule every copy
+-- follows (tollgate_core::policy::versions): a revocation is never undone, and of two the
+-- earlier stays; otherwise the later version wins, and on a tie the larger text. Then mark
+-- the set with its epoch (one already there stays) and bump the version, so that every
+-- replica reads the whole set again.
+-- KEYS: the set, the version. ARGV: the expiry (ms), an epoch for a set without one, then per
+-- field: its name, its text (`<version>|<JSON>`, or plain JSON from before versions).
+-- Answers {the set's epoch, how many fields this call changed}.
+local function version(raw)
+  return string.match(raw, '^(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d)|') or '0000000000000000'
+end
+local function revokes(raw)
+  local ok, o = pcall(cjson.decode, (string.gsub(raw, '^%d+|', '', 1)))
+  return ok and type(o) == 'table' and o.revoked ~= nil
+end
+local changed = 0
+for i = 3, #ARGV, 2 do
+  local f, raw = ARGV[i], ARGV[i + 1]
+  local cur = redis.call('HGET', KEYS[1], f)
+  local put = false
+  if not cur then
+    put = true
+  else
+    local cv, iv = version(cur), version(raw)
+    local later = iv > cv or (iv == cv and raw > cur)
+    if string.sub(f, -2) == ':r' then
+      local ir, cr = revokes(raw), revokes(cur)
+      if ir and cr then
+        -- Of two revocations, the earlier.
+        put = iv < cv or (iv == cv and raw < cur)
+      elseif ir or cr then
+        put = ir
+      else
+        put = later
+      end
+    else
+      put = later
+    end
+  end
+  if put then
+    redis.call('HSET', KEYS[1], f, raw)
+    changed = changed + 1
+  end
+end
+redis.call('HSETNX', KEYS[1], '~epoch', ARGV[2])
+redis.call('INCR', KEYS[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[1])
+return {redis.call('HGET', KEYS[1], '~epoch'), changed}

@@ -1,0 +1,484 @@
+//! The fleet forgets nothing: a Redis that restarts empty, is flushed while the replicas run,
+//! or is failed over to a replica that lost its data never undoes an acknowledged change.
+//! Every kind of change (revocations by name and by secret, suspensions, a resume after a
+//! suspension, live limits and quotas, a partner's upgrade and lifecycle operations) is made,
+//! the store loses it, and every replica keeps refusing and limiting as before, puts the
+//! changes back, and logs it once; with and without `state.path`.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use crate::harness::{
+    admin, config_for, eventually, metric, metrics_page, send_raw, Mode, Process, RedisSentinel,
+    RedisServer, Response, TestConfig, Upstream,
+};
+
+/// The test config with a key for each kind of change, sharing through `redis_url`.
+fn fleet(up: &Upstream, redis_url: &str, prefix: &str) -> TestConfig {
+    let managed = |k: &mut tollgate_core::config::file::FileKey| k.partner = Some("acme".into());
+    config_for(up)
+        .cluster(redis_url, prefix, 100)
+        .add_key("rev", "rev-key", "basic")
+        .add_key("leak", "leak-key", "pro")
+        .add_key("sus", "sus-key", "basic")
+        .add_key("res", "res-key", "basic")
+        .add_key("lim", "lim-key", "basic")
+        .add_key("quo", "quo-key", "basic")
+        .add_key("acme-paused", "acme-paused-key", "basic")
+        .key_with("acme-paused", managed)
+        .add_key("acme-gone", "acme-gone-key", "basic")
+        .key_with("acme-gone", managed)
+}
+
+fn admin_json(addr: SocketAddr, method: &str, path: &str, body: &str) -> Response {
+    let raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+fn call(addr: SocketAddr, key: &str) -> Response {
+    let raw = format!(
+        "GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+fn partner(addr: SocketAddr, path: &str, body: &str) -> Response {
+    let raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer acme-partner-key\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+fn state(addr: SocketAddr, name: &str) -> serde_json::Value {
+    let r = admin(addr, "GET", &format!("/api/keys/{name}"));
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()
+}
+
+/// Every kind of change, made through the replica at (`listen`, `admin`); the resume of `res`
+/// through `other_admin`, after its suspension was seen there.
+fn make_every_change(listen: SocketAddr, admin_addr: SocketAddr, other_admin: SocketAddr) {
+    let ok = |r: Response, what: &str| {
+        assert_eq!(
+            r.status,
+            200,
+            "{what}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    };
+    ok(admin(admin_addr, "POST", "/api/keys/rev/revoke"), "revoke");
+    ok(
+        admin_json(
+            admin_addr,
+            "POST",
+            "/api/keys/revoke",
+            r#"{"key":"leak-key"}"#,
+        ),
+        "revoke by the secret",
+    );
+    ok(
+        admin(admin_addr, "POST", "/api/keys/sus/suspend"),
+        "suspend",
+    );
+    ok(
+        admin(admin_addr, "POST", "/api/keys/res/suspend"),
+        "suspend",
+    );
+    eventually("the other replica sees res suspended", || {
+        state(other_admin, "res")["state"] == "suspended"
+    });
+    ok(admin(other_admin, "POST", "/api/keys/res/resume"), "resume");
+    ok(
+        admin_json(
+            admin_addr,
+            "PUT",
+            "/api/keys/lim/limit",
+            r#"{"requests_per_window":5}"#,
+        ),
+        "limit",
+    );
+    ok(
+        admin_json(
+            admin_addr,
+            "PUT",
+            "/api/keys/quo/quota",
+            r#"{"requests":7,"per":"day"}"#,
+        ),
+        "quota",
+    );
+    ok(
+        partner(
+            listen,
+            "/v2/service/upgrade",
+            r#"{"apiKey":"acme-customer-key","planID":3}"#,
+        ),
+        "upgrade",
+    );
+    ok(
+        partner(
+            listen,
+            "/v2/service/suspend",
+            r#"{"apiKey":"acme-paused-key"}"#,
+        ),
+        "partner suspend",
+    );
+    ok(
+        partner(
+            listen,
+            "/v2/service/delete",
+            r#"{"apiKey":"acme-gone-key"}"#,
+        ),
+        "partner delete",
+    );
+}
+
+/// The keys refused for good or until resumed, and those served.
+const REFUSED: [&str; 5] = [
+    "rev-key",
+    "leak-key",
+    "sus-key",
+    "acme-paused-key",
+    "acme-gone-key",
+];
+const SERVED: [&str; 4] = ["res-key", "lim-key", "quo-key", "acme-customer-key"];
+
+/// What every change left on the replica at (`listen`, `admin`): `None` when it holds, else
+/// what differs.
+fn changes_in_force(listen: SocketAddr, admin_addr: SocketAddr) -> Option<String> {
+    for key in REFUSED {
+        let s = call(listen, key).status;
+        if s != 401 {
+            return Some(format!("{key} answered {s}"));
+        }
+    }
+    // Served: authenticated (a 429 of the window is fine: the tests call often).
+    for key in SERVED {
+        let s = call(listen, key).status;
+        if s == 401 {
+            return Some(format!("{key} answered {s}"));
+        }
+    }
+    let want = [
+        ("rev", "revoked"),
+        ("leak", "revoked"),
+        ("sus", "suspended"),
+        ("res", "active"),
+        ("acme-paused", "suspended"),
+        ("acme-gone", "revoked"),
+    ];
+    for (name, st) in want {
+        let s = state(admin_addr, name);
+        if s["state"] != st {
+            return Some(format!("{name}: {}", s["state"]));
+        }
+    }
+    let lim = state(admin_addr, "lim");
+    if lim["requests_per_window"] != 5 {
+        return Some(format!("lim: {}", lim["requests_per_window"]));
+    }
+    let quo = state(admin_addr, "quo");
+    if quo["quota"]["requests"] != 7 || quo["quota"]["per"] != "day" {
+        return Some(format!("quo: {}", quo["quota"]));
+    }
+    let up = state(admin_addr, "acme-customer");
+    if up["plan"] != "pro" {
+        return Some(format!("acme-customer: {}", up["plan"]));
+    }
+    let page = metrics_page(admin_addr);
+    for (series, n) in [
+        (r#"tollgate_keys{state="revoked"}"#, 3.0),
+        (r#"tollgate_keys{state="suspended"}"#, 2.0),
+        ("tollgate_plan_overrides", 1.0),
+    ] {
+        if metric(&page, series) != Some(n) {
+            return Some(format!("{series} {:?}", metric(&page, series)));
+        }
+    }
+    None
+}
+
+/// For `secs` seconds, every refused key stays refused on every replica (`listens`), and the
+/// resumed one authenticated: the store's loss is never seen as "no changes".
+fn never_undone(listens: &[SocketAddr], secs: u64) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        for &l in listens {
+            for key in REFUSED {
+                assert_eq!(call(l, key).status, 401, "{key} served on {l} meanwhile");
+            }
+            assert_ne!(call(l, "res-key").status, 401, "res-key refused on {l}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The overrides' set in Redis holds every change again, with an epoch.
+fn put_back_in(redis: &mut redis::Connection, prefix: &str) {
+    let set = format!("{{{prefix}:ov}}:set");
+    eventually("the replicas put the changes back in Redis", || {
+        let n: u64 = redis::cmd("HLEN").arg(&set).query(redis).unwrap_or(0);
+        // Nine parts (three revocations, two suspensions, a resume's tombstone, a limit, a
+        // quota, an upgrade), and the epoch.
+        n >= 10
+    });
+    let epoch: Option<String> = redis::cmd("HGET")
+        .arg(&set)
+        .arg("~epoch")
+        .query(redis)
+        .unwrap();
+    assert!(epoch.is_some(), "the set is marked with its epoch");
+}
+
+/// How many times the process logged that it found the store's overrides emptied.
+fn restored_lines(p: &Process) -> usize {
+    p.output()
+        .lines()
+        .filter(|l| l.contains("overrides were found emptied or replaced"))
+        .count()
+}
+
+fn restarted_empty(with_state_path: bool) {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("fn{}", redis.port);
+    let config = |tag: &str| {
+        let c = fleet(&up, &redis.url(), &prefix);
+        if with_state_path {
+            let path = dir.path().join(format!("{tag}-state.db"));
+            c.state_path(path.to_str().unwrap())
+        } else {
+            c
+        }
+    };
+    let (a, b) = (config("a"), config("b"));
+    let (pa, la, admin_a) = Process::run(dir.path(), "a", &a);
+    let (pb, lb, admin_b) = Process::run(dir.path(), "b", &b);
+    make_every_change(la, admin_a, admin_b);
+    for (l, ad) in [(la, admin_a), (lb, admin_b)] {
+        let seen = crate::harness::settled(|| changes_in_force(l, ad), Option::is_none);
+        assert_eq!(seen, None, "every change in force on {l} before the loss");
+    }
+
+    // Redis stopped, and started again empty on the same port (no persistence).
+    let port = redis.kill();
+    let redis = RedisServer::start_on(port);
+    never_undone(&[la, lb], 3);
+    put_back_in(&mut redis.client(), &prefix);
+    for (l, ad) in [(la, admin_a), (lb, admin_b)] {
+        assert_eq!(changes_in_force(l, ad), None, "after the loss, on {l}");
+    }
+    for p in [&pa, &pb] {
+        assert_eq!(restored_lines(p), 1, "one warning per replica");
+    }
+    // Sharing goes on: a change on one replica reaches the other.
+    assert_eq!(admin(admin_b, "POST", "/api/keys/sus/resume").status, 200);
+    eventually("replica a serves the resumed key", || {
+        call(la, "sus-key").status == 200
+    });
+}
+
+#[test]
+fn a_redis_restarted_empty_undoes_no_change_without_state_path() {
+    restarted_empty(false);
+}
+
+#[test]
+fn a_redis_restarted_empty_undoes_no_change_with_state_path() {
+    restarted_empty(true);
+}
+
+#[test]
+fn a_redis_flushed_while_the_replicas_run_undoes_no_change() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("fl{}", redis.port);
+    let a = fleet(&up, &redis.url(), &prefix);
+    let b = fleet(&up, &redis.url(), &prefix)
+        .state_path(dir.path().join("b-state.db").to_str().unwrap());
+    let (pa, la, admin_a) = Process::run(dir.path(), "a", &a);
+    let (pb, lb, admin_b) = Process::run(dir.path(), "b", &b);
+    make_every_change(la, admin_a, admin_b);
+    eventually("every change in force on b", || {
+        changes_in_force(lb, admin_b).is_none()
+    });
+    let mut con = redis.client();
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    never_undone(&[la, lb], 2);
+    put_back_in(&mut con, &prefix);
+    for (l, ad) in [(la, admin_a), (lb, admin_b)] {
+        assert_eq!(changes_in_force(l, ad), None, "after FLUSHALL, on {l}");
+    }
+    for p in [&pa, &pb] {
+        assert_eq!(restored_lines(p), 1, "one warning per replica");
+    }
+}
+
+#[test]
+fn every_replica_and_redis_restarted_together_keep_what_state_path_holds() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("tg{}", redis.port);
+    let a = fleet(&up, &redis.url(), &prefix)
+        .state_path(dir.path().join("a-state.db").to_str().unwrap());
+    // b keeps nothing on disk: it learns the changes from a's copy, put back in Redis.
+    let b = fleet(&up, &redis.url(), &prefix);
+    let (mut pa, la, admin_a) = Process::run(dir.path(), "a", &a);
+    let (mut pb, _, admin_b) = Process::run(dir.path(), "b", &b);
+    make_every_change(la, admin_a, admin_b);
+    eventually("every change in force on a", || {
+        changes_in_force(la, admin_a).is_none()
+    });
+    pa.stop();
+    pb.stop();
+    let port = redis.kill();
+    let redis = RedisServer::start_on(port);
+    let (pa, la, admin_a) = Process::run(dir.path(), "a2", &a);
+    assert_eq!(
+        changes_in_force(la, admin_a),
+        None,
+        "a, from its state.path"
+    );
+    put_back_in(&mut redis.client(), &prefix);
+    let (_pb, lb, admin_b) = Process::run(dir.path(), "b2", &b);
+    let seen = crate::harness::settled(|| changes_in_force(lb, admin_b), Option::is_none);
+    assert_eq!(seen, None, "b, from what a put back");
+    assert_eq!(
+        restored_lines(&pa),
+        1,
+        "a found it empty and put its copy back"
+    );
+}
+
+#[test]
+fn check_warns_that_a_fleet_without_state_path_keeps_only_the_yaml_when_all_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.yaml");
+    tollgate_core::testing::TestConfig::new()
+        .cluster("redis://127.0.0.1:1/0", "w", 100)
+        .write(&path);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("cluster without state.path"),
+        "check names the risk: {text}"
+    );
+    let with = dir.path().join("with.yaml");
+    tollgate_core::testing::TestConfig::new()
+        .cluster("redis://127.0.0.1:1/0", "w", 100)
+        .state_path(dir.path().join("s.db").to_str().unwrap())
+        .write(&with);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["check", "--config", with.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!text.contains("cluster without state.path"), "{text}");
+}
+
+#[test]
+fn a_sentinel_failover_to_a_replica_that_lost_the_data_undoes_no_change() {
+    let up = Upstream::start(Mode::Ok);
+    let mut sentinel = RedisSentinel::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("sf{}", sentinel.port);
+    let a = fleet(&up, &sentinel.url(), &prefix);
+    let b = fleet(&up, &sentinel.url(), &prefix);
+    let (_pa, la, admin_a) = Process::run(dir.path(), "a", &a);
+    let (_pb, lb, admin_b) = Process::run(dir.path(), "b", &b);
+    make_every_change(la, admin_a, admin_b);
+    eventually("every change in force on b", || {
+        changes_in_force(lb, admin_b).is_none()
+    });
+    // The primary dies; Sentinel promotes the replica, which comes up without the data (as
+    // a replica restarted without persistence would, or one that never synced).
+    sentinel.fail_over();
+    let mut con = sentinel.replica.client();
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    never_undone(&[la, lb], 2);
+    put_back_in(&mut con, &prefix);
+    for (l, ad) in [(la, admin_a), (lb, admin_b)] {
+        let seen = crate::harness::settled(|| changes_in_force(l, ad), Option::is_none);
+        assert_eq!(seen, None, "after the failover, on {l}");
+    }
+}
+
+/// `restore.lua` merges copies as the replicas' own rule does (`policy::versions::merge`):
+/// random copies of a few fields (revocations, suspensions, tombstones, ties of versions),
+/// put back in a random order on a real Redis, end as the rule says, whatever the order.
+#[test]
+fn the_store_merges_copies_by_the_replicas_rule() {
+    use std::collections::HashMap;
+    use tollgate::policy::overrides::{Change, Override, Part};
+    use tollgate::policy::versions::{merge, Kept};
+
+    let redis = RedisServer::start();
+    let mut con = redis.client();
+    let script = redis::Script::new(include_str!("../../src/overrides/restore.lua"));
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    for case in 0..300 {
+        let mut copies: Vec<Vec<(String, Kept)>> = Vec::new();
+        for _ in 0..(1 + next(4)) {
+            let mut copy = Vec::new();
+            for _ in 0..next(6) {
+                let part = [Part::Revoked, Part::Suspended, Part::Plan][next(3) as usize];
+                let field = format!("{}{}", "d".repeat(31) + &next(2).to_string(), part.suffix());
+                let mut o = Override::named("k");
+                if next(3) > 0 {
+                    let c = Change {
+                        since_ms: next(3),
+                        by: "admin".into(),
+                        reason: None,
+                    };
+                    match part {
+                        Part::Revoked => o.revoked = Some(c),
+                        Part::Suspended => o.suspended = Some(c),
+                        _ => o.plan_id = Some(next(3) as u32 + 1),
+                    }
+                }
+                copy.push((field, Kept::new(next(4), &o)));
+            }
+            copies.push(copy);
+        }
+        let set = format!("case{case}:set");
+        let mut want = HashMap::new();
+        for copy in &copies {
+            merge(&mut want, copy.clone());
+            let mut inv = script.prepare_invoke();
+            inv.key(&set)
+                .key(format!("case{case}:v"))
+                .arg(60_000)
+                .arg("e");
+            for (f, k) in copy {
+                inv.arg(f).arg(&k.raw);
+            }
+            let _: (String, u64) = inv.invoke(&mut con).unwrap();
+        }
+        let mut got: HashMap<String, String> =
+            redis::cmd("HGETALL").arg(&set).query(&mut con).unwrap();
+        assert_eq!(got.remove("~epoch").as_deref(), Some("e"));
+        let want: HashMap<String, String> = want.into_iter().map(|(f, k)| (f, k.raw)).collect();
+        assert_eq!(got, want, "case {case}: {copies:?}");
+    }
+}
