@@ -704,6 +704,17 @@ fn build(
             }
         }
     }
+    if process.cluster.is_some() && process.state_path.is_none() {
+        warnings.push(Warning {
+            line: None,
+            field: "cluster".to_string(),
+            message: "cluster without state.path: each replica holds the fleet's key changes and \
+                      quota counts in memory only, and puts them back when Redis loses them; if \
+                      every replica and a Redis without persistence restart together, only the \
+                      YAML remains (set state.path)"
+                .to_string(),
+        });
+    }
     Ok(Config {
         source: PathBuf::new(),
         process,
