@@ -26,6 +26,8 @@ pub mod blocking;
 pub mod body;
 pub mod classify;
 pub mod client;
+#[cfg(test)]
+mod fleet_quota_tests;
 pub mod keys;
 #[cfg(test)]
 mod lifecycle_tests;
@@ -49,7 +51,7 @@ use crate::config::routes::{BodyRule, Effect, RouteIdx};
 use crate::config::Config;
 use crate::digest::Digest;
 use crate::limit::{LocalStore, Quota, Rate, Store};
-use crate::metering::{Metering, QuotaState};
+use crate::metering::{Meter, Metering, PeriodAt, QuotaState, Ticket};
 use authenticate::{authenticate_digest, AuthHeader, NotAuthenticated};
 use authorize::authorize;
 use blocking::{BlockStarted, FailureTable};
@@ -344,17 +346,46 @@ impl Policy {
             d.shadow = Some(Outcome::ShadowForbidden);
         }
         let rate = self.rate(credential);
+        // The quota's ticket, before the window: a request that must wait for the fleet's
+        // word on its quota waits before it takes from its budget (`metering::fleet`).
+        let quota = self.quota_of(key, credential).map(|(spec, own)| {
+            let now_ms = self.metering.calendar.now_ms();
+            let period = self.metering.calendar.period(spec.per, now_ms);
+            let meter = self.metering.meter(&entry.rate, &entry.name);
+            let ticket = if shadow {
+                Ticket::Local
+            } else {
+                let fleet = &self.metering.fleet;
+                meter.ticket(spec.requests, &period, fleet, rate.limit(), now_ms, wait)
+            };
+            (spec, own, now_ms, period, meter, ticket)
+        });
+        if let Some((_, _, now_ms, period, _, Ticket::Park)) = &quota {
+            // Decided again after the store's answer: a placeholder, never answered.
+            self.metering.park(&entry.rate);
+            d.unsettled = true;
+            d.presented = presented.ok();
+            let mut r = Refusal::new(Code::QuotaExhausted, "settling with the fleet");
+            r.retry_after = Some(period.secs_left(*now_ms));
+            return Err(r);
+        }
         let decided = if wait {
             self.store.acquire(&entry.digest, &entry.rate, &rate, now)
         } else {
             self.store
                 .acquire_now(&entry.digest, &entry.rate, &rate, now)
         };
+        let undo = |quota: &Option<(_, _, _, PeriodAt, &Meter, Ticket)>| {
+            if let Some((_, _, _, period, meter, ticket)) = quota {
+                meter.undo(*ticket, period.id);
+            }
+        };
         match decided {
             Ok(quota) => d.quota = Some(quota),
             Err(denied) if denied.unsettled => {
                 // The request waits for the fleet and is decided again: this refusal is never
                 // answered, so its detail is not formatted.
+                undo(&quota);
                 d.unsettled = true;
                 d.presented = presented.ok();
                 let mut r = Refusal::new(Code::RateLimited, "settling with the fleet");
@@ -366,35 +397,37 @@ impl Policy {
                 d.shadow.get_or_insert(Outcome::ShadowRateLimited);
             }
             Err(denied) => {
+                undo(&quota);
                 d.quota = Some(denied.quota);
                 return Err(rate_limited(denied));
             }
         }
-        if let Some((spec, own)) = self.quota_of(key, credential) {
-            let now_ms = self.metering.calendar.now_ms();
-            let period = self.metering.calendar.period(spec.per, now_ms);
-            let meter = self.metering.meter(&entry.rate, &entry.name);
+        if let Some((spec, own, now_ms, period, meter, ticket)) = quota {
             let mut state = QuotaState {
                 spec,
                 own,
+                used: 0,
                 remaining: 0,
                 reset_secs: period.secs_left(now_ms),
                 period_secs: period.secs(),
                 charged: None,
             };
-            let charged = meter.charge(spec.requests, &period);
+            let charged = meter.charge_with(ticket, spec.requests, &period);
             self.metering.touched(&entry.rate);
             match charged {
                 Ok((id, used)) => {
+                    state.used = used;
                     state.remaining = spec.requests.saturating_sub(used);
                     state.charged = Some(id);
                     d.quota_state = Some(Box::new(state));
                 }
-                Err(_) if shadow => {
+                Err(used) if shadow => {
+                    state.used = used;
                     d.quota_state = Some(Box::new(state));
                     d.shadow.get_or_insert(Outcome::ShadowQuotaExhausted);
                 }
-                Err(_) => {
+                Err(used) => {
+                    state.used = used;
                     d.quota_state = Some(Box::new(state));
                     return Err(quota_exhausted(&state));
                 }
@@ -541,6 +574,7 @@ impl Policy {
         Some(QuotaState {
             spec,
             own,
+            used,
             remaining: spec.requests.saturating_sub(used),
             reset_secs: period.secs_left(now_ms),
             period_secs: period.secs(),

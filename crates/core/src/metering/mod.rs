@@ -24,6 +24,9 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use once_cell::race::OnceBox;
 
+pub mod fleet;
+pub use fleet::{FleetQuotas, Ticket};
+
 use crate::config::keyname::KeyName;
 use crate::config::{Period, QuotaSpec};
 use crate::limit::RateState;
@@ -41,7 +44,7 @@ pub fn day_of(ms: u64) -> u32 {
 const COUNT_BITS: u32 = 40;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// The `per` bit of a period id (set: a month).
-const MONTH_BIT: u32 = 1 << 23;
+pub const MONTH_BIT: u32 = 1 << 23;
 
 /// The wall clock as metering reads it, ms since the Unix epoch: set by the runtime's tick
 /// (and by tests), read by every metered request.
@@ -282,6 +285,16 @@ pub struct Meter {
     who: AtomicU64,
     /// Ledger counts, by the parity of their UTC day, then by column.
     cells: [[AtomicU32; COLUMNS]; 2],
+    /// With a fleet ([`fleet`]): when the store last answered for this key's count, ms since
+    /// the Unix epoch (0: never).
+    known_ms: AtomicU64,
+    /// Requests the store reserved for this replica and not used yet, packed as the quota
+    /// word is (their period's id and how many).
+    grant: AtomicU64,
+    /// Requests waiting for a reservation, not yet sent to the store.
+    want: AtomicU32,
+    /// A charge made on a stale view since the store last answered.
+    blind: AtomicBool,
 }
 
 impl std::fmt::Debug for Meter {
@@ -302,7 +315,147 @@ impl Meter {
             queued: AtomicBool::new(false),
             who: AtomicU64::new(0),
             cells: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU32::new(0))),
+            known_ms: AtomicU64::new(0),
+            grant: AtomicU64::new(0),
+            want: AtomicU32::new(0),
+            blind: AtomicBool::new(false),
         }
+    }
+
+    /// How the next request is charged to `quota` in `period`, with the fleet `fleet`; the
+    /// key's window limit is `limit`, the wall clock `now_ms`; `wait`: the request may still
+    /// wait for the store ([`fleet`]'s table). A [`Ticket::Park`] is the caller's to count
+    /// ([`Metering::park`]); a ticket of a request the window then refuses is handed back
+    /// ([`Meter::undo`]).
+    #[inline]
+    pub fn ticket(
+        &self,
+        quota: u64,
+        period: &PeriodAt,
+        fleet: &FleetQuotas,
+        limit: u32,
+        now_ms: u64,
+        wait: bool,
+    ) -> Ticket {
+        if !fleet.enabled() {
+            return Ticket::Local;
+        }
+        if self.take_grant(period.id) {
+            return Ticket::Grant;
+        }
+        let used = self.used(period);
+        if used >= quota || !wait || !fleet.is_up() {
+            return Ticket::Local;
+        }
+        let known = self.known_ms.load(Ordering::Relaxed).max(fleet.loaded_ms());
+        let fresh = known != 0 && now_ms.saturating_sub(known) <= fleet::STALE_AFTER_MS;
+        let far = quota - used > fleet.margin(limit);
+        if far && fresh {
+            return Ticket::Local;
+        }
+        if far && known != 0 && !self.blind.swap(true, Ordering::AcqRel) {
+            return Ticket::Blind;
+        }
+        // The count is of this period from now on (the keeper reserves in the word's period).
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                let (id, n) = unpack(cur);
+                if !same_per(id, period.id) {
+                    Some(pack(period.id, n))
+                } else if id < period.id {
+                    Some(pack(period.id, 0))
+                } else {
+                    None
+                }
+            });
+        Ticket::Park
+    }
+
+    /// Take one of the requests reserved for this replica in the period `id`.
+    fn take_grant(&self, id: u32) -> bool {
+        let mut cur = self.grant.load(Ordering::Acquire);
+        loop {
+            let (gid, n) = unpack(cur);
+            if n == 0 || gid != id {
+                return false;
+            }
+            match self.grant.compare_exchange_weak(
+                cur,
+                pack(gid, n - 1),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// The window refused the request `ticket` was for: hand it back.
+    pub fn undo(&self, ticket: Ticket, id: u32) {
+        match ticket {
+            Ticket::Grant => self.granted(id, 1),
+            Ticket::Blind => self.blind.store(false, Ordering::Release),
+            Ticket::Local | Ticket::Park => {}
+        }
+    }
+
+    /// Charge one request with `ticket` to `limit` requests in `period` ([`Meter::charge`]; a
+    /// grant is counted already: the count it leaves).
+    #[inline]
+    pub fn charge_with(
+        &self,
+        ticket: Ticket,
+        limit: u64,
+        period: &PeriodAt,
+    ) -> Result<(u32, u64), u64> {
+        if ticket == Ticket::Grant {
+            if self.exhausted.load(Ordering::Relaxed) != 0 {
+                self.exhausted.store(0, Ordering::Relaxed);
+            }
+            return Ok((period.id, self.used(period)));
+        }
+        self.charge(limit, period)
+    }
+
+    /// The requests waiting for a reservation, taken to be sent.
+    pub fn take_want(&self) -> u32 {
+        self.want.swap(0, Ordering::AcqRel)
+    }
+
+    /// The store reserved `n` requests for this replica in the period `id` (they are in the
+    /// count already: the total it answered).
+    pub fn granted(&self, id: u32, n: u64) {
+        let _ = self
+            .grant
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                let (gid, m) = unpack(cur);
+                Some(pack(id, if gid == id { m + n } else { n }))
+            });
+    }
+
+    /// The reservations not used: taken back, and off the count (the next report gives them
+    /// back to the fleet). How many, and their period.
+    pub fn take_unused_grants(&self) -> Option<(u32, u64)> {
+        let (id, n) = unpack(self.grant.swap(0, Ordering::AcqRel));
+        if n == 0 {
+            return None;
+        }
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                let (cid, c) = unpack(cur);
+                (cid == id).then(|| pack(cid, c.saturating_sub(n)))
+            });
+        Some((id, n))
+    }
+
+    /// The store answered for this key's count at `wall_ms`: the view is fresh, and a blind
+    /// charge is reported.
+    pub fn known(&self, wall_ms: u64) {
+        self.known_ms.store(wall_ms, Ordering::Relaxed);
+        self.blind.store(false, Ordering::Release);
     }
 
     /// Requests charged in `period` (0 if the count is of an earlier one).
@@ -480,6 +633,14 @@ pub struct Metering {
     /// meter comes to the keeper this way too, with its first change.
     changed_tx: Mutex<mpsc::Sender<Arc<RateState>>>,
     changed_rx: Mutex<mpsc::Receiver<Arc<RateState>>>,
+    /// With `cluster`: the fleet's side of quota decisions.
+    pub fleet: FleetQuotas,
+    /// Meters with requests parked for a reservation ([`Metering::park`]), for the keeper's
+    /// next exchange (at once: the request waits for it).
+    parked_tx: Mutex<mpsc::Sender<Arc<RateState>>>,
+    parked_rx: Mutex<mpsc::Receiver<Arc<RateState>>>,
+    /// Whether one was queued since the keeper last took them.
+    parked_any: AtomicBool,
 }
 
 impl Default for Metering {
@@ -492,11 +653,41 @@ impl Metering {
     /// Metering with the calendar at `wall_ms`.
     pub fn new(wall_ms: u64) -> Self {
         let (changed_tx, changed_rx) = mpsc::channel();
+        let (parked_tx, parked_rx) = mpsc::channel();
         Self {
             calendar: Calendar::new(wall_ms),
             changed_tx: Mutex::new(changed_tx),
             changed_rx: Mutex::new(changed_rx),
+            fleet: FleetQuotas::default(),
+            parked_tx: Mutex::new(parked_tx),
+            parked_rx: Mutex::new(parked_rx),
+            parked_any: AtomicBool::new(false),
         }
+    }
+
+    /// A request of the key whose rate state is `state` waits for the store to reserve it
+    /// ([`Ticket::Park`]): counted, and the meter queued for the keeper's next exchange.
+    pub fn park(&self, state: &Arc<RateState>) {
+        if let Some(m) = state.meter.get() {
+            if m.want.fetch_add(1, Ordering::AcqRel) == 0 {
+                let tx = self.parked_tx.lock().unwrap_or_else(|e| e.into_inner());
+                let _ = tx.send(Arc::clone(state));
+                self.parked_any.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Whether a request waits for a reservation (queued since the last
+    /// [`Metering::take_parked`]; at worst a moment late to say no).
+    pub fn has_parked(&self) -> bool {
+        self.parked_any.load(Ordering::Acquire)
+    }
+
+    /// The meters with requests parked since the last call, each once.
+    pub fn take_parked(&self) -> Vec<Arc<RateState>> {
+        self.parked_any.store(false, Ordering::Release);
+        let rx = self.parked_rx.lock().unwrap_or_else(|e| e.into_inner());
+        rx.try_iter().collect()
     }
 
     /// The meter of `state` was just changed (charged, given back, counted): queue it for the
@@ -563,6 +754,9 @@ pub struct QuotaState {
     pub spec: QuotaSpec,
     /// The key's own (named by the key), not its plan's (or the partners').
     pub own: bool,
+    /// Requests charged in the period (the fleet's, as this replica knows it): it may pass the
+    /// quota by a few requests ([`fleet`]), and is never capped at it.
+    pub used: u64,
     /// Requests left in the period.
     pub remaining: u64,
     /// Seconds to the period's end.
