@@ -1,14 +1,12 @@
 //! Quota and ledger counts shared by the fleet (`cluster`): they ride on each tick's
 //! heartbeat, in the same pipeline ([`crate::shared::Rider`]), so sharing them costs no round
-//! trip of its own.
+//! trip of its own; a request that waits for the fleet's word on its quota rides an urgent
+//! round at once.
 //!
 //! - A key's quota count for a period is one field of `<prefix>:{meters}:q:<period id>` (a
-//!   hash, field = the key's name): each replica adds what it charged since its last
-//!   exchange (`HINCRBY`, negative after give-backs) and gets the fleet's total back, which
-//!   becomes its count, plus what it charged while the answer was on its way. A replica so
-//!   admits past the quota at most what it charged within one sync interval (at most its
-//!   window limit). A key over its quota is asked about every tick (`HINCRBY … 0`), so that a
-//!   give-back elsewhere is seen.
+//!   hash, field = the key's name): [`super::quotas`] says what each round sends for it, and
+//!   `tollgate_core::metering::fleet` when a request is charged on this replica's view and
+//!   when it waits for a reservation.
 //! - A day's ledger is `<prefix>:{meters}:l:<day>` (a hash, fields `<key name>:<column>` and
 //!   `<key name>:plan` / `:partner`): each replica adds its counts; `/api/ledger` reads the
 //!   days asked.
@@ -24,18 +22,21 @@ use std::sync::Mutex;
 use redis::Value;
 
 use super::book::{BookError, Delta, Row};
+use super::quotas::{Rounds, Sent};
 use super::{named, stash, who, Keeper, Today, DAY_MS};
-use crate::config::{Cluster, Period};
+use crate::config::Cluster;
 use crate::redis::{Client, StoreError};
 use crate::shared::Rider;
 
 /// The fleet half of the keeper.
 pub(super) struct Fleet {
-    cfg: Cluster,
+    pub(super) cfg: Cluster,
     /// For `/api/ledger`'s reads (the exchange has its own connection).
     client: tokio::sync::Mutex<Option<Client>>,
     /// What the exchange in flight carries, in command order.
     in_flight: Mutex<InFlight>,
+    /// What the quota rounds remember.
+    pub(super) rounds: Mutex<Rounds>,
 }
 
 #[derive(Default)]
@@ -45,25 +46,18 @@ struct InFlight {
     deltas: Vec<Delta>,
 }
 
-/// What one command of the exchange was for.
-enum Sent {
-    /// The quota count of the keeper's meter `at`, for period `id`, as it stood (`count`).
-    Quota { at: usize, id: u32, count: u64 },
-    /// A ledger count, a ledger name, or an expiry.
-    Other,
-}
-
 impl Fleet {
     pub(super) fn new(cfg: Cluster) -> Self {
         Self {
             cfg,
             client: tokio::sync::Mutex::new(None),
             in_flight: Mutex::default(),
+            rounds: Mutex::new(Rounds::new(&crate::shared::replica_id())),
         }
     }
 
-    fn quota_key(&self, id: u32) -> String {
-        format!("{}:{{meters}}:q:{id}", self.cfg.key_prefix)
+    pub(super) fn rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
+        self.rounds.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn ledger_key(&self, day: u32) -> String {
@@ -125,12 +119,11 @@ impl Fleet {
 }
 
 impl Rider for Keeper {
-    fn commands(&self) -> Vec<redis::Cmd> {
+    fn commands(&self, tick: bool) -> Vec<redis::Cmd> {
         let Some(fleet) = &self.fleet else {
             return Vec::new();
         };
         let mut kept = self.lock();
-        let visit = self.visits(&mut kept);
         let snap = self.live.load();
         let now_ms = snap.policy.metering.calendar.now_ms();
         let Today {
@@ -138,38 +131,66 @@ impl Rider for Keeper {
             day_id,
             month_id,
         } = Today::of(&snap);
+        // The meters requests wait on: each reports with a reservation.
+        let parked: BTreeSet<usize> = snap
+            .policy
+            .metering
+            .take_parked()
+            .into_iter()
+            .map(|s| kept.hold(s, (0, 0)))
+            .collect();
+        let mut rounds = fleet.rounds();
+        let mut round = rounds.round();
         let mut cmds = Vec::new();
         let mut sent = Vec::new();
+        if !tick {
+            for &at in &parked {
+                self.quota_command(&snap, &kept, at, true, false, &mut round);
+            }
+            rounds.lay_out(
+                &fleet.cfg,
+                round,
+                [day_id, month_id],
+                now_ms,
+                &mut cmds,
+                &mut sent,
+            );
+            *fleet.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = InFlight {
+                sent,
+                deltas: Vec::new(),
+            };
+            return cmds;
+        }
+        let mut visit: BTreeSet<usize> = self.visits(&mut kept).into_iter().collect();
+        visit.extend(&parked);
+        for at in rounds.unused_grants() {
+            let back = kept.meters.get(at).and_then(|(s, _)| s.meter.get());
+            if back.is_some_and(|m| m.take_unused_grants().is_some()) {
+                visit.insert(at);
+            }
+        }
         // What an earlier exchange did not take goes first, as it was.
         let mut deltas = std::mem::take(&mut kept.unsent);
+        let mut ledger = Vec::new();
+        let mut ledger_sent = Vec::new();
         let mut days = BTreeSet::new();
         for d in &deltas {
-            ledger_commands(fleet, d, &mut cmds, &mut sent);
+            ledger_commands(fleet, d, &mut ledger, &mut ledger_sent);
             days.insert(d.day);
         }
-        let mut periods = BTreeSet::new();
         let mut over = Vec::new();
         for &at in &visit {
-            let (state, last) = &kept.meters[at];
-            let Some(m) = state.meter.get() else {
+            let Some(m) = kept.meters[at].0.meter.get() else {
                 continue;
             };
-            let name = m.name.as_str();
-            let (id, count) = m.quota_word();
-            let base = if last.0 == id { last.1 } else { 0 };
-            let delta = count as i64 - base as i64;
             let exhausted = m.exhausted_in(day_id, month_id);
             if exhausted {
                 // Asked about every tick while over its quota ([`super::Kept::watch`]).
                 over.push(at);
             }
-            if id != 0 && (delta != 0 || exhausted) {
-                let mut c = redis::cmd("HINCRBY");
-                c.arg(fleet.quota_key(id)).arg(name).arg(delta);
-                cmds.push(c);
-                sent.push(Sent::Quota { at, id, count });
-                periods.insert(id);
-            }
+            let reserve = parked.contains(&at);
+            self.quota_command(&snap, &kept, at, reserve, exhausted, &mut round);
+            let name = m.name.as_str();
             for (day, counts) in m.take(today) {
                 let Some(counts) = counts else {
                     continue;
@@ -182,25 +203,23 @@ impl Rider for Keeper {
                     partner,
                     counts: named(&counts),
                 };
-                ledger_commands(fleet, &d, &mut cmds, &mut sent);
+                ledger_commands(fleet, &d, &mut ledger, &mut ledger_sent);
                 days.insert(day);
                 deltas.push(d);
             }
         }
         kept.watch.extend(over);
-        for id in periods {
-            // A day after the period's end (any period id names its own end).
-            let per = if id & (1 << 23) != 0 {
-                Period::Month
-            } else {
-                Period::Day
-            };
-            let end = period_end(per, id).unwrap_or(now_ms + 62 * DAY_MS);
-            let mut c = redis::cmd("PEXPIREAT");
-            c.arg(fleet.quota_key(id)).arg(end + DAY_MS);
-            cmds.push(c);
-            sent.push(Sent::Other);
-        }
+        self.restore_commands(&fleet.cfg, &mut rounds, &kept, &mut round);
+        rounds.lay_out(
+            &fleet.cfg,
+            round,
+            [day_id, month_id],
+            now_ms,
+            &mut cmds,
+            &mut sent,
+        );
+        cmds.extend(ledger);
+        sent.extend(ledger_sent);
         let retention = snap
             .policy
             .config
@@ -228,35 +247,34 @@ impl Rider for Keeper {
             _ => {
                 // Nothing taken as applied: the ledger counts are sent again next tick; so
                 // are the quota counts (their total here has not moved: their meters are
-                // visited again, changed or not).
+                // visited again, changed or not), and the counts to put back.
                 let mut kept = self.lock();
                 stash(&mut kept.unsent, flight.deltas);
+                let mut rounds = fleet.rounds();
                 for s in &flight.sent {
-                    if let Sent::Quota { at, .. } = *s {
-                        kept.watch.insert(at);
+                    match *s {
+                        Sent::Quota { at, .. } | Sent::Reserve { at, .. } => {
+                            kept.watch.insert(at);
+                        }
+                        Sent::Restore { id, .. } => rounds.restore(id),
+                        _ => {}
                     }
                 }
                 return;
             }
         };
+        let now_ms = self.live.load().policy.metering.calendar.now_ms();
         let mut kept = self.lock();
-        for (s, a) in flight.sent.iter().zip(answers) {
-            let Sent::Quota { at, id, count } = *s else {
-                continue;
-            };
-            let Ok(Value::Int(total)) = a else {
-                // Not applied: sent again next tick.
-                kept.watch.insert(at);
-                continue;
-            };
-            let total = u64::try_from(total).unwrap_or(0);
-            if let Some((state, last)) = kept.meters.get_mut(at) {
-                if let Some(m) = state.meter.get() {
-                    m.rebase(id, count, total);
-                    *last = (id, total);
-                }
-            }
-        }
+        let mut rounds = fleet.rounds();
+        self.quota_answers(&mut rounds, &mut kept, &flight.sent, &answers, now_ms);
+    }
+
+    fn waiting(&self) -> bool {
+        self.fleet.is_some() && self.live.load().policy.metering.has_parked()
+    }
+
+    fn store_up(&self, up: bool) {
+        self.live.load().policy.metering.fleet.set_up(up);
     }
 }
 
@@ -278,39 +296,4 @@ fn ledger_commands(fleet: &Fleet, d: &Delta, cmds: &mut Vec<redis::Cmd>, sent: &
         .arg(d.partner.as_deref().unwrap_or(""));
     cmds.push(c);
     sent.push(Sent::Other);
-}
-
-/// The end (ms since the Unix epoch) of the period whose id is `id`.
-fn period_end(per: Period, id: u32) -> Option<u64> {
-    let n = u64::from(id & ((1 << 23) - 1));
-    match per {
-        Period::Day => Some((n + 1) * DAY_MS),
-        Period::Month => {
-            let (y, m) = (1970 + n / 12, (n % 12) as u32 + 1);
-            let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
-            let days = crate::metering::days_from_civil(ny as i64, nm, 1);
-            u64::try_from(days).ok().map(|d| d * DAY_MS)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::metering::PeriodAt;
-
-    #[test]
-    fn a_period_id_names_its_end() {
-        for ms in [
-            0u64,
-            1_796_083_199_999,
-            1_796_083_200_000,
-            1_769_817_600_000,
-        ] {
-            for per in [Period::Day, Period::Month] {
-                let p = PeriodAt::of(per, ms);
-                assert_eq!(period_end(per, p.id), Some(p.end_ms), "{per:?} {ms}");
-            }
-        }
-    }
 }

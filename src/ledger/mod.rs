@@ -16,6 +16,7 @@
 
 pub mod book;
 mod fleet;
+mod quotas;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -76,6 +77,9 @@ struct Kept {
     /// Passes since meters no policy holds were last looked for (a look reads every meter:
     /// once a minute, not every pass).
     since_drop: u32,
+    /// With `cluster` and `state.path`: meters whose count the fleet answered since the last
+    /// pass, to keep at `state.path` (what a restart decides on while Redis is down).
+    to_disk: BTreeSet<usize>,
 }
 
 /// Passes (seconds) between two looks for meters no policy holds any more.
@@ -95,25 +99,41 @@ pub struct Keeper {
 }
 
 impl Keeper {
-    /// A keeper writing to `file` (`state.path`; with `cluster`, only probed: the counts go
-    /// to Redis), or to memory; the quota counts it holds are put back on the keys of the
-    /// config in force.
+    /// A keeper writing to `file` (`state.path`), or to memory; the quota counts it holds are
+    /// put back on the keys of the config in force. With `cluster`, the counts go to Redis,
+    /// the quota counts are kept at `state.path` too (this replica's own, for a restart while
+    /// Redis is down), and the fleet's counts are read before the gateway serves: a replica
+    /// that starts decides on the fleet's count or its own, never from zero.
     pub fn open(file: Option<Arc<StateFile>>, live: Arc<LivePolicy>) -> Result<Self, BookError> {
-        let cluster = live.load().policy.config.process.cluster.clone();
+        let snap = live.load();
+        let cluster = snap.policy.config.process.cluster.clone();
+        let window_ms = u64::from(snap.policy.config.limits.window.get()) * 1000;
         let book = match &file {
-            Some(file) if cluster.is_none() => Book::Disk(Arc::clone(file)),
-            _ => Book::Memory(Mutex::default()),
+            Some(file) => Book::Disk(Arc::clone(file)),
+            None => Book::Memory(Mutex::default()),
         };
         let keeper = Self {
             live,
             book,
-            fleet: cluster.map(fleet::Fleet::new),
+            fleet: cluster.clone().map(fleet::Fleet::new),
             kept: Mutex::default(),
             file,
         };
-        if keeper.fleet.is_none() {
-            // With `cluster`, the fleet's counts are in Redis: the first exchange brings them.
-            keeper.restore()?;
+        keeper.restore()?;
+        if let (Some(c), Some(fleet)) = (&cluster, &keeper.fleet) {
+            let metering = &snap.policy.metering;
+            metering.fleet.enable(
+                window_ms,
+                c.sync_interval.as_millis() as u64,
+                c.timeout.as_millis() as u64,
+            );
+            keeper.load_fleet_counts(c);
+            let Today {
+                day_id, month_id, ..
+            } = Today::of(&snap);
+            let mut rounds = fleet.rounds();
+            rounds.restore(day_id);
+            rounds.restore(month_id);
         }
         Ok(keeper)
     }
@@ -171,7 +191,7 @@ impl Keeper {
         } = Today::of(&snap);
         if self.fleet.is_some() {
             // The counts ride on the budgets' exchange ([`fleet`]), which watches the meters
-            // over their quota; only the gauge here.
+            // over their quota; here the gauge, and this replica's copy of the counts.
             let n = kept
                 .watch
                 .iter()
@@ -179,7 +199,7 @@ impl Keeper {
                 .filter(|m| m.exhausted_in(day_id, month_id))
                 .count();
             self.live.metrics().set_quota_exhausted_keys(n);
-            return Ok(());
+            return self.keep_copy(&mut kept);
         }
         let visit = self.visits(&mut kept);
         let mut quotas = Vec::new();
@@ -253,6 +273,28 @@ impl Keeper {
                 Err(e)
             }
         }
+    }
+
+    /// With `cluster` and `state.path`: keep the counts the fleet answered since the last pass
+    /// (a replica restarted while Redis is down decides on them).
+    fn keep_copy(&self, kept: &mut Kept) -> Result<(), BookError> {
+        if matches!(self.book, Book::Memory(_)) || kept.to_disk.is_empty() {
+            return Ok(());
+        }
+        let ats = std::mem::take(&mut kept.to_disk);
+        let quotas: Vec<(String, u32, u64)> = ats
+            .iter()
+            .filter_map(|&at| {
+                let m = kept.meters.get(at)?.0.meter.get()?;
+                let (id, n) = m.quota_word();
+                Some((m.name.as_str().to_string(), id, n))
+            })
+            .collect();
+        let written = self.book.write(&quotas, &[], None);
+        if written.is_err() {
+            kept.to_disk.extend(ats);
+        }
+        written
     }
 
     /// The rows of days `from..=to` (of the key `key`): with every count made here until

@@ -33,7 +33,19 @@ impl BudgetSync {
         let fleet = if tick {
             self.beat(client, deadline).await.map(Some)
         } else {
-            Ok(None)
+            // An urgent round: what requests wait for rides alone, before the budget calls.
+            let waited = self
+                .rider
+                .get()
+                .map(|r| r.commands(false))
+                .unwrap_or_default();
+            if waited.is_empty() {
+                Ok(None)
+            } else {
+                self.ride(client, None, waited, deadline)
+                    .await
+                    .map(|_| None)
+            }
         };
         if fleet.is_err() {
             return (fleet, Vec::new());
@@ -76,7 +88,11 @@ impl BudgetSync {
         let mut beat = self.heartbeat.evalsha(&[&self.fleet_key]);
         beat.arg(&self.replica).arg(horizon);
         let url = &self.cfg.redis_url;
-        let riding = self.rider.get().map(|r| r.commands()).unwrap_or_default();
+        let riding = self
+            .rider
+            .get()
+            .map(|r| r.commands(true))
+            .unwrap_or_default();
         let first = if riding.is_empty() {
             within(deadline, url, client.query::<u32>(&beat)).await
         } else if matches!(client, Client::Cluster(_)) {
@@ -335,6 +351,9 @@ impl BudgetSync {
             .observe(started.elapsed().as_secs_f64());
         self.metrics.sync_keys.observe(keys as f64);
         let ok = outcome.is_ok() && settled.failed == 0;
+        if let Some(rider) = self.rider.get() {
+            rider.store_up(ok);
+        }
         if let Ok(Some(n)) = outcome {
             self.store.set_fleet(n);
             self.metrics.replicas.set(i64::from(n));

@@ -90,13 +90,19 @@ pub struct BudgetSync {
 }
 
 /// Commands that ride on each tick's heartbeat, in the same pipeline (one round trip for the
-/// heartbeat, the quota counts and the ledger's): [`crate::ledger`]'s fleet half.
+/// heartbeat, the quota counts and the ledger's), and on an urgent round when a request waits
+/// for them: [`crate::ledger`]'s fleet half.
 pub trait Rider: Send + Sync {
-    /// This tick's commands (none: the heartbeat goes alone). Each names one slot.
-    fn commands(&self) -> Vec<redis::Cmd>;
+    /// This round's commands (none: nothing rides): at a tick, everything there is to send;
+    /// in an urgent round, only what a request waits for. Each names one slot.
+    fn commands(&self, tick: bool) -> Vec<redis::Cmd>;
     /// Their answers, in order, or why none came (then nothing of them may be taken as
     /// applied, and nothing is lost: what was sent is sent again, or put back).
     fn answered(&self, answers: Result<Vec<redis::RedisResult<redis::Value>>, StoreError>);
+    /// Whether a request waits for what rides: an urgent round is due.
+    fn waiting(&self) -> bool;
+    /// Whether the round with the store succeeded (a request decides on its own while not).
+    fn store_up(&self, up: bool);
 }
 
 impl BudgetSync {
@@ -169,7 +175,8 @@ impl BudgetSync {
     async fn exchange_round(&self, client: &mut Option<Client>, tick: bool) -> Option<bool> {
         let started = std::time::Instant::now();
         let batch = self.syncer().begin(self.clock.now(), tick);
-        if !tick && batch.is_empty() {
+        let riding = self.rider.get().is_some_and(|r| r.waiting());
+        if !tick && batch.is_empty() && !riding {
             return None;
         }
         self.metrics.parked.inc_by(batch.parked());
@@ -297,7 +304,7 @@ impl Settling {
 
 /// A random id for this process: 16 hex digits from the standard library's random hasher
 /// seeds, the process id and the time.
-fn replica_id() -> String {
+pub fn replica_id() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());

@@ -482,3 +482,113 @@ fn the_store_merges_copies_by_the_replicas_rule() {
         assert_eq!(got, want, "case {case}: {copies:?}");
     }
 }
+
+/// The admissions of `n` requests of `key` to the gateway at `listen` (each 200 or 429).
+fn admitted_of(listen: SocketAddr, key: &str, n: usize) -> usize {
+    (0..n)
+        .filter(|_| {
+            let r = call(listen, key);
+            assert!(matches!(r.status, 200 | 429), "status {}", r.status);
+            r.status == 200
+        })
+        .count()
+}
+
+/// The case of the issue that found it: a key with 3 a month, spent on replica a; 30
+/// requests to b; both replicas restarted, 30 requests to each; again; then Redis restarted
+/// empty, 30 more to each. The fleet admits at most the quota plus one request per replica
+/// (5), `quota.used` is what was charged, and Redis holds it again after its restart.
+fn a_small_quota_over_restarts(with_state_path: bool) {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = |tag: &str| {
+        let c = config_for(&up)
+            .cluster(&redis.url(), &format!("q{}", redis.port), 100)
+            .plan_quota("basic", 3, "month")
+            .ledger(30);
+        if with_state_path {
+            let path = dir.path().join(format!("{tag}-state.db"));
+            c.state_path(path.to_str().unwrap())
+        } else {
+            c
+        }
+    };
+    let (a, b) = (config("a"), config("b"));
+    let (mut pa, la, admin_a) = Process::run(dir.path(), "a", &a);
+    let (mut pb, lb, _) = Process::run(dir.path(), "b", &b);
+    let mut admitted = admitted_of(la, "basic-key-1", 3);
+    assert_eq!(admitted, 3, "the quota, on a");
+    std::thread::sleep(Duration::from_secs(2));
+    admitted += admitted_of(lb, "basic-key-1", 30);
+    for round in 0..2 {
+        pa.stop();
+        pb.stop();
+        let (qa, la, _) = Process::run(dir.path(), &format!("a{round}"), &a);
+        let (qb, lb, _) = Process::run(dir.path(), &format!("b{round}"), &b);
+        admitted += admitted_of(la, "basic-key-1", 30);
+        admitted += admitted_of(lb, "basic-key-1", 30);
+        (pa, pb) = (qa, qb);
+    }
+    eprintln!("{admitted} admitted on a quota of 3 over two replicas and two restarts");
+    assert!(
+        (3..=5).contains(&admitted),
+        "{admitted} admitted on a quota of 3 over two replicas"
+    );
+    let admin_a = a.file.admin_listen.parse().unwrap_or(admin_a);
+    let used = |a: SocketAddr| state(a, "basic-1")["quota"]["used"].as_u64();
+    eventually("quota.used is what was charged", || {
+        used(admin_a) == Some(admitted as u64)
+    });
+    let ledger = admin(admin_a, "GET", "/api/ledger?key=basic-1").json();
+    let forwarded: u64 = ledger["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["forwarded"].as_u64().unwrap())
+        .sum();
+    assert_eq!(forwarded, admitted as u64, "the ledger: {ledger}");
+
+    // Redis restarted empty: the replicas put the count back, and admit nothing more.
+    let port = redis.kill();
+    let redis = RedisServer::start_on(port);
+    let la: SocketAddr = a.file.listen.parse().unwrap();
+    let lb: SocketAddr = b.file.listen.parse().unwrap();
+    let mut after = 0;
+    for _ in 0..10 {
+        after += admitted_of(la, "basic-key-1", 3);
+        after += admitted_of(lb, "basic-key-1", 3);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(after, 0, "admitted after Redis lost the count");
+    let hash = format!("q{port}:{{meters}}:q:{}", month_id());
+    let mut con = redis.client();
+    eventually("the count is back in Redis", || {
+        let n: Option<u64> = redis::cmd("HGET")
+            .arg(&hash)
+            .arg("basic-1")
+            .query(&mut con)
+            .unwrap_or(None);
+        n == Some(admitted as u64)
+    });
+    drop((pa, pb));
+}
+
+/// The id of this month's quota period, as the gateway names its hash.
+fn month_id() -> u32 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    tollgate::metering::PeriodAt::of(tollgate::config::Period::Month, ms).id
+}
+
+#[test]
+fn a_quota_of_three_over_two_replicas_and_two_restarts_admits_at_most_five() {
+    a_small_quota_over_restarts(false);
+}
+
+#[test]
+fn a_quota_of_three_over_restarts_with_state_path_admits_at_most_five() {
+    a_small_quota_over_restarts(true);
+}

@@ -1,0 +1,473 @@
+//! Quota counts shared by the fleet: the commands each round sends for them, what their
+//! answers do to the meters, and the fleet's counts read at start. The decision's side (when a
+//! replica charges on its own view, when a request waits for a reservation) is the core's
+//! `metering::fleet`; this is how the store's word reaches the meters.
+//!
+//! Per key with something to say, in the period of its count:
+//!
+//! | the key | command | its answer |
+//! |---|---|---|
+//! | charged or given back here since the last report, or over its quota | `HINCRBY <hash> <name> <charges>` | the fleet's count: the view |
+//! | requests wait for the fleet's word | `reserve.lua`: the charges (the field at least this replica's view of it), then what the quota has room for of the requests waiting, in one step | the count, and the requests reserved for this replica (*grants*) |
+//! | the period's hash was found missing (and at start) | `restore.lua`: each field the larger of its count and this replica's | the counts |
+//!
+//! **A store that lost the counts.** Each replica keeps a mark of its own in every period's
+//! hash it reports in (`~<replica id>`, set with `HSETNX` at the end of each round, for the
+//! periods it reported in and those it holds counts of, whether it reported this round or
+//! not). A mark of its own found missing where it had set one says the hash was lost
+//! (restarted empty, flushed, failed over to a replica without it, evicted): the round's
+//! counts are not taken as the fleet's (they may be what is left of it), the next tick puts
+//! back every count this replica holds for the period (the larger count wins) and logs at
+//! `warn` when that raised any. A reservation is granted only where the replica's mark was
+//! there before it (`reserve.lua` looks): none from a hash just lost or just made. Every
+//! replica finds its own mark missing, so every replica puts back what it holds, within a
+//! tick. The period's expiry is set once per process (and again after a loss), so that a
+//! round costs the commands it did before marks: a mark per period in place of an expiry per
+//! period.
+//!
+//! Grants not used within a whole interval go back with the next report.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use redis::{Cmd, Value};
+
+use super::{Keeper, Kept, DAY_MS};
+use crate::config::{Cluster, Period};
+use crate::metering::{PeriodAt, MONTH_BIT};
+use crate::runtime::live::Snapshot;
+
+/// Fields per `restore.lua` call.
+const RESTORE_BATCH: usize = 500;
+
+/// What the quota rounds remember from one round to the next.
+pub(super) struct Rounds {
+    /// This process's mark in a period's hash (no key's name starts with `~`).
+    mark: String,
+    /// Periods whose hash holds this process's mark (it set it, and found it since).
+    marked: BTreeSet<u32>,
+    /// Periods whose hash this process has set to expire (again after a missing mark).
+    expiring: HashSet<u32>,
+    /// Periods whose counts go back at the next tick (the larger count wins): at start, and
+    /// after a mark was found missing.
+    restore: BTreeSet<u32>,
+    /// Meters (places in the keeper's list) granted reservations in this interval, and in
+    /// the one before: what the latter did not use goes back at this tick.
+    granted: [Vec<usize>; 2],
+}
+
+/// One command of a round, and what its answer is for.
+pub(super) enum Sent {
+    /// The quota count of the meter `at`, for period `id`, as it stood (`count`).
+    Quota { at: usize, id: u32, count: u64 },
+    /// The same, with a reservation: answered by the count and the requests granted.
+    Reserve { at: usize, id: u32, count: u64 },
+    /// The mark of period `id`'s hash: 1 when it was missing.
+    Mark { id: u32 },
+    /// Period `id`'s expiry.
+    Expire { id: u32 },
+    /// Period `id`'s counts put back: the meters and the counts sent.
+    Restore { id: u32, entries: Vec<(usize, u64)> },
+    /// A ledger count, a ledger name, or a ledger day's expiry.
+    Other,
+}
+
+/// The quota commands of one round, before they are laid out in order.
+#[derive(Default)]
+pub(super) struct Round {
+    /// This process's mark (what a reservation looks for).
+    pub(super) mark: String,
+    /// Periods reported (each gets a mark first, and an expiry when due).
+    pub(super) periods: BTreeSet<u32>,
+    pub(super) counts: Vec<(Cmd, Sent)>,
+    pub(super) restores: Vec<(Cmd, Sent)>,
+}
+
+/// The name of period `id`'s hash.
+pub(super) fn quota_key(cfg: &Cluster, id: u32) -> String {
+    format!("{}:{{meters}}:q:{id}", cfg.key_prefix)
+}
+
+impl Rounds {
+    /// The rounds of a process whose mark is `~<replica>`.
+    pub(super) fn new(replica: &str) -> Self {
+        Self {
+            mark: format!("~{replica}"),
+            marked: BTreeSet::new(),
+            expiring: HashSet::new(),
+            restore: BTreeSet::new(),
+            granted: [Vec::new(), Vec::new()],
+        }
+    }
+
+    /// Period `id`'s counts go back at the next tick: at start (what this replica holds,
+    /// from `state.path`, may be more than the store has), and when a restore failed.
+    pub(super) fn restore(&mut self, id: u32) {
+        self.restore.insert(id);
+    }
+
+    /// A round of this process.
+    pub(super) fn round(&self) -> Round {
+        Round {
+            mark: self.mark.clone(),
+            ..Round::default()
+        }
+    }
+
+    /// A new interval: the meters whose grants were not used for a whole interval.
+    pub(super) fn unused_grants(&mut self) -> Vec<usize> {
+        let old = std::mem::take(&mut self.granted[1]);
+        self.granted[1] = std::mem::take(&mut self.granted[0]);
+        old
+    }
+
+    /// The counts, the restores, then the marks (of the periods reported or put back, and of
+    /// those this process holds counts of, while they are `current`), and the expiries due, in
+    /// the order their answers are read.
+    pub(super) fn lay_out(
+        &mut self,
+        cfg: &Cluster,
+        round: Round,
+        current: [u32; 2],
+        now_ms: u64,
+        cmds: &mut Vec<Cmd>,
+        sent: &mut Vec<Sent>,
+    ) {
+        let mut periods = round.periods;
+        periods.extend(round.restores.iter().filter_map(|(_, s)| match s {
+            Sent::Restore { id, .. } => Some(*id),
+            _ => None,
+        }));
+        periods.extend(self.marked.iter().filter(|id| current.contains(id)));
+        self.marked
+            .retain(|id| current.contains(id) || periods.contains(id));
+        for (c, s) in round.counts.into_iter().chain(round.restores) {
+            cmds.push(c);
+            sent.push(s);
+        }
+        for &id in &periods {
+            let mut c = redis::cmd("HSETNX");
+            c.arg(quota_key(cfg, id)).arg(&self.mark).arg("1");
+            cmds.push(c);
+            sent.push(Sent::Mark { id });
+        }
+        for id in periods {
+            if self.expiring.contains(&id) {
+                continue;
+            }
+            // A day after the period's end (any period id names its own end).
+            let per = if id & MONTH_BIT != 0 {
+                Period::Month
+            } else {
+                Period::Day
+            };
+            let end = period_end(per, id).unwrap_or(now_ms + 62 * DAY_MS);
+            let mut c = redis::cmd("PEXPIREAT");
+            c.arg(quota_key(cfg, id)).arg(end + DAY_MS);
+            cmds.push(c);
+            sent.push(Sent::Expire { id });
+        }
+    }
+}
+
+impl Keeper {
+    /// The command that reports the meter `at` (with a reservation for its requests waiting,
+    /// when `reserve`), if it has anything to say.
+    pub(super) fn quota_command(
+        &self,
+        snap: &Snapshot,
+        kept: &Kept,
+        at: usize,
+        reserve: bool,
+        exhausted: bool,
+        round: &mut Round,
+    ) {
+        let (Some(fleet), (state, last)) = (&self.fleet, &kept.meters[at]) else {
+            return;
+        };
+        let Some(m) = state.meter.get() else {
+            return;
+        };
+        let (id, count) = m.quota_word();
+        let base = if last.0 == id { last.1 } else { 0 };
+        let delta = count as i64 - base as i64;
+        let want = if reserve { m.take_want() } else { 0 };
+        if id == 0 {
+            return;
+        }
+        let key = quota_key(&fleet.cfg, id);
+        let quota = (want > 0)
+            .then(|| quota_in_force(snap, m.name.as_str()))
+            .flatten();
+        match quota {
+            Some(q) => {
+                let mut c = redis::cmd("EVAL");
+                c.arg(include_str!("reserve.lua"))
+                    .arg(1)
+                    .arg(key)
+                    .arg(m.name.as_str())
+                    .arg(delta)
+                    .arg(want)
+                    .arg(q)
+                    .arg(count)
+                    .arg(&round.mark);
+                round.counts.push((c, Sent::Reserve { at, id, count }));
+            }
+            None if delta != 0 || exhausted => {
+                let mut c = redis::cmd("HINCRBY");
+                c.arg(key).arg(m.name.as_str()).arg(delta);
+                round.counts.push((c, Sent::Quota { at, id, count }));
+            }
+            None => return,
+        }
+        round.periods.insert(id);
+    }
+
+    /// The commands that put back every count this replica holds in the periods due.
+    pub(super) fn restore_commands(
+        &self,
+        cfg: &Cluster,
+        rounds: &mut Rounds,
+        kept: &Kept,
+        round: &mut Round,
+    ) {
+        for id in std::mem::take(&mut rounds.restore) {
+            let entries: Vec<(usize, u64)> = kept
+                .meters
+                .iter()
+                .enumerate()
+                .filter_map(|(at, (state, _))| {
+                    let (wid, n) = state.meter.get()?.quota_word();
+                    (wid == id && n > 0).then_some((at, n))
+                })
+                .collect();
+            for chunk in entries.chunks(RESTORE_BATCH) {
+                let mut c = redis::cmd("EVAL");
+                c.arg(include_str!("restore.lua"))
+                    .arg(1)
+                    .arg(quota_key(cfg, id));
+                for &(at, n) in chunk {
+                    if let Some(m) = kept.meters[at].0.meter.get() {
+                        c.arg(m.name.as_str()).arg(n);
+                    }
+                }
+                let sent = Sent::Restore {
+                    id,
+                    entries: chunk.to_vec(),
+                };
+                round.restores.push((c, sent));
+            }
+        }
+    }
+
+    /// What the answers of a round's quota commands do: the fleet's counts become the views
+    /// (not where a mark says the hash was just made: those go back next tick), grants reach
+    /// their meters, and every count this replica reported is known now. The meters whose
+    /// words changed, for the copy at `state.path`.
+    pub(super) fn quota_answers(
+        &self,
+        rounds: &mut Rounds,
+        kept: &mut Kept,
+        sent: &[Sent],
+        answers: &[redis::RedisResult<Value>],
+        now_ms: u64,
+    ) {
+        // Periods whose hash lost this process's mark: the store lost them.
+        let mut lost = HashSet::new();
+        for (s, a) in sent.iter().zip(answers) {
+            match (s, a) {
+                // Set now where this process had set it before: lost.
+                (Sent::Mark { id }, Ok(Value::Int(1))) if !rounds.marked.insert(*id) => {
+                    lost.insert(*id);
+                    rounds.restore.insert(*id);
+                    rounds.expiring.remove(id);
+                }
+                (Sent::Mark { id }, Ok(_)) => {
+                    rounds.marked.insert(*id);
+                }
+                _ => {}
+            }
+        }
+        let made = lost;
+        // A meter whose counts went back this round takes the restore's answer, the larger
+        // count (its report's answer came from the same word, before).
+        let restored: HashSet<usize> = sent
+            .iter()
+            .flat_map(|s| match s {
+                Sent::Restore { entries, .. } => entries.iter().map(|&(at, _)| at).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let mut raised = 0;
+        for (s, a) in sent.iter().zip(answers) {
+            match (s, a) {
+                (Sent::Expire { id }, Ok(_)) if !made.contains(id) => {
+                    rounds.expiring.insert(*id);
+                }
+                (&Sent::Quota { at, .. }, Ok(_)) if restored.contains(&at) => {}
+                (&Sent::Quota { at, id, count }, Ok(Value::Int(total))) => {
+                    let total = if made.contains(&id) {
+                        count
+                    } else {
+                        u64::try_from(*total).unwrap_or(0)
+                    };
+                    kept.rebased(at, id, count, total, now_ms);
+                }
+                (&Sent::Reserve { at, id, count }, Ok(Value::Array(v))) => {
+                    let (total, granted) = match v.as_slice() {
+                        [Value::Int(t), Value::Int(g)] => (*t, *g),
+                        _ => continue,
+                    };
+                    // Reserved on at least this replica's view (the script puts a lost count
+                    // back first), and granted only where this replica's mark was there: the
+                    // answer holds. A restore in the same round answers for the count.
+                    let granted = u64::try_from(granted).unwrap_or(0);
+                    if !restored.contains(&at) {
+                        kept.rebased(at, id, count, u64::try_from(total).unwrap_or(0), now_ms);
+                    }
+                    if granted > 0 {
+                        if let Some(m) = kept.meters[at].0.meter.get() {
+                            m.granted(id, granted);
+                        }
+                        rounds.granted[0].push(at);
+                    }
+                }
+                (Sent::Restore { id, entries }, Ok(Value::Array(v))) => {
+                    for (&(at, count), t) in entries.iter().zip(v) {
+                        if let Value::Int(t) = t {
+                            kept.rebased(at, *id, count, u64::try_from(*t).unwrap_or(0), now_ms);
+                        }
+                    }
+                    if let Some(Value::Int(n)) = v.last() {
+                        raised += n;
+                    }
+                }
+                (Sent::Quota { at, .. } | Sent::Reserve { at, .. }, _) => {
+                    // Not applied: sent again next tick.
+                    kept.watch.insert(*at);
+                }
+                (Sent::Restore { id, .. }, Err(_)) => {
+                    rounds.restore.insert(*id);
+                }
+                _ => {}
+            }
+        }
+        if raised > 0 {
+            // One restore per loss (each period's counts in one round): one line.
+            tracing::warn!(
+                target: "tollgate::ledger",
+                raised,
+                "the cluster store's quota counts were found emptied; restored from this replica's counts (the larger count wins)"
+            );
+        }
+    }
+
+    /// Read the fleet's counts of the periods of now (at start, before serving), and put them
+    /// on the keys' meters (the larger of them and what this replica kept wins); with them,
+    /// every key's view is known. Bounded by the timeout (at least 500 ms); a store that does
+    /// not answer leaves the views to the first exchanges.
+    pub(super) fn load_fleet_counts(&self, cfg: &Cluster) {
+        let snap = self.live.load();
+        let now_ms = snap.policy.metering.calendar.now_ms();
+        let ids = [
+            PeriodAt::of(Period::Day, now_ms).id,
+            PeriodAt::of(Period::Month, now_ms).id,
+        ];
+        let keys: Vec<String> = ids.iter().map(|&id| quota_key(cfg, id)).collect();
+        let cfg2 = cfg.clone();
+        let read = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let client = crate::redis::connect(&cfg2).await.ok()?;
+                let mut pipe = redis::pipe();
+                for k in &keys {
+                    pipe.cmd("HGETALL").arg(k);
+                }
+                let deadline = tokio::time::Instant::now()
+                    + cfg2.timeout.max(std::time::Duration::from_millis(500));
+                let read: Vec<HashMap<String, u64>> =
+                    crate::redis::within(deadline, &cfg2.redis_url, client.pipeline(&pipe))
+                        .await
+                        .ok()?;
+                Some(read)
+            })
+        });
+        let Some(periods) = read.join().ok().flatten() else {
+            tracing::warn!(target: "tollgate::ledger", "the fleet's quota counts were not read at start (the store did not answer): the first exchanges bring them");
+            return;
+        };
+        let policy = &snap.policy;
+        let mut kept = self.lock();
+        for (&id, counts) in ids.iter().zip(periods) {
+            for (name, n) in counts {
+                let Some(k) = policy.keys.find_by_name(&name) else {
+                    continue;
+                };
+                let e = policy.keys.get(k);
+                let m = policy.metering.meter(&e.rate, &e.name);
+                m.restore(id, n);
+                kept.hold(std::sync::Arc::clone(&e.rate), m.quota_word());
+            }
+        }
+        policy.metering.fleet.loaded(now_ms);
+    }
+}
+
+impl Kept {
+    /// The fleet's `total` came back for the meter `at`'s count of period `id`, sent as
+    /// `count`: the view, the next report's base, and known now.
+    fn rebased(&mut self, at: usize, id: u32, count: u64, total: u64, now_ms: u64) {
+        if let Some((state, last)) = self.meters.get_mut(at) {
+            if let Some(m) = state.meter.get() {
+                m.rebase(id, count, total);
+                m.known(now_ms);
+                *last = (id, total);
+                self.to_disk.insert(at);
+            }
+        }
+    }
+}
+
+/// The quota in force for the key named `name` (its requests), as the config in force has it.
+fn quota_in_force(snap: &Snapshot, name: &str) -> Option<u64> {
+    let p = &snap.policy;
+    let k = p.keys.find_by_name(name)?;
+    p.quota_of(k, p.keys.get(k).credential())
+        .map(|(q, _)| q.requests)
+}
+
+/// The end (ms since the Unix epoch) of the period whose id is `id`.
+pub(super) fn period_end(per: Period, id: u32) -> Option<u64> {
+    let n = u64::from(id & (MONTH_BIT - 1));
+    match per {
+        Period::Day => Some((n + 1) * DAY_MS),
+        Period::Month => {
+            let (y, m) = (1970 + n / 12, (n % 12) as u32 + 1);
+            let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+            let days = crate::metering::days_from_civil(ny as i64, nm, 1);
+            u64::try_from(days).ok().map(|d| d * DAY_MS)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_period_id_names_its_end() {
+        for ms in [
+            0u64,
+            1_796_083_199_999,
+            1_796_083_200_000,
+            1_769_817_600_000,
+        ] {
+            for per in [Period::Day, Period::Month] {
+                let p = PeriodAt::of(per, ms);
+                assert_eq!(period_end(per, p.id), Some(p.end_ms), "{per:?} {ms}");
+            }
+        }
+    }
+}
