@@ -398,7 +398,7 @@ pub fn key_json(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> Value {
             "requests": q.spec.requests,
             "per": q.spec.per.as_str(),
             "own": q.own,
-            "used": q.spec.requests - q.remaining,
+            "used": q.used,
             "remaining": q.remaining,
             "resets_at": rfc3339(q.spec.per.end_after(now_ms)),
         })

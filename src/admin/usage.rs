@@ -218,7 +218,7 @@ fn key_row(policy: &Policy, k: KeyIdx, c: &KeyCounts, now: u64) -> KeyRow {
             .map(|q| super::view::QuotaView {
                 requests: q.spec.requests,
                 per: q.spec.per.as_str().to_string(),
-                used: q.spec.requests - q.remaining,
+                used: q.used,
                 left: q.remaining,
             }),
     }
