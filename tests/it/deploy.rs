@@ -657,6 +657,31 @@ fn the_deployment_wires_ports_probes_keys_and_shutdown() {
         .unwrap();
     assert_eq!(str_at(volume, "configMap.name"), "tollgate-config");
 
+    // state.path: its directory is a writable volume of the pod's own (the root is read-only),
+    // which outlives a restart of the container.
+    let state_cfg = Config::parse(
+        &configmap_gateway_yaml(),
+        Path::new("deploy/k8s/gateway.yaml"),
+        &TestEnv,
+    )
+    .unwrap();
+    let state_path = state_cfg
+        .process
+        .state_path
+        .clone()
+        .expect("the ConfigMap sets state.path");
+    let state_dir = state_path.parent().unwrap().to_str().unwrap();
+    let mount = seq_at(c, "volumeMounts")
+        .iter()
+        .find(|m| str_at(m, "mountPath") == state_dir)
+        .expect("state.path's directory is mounted");
+    assert!(mount.get("readOnly").is_none());
+    let volume = seq_at(spec, "volumes")
+        .iter()
+        .find(|v| str_at(v, "name") == str_at(mount, "name"))
+        .unwrap();
+    assert!(volume.get("emptyDir").is_some(), "{volume:?}");
+
     // Shutdown: the kubelet must wait longer than drain + grace + timeout.
     let total = shutdown_total(&gateway);
     let grace = u64_at(spec, "terminationGracePeriodSeconds");
