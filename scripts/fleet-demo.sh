@@ -259,9 +259,11 @@ for i in 0 1 2; do
     -e "s|^admin_listen: \"127.0.0.1:9091\"|admin_listen: \"127.0.0.1:${admin[$i]}\"|" \
     -e "s|base_url: \"http://127.0.0.1:8081\"|base_url: \"http://127.0.0.1:$upstream_port\"|" \
     -e "s|redis_url: \"redis://127.0.0.1:6379/0\"|redis_url: \"redis://127.0.0.1:$redis_port/0\"|" \
+    -e "s|path: \"replica-state.db\"|path: \"replica$((i + 1))-state.db\"|" \
     policies/cluster.yaml >"$config"
   for want in "listen: \"127.0.0.1:${listen[$i]}\"" "admin_listen: \"127.0.0.1:${admin[$i]}\"" \
-    "base_url: \"http://127.0.0.1:$upstream_port\"" "redis_url: \"redis://127.0.0.1:$redis_port/0\""; do
+    "base_url: \"http://127.0.0.1:$upstream_port\"" "redis_url: \"redis://127.0.0.1:$redis_port/0\"" \
+    "path: \"replica$((i + 1))-state.db\""; do
     grep -qF "$want" "$config" ||
       die "policies/cluster.yaml no longer has the line this script rewrites to $want"
   done
