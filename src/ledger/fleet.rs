@@ -147,14 +147,7 @@ impl Rider for Keeper {
             for &at in &parked {
                 self.quota_command(&snap, &kept, at, true, false, &mut round);
             }
-            rounds.lay_out(
-                &fleet.cfg,
-                round,
-                [day_id, month_id],
-                now_ms,
-                &mut cmds,
-                &mut sent,
-            );
+            rounds.lay_out(&fleet.cfg, round, None, now_ms, &mut cmds, &mut sent);
             *fleet.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = InFlight {
                 sent,
                 deltas: Vec::new(),
@@ -210,14 +203,8 @@ impl Rider for Keeper {
         }
         kept.watch.extend(over);
         self.restore_commands(&fleet.cfg, &mut rounds, &kept, &mut round);
-        rounds.lay_out(
-            &fleet.cfg,
-            round,
-            [day_id, month_id],
-            now_ms,
-            &mut cmds,
-            &mut sent,
-        );
+        let current = Some([day_id, month_id]);
+        rounds.lay_out(&fleet.cfg, round, current, now_ms, &mut cmds, &mut sent);
         cmds.extend(ledger);
         sent.extend(ledger_sent);
         let retention = snap

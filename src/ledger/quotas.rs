@@ -120,14 +120,15 @@ impl Rounds {
         old
     }
 
-    /// The counts, the restores, then the marks (of the periods reported or put back, and of
-    /// those this process holds counts of, while they are `current`), and the expiries due, in
-    /// the order their answers are read.
+    /// The counts, the restores, then the marks (of the periods reported or put back, and at a
+    /// tick of those this process holds counts of, while they are `current`), and the
+    /// expiries due, in the order their answers are read. Nothing when there is nothing to
+    /// report (an urgent round then carries no quota command at all).
     pub(super) fn lay_out(
         &mut self,
         cfg: &Cluster,
         round: Round,
-        current: [u32; 2],
+        current: Option<[u32; 2]>,
         now_ms: u64,
         cmds: &mut Vec<Cmd>,
         sent: &mut Vec<Sent>,
@@ -137,9 +138,11 @@ impl Rounds {
             Sent::Restore { id, .. } => Some(*id),
             _ => None,
         }));
-        periods.extend(self.marked.iter().filter(|id| current.contains(id)));
-        self.marked
-            .retain(|id| current.contains(id) || periods.contains(id));
+        if let Some(current) = current {
+            periods.extend(self.marked.iter().filter(|id| current.contains(id)));
+            self.marked
+                .retain(|id| current.contains(id) || periods.contains(id));
+        }
         for (c, s) in round.counts.into_iter().chain(round.restores) {
             cmds.push(c);
             sent.push(s);
@@ -260,9 +263,9 @@ impl Keeper {
     }
 
     /// What the answers of a round's quota commands do: the fleet's counts become the views
-    /// (not where a mark says the hash was just made: those go back next tick), grants reach
-    /// their meters, and every count this replica reported is known now. The meters whose
-    /// words changed, for the copy at `state.path`.
+    /// (not where this process's mark was found missing: the hash was lost, and this
+    /// replica's counts go back next tick), grants reach their meters, and every count this
+    /// replica reported is known now (and kept at `state.path`, when set).
     pub(super) fn quota_answers(
         &self,
         rounds: &mut Rounds,
@@ -287,7 +290,6 @@ impl Keeper {
                 _ => {}
             }
         }
-        let made = lost;
         // A meter whose counts went back this round takes the restore's answer, the larger
         // count (its report's answer came from the same word, before).
         let restored: HashSet<usize> = sent
@@ -300,12 +302,12 @@ impl Keeper {
         let mut raised = 0;
         for (s, a) in sent.iter().zip(answers) {
             match (s, a) {
-                (Sent::Expire { id }, Ok(_)) if !made.contains(id) => {
+                (Sent::Expire { id }, Ok(_)) if !lost.contains(id) => {
                     rounds.expiring.insert(*id);
                 }
                 (&Sent::Quota { at, .. }, Ok(_)) if restored.contains(&at) => {}
                 (&Sent::Quota { at, id, count }, Ok(Value::Int(total))) => {
-                    let total = if made.contains(&id) {
+                    let total = if lost.contains(&id) {
                         count
                     } else {
                         u64::try_from(*total).unwrap_or(0)
