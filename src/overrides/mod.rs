@@ -6,7 +6,7 @@
 //!
 //! | config | where | a change reaches |
 //! |---|---|---|
-//! | `cluster:` | Redis ([`redis_set`]), and a copy on every replica ([`fleet`]), put back when Redis is found emptied | every replica within one `sync_interval` ([`sync`]: each polls the version) |
+//! | `cluster:` | Redis ([`redis_set`]), and a copy on every replica (`fleet.rs`), put back when Redis is found emptied | every replica within one `sync_interval` ([`sync`]: each polls the version) |
 //! | `state.path` | an embedded, crash-safe database on local disk ([`disk`]) | this process |
 //! | both | as `cluster:`, and each replica's copy at `state.path` too, put in force at start until Redis answers | as `cluster:` |
 //! | neither | memory | this process, until it stops (`check` warns) |

@@ -4,7 +4,7 @@
 //! A set whose epoch is not the one this replica read last (`poll.lua` says so) was emptied
 //! or replaced: a Redis restarted without persistence, a failover to a replica that lost it,
 //! eviction. It is never read as "no changes": the replica first puts back every field it
-//! holds ([`super::fleet`], merged by the changes' own order in `restore.lua`), and only then
+//! holds (`fleet.rs`, merged by the changes' own order in `restore.lua`), and only then
 //! reads the set, which now holds what every replica that found it so put back. A replica's
 //! first poll does the same, so that a restart with a copy at `state.path` puts back what the
 //! store may have lost meanwhile.
