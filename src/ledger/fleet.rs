@@ -145,7 +145,7 @@ impl Rider for Keeper {
         let mut sent = Vec::new();
         if !tick {
             for &at in &parked {
-                self.quota_command(&snap, &kept, at, true, false, &mut round);
+                self.quota_command(&kept, at, true, false, &mut round);
             }
             rounds.lay_out(&fleet.cfg, round, None, now_ms, &mut cmds, &mut sent);
             *fleet.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = InFlight {
@@ -182,7 +182,7 @@ impl Rider for Keeper {
                 over.push(at);
             }
             let reserve = parked.contains(&at);
-            self.quota_command(&snap, &kept, at, reserve, exhausted, &mut round);
+            self.quota_command(&kept, at, reserve, exhausted, &mut round);
             let name = m.name.as_str();
             for (day, counts) in m.take(today) {
                 let Some(counts) = counts else {

@@ -34,7 +34,6 @@ use redis::{Cmd, Value};
 use super::{Keeper, Kept, DAY_MS};
 use crate::config::{Cluster, Period};
 use crate::metering::{PeriodAt, MONTH_BIT};
-use crate::runtime::live::Snapshot;
 
 /// Fields per `restore.lua` call.
 const RESTORE_BATCH: usize = 500;
@@ -177,7 +176,6 @@ impl Keeper {
     /// when `reserve`), if it has anything to say.
     pub(super) fn quota_command(
         &self,
-        snap: &Snapshot,
         kept: &Kept,
         at: usize,
         reserve: bool,
@@ -193,15 +191,12 @@ impl Keeper {
         let (id, count) = m.quota_word();
         let base = if last.0 == id { last.1 } else { 0 };
         let delta = count as i64 - base as i64;
-        let want = if reserve { m.take_want() } else { 0 };
+        let (want, quota) = if reserve { m.take_want() } else { (0, 0) };
         if id == 0 {
             return;
         }
         let key = quota_key(&fleet.cfg, id);
-        let quota = (want > 0)
-            .then(|| quota_in_force(snap, m.name.as_str()))
-            .flatten();
-        match quota {
+        match (want > 0).then_some(quota) {
             Some(q) => {
                 let mut c = redis::cmd("EVAL");
                 c.arg(include_str!("reserve.lua"))
@@ -401,10 +396,19 @@ impl Keeper {
             return;
         };
         let policy = &snap.policy;
+        let by_name: HashMap<&str, u32> = if periods.iter().any(|p| !p.is_empty()) {
+            policy
+                .keys
+                .iter()
+                .map(|(k, e)| (e.name.as_str(), k))
+                .collect()
+        } else {
+            HashMap::new()
+        };
         let mut kept = self.lock();
-        for (&id, counts) in ids.iter().zip(periods) {
-            for (name, n) in counts {
-                let Some(k) = policy.keys.find_by_name(&name) else {
+        for (&id, counts) in ids.iter().zip(&periods) {
+            for (name, &n) in counts {
+                let Some(&k) = by_name.get(name.as_str()) else {
                     continue;
                 };
                 let e = policy.keys.get(k);
@@ -430,14 +434,6 @@ impl Kept {
             }
         }
     }
-}
-
-/// The quota in force for the key named `name` (its requests), as the config in force has it.
-fn quota_in_force(snap: &Snapshot, name: &str) -> Option<u64> {
-    let p = &snap.policy;
-    let k = p.keys.find_by_name(name)?;
-    p.quota_of(k, p.keys.get(k).credential())
-        .map(|(q, _)| q.requests)
 }
 
 /// The end (ms since the Unix epoch) of the period whose id is `id`.

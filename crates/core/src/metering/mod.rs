@@ -293,6 +293,8 @@ pub struct Meter {
     grant: AtomicU64,
     /// Requests waiting for a reservation, not yet sent to the store.
     want: AtomicU32,
+    /// The quota they were decided on (what the store reserves within).
+    want_quota: AtomicU64,
     /// A charge made on a stale view since the store last answered.
     blind: AtomicBool,
 }
@@ -318,6 +320,7 @@ impl Meter {
             known_ms: AtomicU64::new(0),
             grant: AtomicU64::new(0),
             want: AtomicU32::new(0),
+            want_quota: AtomicU64::new(0),
             blind: AtomicBool::new(false),
         }
     }
@@ -419,9 +422,11 @@ impl Meter {
         self.charge(limit, period)
     }
 
-    /// The requests waiting for a reservation, taken to be sent.
-    pub fn take_want(&self) -> u32 {
-        self.want.swap(0, Ordering::AcqRel)
+    /// The requests waiting for a reservation, taken to be sent, and the quota they were
+    /// decided on.
+    pub fn take_want(&self) -> (u32, u64) {
+        let quota = self.want_quota.load(Ordering::Acquire);
+        (self.want.swap(0, Ordering::AcqRel), quota)
     }
 
     /// The store reserved `n` requests for this replica in the period `id` (they are in the
@@ -666,9 +671,11 @@ impl Metering {
     }
 
     /// A request of the key whose rate state is `state` waits for the store to reserve it
-    /// ([`Ticket::Park`]): counted, and the meter queued for the keeper's next exchange.
-    pub fn park(&self, state: &Arc<RateState>) {
+    /// within `quota` ([`Ticket::Park`]): counted, and the meter queued for the keeper's next
+    /// exchange.
+    pub fn park(&self, state: &Arc<RateState>, quota: u64) {
         if let Some(m) = state.meter.get() {
+            m.want_quota.store(quota, Ordering::Release);
             if m.want.fetch_add(1, Ordering::AcqRel) == 0 {
                 let tx = self.parked_tx.lock().unwrap_or_else(|e| e.into_inner());
                 let _ = tx.send(Arc::clone(state));

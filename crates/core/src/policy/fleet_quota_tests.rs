@@ -136,7 +136,7 @@ impl Fleet {
             m.take_unused_grants();
         }
         let (id, count) = m.quota_word();
-        let want = m.take_want();
+        let (want, _) = m.take_want();
         if answered && id != 0 {
             let delta = count as i64 - r.base as i64;
             let mut t = (self.store as i64 + delta).max(0) as u64;
@@ -334,7 +334,7 @@ fn a_stale_view_charges_one_request_blind_and_the_rest_wait() {
     // The store: the fleet spent 100 meanwhile; this replica's one makes 101, nothing granted.
     let m = Fleet::meter(&r);
     let (id, count) = m.quota_word();
-    assert_eq!((m.take_want(), count), (9, 1));
+    assert_eq!((m.take_want(), count), ((9, 100), 1));
     m.rebase(id, count, 101);
     m.known(later);
     let d = r.policy.decide_waiting(&head, None, later * MS, true);

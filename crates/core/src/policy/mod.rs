@@ -360,9 +360,9 @@ impl Policy {
             };
             (spec, own, now_ms, period, meter, ticket)
         });
-        if let Some((_, _, now_ms, period, _, Ticket::Park)) = &quota {
+        if let Some((spec, _, now_ms, period, _, Ticket::Park)) = &quota {
             // Decided again after the store's answer: a placeholder, never answered.
-            self.metering.park(&entry.rate);
+            self.metering.park(&entry.rate, spec.requests);
             d.unsettled = true;
             d.presented = presented.ok();
             let mut r = Refusal::new(Code::QuotaExhausted, "settling with the fleet");
