@@ -44,10 +44,10 @@ const DAEMON_HELP: &str = "Pingora: fork into the background (pid_file and error
 const TEST_HELP: &str = "Pingora: with --upgrade, exit 0 once the config has loaded, before \
     taking the sockets over (a dry run of an upgrade); without --upgrade it changes nothing";
 /// Pingora's `--conf`: not Tollgate's config.
-const CONF_HELP: &str = "Pingora: a settings file for Pingora itself (YAML: threads, pid_file, \
-    upgrade_sock, error_log, daemon, user/group), not Tollgate's --config; its \
-    grace_period_seconds and graceful_shutdown_timeout_seconds give way to the `shutdown` \
-    block of --config";
+const CONF_HELP: &str = "Pingora: a settings file for Pingora itself (YAML: threads, \
+    work_stealing, pid_file, upgrade_sock, error_log, daemon, user/group), not Tollgate's \
+    --config; it replaces the `runtime` block of --config, and its grace_period_seconds and \
+    graceful_shutdown_timeout_seconds give way to the `shutdown` block of --config";
 /// Pingora's hidden `--nocapture`.
 const NOCAPTURE_HELP: &str =
     "Pingora: ignored (accepted so that a stray `cargo test` flag does not stop the process)";
@@ -385,6 +385,19 @@ pub fn summary(cfg: &Config) -> String {
         s,
         "  shutdown      drain {} s, grace {} s, timeout {} s",
         sd.drain_seconds, sd.grace_seconds, sd.timeout_seconds
+    );
+    let rt = &cfg.process.runtime;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let _ = writeln!(
+        s,
+        "  runtime       {} thread{}{}, {}; upstream pool {} connections; {} accept loop{} per listener (run --conf replaces it)",
+        rt.threads_for(cpus),
+        if rt.threads_for(cpus) == 1 { "" } else { "s" },
+        if rt.threads == 0 { " (one per CPU)" } else { "" },
+        if rt.work_stealing { "work stealing" } else { "no work stealing (a runtime per thread)" },
+        rt.upstream_keepalive_pool_size,
+        rt.listener_tasks_per_fd,
+        if rt.listener_tasks_per_fd == 1 { "" } else { "s" },
     );
     let e = &cfg.server;
     let _ = writeln!(

@@ -20,7 +20,7 @@ use pingora::services::listening::Service;
 
 use crate::admin::Admin;
 use crate::clock::Clock;
-use crate::config::{Config, Tls};
+use crate::config::{Config, Runtime, Tls};
 use crate::edge::fds::Descriptors;
 use crate::edge::{EdgeApp, TlsListener};
 use crate::limit::{LocalStore, Store};
@@ -64,13 +64,23 @@ fn tls_acceptor(t: &Tls) -> Result<Acceptor, SetupError> {
     Ok(settings.build())
 }
 
-/// Pingora's server settings when no `--conf` file is given: one worker thread per CPU.
-pub fn default_server_conf() -> ServerConf {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+/// Pingora's server settings when no `--conf` file is given: the config's `runtime` block
+/// (its threads, scheduler, upstream pool and accept loops; docs/benchmarks.md says how each
+/// default was chosen).
+pub fn server_conf(runtime: &Runtime) -> ServerConf {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     ServerConf {
-        threads,
+        threads: runtime.threads_for(cpus),
+        work_stealing: runtime.work_stealing,
+        upstream_keepalive_pool_size: runtime.upstream_keepalive_pool_size,
+        listener_tasks_per_fd: runtime.listener_tasks_per_fd,
         ..ServerConf::default()
     }
+}
+
+/// [`server_conf`] of the `runtime` block's defaults.
+pub fn default_server_conf() -> ServerConf {
+    server_conf(&Runtime::default())
 }
 
 /// A server ready to run, and the handles the caller may need.
@@ -100,7 +110,7 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     let mut conf = match opt.as_ref().filter(|o| o.conf.is_some()) {
         Some(o) => ServerConf::load_yaml_with_opt_override(o)
             .map_err(|e| SetupError::PingoraConf(e.to_string()))?,
-        None => default_server_conf(),
+        None => server_conf(&config.process.runtime),
     };
     conf.grace_period_seconds = Some(config.process.shutdown.grace_seconds);
     conf.graceful_shutdown_timeout_seconds = Some(config.process.shutdown.timeout_seconds);

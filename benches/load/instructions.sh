@@ -67,6 +67,9 @@ esac
 (cd "$ROOT" && cargo build --release --locked --quiet --bin tollgate --example p0 --example p0m)
 REL=$(cd "$ROOT" && realpath -m "${CARGO_TARGET_DIR:-target}")/release
 TOLLGATE=${TOLLGATE:-$REL/tollgate}
+# Pingora's settings for every proxy alike (G's `--conf`, P0's fourth argument): the runtime
+# they are counted under (docs/benchmarks.md, "The runtime").
+PINGORA_CONF=${PINGORA_CONF:-$HERE/pingora.yaml}
 TMP=$(mktemp -d)
 trap on_exit_cleanup EXIT
 
@@ -158,28 +161,28 @@ for s in $SETUPS; do
   case $s in
     P0 | P0v)
       [ "$s" = P0v ] && route=send_group_event
-      cmd=("$REL/examples/p0" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1)
+      cmd=("$REL/examples/p0" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1 "$PINGORA_CONF")
       port=$P0_PORT ;;
     P0m)
-      cmd=("$REL/examples/p0m" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1)
+      cmd=("$REL/examples/p0m" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1 "$PINGORA_CONF")
       port=$P0_PORT ;;
     G | Gv | G-log)
       [ "$s" = Gv ] && route=send_group_event
-      cmd=("$TOLLGATE" run --config "$TMP/tollgate.yaml" --conf "$HERE/pingora.yaml")
+      cmd=("$TOLLGATE" run --config "$TMP/tollgate.yaml" --conf "$PINGORA_CONF")
       port=$G_PORT ;;
     Gc)
-      cmd=("$TOLLGATE" run --config "$TMP/tollgate-cluster.yaml" --conf "$HERE/pingora.yaml")
+      cmd=("$TOLLGATE" run --config "$TMP/tollgate-cluster.yaml" --conf "$PINGORA_CONF")
       port=$G_PORT ;;
     Ga | Gav)
       [ "$s" = Gav ] && route=send_group_event
-      cmd=("$TOLLGATE" run --config "$TMP/tollgate-all.yaml" --conf "$HERE/pingora.yaml")
+      cmd=("$TOLLGATE" run --config "$TMP/tollgate-all.yaml" --conf "$PINGORA_CONF")
       port=$G_PORT ;;
     Gq)
-      cmd=("$TOLLGATE" run --config "$TMP/tollgate-q.yaml" --conf "$HERE/pingora.yaml")
+      cmd=("$TOLLGATE" run --config "$TMP/tollgate-q.yaml" --conf "$PINGORA_CONF")
       port=$G_PORT ;;
     Gn | Gnv)
       [ "$s" = Gnv ] && route=send_group_event
-      cmd=("$TOLLGATE" run --config "$TMP/tollgate-gn.yaml" --conf "$HERE/pingora.yaml")
+      cmd=("$TOLLGATE" run --config "$TMP/tollgate-gn.yaml" --conf "$PINGORA_CONF")
       port=$G_PORT ;;
     *) die "unknown setup $s (P0, P0v, P0m, G, Gv, G-log, Gc, Gn, Gnv, Gq, Ga, Gav)" ;;
   esac

@@ -7,6 +7,10 @@
 //!   cargo build --release --locked --example p0
 //!   target/release/examples/p0 127.0.0.1:41082 127.0.0.1:41081 1
 //!   (listen address, upstream address, worker threads)
+//!   target/release/examples/p0 127.0.0.1:41082 127.0.0.1:41081 1 runtime.yaml
+//!   (the same, with the runtime settings of a Pingora settings file: `threads`,
+//!   `work_stealing`, `upstream_keepalive_pool_size`, `listener_tasks_per_fd`; the file's
+//!   `threads` wins over the argument, so that P0 runs what the gateway runs)
 //!
 //! SIGINT exits at once (Pingora's fast shutdown); SIGTERM is a graceful terminate without a
 //! grace period.
@@ -44,7 +48,7 @@ impl ProxyHttp for PassThrough {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: p0 LISTEN_ADDR UPSTREAM_ADDR THREADS   (e.g. p0 127.0.0.1:41082 127.0.0.1:41081 1)"
+        "usage: p0 LISTEN_ADDR UPSTREAM_ADDR THREADS [PINGORA_CONF]   (e.g. p0 127.0.0.1:41082 127.0.0.1:41081 1)"
     );
     std::process::exit(2)
 }
@@ -52,7 +56,7 @@ fn usage() -> ! {
 /// Parse the arguments and run the pass-through (`p0m.rs` calls it too).
 pub(crate) fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.len() != 3 {
+    if !(3..=4).contains(&args.len()) {
         usage();
     }
     let listen = args[0].clone();
@@ -61,16 +65,27 @@ pub(crate) fn main() {
         Ok(n) if n > 0 => n,
         _ => usage(),
     };
+    let base = match args.get(3) {
+        Some(path) => ServerConf::load_from_yaml(path).unwrap_or_else(|e| {
+            eprintln!("p0: {path}: {e}");
+            std::process::exit(2)
+        }),
+        None => ServerConf {
+            threads,
+            ..ServerConf::default()
+        },
+    };
     let conf = ServerConf {
-        threads,
         grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(1),
-        ..ServerConf::default()
+        ..base
     };
+    let threads = conf.threads;
+    let stealing = conf.work_stealing;
     let mut server = Server::new_with_opt_and_conf(None, conf);
     let mut svc = http_proxy_service(&server.configuration, PassThrough { upstream });
     svc.add_tcp(&listen);
     server.add_service(svc);
-    eprintln!("p0: {listen} -> {upstream}, {threads} thread(s)");
+    eprintln!("p0: {listen} -> {upstream}, {threads} thread(s), work stealing {stealing}");
     server.run_forever()
 }

@@ -70,13 +70,16 @@ fi
 CONNS=${CONNS:-64}
 RATES=${RATES:-"5000 20000"}
 SETUPS=${SETUPS:-"D N1 H1 P0 P0m G Ga"}
-LOG_SETUPS=${LOG_SETUPS:-"N1-log G-log"}
-OVERLOAD_SETUPS=${OVERLOAD_SETUPS:-"G Ga"}
+LOG_SETUPS=${LOG_SETUPS-"N1-log G-log"}
+OVERLOAD_SETUPS=${OVERLOAD_SETUPS-"G Ga"}
 PROFILE=${PROFILE:-0}   # 1: a perf profile of each setup and route (see profile() below)
 PROFILE_RECORD=${PROFILE_RECORD:-}   # more `perf record` options (e.g. -g: the data file is kept in raw/)
 OVERLOAD_CONNS=${OVERLOAD_CONNS:-250}   # below the gateway's default max_connections_per_ip (256)
-ROUTES="send_message send_group_event"
-PROXY_CPU=${PROXY_CPU:-0}
+ROUTES=${ROUTES:-"send_message send_group_event"}
+# Pingora's own settings for G, P0 and P0m alike (the gateway's `--conf`; P0's fourth
+# argument): the runtime every proxy of the run is measured with (docs/benchmarks.md).
+PINGORA_CONF=${PINGORA_CONF:-$HERE/pingora.yaml}
+PROXY_CPU=${PROXY_CPU:-0}   # a list (0,1) runs the proxy on several CPUs (the first one's load is reported)
 LOAD_CPU=${LOAD_CPU:-1}
 OHA_KEY=bench-fixed-key   # public test key, plan `bench` (1,000,000 per 10 s)
 OUT=${OUT:-$ROOT/target/bench-results/$(date +%Y%m%d-%H%M%S)}
@@ -222,7 +225,7 @@ start_setup() { # setup
       CUR_PID=$!; CUR_PORT=$H1_PORT; CUR_SIG=TERM ;;
     P0 | P0m)
       local bin=p0; [ "$s" = P0m ] && bin=p0m
-      taskset -c "$PROXY_CPU" "$TMP/$bin" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1 \
+      taskset -c "$PROXY_CPU" "$TMP/$bin" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1 "$PINGORA_CONF" \
         >"$OUT/logs/$bin.out" 2>&1 &
       CUR_PID=$!; CUR_PORT=$P0_PORT; CUR_SIG=INT ;;
     G | G-log | Ga | Gn | Gq)
@@ -232,7 +235,7 @@ start_setup() { # setup
       if [ "$s" = Gn ]; then dest="$OUT/logs/gn.out"; config="$TMP/tollgate-gn.yaml"; fi
       if [ "$s" = Gq ]; then dest="$OUT/logs/gq.out"; config="$TMP/tollgate-q.yaml"; fi
       TOLLGATE_LOG=$level taskset -c "$PROXY_CPU" "$TMP/tollgate" run \
-        --config "$config" --conf "$HERE/pingora.yaml" >>"$dest" 2>&1 &
+        --config "$config" --conf "$PINGORA_CONF" >>"$dest" 2>&1 &
       CUR_PID=$!; CUR_PORT=$G_PORT; CUR_SIG=INT ;;
     *) die "unknown setup $s" ;;
   esac
@@ -266,7 +269,7 @@ row() { echo "$1,$2,$3,$4,$5" >> "$CSV"; }
 # CPU: busy = all but idle and iowait (steal and interrupts included); steal = time the
 # hypervisor gave to someone else.
 cores() {
-  awk -v a="cpu$PROXY_CPU" -v b="cpu$LOAD_CPU" '
+  awk -v a="cpu${PROXY_CPU%%,*}" -v b="cpu$LOAD_CPU" '
     $1 == a || $1 == b { t = $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9; v[$1] = t " " (t - $5 - $6) " " $9 }
     END { print v[a], v[b] }' /proc/stat
 }
@@ -279,6 +282,30 @@ children_ticks() {
       for (i = 1; i <= 2; i++) { split($i, p, "m"); sub(/s$/, "", p[2]); t += p[1] * 60 + p[2] }
       printf "%d", t * h + 0.5 }' "$TMP/times")
 }
+# Per-thread CPU ticks (utime+stime) of a process: "tid name ticks", a line per thread.
+thread_ticks() { # pid
+  local t
+  for t in /proc/"$1"/task/*; do
+    awk -v tid="${t##*/}" '{ n = $0; sub(/^[^(]*\(/, "", n); sub(/\).*$/, "", n); gsub(/[ ,]/, "_", n)
+      sub(/^.*\) /, ""); print tid, n, $12 + $13 }' "$t/stat" 2>/dev/null || true
+  done
+}
+# The threads of the proxy that used CPU between two thread_ticks snapshots, busiest first:
+# rows thread<N>_cpu_pct<suffix> (N = 1, 2, 3: % of one CPU over the wall time), the list in
+# raw/threads-<setup>-<route>-<rep><suffix>.txt. With 2 worker threads, how evenly they share
+# the work.
+thread_rows() { # setup route rep suffix before after wall
+  local s=$1 r=$2 rep=$3 sfx=$4 f="$OUT/raw/threads-$1-$2-$3$4.txt"
+  awk -v h="$CLK_TCK" -v w="$7" 'NR == FNR { b[$1] = $3; next }
+    { d = $3 - ($1 in b ? b[$1] : 0); if (d > 0) printf "%.1f %s %s\n", d / h / w * 100, $1, $2 }' \
+    "$5" "$6" | sort -rn > "$f"
+  local n=0 pct
+  while read -r pct _ _; do
+    n=$((n + 1)); [ "$n" -le 3 ] || break
+    row "$s" "$r" "thread${n}_cpu_pct$sfx" "$rep" "$pct"
+  done < "$f"
+}
+
 # measured setup route rep suffix -- command...: run the command and record, over its wall
 # time, how busy both CPUs were and who used them: the proxy, the upstream, the load
 # generator (rows *_pct<suffix>). Leaves the proxy's ticks in M_PROXY_TICKS, and its user-space
@@ -288,12 +315,14 @@ measured() {
   local p0 u0 k0 w0 g0 p1 u1 k1 w1 g1 pu0 pu1 r0=0 r1=0
   pu0=$(cpu_ticks "$CUR_PID" user)
   [ -n "$REDIS_PID" ] && r0=$(cpu_ticks "$REDIS_PID")
+  thread_ticks "$CUR_PID" > "$TMP/threads-before"
   p0=$(cpu_ticks "$CUR_PID"); u0=$(cpu_ticks "$UP_PID"); k0=$(cores); w0=$(date +%s%N)
   children_ticks; g0=$LG_TICKS
   "$@"
   children_ticks; g1=$LG_TICKS
   w1=$(date +%s%N); p1=$(cpu_ticks "$CUR_PID"); u1=$(cpu_ticks "$UP_PID"); k1=$(cores)
   pu1=$(cpu_ticks "$CUR_PID" user)
+  thread_ticks "$CUR_PID" > "$TMP/threads-after"
   [ -n "$REDIS_PID" ] && r1=$(cpu_ticks "$REDIS_PID")
   M_PROXY_TICKS=$((p1 - p0))
   M_PROXY_USER_TICKS=$((pu1 - pu0))
@@ -302,13 +331,15 @@ measured() {
   row "$s" "$r" "proxy_cpu_pct$sfx" "$rep" "$(pct $((p1 - p0)))"
   row "$s" "$r" "upstream_cpu_pct$sfx" "$rep" "$(pct $((u1 - u0)))"
   row "$s" "$r" "loadgen_cpu_pct$sfx" "$rep" "$(pct $((g1 - g0)))"
+  [ "$CUR_PID" = "$UP_PID" ] ||
+    thread_rows "$s" "$r" "$rep" "$sfx" "$TMP/threads-before" "$TMP/threads-after" "$wall"
   [ -n "$REDIS_PID" ] && row "$s" "$r" "redis_cpu_pct$sfx" "$rep" "$(pct $((r1 - r0)))"
   local -a a b
   read -r -a a <<<"$k0"
   read -r -a b <<<"$k1"
   local i cpu name col
   for i in 0 1; do
-    cpu=$PROXY_CPU; [ "$i" = 1 ] && cpu=$LOAD_CPU
+    cpu=${PROXY_CPU%%,*}; [ "$i" = 1 ] && cpu=$LOAD_CPU
     local tot=$((b[i * 3] - a[i * 3]))
     for col in 1 2; do
       case $col in 1) name=busy ;; 2) name=steal ;; esac

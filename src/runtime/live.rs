@@ -11,7 +11,8 @@
 //! logged and returned, and `tollgate_config_reloads_total{result="error"}` counts it.
 //!
 //! Settings bound to sockets or to the process (`listen`, `admin_listen`, `tls`, `log`,
-//! `shutdown`, `cluster`, `state`, and the two `server` settings Pingora's HTTP/2 layer takes at start) cannot
+//! `shutdown`, `runtime`, `cluster`, `state`, and the two `server` settings Pingora's HTTP/2
+//! layer takes at start) cannot
 //! change in a running process: a reload that changes them still applies everything else, and
 //! reports those fields as needing a restart or an upgrade. The rest of `server` applies to
 //! connections accepted after the reload.

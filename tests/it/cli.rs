@@ -65,9 +65,59 @@ fn check_prints_a_summary_for_a_good_config() {
         "keys          3 customer (1 managed by a partner), 1 partner",
         "send_group_event         POST    /v2/sendGroup ",
         "*settings_get ",
+        "no work stealing (a runtime per thread); upstream pool 128 connections; 1 accept loop per listener",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
+}
+
+/// The `runtime` block sets the gateway's threads without a Pingora settings file: three
+/// worker threads of the gateway's service (named after it, beside the main thread), a
+/// single-threaded runtime each; `--conf` replaces the block.
+#[test]
+fn the_runtime_block_sets_the_gateways_threads_and_conf_replaces_it() {
+    use crate::harness::{config_for, Mode, Process, Upstream};
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let workers = |p: &Process| {
+        let pid = p.pid();
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|t| {
+                let t = t.ok()?.path();
+                let tid: u32 = t.file_name()?.to_str()?.parse().ok()?;
+                let comm = std::fs::read_to_string(t.join("comm")).ok()?;
+                (tid != pid && comm.trim() == "tollgate").then_some(tid)
+            })
+            .count()
+    };
+    let config = config_for(&up).runtime(|r| r.threads = 3);
+    let (p, listen, _) = Process::run(dir.path(), "rt", &config);
+    assert_eq!(workers(&p), 3);
+    let r = crate::harness::send_raw(
+        listen,
+        b"GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer pro-key-1\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    drop(p);
+    // A Pingora settings file of one thread wins over the block.
+    let conf = dir.path().join("pingora.yaml");
+    std::fs::write(&conf, "---\nversion: 1\nthreads: 1\n").unwrap();
+    let path = dir.path().join("rt.yaml");
+    let p = Process::spawn(
+        dir.path(),
+        "rt2",
+        &[
+            "run",
+            "--config",
+            path.to_str().unwrap(),
+            "--conf",
+            conf.to_str().unwrap(),
+        ],
+        &[("TOLLGATE_LOG", "info")],
+    );
+    crate::harness::wait_ready(config.file.admin_listen.parse().unwrap(), 200);
+    assert_eq!(workers(&p), 1);
 }
 
 #[test]

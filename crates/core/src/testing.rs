@@ -338,6 +338,12 @@ impl TestConfig {
         self
     }
 
+    /// Edit the `runtime` block.
+    pub fn runtime(mut self, edit: impl FnOnce(&mut crate::config::runtime::FileRuntime)) -> Self {
+        edit(&mut self.file.runtime);
+        self
+    }
+
     /// Keep partner upgrades in the embedded store at `path`.
     pub fn state_path(mut self, path: &str) -> Self {
         self.file.state = Some(crate::config::file::FileState { path: path.into() });

@@ -53,6 +53,8 @@ pub struct FileConfig {
     pub log: FileLog,
     /// How SIGTERM drains; absent: the defaults of each phase.
     pub shutdown: FileShutdown,
+    /// How the gateway's threads run (Pingora's runtime); absent: the defaults of each field.
+    pub runtime: super::runtime::FileRuntime,
     /// The edge: deadlines, caps and trusted proxies; absent: the defaults of each field.
     pub server: FileServer,
     /// Off when absent.
@@ -91,6 +93,7 @@ impl Default for FileConfig {
             partners: Vec::new(),
             log: FileLog::default(),
             shutdown: FileShutdown::default(),
+            runtime: super::runtime::FileRuntime::default(),
             server: FileServer::default(),
             auth_failures: None,
             webhook_guard: FileWebhookGuard::default(),

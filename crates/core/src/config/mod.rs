@@ -19,6 +19,7 @@ mod plans;
 pub mod process;
 pub mod published;
 pub mod routes;
+pub mod runtime;
 mod upstream;
 
 use std::fmt;
@@ -36,6 +37,7 @@ use keyname::KeyName;
 use keys::KeyList;
 use locate::LineIndex;
 pub use process::{changed_fields, Process, MAX_SHUTDOWN_SECONDS};
+pub use runtime::Runtime;
 
 use crate::digest::Digest;
 use routes::{Catalogue, RouteIdx};

@@ -1,5 +1,5 @@
-//! Settings bound to the process (the listeners' sockets, the log, shutdown, the stores, and
-//! the two `server` values Pingora's HTTP/2 layer takes at start): a reload that changes one
+//! Settings bound to the process (the listeners' sockets, the log, shutdown, the runtime, the
+//! stores, and the two `server` values Pingora's HTTP/2 layer takes at start): a reload that changes one
 //! keeps the old value until a restart or an upgrade. They live in one struct, [`Process`],
 //! compared whole by [`changed_fields`], so a field added to it is reported by a reload without
 //! being listed anywhere else.
@@ -30,6 +30,8 @@ pub struct Process {
     pub log_format: LogFormat,
     /// What SIGTERM does, phase by phase (the `shutdown` block).
     pub shutdown: Shutdown,
+    /// How the gateway's threads run (the `runtime` block).
+    pub runtime: super::Runtime,
     /// Budgets shared across replicas; `None` when the block is absent. The store and its
     /// background exchange are set up with the process.
     pub cluster: Option<Cluster>,
@@ -73,6 +75,7 @@ pub(super) fn process(
         tls,
         log_format: raw.log.format,
         shutdown: shutdown(&raw.shutdown)?,
+        runtime: super::runtime::runtime(&raw.runtime)?,
         cluster: raw
             .cluster
             .as_ref()
