@@ -390,11 +390,12 @@ pub fn summary(cfg: &Config) -> String {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let _ = writeln!(
         s,
-        "  runtime       {} thread{}{}, {}; upstream pool {} connections; {} accept loop{} per listener (run --conf replaces it)",
+        "  runtime       {} thread{}{}, {}{}; upstream pool {} connections; {} accept loop{} per listener (run --conf replaces it)",
         rt.threads_for(cpus),
         if rt.threads_for(cpus) == 1 { "" } else { "s" },
         if rt.threads == 0 { " (one per CPU)" } else { "" },
-        if rt.work_stealing { "work stealing" } else { "no work stealing (a runtime per thread)" },
+        if rt.stealing_for(cpus) { "work stealing" } else { "no work stealing (a runtime per thread)" },
+        if rt.work_stealing == crate::config::runtime::Stealing::Auto { " (auto: off for one thread, on for several)" } else { "" },
         rt.upstream_keepalive_pool_size,
         rt.listener_tasks_per_fd,
         if rt.listener_tasks_per_fd == 1 { "" } else { "s" },

@@ -71,7 +71,7 @@ pub fn server_conf(runtime: &Runtime) -> ServerConf {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     ServerConf {
         threads: runtime.threads_for(cpus),
-        work_stealing: runtime.work_stealing,
+        work_stealing: runtime.stealing_for(cpus),
         upstream_keepalive_pool_size: runtime.upstream_keepalive_pool_size,
         listener_tasks_per_fd: runtime.listener_tasks_per_fd,
         ..ServerConf::default()

@@ -65,7 +65,7 @@ fn check_prints_a_summary_for_a_good_config() {
         "keys          3 customer (1 managed by a partner), 1 partner",
         "send_group_event         POST    /v2/sendGroup ",
         "*settings_get ",
-        "no work stealing (a runtime per thread); upstream pool 128 connections; 1 accept loop per listener",
+        "upstream pool 128 connections; 1 accept loop per listener (run --conf replaces it)",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }

@@ -14,9 +14,10 @@ pub struct FileRuntime {
     /// Worker threads of each listener's service; 0 (the default): one per CPU the process may
     /// use.
     pub threads: usize,
-    /// Tokio's work-stealing scheduler (`true`), or one single-threaded runtime per thread
-    /// (`false`, the default: measured cheaper a request, and as even over two threads).
-    pub work_stealing: bool,
+    /// Tokio's work-stealing scheduler (`true`), one single-threaded runtime per thread
+    /// (`false`), or `auto` (the default): off for one thread, on for several, each where it
+    /// measured cheaper a request.
+    pub work_stealing: Stealing,
     /// Idle upstream connections kept for reuse (default 128).
     pub upstream_keepalive_pool_size: usize,
     /// Accept loops per listening socket (default 1).
@@ -27,10 +28,65 @@ impl Default for FileRuntime {
     fn default() -> Self {
         Self {
             threads: 0,
-            work_stealing: false,
+            work_stealing: Stealing::Auto,
             upstream_keepalive_pool_size: 128,
             listener_tasks_per_fd: 1,
         }
+    }
+}
+
+/// `runtime.work_stealing`: `true`, `false` or `auto`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Stealing {
+    /// Off for one thread, on for several.
+    #[default]
+    Auto,
+    /// Tokio's work-stealing scheduler.
+    On,
+    /// A single-threaded runtime per thread.
+    Off,
+}
+
+impl Stealing {
+    /// Whether `threads` worker threads steal work.
+    pub fn for_threads(self, threads: usize) -> bool {
+        match self {
+            Stealing::Auto => threads > 1,
+            Stealing::On => true,
+            Stealing::Off => false,
+        }
+    }
+}
+
+impl Serialize for Stealing {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Stealing::Auto => s.serialize_str("auto"),
+            Stealing::On => s.serialize_bool(true),
+            Stealing::Off => s.serialize_bool(false),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Stealing {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Stealing;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or auto")
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Stealing, E> {
+                Ok(if b { Stealing::On } else { Stealing::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Stealing, E> {
+                match s {
+                    "auto" => Ok(Stealing::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(s), &self)),
+                }
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -42,8 +98,9 @@ pub const MAX_THREADS: usize = 1024;
 pub struct Runtime {
     /// Worker threads of each listener's service; 0: one per CPU the process may use.
     pub threads: usize,
-    /// Tokio's work-stealing scheduler, or one single-threaded runtime per thread.
-    pub work_stealing: bool,
+    /// Tokio's work-stealing scheduler, one single-threaded runtime per thread, or either by
+    /// the thread count.
+    pub work_stealing: Stealing,
     /// Idle upstream connections kept for reuse.
     pub upstream_keepalive_pool_size: usize,
     /// Accept loops per listening socket.
@@ -71,6 +128,11 @@ impl Runtime {
         } else {
             self.threads
         }
+    }
+
+    /// Whether the worker threads steal work where the process may use `cpus` CPUs.
+    pub fn stealing_for(&self, cpus: usize) -> bool {
+        self.work_stealing.for_threads(self.threads_for(cpus))
     }
 }
 
@@ -108,6 +170,19 @@ pub(super) fn runtime(f: &FileRuntime) -> Result<Runtime, Invalid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn work_stealing_is_off_for_one_thread_and_on_for_several_unless_told() {
+        let r = Runtime::default();
+        assert!(!r.stealing_for(1));
+        assert!(r.stealing_for(2));
+        let yaml = |v: &str| serde_yaml::from_str::<FileRuntime>(&format!("work_stealing: {v}"));
+        assert_eq!(yaml("auto").unwrap().work_stealing, Stealing::Auto);
+        assert_eq!(yaml("true").unwrap().work_stealing, Stealing::On);
+        assert_eq!(yaml("false").unwrap().work_stealing, Stealing::Off);
+        assert!(yaml("sometimes").is_err());
+        assert!(Stealing::On.for_threads(1) && !Stealing::Off.for_threads(8));
+    }
 
     #[test]
     fn the_defaults_validate_and_bad_values_name_their_field() {
