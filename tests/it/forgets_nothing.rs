@@ -13,11 +13,14 @@ use crate::harness::{
     RedisServer, Response, TestConfig, Upstream,
 };
 
-/// The test config with a key for each kind of change, sharing through `redis_url`.
+/// The test config with a key for each kind of change, sharing through `redis_url`; one
+/// thread, as a replica with one CPU runs (the runtime without work stealing: the other
+/// tests' replicas run with work stealing, on two).
 fn fleet(up: &Upstream, redis_url: &str, prefix: &str) -> TestConfig {
     let managed = |k: &mut tollgate_core::config::file::FileKey| k.partner = Some("acme".into());
     config_for(up)
         .cluster(redis_url, prefix, 100)
+        .runtime(|r| r.threads = 1)
         .add_key("rev", "rev-key", "basic")
         .add_key("leak", "leak-key", "pro")
         .add_key("sus", "sus-key", "basic")
