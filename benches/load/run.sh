@@ -4,6 +4,8 @@
 #   benches/load/run.sh            # full run: 3 repetitions of 10 s, 10,000 keys (≈ 25 min)
 #   benches/load/run.sh --quick    # smoke: 1 repetition of 3 s, 3,000 keys (≈ 2 min + the build)
 #   OUT=/some/dir benches/load/run.sh
+#   PINGORA_CONF=/some/runtime.yaml SETUPS="P0m G" benches/load/run.sh   # another runtime for
+#                  every Pingora proxy (G's --conf, P0's fourth argument; benches/load/runtime.sh)
 #
 # Setups (see benches/load/README.md):
 #   D      direct to the upstream: nginx `return 200 '{}'`, one worker (also the upstream of all
