@@ -227,6 +227,66 @@ impl SharedStore {
         q
     }
 
+    /// A request of a key without a lease, admitted on credit at `now_us` if the key is far
+    /// from its limit as the store last said and its credit here is not spent: the view moves
+    /// by one interval, and the request is owed to the store (a debt, sent with the next
+    /// exchange). `None`: the request must ask the store.
+    fn credit(
+        &self,
+        id: &Digest,
+        state: &Arc<RateState>,
+        rate: &Rate,
+        now_us: u64,
+    ) -> Option<Quota> {
+        let fleet = u64::from(self.fleet.load(Ordering::Relaxed));
+        let c = credit_for(rate.limit(), fleet);
+        if c == 0 {
+            return None;
+        }
+        // The credit outstanding here: what this replica admitted on its own since its last
+        // exchange carried it.
+        state
+            .aux()
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                (debt(a) < c).then_some(a + (1 << DEBT_SHIFT))
+            })
+            .ok()?;
+        let m = rate.micros();
+        let near = near_limit(rate.limit(), fleet);
+        let mut cur = state.tat().load(Ordering::Acquire);
+        loop {
+            let (view, hits) = unpack(cur);
+            let next = view.max(now_us) + m.interval;
+            // Only a key quiet here: its first admission since the last tick (a burst's first
+            // request, not the rest of it).
+            let quiet = hits == 0;
+            let room = m.tolerance.saturating_sub(next - now_us) / m.interval.max(1);
+            if !quiet || next - now_us > m.tolerance || room < near {
+                // Near the limit as the store last said: the credit is not taken.
+                let _ = state
+                    .aux()
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                        (debt(a) > 0).then(|| a - (1 << DEBT_SHIFT))
+                    });
+                return None;
+            }
+            match state.tat().compare_exchange_weak(
+                cur,
+                pack(next, (hits + 1).min(HIT_MAX)),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    if hits == 0 {
+                        self.hand_over(id, state, rate);
+                    }
+                    return Some(rate.quota_us(next, now_us));
+                }
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
     fn decide(
         &self,
         id: &Digest,
@@ -261,7 +321,12 @@ impl SharedStore {
             if let Err(over) = m.admit(view, now, 1) {
                 return Err(rate.denied_after_us(over));
             }
-            // 3. Maybe room: ask the store, and wait for its answer.
+            // 3. Maybe room. Far from the limit, within a small credit: admitted at once, owed to
+            //    the store (a quiet key never waits).
+            if let Some(q) = self.credit(id, state, rate, now) {
+                return Ok(q);
+            }
+            // 4. Past the credit, or near the limit: ask the store, and wait for its answer.
             if wait {
                 let before = state
                     .aux()
@@ -281,7 +346,7 @@ impl SharedStore {
                 return Err(d);
             }
         }
-        // 4. Degraded: `L / N` on the view, owed to the store.
+        // 5. Degraded: `L / N` on the view, owed to the store.
         let cost = u64::from(self.fleet.load(Ordering::Relaxed).max(1));
         loop {
             let (view, hits) = unpack(cur);
@@ -336,6 +401,26 @@ impl Store for SharedStore {
         let lease = lease(state.aux().load(Ordering::Acquire));
         self.quota(view, lease, rate, now / 1000)
     }
+}
+
+/// Requests of a key a replica may admit on its own between two exchanges that carry them (a
+/// key without a lease, far from its limit): `⌊L / 10N⌋`, so that the whole fleet's credit is
+/// at most a tenth of the limit; none before the fleet's size is known, nor where the limit is
+/// too small for one each.
+pub fn credit_for(limit: u32, fleet: u64) -> u64 {
+    if fleet == 0 {
+        return 0;
+    }
+    u64::from(limit) / (10 * fleet)
+}
+
+/// The store's room (as last answered) at or below which a key is near its limit: no credit
+/// is given, and requests ask the store. What the fleet's leases and credits together could
+/// hold, twice over.
+pub fn near_limit(limit: u32, fleet: u64) -> u64 {
+    let n = fleet.max(1);
+    let cap = (u64::from(limit) / (20 * n)).max(1);
+    2 * n * (cap + credit_for(limit, fleet))
 }
 
 /// The store's name for a key's budget: `<prefix>:b:{<32 hex>}`, the hex being the first 16
@@ -847,8 +932,8 @@ mod tests {
     #[test]
     fn a_key_without_a_lease_parks_and_the_answer_decides_it() {
         let (store, mut syncer) = SharedStore::new(timing());
-        store.set_fleet(3);
-        let r = rate(40); // T = 250 ms
+        store.set_fleet(5);
+        let r = rate(40); // T = 250 ms; 40 / 10N = 0: a limit too small for credit
         let s = Arc::<RateState>::default();
         // Three requests, no lease: each waits for the store, none is admitted on a guess.
         for _ in 0..3 {
@@ -897,13 +982,23 @@ mod tests {
         store.set_fleet(1);
         let r = rate(1000); // T = 10 ms; the target's cap is L / 20N = 50
         let s = Arc::<RateState>::default();
-        assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
-        let batch = syncer.begin(SEC, false);
-        syncer.finish(batch, &[reply(1, 10_000)], SEC);
+        // The first request: far from the limit, admitted at once on credit, and owed with
+        // the next exchange (here an urgent one, for another key's parked request).
         store.acquire(&id(1), &s, &r, SEC).unwrap();
+        let batch = syncer.begin(SEC, false);
+        assert_eq!(batch.parked(), 0);
+        assert_eq!((batch.calls[0].want, batch.calls[0].debt), (0, 1));
+        syncer.finish(batch, &[reply(0, 10_000)], SEC);
         // A tick: one admission in the interval, a target of 2 (one and a half, rounded up).
         let batch = syncer.begin(SEC + 100 * MS, true);
-        assert_eq!((batch.calls[0].want, batch.calls[0].give), (2, 0));
+        assert_eq!(
+            (
+                batch.calls[0].want,
+                batch.calls[0].give,
+                batch.calls[0].debt
+            ),
+            (2, 0, 0)
+        );
         syncer.finish(batch, &[reply(2, 20_000)], SEC + 100 * MS);
         assert_eq!(lease_of(&s), 2);
         // Two in the next interval: taken from the lease, no wait.
@@ -933,17 +1028,17 @@ mod tests {
         store.set_fleet(2);
         let r = rate(1000); // cap: 1000 / 40 = 25
         let s = Arc::<RateState>::default();
-        assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
-        let batch = syncer.begin(SEC, false);
-        syncer.finish(batch, &[reply(1, 0)], SEC);
         store.acquire(&id(1), &s, &r, SEC).unwrap();
         let batch = syncer.begin(SEC, false);
-        assert!(
-            batch.is_empty(),
-            "an urgent exchange sends only what is parked"
+        assert_eq!(
+            (batch.calls[0].want, batch.calls[0].debt),
+            (0, 1),
+            "an urgent exchange sends what is parked and what is owed"
         );
-        syncer.finish(batch, &[], SEC);
-        // 100 parked at once: all asked for, and the target on top at the tick.
+        syncer.finish(batch, &[reply(0, 10_000)], SEC);
+        assert!(syncer.begin(SEC, false).is_empty(), "said once");
+        // 100 parked at once (the credit is a quiet key's: the first request since the tick):
+        // all asked for, and the target on top at the tick.
         for _ in 0..100 {
             assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
         }
@@ -967,14 +1062,6 @@ mod tests {
         store.set_fleet(1);
         let (basic, standard) = (rate(40), rate(70));
         let s = Arc::<RateState>::default();
-        assert!(
-            store
-                .acquire(&id(1), &s, &basic, SEC)
-                .unwrap_err()
-                .unsettled
-        );
-        let batch = syncer.begin(SEC, false);
-        syncer.finish(batch, &[reply(1, 250_000)], SEC);
         store.acquire(&id(1), &s, &basic, SEC).unwrap();
         let batch = syncer.begin(SEC + 100 * MS, true);
         assert_eq!((batch.calls[0].want, batch.calls[0].limit), (2, 40));
@@ -994,20 +1081,20 @@ mod tests {
     #[test]
     fn no_answer_in_time_decides_on_limit_over_n_and_owes_it_to_the_store() {
         let (store, mut syncer) = SharedStore::new(timing());
-        store.set_fleet(2);
-        let r = rate(100); // T = 100 ms; L / N = 50
+        store.set_fleet(20);
+        let r = rate(100); // T = 100 ms; L / N = 5; 100 / 10N = 0: no credit
         let s = Arc::<RateState>::default();
         assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
         // The wait ran out: decided now, at N × T.
         let admitted = (0..100)
             .filter(|_| store.acquire_now(&id(1), &s, &r, SEC).is_ok())
             .count();
-        assert_eq!(admitted, 50);
+        assert_eq!(admitted, 5);
         // The next exchange carries the debt (and the request still parked).
         let batch = syncer.begin(SEC, false);
-        assert_eq!((batch.calls[0].want, batch.calls[0].debt), (1, 50));
+        assert_eq!((batch.calls[0].want, batch.calls[0].debt), (1, 5));
         // Lost: the debt is kept for the next tick; the grant, unknown, is not assumed. The
-        // view is a whole window ahead (50 admissions at N × T): no room, so no lease is asked
+        // view is a whole window ahead (5 admissions at N × T): no room, so no lease is asked
         // for on top (the pace's target, 2, is for a budget with room).
         assert_eq!(syncer.finish(batch, &[None], SEC).failed, 1);
         assert!(
@@ -1015,25 +1102,25 @@ mod tests {
             "urgent: nothing parked"
         );
         let batch = syncer.begin(SEC + 100 * MS, true);
-        assert_eq!((batch.calls[0].want, batch.calls[0].debt), (0, 50));
+        assert_eq!((batch.calls[0].want, batch.calls[0].debt), (0, 5));
     }
 
     #[test]
     fn with_the_store_down_each_replica_enforces_its_share_and_sends_a_floor_after() {
         let (store, mut syncer) = SharedStore::new(timing());
-        store.set_fleet(2);
-        let r = rate(100);
+        store.set_fleet(20);
+        let r = rate(100); // no credit (see above)
         let s = Arc::<RateState>::default();
         assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
         let batch = syncer.begin(SEC, false);
         assert_eq!(syncer.finish(batch, &[], SEC).failed, 1);
         assert_eq!(syncer.set_up(false), Some(false));
-        // Degraded: L / N = 50 here, no waiting.
+        // Degraded: L / N = 5 here, no waiting.
         let down = (0..100)
             .filter(|_| store.acquire(&id(1), &s, &r, SEC).is_ok())
             .count();
-        assert_eq!(down, 50);
-        // Back: the view (a full window ahead: 50 admissions at cost 2) is the floor, and the
+        assert_eq!(down, 5);
+        // Back: the view (a full window ahead: 5 admissions at cost 20) is the floor, and the
         // debt is not sent as well.
         let batch = syncer.begin(SEC, true);
         assert_eq!(batch.calls.len(), 1);
@@ -1048,6 +1135,86 @@ mod tests {
         assert!(store.acquire(&id(1), &s, &r, later).unwrap_err().unsettled);
         let batch = syncer.begin(later, false);
         assert_eq!((batch.calls[0].want, batch.calls[0].floor_us), (1, 0));
+    }
+
+    #[test]
+    fn a_quiet_key_gets_credit_once_until_the_store_has_been_told() {
+        let (store, mut syncer) = SharedStore::new(timing());
+        let r = rate(300); // T = 33.3 ms
+        let (a, b) = (Arc::<RateState>::default(), Arc::<RateState>::default());
+        // Before the fleet's size is known, no credit: the request asks the store.
+        assert!(store.acquire(&id(1), &a, &r, SEC).unwrap_err().unsettled);
+        exchange(&mut syncer, SEC, false, |_| reply(0, 0));
+        store.set_fleet(30);
+        assert_eq!(credit_for(300, 30), 1);
+        // Quiet and far from the limit: admitted at once; the next request of the same
+        // interval is not quiet, and asks.
+        let q = store.acquire(&id(2), &b, &r, SEC).unwrap();
+        assert_eq!(q.remaining, 299);
+        assert!(store.acquire(&id(2), &b, &r, SEC).unwrap_err().unsettled);
+        // The exchange carrying the debt is lost: the debt stays owed, and until the store
+        // has it, the key's next quiet request gets no credit.
+        let batch = syncer.begin(SEC, false);
+        let call = batch.calls.iter().find(|c| c.id == id(2)).unwrap();
+        assert_eq!((call.want, call.debt), (1, 1));
+        syncer.finish(batch, &[], SEC);
+        exchange(&mut syncer, SEC + 100 * MS, true, |_| None);
+        assert!(
+            store
+                .acquire(&id(2), &b, &r, SEC + 150 * MS)
+                .unwrap_err()
+                .unsettled
+        );
+        // Told (with the parked request's grant): credit again after the next tick.
+        let batch = syncer.begin(SEC + 150 * MS, false);
+        let call = batch.calls.iter().find(|c| c.id == id(2)).unwrap();
+        assert_eq!((call.want, call.debt), (1, 1));
+        let replies: Vec<_> = batch.calls.iter().map(|_| reply(1, 66_666)).collect();
+        syncer.finish(batch, &replies, SEC + 150 * MS);
+        store.acquire(&id(2), &b, &r, SEC + 150 * MS).unwrap();
+        exchange(&mut syncer, SEC + 200 * MS, true, |_| reply(0, 66_666));
+        assert_eq!(lease_of(&b), 0, "the store granted no lease");
+        store.acquire(&id(2), &b, &r, SEC + 250 * MS).unwrap();
+        let batch = syncer.begin(SEC + 250 * MS, false);
+        let call = batch.calls.iter().find(|c| c.id == id(2)).unwrap();
+        assert_eq!((call.want, call.debt), (0, 1), "on credit again");
+    }
+
+    #[test]
+    fn a_key_the_store_says_is_near_its_limit_gets_no_credit() {
+        let (store, mut syncer) = SharedStore::new(timing());
+        store.set_fleet(3);
+        let r = rate(300); // T = 33.3 ms; credit 10; near: room ≤ 2 × 3 × (5 + 10) = 90
+        assert_eq!(near_limit(300, 3), 90);
+        let (near, far) = (Arc::<RateState>::default(), Arc::<RateState>::default());
+        store.acquire(&id(1), &near, &r, SEC).unwrap();
+        store.acquire(&id(2), &far, &r, SEC).unwrap();
+        // The store counts the fleet's requests: 8 s of the 10 s window spent for one key
+        // (room 60), 1 s for the other (room 270).
+        exchange(&mut syncer, SEC, false, |c| {
+            reply(0, if c.id == id(1) { 8 * SEC } else { SEC } / 1000)
+        });
+        exchange(&mut syncer, SEC + 100 * MS, true, |_| None);
+        let later = SEC + 150 * MS;
+        assert!(
+            store
+                .acquire(&id(1), &near, &r, later)
+                .unwrap_err()
+                .unsettled
+        );
+        store.acquire(&id(2), &far, &r, later).unwrap();
+    }
+
+    /// One exchange at `now`, each call answered by `answer`.
+    fn exchange(
+        syncer: &mut Syncer,
+        now: Nanos,
+        tick: bool,
+        answer: impl Fn(&Call) -> Option<Reply>,
+    ) -> Settled {
+        let batch = syncer.begin(now, tick);
+        let replies: Vec<_> = batch.calls.iter().map(answer).collect();
+        syncer.finish(batch, &replies, now)
     }
 
     #[test]
