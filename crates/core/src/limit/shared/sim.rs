@@ -70,6 +70,13 @@ enum Load {
     /// Bursts of this multiple of the limit from idle, spread over 300 ms (three intervals):
     /// the first answers come while the burst goes on.
     SpreadBursts(f64),
+    /// A request every 2 intervals and 5 ms: a key that comes back on a replica just after
+    /// its lease (and its credit's exchange) lapsed there.
+    Returning,
+    /// An attacker that keeps its key cold on every replica: round robin, each replica's turn
+    /// coming just after its lease and credit lapsed (every 2 intervals and 10 ms per replica),
+    /// at several times the limit.
+    Attacker,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -81,6 +88,8 @@ enum Split {
     /// Each burst whole on one replica, a random one per burst (a client that opens a new
     /// connection for each burst).
     PerBurst,
+    /// One replica after the other.
+    RoundRobin,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -93,7 +102,14 @@ struct Case {
     windows: u64,
     /// The store unreachable between these instants (ns).
     outage: Option<(u64, u64)>,
+    /// Each way of a round trip to the store, at least and at most (ns).
+    hop: (u64, u64),
 }
+
+/// A round trip on the same machine or network: 0.1–1 ms each way.
+const NEAR: (u64, u64) = (100_000, MS);
+/// The store in another zone: 20 ms each way, and up to 5 ms more.
+const FAR: (u64, u64) = (20 * MS, 25 * MS);
 
 #[derive(Debug, Default)]
 struct Outcome {
@@ -141,6 +157,24 @@ fn traffic(case: &Case, rng: &mut Rng) -> Vec<(u64, usize)> {
                 t += -mean * (1.0 - rng.unit()).ln();
             }
         }
+        Load::Returning | Load::Attacker => {
+            let per_replica = 200 * MS
+                + if matches!(case.load, Load::Attacker) {
+                    10 * MS
+                } else {
+                    5 * MS
+                };
+            let gap = if matches!(case.load, Load::Attacker) {
+                per_replica / case.replicas as u64
+            } else {
+                per_replica
+            };
+            let mut t = SEC + rng.below(gap);
+            while t < end {
+                times.push(t);
+                t += gap;
+            }
+        }
         Load::ColdBursts(k) | Load::HotBursts(k) | Load::SpreadBursts(k) => {
             let (lo, hi) = match case.load {
                 Load::HotBursts(_) => (SEC, 4 * SEC),
@@ -162,10 +196,15 @@ fn traffic(case: &Case, rng: &mut Rng) -> Vec<(u64, usize)> {
     }
     let n = case.replicas as u64;
     let (mut burst_at, mut burst_on) = (0u64, 0u64);
+    let mut turn = 0u64;
     times
         .into_iter()
         .map(|t| {
             let r = match case.split {
+                Split::RoundRobin => {
+                    turn += 1;
+                    turn % n
+                }
                 Split::PerBurst => {
                     if t > burst_at + 400 * MS {
                         burst_on = rng.below(n);
@@ -230,7 +269,12 @@ struct Parked {
 
 fn run(case: &Case) -> Outcome {
     let mut rng = Rng(case.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ case.replicas as u64);
-    let timing = timing();
+    let mut timing = timing();
+    if case.hop.1 > 10 * MS {
+        // A store in another zone: `timeout_ms` covers an exchange in flight and the next
+        // (two round trips of up to 50 ms), as docs/cluster.md tells an operator to set it.
+        timing.timeout = Duration::from_millis(250);
+    }
     let rate = Rate::new(
         NonZeroU32::new(case.limit).unwrap(),
         NonZeroU32::new((WINDOW / SEC) as u32).unwrap(),
@@ -323,7 +367,11 @@ fn run(case: &Case) -> Outcome {
                         rep.urgent = true;
                         if rep.batch.is_none() {
                             begin(rep, t, false);
-                            push(&mut events, t + rng.between(100_000, MS), Event::Apply(r));
+                            push(
+                                &mut events,
+                                t + rng.between(case.hop.0, case.hop.1),
+                                Event::Apply(r),
+                            );
                         }
                     }
                     Err(_) => decided(&mut out, r, t, false),
@@ -347,7 +395,11 @@ fn run(case: &Case) -> Outcome {
                 let rep = &mut replicas[r];
                 if rep.batch.is_none() {
                     begin(rep, t, true);
-                    push(&mut events, t + rng.between(100_000, MS), Event::Apply(r));
+                    push(
+                        &mut events,
+                        t + rng.between(case.hop.0, case.hop.1),
+                        Event::Apply(r),
+                    );
                 } else {
                     rep.tick_due = true;
                 }
@@ -371,7 +423,11 @@ fn run(case: &Case) -> Outcome {
                         .collect();
                     Some((replies, fleet))
                 });
-                push(&mut events, t + rng.between(100_000, MS), Event::Answer(r));
+                push(
+                    &mut events,
+                    t + rng.between(case.hop.0, case.hop.1),
+                    Event::Answer(r),
+                );
             }
             Event::Answer(r) => {
                 let rep = &mut replicas[r];
@@ -419,7 +475,11 @@ fn run(case: &Case) -> Outcome {
                 if rep.tick_due || rep.urgent {
                     let tick = rep.tick_due;
                     begin(rep, t, tick);
-                    push(&mut events, t + rng.between(100_000, MS), Event::Apply(r));
+                    push(
+                        &mut events,
+                        t + rng.between(case.hop.0, case.hop.1),
+                        Event::Apply(r),
+                    );
                 }
             }
             Event::Deadline(i) => {
@@ -529,9 +589,56 @@ const LIMITS: [u32; 3] = [40, 150, 1000];
 
 fn cases(replicas: usize) -> impl Iterator<Item = Case> {
     let seeds = seeds();
+    LIMITS
+        .into_iter()
+        .flat_map(move |limit| {
+            LOADS.into_iter().flat_map(move |load| {
+                SPLITS.into_iter().flat_map(move |split| {
+                    (0..seeds).map(move |seed| Case {
+                        replicas,
+                        limit,
+                        load,
+                        split,
+                        seed,
+                        windows: 30,
+                        outage: None,
+                        hop: NEAR,
+                    })
+                })
+            })
+        })
+        .chain(extra_cases(replicas))
+}
+
+/// The loads a quiet or a hostile client makes, and a store 20 ms away.
+fn extra_cases(replicas: usize) -> impl Iterator<Item = Case> {
+    let seeds = seeds();
+    let near = [
+        (Load::Returning, Split::Even),
+        (Load::Returning, Split::All),
+        (Load::Attacker, Split::RoundRobin),
+        (Load::Paced(0.5), Split::Even),
+        (Load::Paced(0.5), Split::RoundRobin),
+    ]
+    .map(|(l, s)| (l, s, NEAR));
+    let far = [
+        (Load::Paced(0.5), Split::Even),
+        (Load::Paced(0.5), Split::RoundRobin),
+        (Load::Paced(0.9), Split::Even),
+        (Load::Paced(2.0), Split::Skew80),
+        (Load::ColdBursts(1.0), Split::Even),
+        (Load::SpreadBursts(2.0), Split::Even),
+        (Load::Attacker, Split::RoundRobin),
+    ]
+    .map(|(l, s)| (l, s, FAR));
+    // The contract's bounds are for up to three replicas; a far store is tried up to five (with
+    // ten, a burst of the limit from idle lost up to 5 of 40 to the round trips, before any
+    // credit: docs/cluster.md).
+    let far = far.into_iter().filter(move |_| replicas <= 5);
     LIMITS.into_iter().flat_map(move |limit| {
-        LOADS.into_iter().flat_map(move |load| {
-            SPLITS.into_iter().flat_map(move |split| {
+        near.into_iter()
+            .chain(far.clone())
+            .flat_map(move |(load, split, hop)| {
                 (0..seeds).map(move |seed| Case {
                     replicas,
                     limit,
@@ -540,9 +647,9 @@ fn cases(replicas: usize) -> impl Iterator<Item = Case> {
                     seed,
                     windows: 30,
                     outage: None,
+                    hop,
                 })
             })
-        })
     })
 }
 
@@ -565,6 +672,8 @@ fn quantile_ms(v: &mut [u64], p: f64) -> f64 {
 fn check(replicas: usize) {
     let mut worst_share = 0f64;
     let mut worst_long = 0f64;
+    // Over the run, bursts and hostile timing: the most the fleet admitted over one process.
+    let mut worst_bursts = 0f64;
     // Under one process from idle: bursts within 5 ms, and bursts spread over 300 ms.
     let (mut worst_cold, mut worst_spread, mut worst_under) = (0f64, 0f64, 0f64);
     let (mut parks, mut requests, mut admitted, mut calls, mut timeouts) = (0, 0, 0, 0, 0);
@@ -573,7 +682,7 @@ fn check(replicas: usize) {
     let mut waits = Vec::new();
     for case in cases(replicas) {
         let mut out = run(&case);
-        let lead = LEAD + WINDOW / u64::from(case.limit);
+        let lead = LEAD + 2 * case.hop.1 + WINDOW / u64::from(case.limit);
         let excess = worst_excess(&out.fleet, &out.single, WINDOW, lead);
         let bound = allowed(replicas, case.limit);
         assert!(
@@ -597,6 +706,16 @@ fn check(replicas: usize) {
             && (excess * 20 >= i64::from(case.limit) || short >= 0.05)
         {
             eprintln!("{case:?}: excess {excess}, from idle {short:.3} under");
+        }
+        // A quiet key (one replica after the other, each seeing a request every two
+        // intervals or more) never waits where the limit gives each replica a credit.
+        if let (Load::Paced(f), Split::RoundRobin) = (case.load, case.split) {
+            let gap_on_a_replica = WINDOW as f64 / (f * f64::from(case.limit)) * replicas as f64;
+            if gap_on_a_replica >= 2.0 * 100.0 * MS as f64
+                && super::credit_for(case.limit, replicas as u64) > 0
+            {
+                assert_eq!(out.parks, 0, "{case:?}: a quiet key waited");
+            }
         }
         if matches!(case.load, Load::Paced(f) if f < 1.0) {
             steady_parks += out.parks;
@@ -623,8 +742,18 @@ fn check(replicas: usize) {
                     "{case:?}: over the run the fleet admitted {fleet}, one process {single}"
                 );
             }
+            // A burst's first request on each replica may be admitted on credit: from idle, a
+            // burst over the limit can take up to a credit per replica more than one process
+            // (within the window's bound), and nothing pays it back once the key idles.
             Load::ColdBursts(_) | Load::HotBursts(_) | Load::SpreadBursts(_) => {
-                assert!(fleet <= single * 1.02, "{case:?}")
+                let off = (fleet - single) / single;
+                worst_bursts = worst_bursts.max(off);
+                assert!(off <= 0.05, "{case:?}: {fleet} against {single}")
+            }
+            Load::Returning | Load::Attacker => {
+                let off = (fleet - single) / single;
+                worst_bursts = worst_bursts.max(off);
+                assert!(off <= 0.02, "{case:?}: {fleet} against {single}")
             }
         }
     }
@@ -633,12 +762,13 @@ fn check(replicas: usize) {
         "a request waited out the timeout with the store up"
     );
     eprintln!(
-        "{replicas} replicas: worst window {:.1} % of the limit over one process; from idle, {:.1} % under it at worst ({:.1} % bursts within 5 ms, {:.1} % spread over 300 ms); worst long run {:.2} % off; {parks} of {requests} requests parked ({:.1} %), waits p50 {:.2} ms p99 {:.2} ms max {:.2} ms; {:.3} store calls per admitted request; at 90 % evenly {:.1} % parked, {:.3} calls per admitted request",
+        "{replicas} replicas: worst window {:.1} % of the limit over one process; from idle, {:.1} % under it at worst ({:.1} % bursts within 5 ms, {:.1} % spread over 300 ms); worst long run {:.2} % off (bursts and hostile timing: {:.2} % over); {parks} of {requests} requests parked ({:.1} %), waits p50 {:.2} ms p99 {:.2} ms max {:.2} ms; {:.3} store calls per admitted request; at 90 % evenly {:.1} % parked, {:.3} calls per admitted request",
         worst_share * 100.0,
         worst_under * 100.0,
         worst_cold * 100.0,
         worst_spread * 100.0,
         worst_long * 100.0,
+        worst_bursts * 100.0,
         parks as f64 * 100.0 / requests as f64,
         quantile_ms(&mut waits, 0.5),
         quantile_ms(&mut waits, 0.99),
@@ -718,6 +848,7 @@ fn with_the_store_down_each_replica_enforces_its_share() {
                 seed,
                 windows: 12,
                 outage: Some((3 * WINDOW, 9 * WINDOW)),
+                hop: NEAR,
             };
             let out = run(&case);
             // Six windows down: each replica admits L / N per window (plus its first burst).
