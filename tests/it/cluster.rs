@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    admin, config_for, eventually, metric, metrics_page, wait_ready, Mode, Process, RedisCluster,
-    RedisServer, TestConfig, Upstream,
+    admin, config_for, eventually, metric, metrics_page, wait_ready, DelayProxy, Mode, Process,
+    RedisCluster, RedisServer, TestConfig, Upstream,
 };
 use tollgate::limit::shared::model::Model;
 use tollgate::limit::shared::{Call, Reply};
@@ -841,4 +841,138 @@ fn redis_stopped_under_a_cold_burst_costs_no_request_more_than_the_timeout() {
             metric(&metrics_page(r.admin), "tollgate_cluster_store_up") == Some(1.0)
         });
     }
+}
+
+/// One request of each of `keys` every `gap`, the keys' requests staggered evenly, for
+/// `length`; the `i`-th request of key `k` goes to `addrs[(i + k) % addrs.len()]` (so each
+/// replica sees a key once every `addrs.len() × gap`). Each request's latency, in order.
+fn quiet_traffic(
+    addrs: &[SocketAddr],
+    keys: &[String],
+    gap: Duration,
+    length: Duration,
+) -> Vec<(u16, Duration)> {
+    let mut plan: Vec<(Duration, usize, usize)> = Vec::new();
+    for (k, _) in keys.iter().enumerate() {
+        let offset = gap * k as u32 / keys.len() as u32;
+        let mut i = 0;
+        while offset + gap * i < length {
+            plan.push((offset + gap * i, k, (i as usize + k) % addrs.len()));
+            i += 1;
+        }
+    }
+    plan.sort();
+    let start = Instant::now();
+    plan.into_iter()
+        .map(|(due, k, r)| {
+            if let Some(wait) = (start + due).checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait); // pacing the load, not crossing a window
+            }
+            call(addrs[r], &keys[k])
+        })
+        .collect()
+}
+
+/// The `q`-quantile of `latencies` (nearest rank).
+fn quantile(latencies: &[(u16, Duration)], q: f64) -> Duration {
+    let mut v: Vec<Duration> = latencies.iter().map(|e| e.1).collect();
+    v.sort();
+    v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+#[test]
+fn quiet_keys_are_answered_as_by_one_process_with_redis_20_ms_away() {
+    let _timed = one_at_a_time();
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    // Redis in another zone: 20 ms each way, a wait for it at least 40 ms.
+    let far = DelayProxy::start(
+        SocketAddr::from(([127, 0, 0, 1], redis.port)),
+        Duration::from_millis(20),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // Thirty Basic keys (40 per window), each sending one request every half second, spread
+    // over three replicas: each replica sees a key every 1.5 s.
+    let keys: Vec<String> = (0..30).map(|i| format!("quiet-key-{i:02}")).collect();
+    let with_keys = |c: TestConfig| {
+        keys.iter()
+            .enumerate()
+            .fold(c.plan_limit("basic", 40), |c, (i, key)| {
+                c.add_key(&format!("quiet{i}"), key, "basic")
+            })
+            .runtime(|r| r.threads = 1)
+    };
+    let (gap, length) = (Duration::from_millis(500), Duration::from_secs(6));
+
+    // One process, on the same traffic.
+    let mut config = with_keys(config_for(&up));
+    config.file.limits.window_seconds = WINDOW_SECS;
+    let path = dir.path().join("single.yaml");
+    config.write(&path);
+    let mut single = Process::spawn(
+        dir.path(),
+        "single",
+        &["run", "--config", path.to_str().unwrap()],
+        &[],
+    );
+    let single_admin: SocketAddr = config.file.admin_listen.parse().unwrap();
+    wait_ready(single_admin, 200);
+    let listen: SocketAddr = config.file.listen.parse().unwrap();
+    let alone = quiet_traffic(&[listen], &keys, gap, length);
+    single.stop();
+
+    // The fleet, Redis 20 ms away, at the product's sync interval.
+    let replicas = fleet_on(dir.path(), 3, &up, &far.redis_url(), |c| {
+        with_keys(c).cluster_with(|k| {
+            k.sync_interval_ms = 100;
+            k.timeout_ms = 250;
+        })
+    });
+    for r in &replicas {
+        eventually("every replica counts three, the store up", || {
+            let page = metrics_page(r.admin);
+            metric(&page, "tollgate_cluster_replicas") == Some(3.0)
+                && metric(&page, "tollgate_cluster_store_up") == Some(1.0)
+        });
+    }
+    let addrs: Vec<SocketAddr> = replicas.iter().map(|r| r.listen).collect();
+    let fleet = quiet_traffic(&addrs, &keys, gap, length);
+
+    let waited: f64 = replicas
+        .iter()
+        .map(|r| {
+            metric(
+                &metrics_page(r.admin),
+                "tollgate_cluster_settle_wait_seconds_count",
+            )
+            .unwrap_or(0.0)
+        })
+        .sum();
+    let (p99_alone, p99_fleet) = (quantile(&alone, 0.99), quantile(&fleet, 0.99));
+    let slowest = quantile(&fleet, 1.0);
+    eprintln!(
+        "{} requests each: one process p50 {:?} p99 {:?}; the fleet p50 {:?} p99 {:?} max {:?}; \
+         {waited} waited for Redis",
+        fleet.len(),
+        quantile(&alone, 0.5),
+        p99_alone,
+        quantile(&fleet, 0.5),
+        p99_fleet,
+        slowest,
+    );
+    assert!(alone.iter().chain(&fleet).all(|e| e.0 == 200), "{fleet:?}");
+    // No request waited: a wait is a round trip to Redis, at least 40 ms.
+    assert_eq!(waited, 0.0, "requests that waited for Redis");
+    // None took a round trip to Redis (40 ms). Under 10 ms is what the release build does
+    // (`benches/load/quiet.sh`, docs/benchmarks.md); a debug build on a loaded machine may
+    // not.
+    let alone_slowest = quantile(&alone, 1.0);
+    assert!(
+        slowest < Duration::from_millis(40),
+        "the slowest took {slowest:?} (one process: {alone_slowest:?})"
+    );
+    assert!(
+        p99_fleet <= p99_alone + Duration::from_millis(2),
+        "p99: the fleet {p99_fleet:?}, one process {p99_alone:?}"
+    );
 }

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+pub(crate) mod delay;
 pub(crate) mod gateway;
 pub(crate) mod http;
 pub(crate) mod pki;
@@ -15,6 +16,7 @@ pub(crate) mod process;
 pub(crate) mod redis;
 pub(crate) mod upstream;
 
+pub(crate) use delay::DelayProxy;
 pub(crate) use gateway::{config_for, test_config, wait_listening, Gateway};
 pub(crate) use http::*;
 pub(crate) use pki::{pki, Pki};
