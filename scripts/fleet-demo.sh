@@ -14,7 +14,8 @@
 #
 # The promise is both ways. The key is idle fleet-wide, so the burst's first 40 requests fit
 # its budget: all 40 pass, as with one process (a replica with no lease for the key asks Redis
-# for one and the request waits for the answer, a round trip). GCRA refills one request every
+# for one, and a request past the small credit each replica may give a quiet key waits for the
+# answer, one round trip: the script prints how many waited). GCRA refills one request every
 # T = 10 s / 40 = 250 ms, so one process passes 40 + ⌊D / T⌋ of a burst lasting D, and
 # docs/cluster.md bounds a fleet of up to three replicas at 10 % of the limit over one process:
 # at most 40 + ⌊D / T⌋ + 4 pass, where three separate budgets would pass all 60.
@@ -330,7 +331,8 @@ slack=$((limit / 10))
 promise=$((limit + refill + slack))
 
 # From each replica's metrics: failed exchanges, and the requests that waited for Redis (their
-# key had no lease on that replica) with the sum of their waits (seconds, as Prometheus prints).
+# key had no lease on that replica and no credit left) with the sum of their waits (seconds, as
+# Prometheus prints). The first request on each replica is admitted on credit: none of them waits.
 errors=0 parked=0 wait_us=0
 for a in "${admin[@]}"; do
   page=$(http "http://127.0.0.1:$a/metrics")
@@ -342,7 +344,9 @@ for a in "${admin[@]}"; do
   wait_us=$((wait_us + $(awk -v s="${w:-0}" 'BEGIN { printf "%d", s * 1000000 }')))
 done
 if ((parked)); then
-  echo "  $parked of them waited for Redis (no lease for the key on their replica yet), $((wait_us / parked)) µs on average"
+  echo "  $parked of them waited for Redis (no lease for the key on their replica, no credit left), $((wait_us / parked)) µs on average"
+else
+  echo "  none of them waited for Redis"
 fi
 
 echo "promised: at least $limit and at most $promise of $total (three separate budgets would pass all $total)"

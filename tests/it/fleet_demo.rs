@@ -192,6 +192,14 @@ fn fleet_demo_keeps_its_promise_and_leaves_nothing_running() {
         // The ceiling is 40 and what refills during the burst, and 4; that is below 60 as
         // long as the burst takes less than 4 s: sharing shows.
         assert!(promised < 60, "a burst too slow to show sharing: {ctx}");
+        // It says how many requests waited for Redis, none or some.
+        assert!(
+            out.lines().any(
+                |l| l.trim_start().starts_with("none of them waited for Redis")
+                    || l.contains(" of them waited for Redis (")
+            ),
+            "no line on the waits: {ctx}"
+        );
         eprintln!("fleet-demo run {run}: passed {passed} of 60, at most {promised}; {took:?}");
         let (ports, dir) = what_it_started(&out);
         nothing_left(&ports, &dir);
