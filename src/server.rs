@@ -254,7 +254,10 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
         crate::ledger::KeeperTick(keeper),
     ));
     if let Some((_, svc)) = cluster {
-        server.add_service(background_service("tollgate cluster sync", svc));
+        server.add_service(pingora::services::background::GenBackgroundService::new(
+            "tollgate cluster sync".into(),
+            svc,
+        ));
     }
     if let (Some(every), true) = (sync_every, overrides.shared()) {
         server.add_service(background_service(

@@ -22,7 +22,11 @@ const BATCH: usize = 128;
 const CHUNK: usize = 1024;
 
 impl BudgetSync {
-    /// One heartbeat (at a tick: `N`) and every pending key, within `timeout`.
+    /// One heartbeat (at a tick: `N`) and every pending key, within `timeout`: one round
+    /// trip, the heartbeat (or, in an urgent round, what requests wait for that rides) in
+    /// flight beside the budget calls on the same connection. The budget calls do not need
+    /// the heartbeat's answer (it is the next exchange's `N`), and an answer that came is
+    /// settled even when the other half failed: its grant is the store's.
     pub(super) async fn exchange(
         &self,
         client: &Client,
@@ -30,10 +34,17 @@ impl BudgetSync {
         tick: bool,
     ) -> (Result<Option<u32>, StoreError>, Vec<Option<Reply>>) {
         let deadline = tokio::time::Instant::now() + self.cfg.timeout;
-        let fleet = if tick {
-            self.beat(client, deadline).await.map(Some)
-        } else {
-            // An urgent round: what requests wait for rides alone, before the budget calls.
+        let first = async {
+            // The rider keeps one exchange's commands in flight at a time: a tick waits for an
+            // urgent round's to be answered; an urgent round whose rider is busy sends none
+            // (its request waits for the round in flight, and asks again).
+            if tick {
+                let _riding = self.riding.lock().await;
+                return self.beat(client, deadline).await.map(Some);
+            }
+            let Ok(_riding) = self.riding.try_lock() else {
+                return Ok(None);
+            };
             let waited = self
                 .rider
                 .get()
@@ -47,9 +58,22 @@ impl BudgetSync {
                     .map(|_| None)
             }
         };
-        if fleet.is_err() {
-            return (fleet, Vec::new());
-        }
+        // The budget calls are sent first: a `WAIT` at the end of what rides (behind Sentinel
+        // or on a Redis Cluster) blocks the connection's later commands until a replica has
+        // the writes.
+        let ((replies, failure), fleet) =
+            tokio::join!(self.budget_calls(client, calls, deadline), first);
+        (failure.map_or(fleet, Err), replies)
+    }
+
+    /// Every pending key's budget call, in chunks; the answers in order (`None` for a key
+    /// whose call failed or was not sent), and the first failure.
+    async fn budget_calls(
+        &self,
+        client: &Client,
+        calls: &[Call],
+        deadline: tokio::time::Instant,
+    ) -> (Vec<Option<Reply>>, Option<StoreError>) {
         let mut replies = Vec::with_capacity(calls.len());
         let mut failure = None;
         for chunk in calls.chunks(CHUNK) {
@@ -72,7 +96,7 @@ impl BudgetSync {
                 break;
             }
         }
-        (failure.map_or(fleet, Err), replies)
+        (replies, failure)
     }
 
     /// The heartbeat: this replica is alive; how many are. The rider's commands, if any, go

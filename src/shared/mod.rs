@@ -1,11 +1,11 @@
 //! Shared budgets: the background half of [`SharedStore`], keeping every key's leases (the
 //! requests Redis granted this replica) in step through Redis (the `cluster` block).
 //!
-//! The request path decides on a key's lease (`tollgate_core::limit::shared`); a request whose
-//! key has no lease here parks: it asks this room for an exchange at once and waits for it
-//! ([`Settling`], at most `timeout_ms`). This room is one Pingora background service,
-//! [`BudgetSync`], that every `sync_interval` (a tick) and whenever a request parks (an urgent
-//! exchange):
+//! The request path decides on a key's lease, or a quiet key on credit
+//! (`tollgate_core::limit::shared`); a request it cannot decide so parks: it runs an urgent
+//! exchange at once, on its own thread, and waits for it ([`Settling`], at most `timeout_ms`).
+//! This room is one Pingora background service, [`BudgetSync`], that every `sync_interval` (a
+//! tick) exchanges, and the urgent exchanges the requests run beside it; each exchange:
 //!
 //! 1. at a tick, sends this replica's heartbeat (`heartbeat.lua` on `<prefix>:fleet`, a sorted
 //!    set of replica ids by their last heartbeat), which answers how many replicas are alive:
@@ -34,14 +34,15 @@
 //! |---|---|
 //! | [`exchange`] | one exchange: heartbeat, the budget calls (pipelined or one by one), settling |
 //! | [`script`] | the two `.lua` scripts and their packed arguments and answers |
+//! | [`settling`] | a parked request's urgent exchange, run on its own thread, and its wait |
 //! | `metrics` | `tollgate_cluster_*` |
 
 pub mod exchange;
 mod metrics;
 pub mod script;
+pub mod settling;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -58,6 +59,7 @@ use crate::limit::{SharedStore, Syncer, Timing};
 use crate::redis::{Client, Lua, StoreError};
 use crate::runtime::metrics::Metrics;
 use metrics::SharedMetrics;
+pub use settling::Settling;
 
 /// The longest the breaker waits between two attempts on a store that is down.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -85,8 +87,21 @@ pub struct BudgetSync {
     names: Mutex<HashMap<Digest, Arc<str>, foldhash::fast::RandomState>>,
     /// What rides on the heartbeat's round trip at each tick (the quota and ledger counts).
     rider: std::sync::OnceLock<Arc<dyn Rider>>,
+    /// Held while the rider's commands of one exchange are in flight (it keeps one).
+    riding: tokio::sync::Mutex<()>,
     /// Whether the master the rider's counts go to has replicas to wait for.
     hold: crate::redis::Hold,
+    /// The ticks' connection, for an urgent round on a thread whose own is not open yet.
+    published: Mutex<Option<Client>>,
+    breaker: Mutex<Breaker>,
+}
+
+/// The circuit breaker on a store that fails: after `failures` in a row, no exchange before
+/// `next_try` (2, 4, 8 … intervals, at most [`MAX_BACKOFF`]).
+#[derive(Debug, Default)]
+struct Breaker {
+    failures: u32,
+    next_try: Option<tokio::time::Instant>,
 }
 
 /// Commands that ride on each tick's heartbeat, in the same pipeline (one round trip for the
@@ -112,7 +127,7 @@ impl BudgetSync {
         window: Duration,
         clock: Arc<dyn Clock>,
         metrics: &Metrics,
-    ) -> (Arc<SharedStore>, Self) {
+    ) -> (Arc<SharedStore>, Arc<Self>) {
         let timing = Timing {
             sync_interval: cfg.sync_interval,
             timeout: cfg.timeout,
@@ -120,13 +135,10 @@ impl BudgetSync {
         };
         let (store, syncer) = SharedStore::new(timing);
         let shared_metrics = SharedMetrics::new(metrics);
-        let settling = Arc::new(Settling {
-            urgent: tokio::sync::Notify::new(),
-            begun: AtomicU64::new(0),
-            done: tokio::sync::watch::Sender::new(0),
-            timeout: cfg.timeout,
-            waits: shared_metrics.settle_seconds.clone(),
-        });
+        let settling = Arc::new(Settling::new(
+            cfg.timeout,
+            shared_metrics.settle_seconds.clone(),
+        ));
         let svc = Self {
             fleet_key: fleet_key(&cfg.key_prefix),
             cfg,
@@ -141,8 +153,13 @@ impl BudgetSync {
             settling,
             names: Mutex::default(),
             rider: std::sync::OnceLock::new(),
+            riding: tokio::sync::Mutex::new(()),
             hold: crate::redis::Hold::default(),
+            published: Mutex::default(),
+            breaker: Mutex::default(),
         };
+        let svc = Arc::new(svc);
+        svc.settling.serve(Arc::downgrade(&svc));
         (store, svc)
     }
 
@@ -157,30 +174,62 @@ impl BudgetSync {
     }
 
     fn syncer(&self) -> std::sync::MutexGuard<'_, Syncer> {
-        // Only this service's one task locks it.
+        // Locked by the ticks and the urgent rounds, never across an await.
         self.syncer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One round: connect if needed, exchange, settle, and wake the requests parked for it.
-    /// `tick`: the interval's round (with the heartbeat); otherwise an urgent one, for
-    /// requests parked. Whether it succeeded; `None` for an urgent round with nothing to
-    /// send (its requests were decided by an earlier answer), which says nothing of the store.
-    async fn round(&self, client: &mut Option<Client>, tick: bool) -> Option<bool> {
-        let number = self.settling.begun.fetch_add(1, Ordering::AcqRel) + 1;
-        let ok = self.exchange_round(client, tick).await;
-        self.settling.done.send_replace(number);
+    /// The next round's number and batch, taken together (rounds run side by side; a request
+    /// waits for its round and every earlier one).
+    fn begin_round(&self, tick: bool) -> (u64, Batch) {
+        let mut syncer = self.syncer();
+        let number = self.settling.open();
+        (number, syncer.begin(self.clock.now(), tick))
+    }
+
+    /// The interval's round: connect if needed, heartbeat and exchange, settle, and wake the
+    /// requests whose keys it carried. Whether it succeeded.
+    async fn tick(&self, client: &mut Option<Client>) -> bool {
+        let started = std::time::Instant::now();
+        let (number, batch) = self.begin_round(true);
+        let ok = self.exchange_batch(client, true, batch, started).await;
+        self.settling.close(number);
         ok
     }
 
-    async fn exchange_round(&self, client: &mut Option<Client>, tick: bool) -> Option<bool> {
-        let started = std::time::Instant::now();
-        let batch = self.syncer().begin(self.clock.now(), tick);
-        let riding = self.rider.get().is_some_and(|r| r.waiting());
-        if !tick && batch.is_empty() && !riding {
-            return None;
+    fn published(&self) -> Option<Client> {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
+        self.breaker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether no exchange may be tried now (the store failed lately).
+    fn breaker_open(&self) -> bool {
+        self.breaker()
+            .next_try
+            .is_some_and(|t| tokio::time::Instant::now() < t)
+    }
+
+    /// Count an exchange's outcome: a failure opens the breaker for twice as long as the
+    /// last, a success closes it.
+    fn record(&self, ok: bool) {
+        let mut b = self.breaker();
+        if ok {
+            *b = Breaker::default();
+            return;
         }
-        self.metrics.parked.inc_by(batch.parked());
-        Some(self.exchange_batch(client, tick, batch, started).await)
+        self.settling.forget_connections();
+        b.failures = b.failures.saturating_add(1);
+        let backoff = self
+            .cfg
+            .sync_interval
+            .saturating_mul(1 << b.failures.min(16))
+            .min(MAX_BACKOFF);
+        b.next_try = Some(tokio::time::Instant::now() + backoff);
     }
 
     async fn exchange_batch(
@@ -218,87 +267,25 @@ impl BackgroundService for BudgetSync {
         let mut client = None;
         let mut tick = tokio::time::interval(self.cfg.sync_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failures = 0u32;
-        let mut next_try = tokio::time::Instant::now();
         loop {
-            let ticked = tokio::select! {
-                _ = tick.tick() => true,
-                _ = self.settling.urgent.notified() => false,
+            tokio::select! {
+                _ = tick.tick() => {}
                 _ = shutdown.changed() => break,
             };
-            if !ticked && !self.store.is_up() {
-                // Down: the ticks try the store again. A request that parked just before the
-                // store went down is woken to decide on `limit / N`.
-                self.settling.pass();
-                continue;
-            }
-            if tokio::time::Instant::now() < next_try {
-                // The breaker is open: no call (requests decide on `limit / N` and do not
-                // park); keep only keys with something to say.
+            if self.breaker_open() {
+                // No call (requests decide on `limit / N` and do not park); keep only keys
+                // with something to say.
                 self.syncer().hold(self.clock.now());
-                self.settling.pass();
                 continue;
             }
-            let Some(ok) = self.round(&mut client, ticked).await else {
-                continue;
-            };
-            if ok {
-                failures = 0;
-            } else {
-                failures = failures.saturating_add(1);
-                let backoff = self
-                    .cfg
-                    .sync_interval
-                    .saturating_mul(1 << failures.min(16))
-                    .min(MAX_BACKOFF);
-                next_try = tokio::time::Instant::now() + backoff;
-            }
+            let ok = self.tick(&mut client).await;
+            self.record(ok);
+            *self.published.lock().unwrap_or_else(|e| e.into_inner()) = client.clone();
         }
         // Leaving: report what was admitted since the last exchange, if the store answers.
-        if failures == 0 && client.is_some() {
-            let _ = self.round(&mut client, true).await;
+        if self.breaker().failures == 0 && client.is_some() {
+            let _ = self.tick(&mut client).await;
         }
-    }
-}
-
-/// How a request that a replica cannot decide from its lease waits for the exchange that
-/// carries it (see `tollgate_core::limit::shared`): it wakes the syncer for an urgent round
-/// and waits, at most `cluster.timeout_ms`, until a round that began after it parked has
-/// settled. A parked request holds no thread: Pingora's request filter is async.
-pub struct Settling {
-    urgent: tokio::sync::Notify,
-    /// Rounds begun, and (in the channel) the last one settled.
-    begun: AtomicU64,
-    done: tokio::sync::watch::Sender<u64>,
-    timeout: Duration,
-    waits: prometheus::Histogram,
-}
-
-impl Settling {
-    /// A round that sends nothing: the requests waiting are woken to decide again.
-    fn pass(&self) {
-        let number = self.begun.fetch_add(1, Ordering::AcqRel) + 1;
-        self.done.send_replace(number);
-    }
-
-    /// The longest a request waits (`cluster.timeout_ms`).
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// Wait until a round that began after this call has settled, or until `deadline`
-    /// (whether the round settled in time). The key's `want` was counted before this call,
-    /// so that round carries it.
-    pub async fn wait(&self, deadline: tokio::time::Instant) -> bool {
-        let started = tokio::time::Instant::now();
-        let mut done = self.done.subscribe();
-        let need = self.begun.load(Ordering::Acquire) + 1;
-        self.urgent.notify_one();
-        let settled = tokio::time::timeout_at(deadline, done.wait_for(|d| *d >= need))
-            .await
-            .is_ok_and(|r| r.is_ok());
-        self.waits.observe(started.elapsed().as_secs_f64());
-        settled
     }
 }
 
