@@ -232,15 +232,20 @@ struct Replica {
     /// This replica's clock is the simulation's plus this.
     clock: u64,
     id: u64,
-    batch: Option<(Batch, bool)>,
-    /// The answers of the exchange in flight: `None` when the store was unreachable.
-    replies: Option<Option<Answers>>,
-    /// Exchanges begun and settled.
+    /// Exchanges in flight side by side (as `src/shared/settling.rs` runs them), by number:
+    /// the batch, whether a tick, and (once applied) the answers, `None` when the store was
+    /// unreachable.
+    flights: BTreeMap<u64, Flight>,
+    /// Exchanges begun; every exchange numbered at or below `done` has settled.
     begun: u64,
     done: u64,
-    /// A tick came while an exchange was in flight; a request parked since the last begun.
-    tick_due: bool,
-    urgent: bool,
+}
+
+/// An exchange in flight.
+struct Flight {
+    batch: Batch,
+    tick: bool,
+    replies: Option<Option<Answers>>,
 }
 
 impl Replica {
@@ -253,8 +258,9 @@ impl Replica {
 enum Event {
     Request(usize),
     Tick(usize),
-    Apply(usize),
-    Answer(usize),
+    /// Replica `.0`'s exchange number `.1` reaches the store, and its answer the replica.
+    Apply(usize, u64),
+    Answer(usize, u64),
     /// A parked request's wait is over.
     Deadline(usize),
 }
@@ -264,6 +270,9 @@ enum Event {
 struct Parked {
     replica: usize,
     need: u64,
+    /// Whether exchange `need` is its own (it carries its key), or an empty one (an exchange
+    /// begun earlier took its key: it waits for every earlier one).
+    own: bool,
     since: u64,
 }
 
@@ -271,8 +280,8 @@ fn run(case: &Case) -> Outcome {
     let mut rng = Rng(case.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ case.replicas as u64);
     let mut timing = timing();
     if case.hop.1 > 10 * MS {
-        // A store in another zone: `timeout_ms` covers an exchange in flight and the next
-        // (two round trips of up to 50 ms), as docs/cluster.md tells an operator to set it.
+        // A store in another zone: `timeout_ms` covers a round trip of up to 50 ms several
+        // times over, as docs/cluster.md tells an operator to set it.
         timing.timeout = Duration::from_millis(250);
     }
     let rate = Rate::new(
@@ -294,12 +303,9 @@ fn run(case: &Case) -> Outcome {
                 state: Arc::default(),
                 clock: rng.below(3600 * SEC),
                 id: 1000 + i as u64,
-                batch: None,
-                replies: None,
+                flights: BTreeMap::new(),
                 begun: 0,
                 done: 0,
-                tick_due: false,
-                urgent: false,
             }
         })
         .collect();
@@ -325,15 +331,26 @@ fn run(case: &Case) -> Outcome {
     };
     let mut parked: BTreeMap<usize, Parked> = BTreeMap::new();
     let down = |t: u64| case.outage.is_some_and(|(a, b)| (a..b).contains(&t));
-    // Begin an exchange on replica `r` at `t`.
+    // Begin an exchange on a replica at `t`, beside those in flight; its number, and whether
+    // it has anything to send (an urgent one with nothing settles at once, as in the gateway).
     let begin = |rep: &mut Replica, t: u64, tick: bool| {
         let now = rep.now(t);
-        rep.batch = Some((rep.syncer.begin(now, tick), tick));
+        let batch = rep.syncer.begin(now, tick);
         rep.begun += 1;
-        rep.urgent = false;
-        if tick {
-            rep.tick_due = false;
+        let send = tick || !batch.is_empty();
+        if send {
+            rep.flights.insert(
+                rep.begun,
+                Flight {
+                    batch,
+                    tick,
+                    replies: None,
+                },
+            );
+        } else if rep.flights.is_empty() {
+            rep.done = rep.begun;
         }
+        (rep.begun, send)
     };
     // A request decided on replica `r` at `t`: admitted or refused.
     let decided = |out: &mut Outcome, r: usize, t: u64, ok: bool| {
@@ -347,6 +364,9 @@ fn run(case: &Case) -> Outcome {
         }
     };
     while let Some(Reverse((t, _, e))) = events.pop() {
+        // Requests of replica `r` whose exchanges have all settled: decided again (a request
+        // still unsettled runs another exchange, as `Gateway::settled` does).
+        let mut wake: Option<usize> = None;
         match e {
             Event::Request(i) => {
                 let r = trace[i].1;
@@ -355,23 +375,22 @@ fn run(case: &Case) -> Outcome {
                     Ok(_) => decided(&mut out, r, t, true),
                     Err(d) if d.unsettled => {
                         out.parks += 1;
+                        let (n, send) = begin(rep, t, false);
                         parked.insert(
                             i,
                             Parked {
                                 replica: r,
-                                need: rep.begun + 1,
+                                need: n,
+                                own: send,
                                 since: t,
                             },
                         );
                         push(&mut events, t + timeout, Event::Deadline(i));
-                        rep.urgent = true;
-                        if rep.batch.is_none() {
-                            begin(rep, t, false);
-                            push(
-                                &mut events,
-                                t + rng.between(case.hop.0, case.hop.1),
-                                Event::Apply(r),
-                            );
+                        if send {
+                            let hop = rng.between(case.hop.0, case.hop.1);
+                            push(&mut events, t + hop, Event::Apply(r, n));
+                        } else {
+                            wake = Some(r);
                         }
                     }
                     Err(_) => decided(&mut out, r, t, false),
@@ -393,30 +412,27 @@ fn run(case: &Case) -> Outcome {
                     push(&mut events, t + sync, Event::Tick(r));
                 }
                 let rep = &mut replicas[r];
-                if rep.batch.is_none() {
-                    begin(rep, t, true);
-                    push(
-                        &mut events,
-                        t + rng.between(case.hop.0, case.hop.1),
-                        Event::Apply(r),
-                    );
-                } else {
-                    rep.tick_due = true;
-                }
+                let (n, _) = begin(rep, t, true);
+                push(
+                    &mut events,
+                    t + rng.between(case.hop.0, case.hop.1),
+                    Event::Apply(r, n),
+                );
             }
-            Event::Apply(r) => {
+            Event::Apply(r, n) => {
                 let rep = &mut replicas[r];
-                let (batch, tick) = rep.batch.as_ref().unwrap();
-                rep.replies = Some(if down(t) {
+                let flight = rep.flights.get_mut(&n).unwrap();
+                flight.replies = Some(if down(t) {
                     None
                 } else {
                     let now = (redis_clock + t) / 1000;
-                    let fleet = tick.then(|| {
+                    let fleet = flight.tick.then(|| {
                         out.calls += 1;
                         model.heartbeat(now, rep.id, fleet_horizon)
                     });
-                    out.calls += batch.calls.len() as u64;
-                    let replies = batch
+                    out.calls += flight.batch.calls.len() as u64;
+                    let replies = flight
+                        .batch
                         .calls
                         .iter()
                         .map(|c| Some(model.budget(now, c, key_horizon)))
@@ -426,61 +442,32 @@ fn run(case: &Case) -> Outcome {
                 push(
                     &mut events,
                     t + rng.between(case.hop.0, case.hop.1),
-                    Event::Answer(r),
+                    Event::Answer(r, n),
                 );
             }
-            Event::Answer(r) => {
+            Event::Answer(r, n) => {
                 let rep = &mut replicas[r];
                 let now = rep.now(t);
-                let (batch, _) = rep.batch.take().unwrap();
-                match rep.replies.take().unwrap() {
+                let flight = rep.flights.remove(&n).unwrap();
+                match flight.replies.unwrap() {
                     Some((replies, fleet)) => {
-                        rep.syncer.finish(batch, &replies, now);
+                        rep.syncer.finish(flight.batch, &replies, now);
                         if let Some(n) = fleet {
                             rep.store.set_fleet(n);
                         }
                         rep.syncer.set_up(true);
                     }
                     None => {
-                        rep.syncer.finish(batch, &[], now);
+                        rep.syncer.finish(flight.batch, &[], now);
                         rep.syncer.set_up(false);
                     }
                 }
-                rep.done = rep.begun;
-                // The requests waiting for this exchange are decided again.
-                let ready: Vec<usize> = parked
-                    .iter()
-                    .filter(|(_, p)| p.replica == r && p.need <= rep.done)
-                    .map(|(i, _)| *i)
-                    .collect();
-                for i in ready {
-                    let p = parked[&i];
-                    match rep.store.acquire(&id, &rep.state, &rate, now) {
-                        Ok(_) => {
-                            parked.remove(&i);
-                            out.waits.push(t - p.since);
-                            decided(&mut out, r, t, true);
-                        }
-                        Err(d) if d.unsettled => {
-                            rep.urgent = true;
-                            parked.get_mut(&i).unwrap().need = rep.begun + 1;
-                        }
-                        Err(_) => {
-                            parked.remove(&i);
-                            out.waits.push(t - p.since);
-                            decided(&mut out, r, t, false);
-                        }
-                    }
-                }
-                if rep.tick_due || rep.urgent {
-                    let tick = rep.tick_due;
-                    begin(rep, t, tick);
-                    push(
-                        &mut events,
-                        t + rng.between(case.hop.0, case.hop.1),
-                        Event::Apply(r),
-                    );
-                }
+                rep.done = rep
+                    .flights
+                    .keys()
+                    .next()
+                    .map_or(rep.begun, |first| first - 1);
+                wake = Some(r);
             }
             Event::Deadline(i) => {
                 if let Some(p) = parked.remove(&i) {
@@ -492,6 +479,48 @@ fn run(case: &Case) -> Outcome {
                     out.waits.push(t - p.since);
                     out.timeouts += 1;
                     decided(&mut out, p.replica, t, ok);
+                }
+            }
+        }
+        let Some(r) = wake else {
+            continue;
+        };
+        let rep = &mut replicas[r];
+        let now = rep.now(t);
+        let ready: Vec<usize> = parked
+            .iter()
+            .filter(|(_, p)| {
+                p.replica == r
+                    && if p.own {
+                        !rep.flights.contains_key(&p.need)
+                    } else {
+                        p.need <= rep.done
+                    }
+            })
+            .map(|(i, _)| *i)
+            .collect();
+        for i in ready {
+            let p = parked[&i];
+            match rep.store.acquire(&id, &rep.state, &rate, now) {
+                Ok(_) => {
+                    parked.remove(&i);
+                    out.waits.push(t - p.since);
+                    decided(&mut out, r, t, true);
+                }
+                Err(d) if d.unsettled => {
+                    // Still unsettled: it runs another exchange, at once.
+                    let (n, send) = begin(rep, t, false);
+                    if send {
+                        let hop = rng.between(case.hop.0, case.hop.1);
+                        push(&mut events, t + hop, Event::Apply(r, n));
+                    }
+                    let p = parked.get_mut(&i).unwrap();
+                    (p.need, p.own) = (n, send);
+                }
+                Err(_) => {
+                    parked.remove(&i);
+                    out.waits.push(t - p.since);
+                    decided(&mut out, r, t, false);
                 }
             }
         }
