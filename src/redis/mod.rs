@@ -195,7 +195,8 @@ impl SentinelLink {
             .node_url("sentinel-master:6379")
             .into_connection_info()?;
         let mut info = SentinelNodeConnectionInfo::default()
-            .set_redis_connection_info(node.redis_settings().clone());
+            .set_redis_connection_info(node.redis_settings().clone())
+            .set_tcp_settings(no_delay());
         if url.tls {
             info = info.set_tls_mode(redis::TlsMode::Secure);
         }
@@ -306,6 +307,14 @@ pub async fn within<T>(
     }
 }
 
+/// Every connection to the store with `TCP_NODELAY` (redis-rs leaves Nagle's algorithm on): a
+/// small write on a connection with a write unacknowledged (a request's exchange beside a
+/// tick's) would otherwise wait for the acknowledgement, up to a round trip, or the
+/// receiver's delayed-ACK timer (40 ms on Linux) on a quiet link.
+fn no_delay() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
 /// Connect to the store `cfg` names, within its timeout: a Redis Cluster when the server says
 /// `cluster_enabled:1`, else one Redis through a reconnecting connection manager.
 pub async fn connect(cfg: &Cluster) -> Result<Client, StoreError> {
@@ -330,7 +339,7 @@ async fn open(cfg: &Cluster) -> Result<Client, StoreError> {
     // losing the configured node (a failover) does not lose the cluster.
     let known = known_nodes(url);
     let probe = async {
-        let client = redis::Client::open(url)?;
+        let client = redis::Client::open(url.into_connection_info()?.set_tcp_settings(no_delay()))?;
         let mut probe = client
             .get_multiplexed_async_connection_with_config(
                 &redis::AsyncConnectionConfig::new()
@@ -373,6 +382,7 @@ async fn cluster(cfg: &Cluster, known: Vec<String>) -> Result<Client, StoreError
         .connection_timeout(t)
         .response_timeout(t)
         .retries(0)
+        .tcp_settings(no_delay())
         .build()
         .map_err(fail)?;
     let mut conn = cluster.get_async_connection().await.map_err(fail)?;
