@@ -7,9 +7,11 @@ waits for an urgent exchange with Redis) against a key that keeps its lease (Pyt
     TOLLGATE=/path/to/tollgate benches/load/parked.py --keys 500
 
 What it measures, for ONE gateway with `cluster:` on (docs/cluster.md):
-  (a) cold: one request for each of K keys in turn, each a key Redis has never seen, so each
-      parks: the gateway sends an urgent exchange at once and the request waits for its answer
-      (at most timeout_ms), then is admitted from the lease the answer brought;
+  (a) cold: one request for each of K keys in turn, each a key Redis has never seen, on a plan
+      of --cold-limit (9) requests per window, too small for credit (a quiet key of a larger
+      limit is admitted at once on credit and would not park), so each parks: the request runs
+      an urgent exchange at once and waits for its answer (at most timeout_ms), then is
+      admitted from the lease the answer brought;
   (b) hot: K requests, back to back, on one key that already holds a lease (warmed up first for
       a few sync intervals at the same pace, so that its lease target covers the pace).
   For each phase: client-side latency p50 / p99 / max and the hot-cold difference (what parking
@@ -18,7 +20,8 @@ What it measures, for ONE gateway with `cluster:` on (docs/cluster.md):
   tollgate_cluster_settle_wait_seconds, exchanges (tollgate_cluster_sync_seconds count), sync
   errors, and tollgate_cluster_redis_calls_total per admitted request (admitted:
   tollgate_requests_total{outcome="forwarded"}; the calls include the heartbeat of every tick,
-  ten a second at the 100 ms interval).
+  ten a second at the 100 ms interval); and the context switches of the gateway's threads
+  (/proc/PID/task/*/status) per request, and what a parked request adds to them.
 
 How: starts its own `redis-server` (--save '' --appendonly no), `tollgate stand-in` (the upstream,
 200 {}) and the gateway (`tollgate run --config FILE`, binary: TOLLGATE or target/release/tollgate)
@@ -41,6 +44,7 @@ too; the logs go to a temporary directory, removed at the end unless --keep.
 
 import argparse
 import asyncio
+import glob
 import hashlib
 import http.client
 import json
@@ -327,6 +331,18 @@ def summarize(name, lat, statuses, a, b, timeout_s):
     }
 
 
+def switches(pid):
+    """Context switches (voluntary and not) of every thread of process `pid` so far."""
+    n = 0
+    for path in glob.glob("/proc/%d/task/*/status" % pid):
+        try:
+            with open(path) as f:
+                n += sum(int(l.split()[1]) for l in f if l.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")))
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return n
+
+
 def ms(x):
     return "-" if x is None else "%.3f" % (x * 1e3)
 
@@ -344,11 +360,14 @@ def config_text(a, gw, admin, up, redis_port, n_keys):
         "limits: { window_seconds: 10 }",
         "plans:",
         "  big: { plan_id: 1, requests_per_window: %d, allow: all }" % a.limit,
+        # A limit under 10 per replica gives no credit (docs/cluster.md): each first request parks.
+        "  cold: { plan_id: 2, requests_per_window: %d, allow: all }" % a.cold_limit,
         "keys:",
     ]
     for i, key in enumerate([HOT_KEY] + [cold_key(i) for i in range(n_keys)]):
         digest = hashlib.sha256(key.encode()).hexdigest()
-        lines.append('  - { name: p%05d, sha256: "%s", plan: big }' % (i, digest))
+        plan = "big" if key == HOT_KEY else "cold"
+        lines.append('  - { name: p%05d, sha256: "%s", plan: %s }' % (i, digest, plan))
     lines += [
         'cluster: { redis_url: "redis://127.0.0.1:%d/0", key_prefix: "tgparked", '
         "sync_interval_ms: %d, timeout_ms: %d }" % (redis_port, a.sync_ms, a.timeout_ms),
@@ -409,7 +428,7 @@ def run(a, tmp, procs, state):
     if chk.returncode != 0:
         raise RuntimeError("generated config refused:\n" + chk.stdout + chk.stderr)
     env = dict(os.environ, TOLLGATE_LOG=os.environ.get("TOLLGATE_LOG", "warn"))
-    procs.start("gateway", [binary, "run", "--config", cfg], env=env)
+    gateway = procs.start("gateway", [binary, "run", "--config", cfg], env=env)
     wait_gateway(admin, procs)
 
     print("binary   %s" % binary)
@@ -427,14 +446,15 @@ def run(a, tmp, procs, state):
         time.sleep(3 * a.sync_ms / 1000.0)
 
         # (a) cold: each key's first request parks.
-        m0 = scrape(admin)
+        m0, s0 = scrape(admin), switches(gateway.pid)
         lat, sts = [], []
         for i in range(a.keys):
             st, took = client.get(cold_key(i))
             lat.append(took)
             sts.append(st)
-        m1 = scrape(admin)
+        m1, s1 = scrape(admin), switches(gateway.pid)
         results.append(summarize("cold", lat, sts, m0, m1, timeout_s))
+        results[-1]["switches"] = s1 - s0
 
         # (b) hot: warm the hot key's lease up at the pace of the phase (back to back) for
         # --warm-s seconds (several sync intervals, so that its target covers the pace), then K.
@@ -443,14 +463,15 @@ def run(a, tmp, procs, state):
         while time.monotonic() < deadline and warm < 1_000_000:
             client.get(HOT_KEY)
             warm += 1
-        m2 = scrape(admin)
+        m2, s2 = scrape(admin), switches(gateway.pid)
         lat, sts = [], []
         for _ in range(a.keys):
             st, took = client.get(HOT_KEY)
             lat.append(took)
             sts.append(st)
-        m3 = scrape(admin)
+        m3, s3 = scrape(admin), switches(gateway.pid)
         results.append(summarize("hot", lat, sts, m2, m3, timeout_s))
+        results[-1]["switches"] = s3 - s2
         procs.check_alive()
     finally:
         client.close()
@@ -474,6 +495,10 @@ def run(a, tmp, procs, state):
     print("parking adds (cold - hot): p50 %s ms, p99 %s ms, max %s ms, mean %s ms"
           % (ms(cold["p50"] - hot["p50"]), ms(cold["p99"] - hot["p99"]), ms(cold["max"] - hot["max"]),
              ms(cold["mean"] - hot["mean"])))
+    per = lambda r: r["switches"] / r["n"]
+    print("context switches of the gateway's threads per request: cold %.2f, hot %.2f; a parked"
+          " request adds %.2f" % (per(cold), per(hot), (cold["switches"] - per(hot) * cold["n"])
+                                 / max(1, cold["parked"])))
     print("loadavg  %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
     state["proxy_stats"] = proxy
     bad = [r["phase"] for r in results if r["non200"] or r["slow"] or r["errors"]]
@@ -493,7 +518,9 @@ def main():
     ap.add_argument("--keys", type=int, default=2000, help="K: cold keys, and hot requests (2000)")
     ap.add_argument("--delay-ms", type=float, default=0.0,
                     help="hold each chunk the gateway sends Redis this long (a proxy; 0: none)")
-    ap.add_argument("--limit", type=int, default=100000, help="requests per 10 s window (100000)")
+    ap.add_argument("--limit", type=int, default=100000, help="the hot key's requests per 10 s window (100000)")
+    ap.add_argument("--cold-limit", type=int, default=9,
+                    help="the cold keys' requests per 10 s window (9: under 10, no credit, so each parks)")
     ap.add_argument("--sync-ms", type=int, default=100, help="cluster.sync_interval_ms (100)")
     ap.add_argument("--timeout-ms", type=int, default=100, help="cluster.timeout_ms (100)")
     ap.add_argument("--warm-s", type=float, default=0.5,
