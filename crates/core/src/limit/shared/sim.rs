@@ -660,13 +660,11 @@ fn extra_cases(replicas: usize) -> impl Iterator<Item = Case> {
         (Load::Attacker, Split::RoundRobin),
     ]
     .map(|(l, s)| (l, s, FAR));
-    // The contract's bounds are for up to three replicas; a far store is tried up to five (with
-    // ten, a burst of the limit from idle lost up to 5 of 40 to the round trips, before any
-    // credit: docs/cluster.md).
-    let far = far.into_iter().filter(move |_| replicas <= 5);
+    // A far store for every fleet size (while a wait could take two or three round trips, a
+    // burst of the limit from idle on ten replicas lost up to 5 of 40 to them).
     LIMITS.into_iter().flat_map(move |limit| {
         near.into_iter()
-            .chain(far.clone())
+            .chain(far)
             .flat_map(move |(load, split, hop)| {
                 (0..seeds).map(move |seed| Case {
                     replicas,
