@@ -1,0 +1,468 @@
+#!/usr/bin/env python3
+"""What the fleet costs a QUIET key's latency: one gateway without `cluster:` against three
+replicas sharing budgets through Redis, with Redis 0, 1 and 20 ms away (Python 3 stdlib only).
+
+    benches/load/quiet.py                                   # 300 keys, 20 s per case, delays 0,1,20 ms
+    benches/load/quiet.py --seconds 5 --keys 60 --delays-ms 0,20      # a quick check (~1 min)
+    TOLLGATE=/path/to/tollgate benches/load/quiet.py --delays-ms 20 --json /tmp/quiet.json
+
+What it measures, for each Redis delay D of --delays-ms (ms added EACH WAY, so a round trip to
+Redis takes 2D more; D = 0: no proxy, Redis on loopback directly), two cases in turn:
+  one    ONE gateway with no `cluster:` block (the baseline: every key decided locally);
+  fleet  THREE gateways (replicas) with `cluster:` on that Redis (through the proxy when D > 0),
+         sync_interval_ms 100 and timeout_ms 250 (--sync-ms, --timeout-ms), a key_prefix new
+         for each case; each replica's admin /readyz must say `ready`, its
+         tollgate_cluster_replicas be 3 and tollgate_cluster_store_up 1 (30 s at most).
+  The same traffic in both: K keys (--keys, 300) on the plan `basic` (40 requests per 10 s
+  window, `allow: all`, as cluster.sh configures it), each key one request every G ms (--gap-ms,
+  500: half its limit, so no key is ever near it) for --seconds (20), the keys interleaved evenly
+  (key i's request n due at i*G/K + n*G), request n of key i to replica (n + i) mod 3 in the fleet
+  (each replica sees a given key every 3rd request, 3G apart), to the one gateway in the baseline.
+  Each request is `GET /v2/client/getStatus` with `Authorization: Bearer <key>`.
+  Per case: requests, statuses other than 200 (must be 0; a loud warning otherwise), client-side
+  latency p50 / p99 / max (time.perf_counter around sending the request and reading the whole
+  answer), requests sent more than 5 ms after they were due (the client fell behind: a slow
+  answer holds up the worker's next request); over the traffic phase (deltas, summed over the
+  case's gateway processes): CPU (utime + stime of /proc/PID/stat, all threads) per request and
+  context switches (voluntary + nonvoluntary of /proc/PID/task/*/status) per request; for the
+  fleet, from the replicas' admin /metrics (deltas, summed): requests that waited for Redis
+  (tollgate_cluster_settle_wait_seconds count, and the mean wait from its sum),
+  tollgate_cluster_parked_total, tollgate_cluster_redis_calls_total per request (the heartbeat of
+  every tick of every replica included), tollgate_cluster_sync_errors_total; and, when any
+  request waited, (fleet switches - one's switches) / requests that waited. The fleet's CPU and
+  switches include its three processes' background exchanges with Redis, not only the requests.
+  A markdown table sums it up at the end; --json FILE writes every number.
+
+How: starts its own `redis-server` (--save '' --appendonly no), `tollgate stand-in` (the
+upstream: 200 {}) and the gateways (`tollgate run --config FILE`, binary: TOLLGATE or
+target/release/tollgate, TOLLGATE_LOG=warn unless set: no access lines, in both cases) on free
+ports of 127.0.0.1; configs are checked with `tollgate check` first. Keys are `quiet-key-NNNNN`
+(sha256 digests in the config) plus `quiet-warm-key`, which each client connection uses twice
+before the measured phase (outside it). The client: --workers (2) processes (multiprocessing),
+worker w owning the keys i with i mod workers = w, each with one keep-alive HTTP/1.1 connection
+(http.client, parked.py's Client) per gateway, pacing its requests by the schedule (it sleeps
+until a request is due, or sends it at once when it is behind). When D > 0, parked.py's asyncio
+proxy (a child process: `parked.py _proxy ...`) holds each chunk the gateways send Redis 2D ms
+(Redis's answers pass at once: a round trip costs 2D more, as D each way would; asyncio rounds
+the hold up to whole ms; the holds applied are printed). Everything it starts is stopped at
+the end (SIGTERM, SIGKILL after 5 s), on error and
+on Ctrl-C too; logs and configs go to a temporary directory, removed unless --keep.
+"""
+
+import argparse
+import glob
+import hashlib
+import http.client
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import cluster  # benches/load/cluster.py: the metrics helpers (this script's directory is on sys.path)
+import parked  # benches/load/parked.py: ports, processes, the client, the delaying proxy
+from parked import Client, Procs, free_ports, ms, pct, wait_port
+
+ROOT = parked.ROOT
+LIMIT = 40  # the plan basic, as cluster.sh and policies/gateway.yaml have it
+WARM_KEY = "quiet-warm-key"
+REPLICAS = 3
+LATE_S = 0.005
+
+
+def key(i):
+    return "quiet-key-%05d" % i
+
+
+def config_text(gw, admin, up, n_keys, cluster_line):
+    lines = [
+        "# Generated by benches/load/quiet.py. quiet-key-* and quiet-warm-key are PUBLIC TEST KEYS.",
+        'listen: "127.0.0.1:%d"' % gw,
+        'admin_listen: "127.0.0.1:%d"' % admin,
+        'upstream: { base_url: "http://127.0.0.1:%d", read_timeout_ms: 5000 }' % up,
+        "limits: { window_seconds: 10 }",
+        "plans:",
+        "  basic: { plan_id: 1, requests_per_window: %d, allow: all }" % LIMIT,
+        "keys:",
+    ]
+    for i, k in enumerate([WARM_KEY] + [key(i) for i in range(n_keys)]):
+        lines.append('  - { name: q%05d, sha256: "%s", plan: basic }' % (i, hashlib.sha256(k.encode()).hexdigest()))
+    if cluster_line:
+        lines.append(cluster_line)
+    lines += ["log: { format: text }", "shutdown: { drain_seconds: 0, grace_seconds: 0, timeout_seconds: 1 }"]
+    return "\n".join(lines) + "\n"
+
+
+def proc_counters(pids):
+    """(CPU seconds, context switches) summed over the processes, all their threads."""
+    cpu, switches = 0, 0
+    for pid in pids:
+        t = cluster.cpu_ticks(pid)
+        if t is None:
+            raise RuntimeError("cannot read /proc/%d/stat" % pid)
+        cpu += t
+        for path in glob.glob("/proc/%d/task/*/status" % pid):
+            try:
+                with open(path) as f:
+                    for line in f:
+                        if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                            switches += int(line.split()[1])
+            except OSError:  # a thread that ended meanwhile
+                pass
+    return cpu / os.sysconf("SC_CLK_TCK"), switches
+
+
+def wait_ready(admins, procs, replicas, seconds=30):
+    """Until every /readyz answers `ready` (and, with replicas, the fleet is whole and Redis up)."""
+    deadline = time.monotonic() + seconds
+    last = "nothing"
+    while time.monotonic() < deadline:
+        procs.check_alive()
+        try:
+            ok = True
+            for admin in admins:
+                with urllib.request.urlopen("http://127.0.0.1:%d/readyz" % admin, timeout=1) as r:
+                    body = r.read().decode().strip()
+                if body != "ready":
+                    ok, last = False, "admin :%d readyz %r" % (admin, body)
+                    break
+                if replicas:
+                    m = parked.scrape(admin)
+                    reps, up = cluster.msum(m, "tollgate_cluster_replicas"), cluster.msum(m, "tollgate_cluster_store_up")
+                    if reps != replicas or up != 1:
+                        ok, last = False, "admin :%d replicas %s, store_up %s" % (admin, reps, up)
+                        break
+            if ok:
+                return
+        except OSError as e:
+            last = repr(e)
+        time.sleep(0.1)
+    raise RuntimeError("gateways not ready after %d s (last: %s)" % (seconds, last))
+
+
+# ---------------------------------------------------------------------------------------------
+# The client: worker processes
+
+
+def worker(pipe, wid, a, ports):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    clients = [Client(p) for p in ports]
+    try:
+        for c in clients:  # connections open and warm, outside the measure
+            for _ in range(2):
+                c.get(WARM_KEY)
+        pipe.send("ready")
+        if not pipe.poll(120):
+            return
+        t0 = pipe.recv()
+        if t0 is None:
+            return
+        gap, n_keys, r = a.gap_ms / 1000.0, a.keys, len(ports)
+        sched = []
+        for i in range(wid, n_keys, a.workers):
+            off, n = i * gap / n_keys, 0
+            while off + n * gap < a.seconds:
+                sched.append((off + n * gap, i, n))
+                n += 1
+        sched.sort()
+        keys = {i: key(i) for _, i, _ in sched}
+        lat, statuses, late, behind_max, errors = [], {}, 0, 0.0, []
+        for off, i, n in sched:
+            due = t0 + off
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            behind = time.monotonic() - due
+            if behind > LATE_S:
+                late += 1
+            behind_max = max(behind_max, behind)
+            c = clients[(n + i) % r]
+            t = time.perf_counter()
+            try:
+                st, took = c.get(keys[i])
+            except (OSError, http.client.HTTPException) as e:
+                st, took = 0, time.perf_counter() - t
+                if len(errors) < 5:
+                    errors.append(repr(e))
+                c.close()
+                c.conn = None
+            lat.append(took)
+            statuses[st] = statuses.get(st, 0) + 1
+        pipe.send({"lat": lat, "statuses": statuses, "late": late, "behind_max": behind_max,
+                   "errors": errors, "reconnects": sum(c.reconnects for c in clients)})
+    except Exception as e:  # reported by the parent
+        pipe.send("worker %d: %r" % (wid, e))
+    finally:
+        for c in clients:
+            c.close()
+
+
+def traffic(a, ports, admins, pids, procs):
+    """Run the workers over the schedule; return the case's figures."""
+    ctx = multiprocessing.get_context("fork")
+    pipes, workers, done = [], [], False
+    try:
+        for w in range(a.workers):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=worker, args=(child, w, a, ports), daemon=True)
+            p.start()
+            workers.append(p)
+            pipes.append(parent)
+        for p in pipes:
+            if not p.poll(30):
+                raise RuntimeError("a client worker was not ready after 30 s")
+            msg = p.recv()
+            if msg != "ready":
+                raise RuntimeError(msg)
+        m0 = [parked.scrape(x) for x in admins]
+        c0 = proc_counters(pids)
+        t0 = time.monotonic() + 0.2
+        for p in pipes:
+            p.send(t0)
+        parts = []
+        # A worker falls behind when answers are slow (each waits for Redis): give it time to
+        # send every request, at most timeout_ms each.
+        bound = a.seconds + 60 + a.keys * a.seconds * 1000.0 / a.gap_ms * a.timeout_ms / 1000.0 / a.workers
+        for p in pipes:
+            if not p.poll(max(0, t0 + bound - time.monotonic())):
+                raise RuntimeError("a client worker did not finish within %.0f s" % bound)
+            msg = p.recv()
+            if isinstance(msg, str):
+                raise RuntimeError(msg)
+            parts.append(msg)
+        c1 = proc_counters(pids)
+        m1 = [parked.scrape(x) for x in admins]
+        procs.check_alive()
+        done = True
+    finally:
+        for p in workers:  # they ignore SIGINT: on an error or Ctrl-C, SIGTERM at once
+            p.join(timeout=2 if done else 0)
+            for stop in (p.terminate, p.kill):
+                if p.is_alive():
+                    stop()
+                    p.join(timeout=5)
+
+    def d(name, **want):
+        return sum(cluster.mdelta(x, y, name, **want) for x, y in zip(m0, m1))
+
+    lat = sorted(x for part in parts for x in part["lat"])
+    statuses = {}
+    for part in parts:
+        for st, k in part["statuses"].items():
+            statuses[st] = statuses.get(st, 0) + k
+    n = len(lat)
+    cpu, sw = c1[0] - c0[0], c1[1] - c0[1]
+    waits, wait_sum = d("tollgate_cluster_settle_wait_seconds_count"), d("tollgate_cluster_settle_wait_seconds_sum")
+    calls = d("tollgate_cluster_redis_calls_total")
+    return {
+        "requests": n, "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "non200": n - statuses.get(200, 0),
+        "p50_ms": pct(lat, 0.50) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3, "max_ms": lat[-1] * 1e3,
+        "late_gt_5ms": sum(p["late"] for p in parts), "behind_max_ms": max(p["behind_max"] for p in parts) * 1e3,
+        "client_errors": [e for p in parts for e in p["errors"]],
+        "reconnects": sum(p["reconnects"] for p in parts),
+        "forwarded": d("tollgate_requests_total", outcome="forwarded"),
+        "cpu_s": cpu, "cpu_us_per_req": cpu * 1e6 / n, "ctx_switches": sw, "ctx_switches_per_req": sw / n,
+        "waited": waits, "wait_mean_ms": wait_sum * 1e3 / waits if waits else None,
+        "parked": d("tollgate_cluster_parked_total"), "redis_calls": calls, "redis_calls_per_req": calls / n,
+        "sync_errors": d("tollgate_cluster_sync_errors_total"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases
+
+
+def run_case(a, tmp, binary, all_procs, up, fleet_redis, tag, state):
+    """One case: 1 gateway without cluster (fleet_redis None), or REPLICAS with it."""
+    procs = Procs(tmp)
+    all_procs.append(procs)
+    n = REPLICAS if fleet_redis else 1
+    ports = free_ports(2 * n)
+    gws, admins = ports[:n], ports[n:]
+    cluster_line = None
+    if fleet_redis:
+        cluster_line = ('cluster: { redis_url: "redis://127.0.0.1:%d/0", key_prefix: "tgquiet-%d-%d-%s", '
+                        "sync_interval_ms: %d, timeout_ms: %d }"
+                        % (fleet_redis, int(time.time()), os.getpid(), tag, a.sync_ms, a.timeout_ms))
+    env = dict(os.environ, TOLLGATE_LOG=os.environ.get("TOLLGATE_LOG", "warn"))
+    pids = []
+    for r in range(n):
+        name = "%s-gw%d" % (tag, r + 1)
+        cfg = os.path.join(tmp, name + ".yaml")
+        with open(cfg, "w") as f:
+            f.write(config_text(gws[r], admins[r], up, a.keys, cluster_line))
+        state["last_gateway"] = (procs, name)
+        chk = subprocess.run([binary, "check", "--config", cfg], capture_output=True, text=True, timeout=60)
+        if chk.returncode != 0:
+            raise RuntimeError("generated config refused (%s):\n%s%s" % (cfg, chk.stdout, chk.stderr))
+        pids.append(procs.start(name, [binary, "run", "--config", cfg], env=env).pid)
+    for g in gws:
+        wait_port(g, "gateway :%d" % g, procs, seconds=30)
+    wait_ready(admins, procs, REPLICAS if fleet_redis else None)
+    try:
+        return traffic(a, gws, admins, pids, procs)
+    finally:
+        procs.stop_all()
+
+
+def print_case(name, r):
+    print("  %-5s %6d requests, non-200 %d, p50 / p99 / max %.3f / %.3f / %.3f ms, late > 5 ms %d"
+          " (max %.1f ms), CPU %.1f µs/req, %.2f ctx switches/req"
+          % (name, r["requests"], r["non200"], r["p50_ms"], r["p99_ms"], r["max_ms"], r["late_gt_5ms"],
+             r["behind_max_ms"], r["cpu_us_per_req"], r["ctx_switches_per_req"]))
+    if r["non200"]:
+        print("  !!!!! WARNING: %s: %d answers were not 200: %s %s !!!!!"
+              % (name, r["non200"], r["statuses"], r["client_errors"]))
+
+
+def run(a, tmp, all_procs, state):
+    binary = os.environ.get("TOLLGATE") or os.path.join(ROOT, "target", "release", "tollgate")
+    if not os.access(binary, os.X_OK):
+        raise SystemExit("no executable gateway at %s (cargo build --release --offline --bin tollgate,"
+                         " or set TOLLGATE)" % binary)
+    if not shutil.which("redis-server"):
+        raise SystemExit("redis-server is needed on the PATH")
+    base = Procs(tmp)
+    all_procs.append(base)
+    redis_port, up = free_ports(2)
+    base.start("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                         "--appendonly", "no", "--dir", tmp, "--protected-mode", "yes"])
+    base.start("stand-in", [binary, "stand-in", "--listen", "127.0.0.1:%d" % up])
+    wait_port(redis_port, "redis-server", base)
+    wait_port(up, "tollgate stand-in", base)
+    load0 = cluster.loadavg()
+    print("binary   %s" % binary)
+    print("setup    redis :%d, stand-in :%d; %d keys on basic (%d/10 s), one request every %g ms each for"
+          " %g s (%.0f req/s); fleet %d replicas, sync_interval_ms %d, timeout_ms %d; %d client workers;"
+          " nproc %d, loadavg %s"
+          % (redis_port, up, a.keys, LIMIT, a.gap_ms, a.seconds, a.keys * 1000.0 / a.gap_ms, REPLICAS,
+             a.sync_ms, a.timeout_ms, a.workers, os.cpu_count(), load0))
+    rows = []
+    state["out"] = {"args": vars(a), "binary": binary, "nproc": os.cpu_count(), "loadavg_before": load0, "delays": rows}
+    for dly in a.delays:
+        tag = "d%g" % dly
+        row = {"delay_ms": dly}
+        rows.append(row)
+        fleet_redis, proxy = redis_port, None
+        if dly > 0:
+            pp = Procs(tmp)
+            all_procs.append(pp)
+            fleet_redis = free_ports(1)[0]
+            proxy = os.path.join(tmp, tag + "-proxy-stats.json")
+            pp.start(tag + "-proxy", [sys.executable, os.path.abspath(parked.__file__), "_proxy", str(fleet_redis),
+                                      str(redis_port), str(2 * dly / 1000.0), proxy])
+            wait_port(fleet_redis, "the delaying proxy", pp)
+        print()
+        print("Redis delay %g ms each way%s" % (dly, " (proxy :%d)" % fleet_redis if proxy else " (direct)"))
+        row["one"] = run_case(a, tmp, binary, all_procs, up, None, tag + "-one", state)
+        print_case("one", row["one"])
+        row["fleet"] = f = run_case(a, tmp, binary, all_procs, up, fleet_redis, tag + "-fleet", state)
+        print_case("fleet", f)
+        o = row["one"]
+        extra = f["ctx_switches"] - o["ctx_switches"] * f["requests"] / o["requests"]
+        row["extra_switches_per_wait"] = extra / f["waited"] if f["waited"] else None
+        print("        waited %d (mean %s ms), parked %d, Redis calls %.3f/req (%d), sync errors %d%s"
+              % (f["waited"], "-" if f["wait_mean_ms"] is None else "%.3f" % f["wait_mean_ms"], f["parked"],
+                 f["redis_calls_per_req"], f["redis_calls"], f["sync_errors"],
+                 ", %.1f extra ctx switches per waiting request" % row["extra_switches_per_wait"]
+                 if f["waited"] else ""))
+        if proxy:
+            pp.stop_all()
+            if os.path.exists(proxy):
+                with open(proxy) as fh:
+                    p = json.load(fh)
+                h = sorted(p["holds"])
+                if h:
+                    row["proxy_hold_ms"] = {"p50": pct(h, 0.5) * 1e3, "p99": pct(h, 0.99) * 1e3, "max": h[-1] * 1e3,
+                                            "chunks": p["chunks"]}
+                    print("        proxy: %d chunks to Redis held p50 %s / p99 %s / max %s ms (asked %g ms:"
+                          " the round trip's 2 x %g)" % (p["chunks"], ms(pct(h, 0.5)), ms(pct(h, 0.99)),
+                                                       ms(h[-1]), 2 * dly, dly))
+    state["out"]["loadavg_after"] = cluster.loadavg()
+
+    print()
+    print("| Redis delay each way | one process p50 / p99 / max ms | fleet p50 / p99 / max ms | fleet p99 − one p99 ms"
+          " | waited (mean wait ms) | Redis calls per request | CPU µs/request one / fleet"
+          " | context switches/request one / fleet |")
+    print("|---:|---|---|---:|---|---:|---|---|")
+    for row in rows:
+        o, f = row["one"], row["fleet"]
+        print("| %g ms | %.3f / %.3f / %.3f | %.3f / %.3f / %.3f | %+.3f | %d (%s) | %.3f | %.1f / %.1f | %.2f / %.2f |"
+              % (row["delay_ms"], o["p50_ms"], o["p99_ms"], o["max_ms"], f["p50_ms"], f["p99_ms"], f["max_ms"],
+                 f["p99_ms"] - o["p99_ms"], f["waited"], "-" if f["wait_mean_ms"] is None else "%.2f" % f["wait_mean_ms"],
+                 f["redis_calls_per_req"], o["cpu_us_per_req"], f["cpu_us_per_req"],
+                 o["ctx_switches_per_req"], f["ctx_switches_per_req"]))
+    print()
+    late = sum(r[c]["late_gt_5ms"] for r in rows for c in ("one", "fleet"))
+    print("late     %d requests sent more than 5 ms after they were due (the client fell behind)" % late)
+    print("loadavg  %s before, %s after" % (load0, state["out"]["loadavg_after"]))
+    bad = ["%g ms %s" % (r["delay_ms"], c) for r in rows for c in ("one", "fleet") if r[c]["non200"]]
+    if bad:
+        print("!!!!! WARNING: answers other than 200 in: %s !!!!!" % ", ".join(bad))
+    return 1 if bad else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--delays-ms", default="0,1,20", help="Redis delays, ms each way (0,1,20; 0: no proxy)")
+    ap.add_argument("--keys", type=int, default=300, help="K keys on the plan basic (300)")
+    ap.add_argument("--gap-ms", type=float, default=500, help="ms between a key's requests (500)")
+    ap.add_argument("--seconds", type=float, default=20, help="traffic per case, seconds (20)")
+    ap.add_argument("--sync-ms", type=int, default=100, help="cluster.sync_interval_ms (100)")
+    ap.add_argument("--timeout-ms", type=int, default=250, help="cluster.timeout_ms (250)")
+    ap.add_argument("--workers", type=int, default=2, help="client processes (2)")
+    ap.add_argument("--json", metavar="FILE", help="write every number to FILE")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, configs)")
+    a = ap.parse_args()
+    try:
+        a.delays = [float(x) for x in a.delays_ms.replace(",", " ").split()]
+    except ValueError:
+        ap.error("--delays-ms: numbers separated by commas")
+    if not a.delays or any(not 0 <= x <= 1000 for x in a.delays):
+        ap.error("--delays-ms must be 0..1000 each")
+    if not 1 <= a.keys <= 99999 or not 1 <= a.workers <= min(16, a.keys):
+        ap.error("--keys must be 1..99999, --workers 1..min(16, keys)")
+    if not 1 <= a.gap_ms <= 60000 or not 0.1 <= a.seconds <= 3600:
+        ap.error("--gap-ms must be 1..60000, --seconds 0.1..3600")
+
+    def on_term(*_):
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGTERM, on_term)  # SIGTERM ends the run as Ctrl-C does
+    tmp = tempfile.mkdtemp(prefix="tollgate-quiet.")
+    all_procs, state = [], {}
+    rc = 1
+    try:
+        rc = run(a, tmp, all_procs, state)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        rc = 130
+    except Exception as e:
+        print("error: %s" % e, file=sys.stderr)
+        if "last_gateway" in state:
+            procs, name = state["last_gateway"]
+            print("%s log:%s" % (name, procs.log_tail(name)), file=sys.stderr)
+        rc = 1
+    finally:
+        for procs in reversed(all_procs):
+            procs.stop_all()
+        if a.json and "out" in state:
+            with open(a.json, "w") as f:
+                json.dump(state["out"], f, indent=1)
+        if a.keep:
+            print("logs and configs in %s" % tmp, file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
