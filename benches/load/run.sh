@@ -4,6 +4,7 @@
 #   benches/load/run.sh            # full run: 3 repetitions of 10 s, 10,000 keys (≈ 25 min)
 #   benches/load/run.sh --quick    # smoke: 1 repetition of 3 s, 3,000 keys (≈ 2 min + the build)
 #   OUT=/some/dir benches/load/run.sh
+#   KEYS=100000 ZIPF=1.0 SETUPS="G Ga" benches/load/run.sh   # keys drawn Zipf(1.0), not rotated
 #   PINGORA_CONF=/some/runtime.yaml SETUPS="P0m G" benches/load/run.sh   # another runtime for
 #                  every Pingora proxy (G's --conf, P0's fourth argument; benches/load/runtime.sh)
 #
@@ -149,7 +150,7 @@ read -r D_PORT N1_PORT P0_PORT G_PORT G_ADMIN_PORT H1_PORT < <(free_ports 6)
 [ -n "${H1_PORT:-}" ] || die "no 6 free ports found"
 
 python3 "$HERE/gen.py" --dir "$TMP" --keys "$KEYS" --d-port "$D_PORT" --n1-port "$N1_PORT" \
-  --h1-port "$H1_PORT" --g-port "$G_PORT" --g-admin-port "$G_ADMIN_PORT"
+  --h1-port "$H1_PORT" --g-port "$G_PORT" --g-admin-port "$G_ADMIN_PORT" --zipf "${ZIPF:-0}"
 "$TMP/tollgate" check --config "$TMP/tollgate.yaml" > "$OUT/logs/tollgate-check.txt" \
   || die "generated tollgate config refused: see $OUT/logs/tollgate-check.txt"
 R_PORT=""
@@ -384,6 +385,14 @@ sanity() { # setup
 }
 
 # --- measurements ----------------------------------------------------------------------------
+# The shared budgets' counters on G*'s admin listener: Redis script calls, requests that waited.
+cluster_counts() {
+  curl -s "http://127.0.0.1:$G_ADMIN_PORT/metrics" | awk '
+    $1 == "tollgate_cluster_redis_calls_total" {c = $2}
+    $1 == "tollgate_cluster_settle_wait_seconds_count" {w = $2}
+    END {printf "%d %d", c, w}'
+}
+
 saturation() { # setup route rep
   local s=$1 r=$2 rep=$3 f="$OUT/raw/wrk-$1-$2-$3.txt" pf="$OUT/raw/perf-$1-$2-$3.txt" perf_pid=""
   local url="http://127.0.0.1:$CUR_PORT/"
@@ -396,9 +405,18 @@ saturation() { # setup route rep
       -- sleep "$DURATION" >/dev/null 2>&1 &
     perf_pid=$!
   fi
+  local shared_before=""
+  [ "$s" = Ga ] && shared_before=$(cluster_counts)
   measured "$s" "$r" "$rep" "" -- \
     taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s "$TMP/wrk-$r.lua" "$url" > "$f"
   if [ -n "$perf_pid" ]; then wait "$perf_pid" 2>/dev/null || true; fi
+  if [ -n "$shared_before" ]; then
+    # Redis script calls and requests that waited for Redis, per request of wrk's count (the
+    # warm-up's requests are outside both counts; the ticks' heartbeats are in the calls).
+    local shared_after; shared_after=$(cluster_counts)
+    row "$s" "$r" redis_calls_per_req "$rep" "$(awk -v a="$shared_before" -v b="$shared_after" -v n="$(awk '/requests in/ {print $1}' "$f")" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.4f", (y[1] - x[1]) / n}')"
+    row "$s" "$r" waited_per_req "$rep" "$(awk -v a="$shared_before" -v b="$shared_after" -v n="$(awk '/requests in/ {print $1}' "$f")" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.4f", (y[2] - x[2]) / n}')"
+  fi
   local reqs rps non2xx errs
   reqs=$(awk '/requests in/ {print $1}' "$f")
   rps=$(awk '/^Requests\/sec/ {print $2}' "$f")
@@ -579,7 +597,7 @@ done
   echo "warmup_s=$WARMUP"
   echo "conns=$CONNS"
   echo "overload_conns=$OVERLOAD_CONNS"
-  echo "keys=$KEYS"
+  echo "keys=$KEYS zipf=${ZIPF:-0}"
   echo "rates=$RATES"
   echo "oha_latency_correction=${OHA_LATCORR[*]:-no}"
   echo "loadavg_start=$LOAD_START"

@@ -3,6 +3,8 @@
 descriptors and Redis memory sampled each minute.
 
     benches/soak/run.sh [--minutes 30] [--keys 100000] [--addresses 10000] [--out DIR]
+    benches/soak/run.sh --saturation-only [--no-cluster]   # the saturating rate alone, with or
+                                                           # without `cluster:` (the fleet's cost)
 
 What runs, all on loopback, in a temporary directory:
   - redis-server (no persistence) for `cluster`, restarted at one third and two thirds of the run;
@@ -55,7 +57,7 @@ def sha(text):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def config(ports, state, keys, basic_limit):
+def config(ports, state, keys, basic_limit, shared=True):
     lines = [
         f'listen: "127.0.0.1:{ports["gw"]}"',
         f'admin_listen: "127.0.0.1:{ports["admin"]}"',
@@ -73,10 +75,15 @@ def config(ports, state, keys, basic_limit):
         "log: { format: text }",
         "shutdown: { drain_seconds: 0, grace_seconds: 0, timeout_seconds: 1 }",
         f"state: {{ path: {state} }}",
-        "cluster:",
-        f'  redis_url: "redis://127.0.0.1:{ports["redis"]}/0"',
-        '  key_prefix: "soak"',
-        "  timeout_ms: 200",
+    ]
+    if shared:
+        lines += [
+            "cluster:",
+            f'  redis_url: "redis://127.0.0.1:{ports["redis"]}/0"',
+            '  key_prefix: "soak"',
+            "  timeout_ms: 200",
+        ]
+    lines += [
         "partners:",
         f'  - {{ name: acme, sha256: "{sha(PARTNER_KEY)}" }}',
         "keys:",
@@ -217,6 +224,10 @@ def main():
     ap.add_argument("--addresses", type=int, default=10_000)
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "soak"))
     ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "tollgate"))
+    ap.add_argument("--no-cluster", action="store_true",
+                    help="the same config without `cluster:` (Redis still runs, unused)")
+    ap.add_argument("--saturation-only", action="store_true",
+                    help="measure the saturating rate (wrk, 10 s, after a 5 s warm-up) and stop")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     d = tempfile.mkdtemp(prefix="tollgate-soak-")
@@ -224,7 +235,7 @@ def main():
     state = os.path.join(d, "state.db")
     cfg = os.path.join(d, "gw.yaml")
     with open(cfg, "w") as f:
-        f.write(config(ports, state, a.keys, 40))
+        f.write(config(ports, state, a.keys, 40, not a.no_cluster))
     procs = []
     try:
         redis = start_redis(ports["redis"], d)
@@ -245,7 +256,13 @@ def main():
         lua = os.path.join(d, "soak.lua")
         with open(lua, "w") as f:
             f.write(LUA % (a.keys, a.addresses, 0, BODY))
+        if a.saturation_only:
+            wrk(ports, lua, 5)
         saturating, _ = wrk(ports, lua, 10)
+        if a.saturation_only:
+            print(json.dumps({"keys": a.keys, "cluster": not a.no_cluster,
+                              "saturating_rps": round(saturating)}), flush=True)
+            return
         conns = 32
         # Each connection waits `pause` ms between requests: about half the saturating rate.
         pause = max(1, round(1000 * conns / (saturating / 2)))
@@ -281,7 +298,7 @@ def main():
             if second % 60 == 0:
                 minute = second // 60
                 with open(cfg, "w") as f:
-                    f.write(config(ports, state, a.keys, 40 + minute % 2))
+                    f.write(config(ports, state, a.keys, 40 + minute % 2, not a.no_cluster))
                 status, _ = http("POST", f'http://127.0.0.1:{ports["admin"]}/reload')
                 reloads[status == 200] += 1
                 rss, fds, rmem, req = sample(gw.pid, ports)
