@@ -241,7 +241,13 @@ impl BudgetSync {
     ) -> bool {
         if client.is_none() {
             match crate::redis::connect(&self.cfg).await {
-                Ok(c) => *client = Some(c),
+                Ok(c) => {
+                    // The budget script loaded at once, so that the first request to wait for
+                    // Redis waits one round trip (a `NOSCRIPT` answer costs two more); a
+                    // failure here is the exchange's to find.
+                    let _ = tokio::time::timeout(self.cfg.timeout, c.load(&self.budget)).await;
+                    *client = Some(c);
+                }
                 Err(e) => return self.settle(batch, Err(e), &[], started),
             }
         }
