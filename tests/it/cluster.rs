@@ -976,3 +976,73 @@ fn quiet_keys_are_answered_as_by_one_process_with_redis_20_ms_away() {
         "p99: the fleet {p99_fleet:?}, one process {p99_alone:?}"
     );
 }
+
+#[test]
+fn a_request_that_must_wait_waits_one_round_trip_with_redis_20_ms_away() {
+    let _timed = one_at_a_time();
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let far = DelayProxy::start(
+        SocketAddr::from(([127, 0, 0, 1], redis.port)),
+        Duration::from_millis(20),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // A limit of 9 a window on three replicas: no credit (9 / 30 = 0), so a key's first
+    // request on a replica asks Redis and waits. The ticks (every 20 ms) run all the while,
+    // each a round trip of its own: a wait must not queue behind one.
+    let keys: Vec<String> = (0..40).map(|i| format!("far-cold-key-{i:02}")).collect();
+    let replicas = fleet_on(dir.path(), 3, &up, &far.redis_url(), |c| {
+        keys.iter()
+            .enumerate()
+            .fold(c.plan_limit("basic", 9), |c, (i, key)| {
+                c.add_key(&format!("cold{i}"), key, "basic")
+            })
+            .cluster_with(|k| {
+                k.sync_interval_ms = 20;
+                k.timeout_ms = 400;
+            })
+    });
+    for r in &replicas {
+        eventually("every replica counts three, the store up", || {
+            let page = metrics_page(r.admin);
+            metric(&page, "tollgate_cluster_replicas") == Some(3.0)
+                && metric(&page, "tollgate_cluster_store_up") == Some(1.0)
+        });
+    }
+    let waits = |r: &Replica| {
+        metric(
+            &metrics_page(r.admin),
+            "tollgate_cluster_settle_wait_seconds_count",
+        )
+        .unwrap_or(0.0)
+    };
+    let before: f64 = replicas.iter().map(waits).sum();
+    let took: Vec<Duration> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let (status, took) = call(replicas[i % 3].listen, key);
+            assert_eq!(status, 200, "{key}");
+            took
+        })
+        .collect();
+    let waited = replicas.iter().map(waits).sum::<f64>() - before;
+    let slowest = *took.iter().max().unwrap();
+    eprintln!(
+        "{} cold requests: fastest {:?}, slowest {slowest:?}; {waited} waited",
+        took.len(),
+        took.iter().min().unwrap()
+    );
+    // Each waited for Redis: at least the round trip, 40 ms.
+    assert_eq!(waited, keys.len() as f64);
+    assert!(
+        took.iter().all(|t| *t >= Duration::from_millis(40)),
+        "{took:?}"
+    );
+    // And for one round trip only: not behind a tick in flight (a second round trip, 80 ms),
+    // nor a heartbeat before the keys (part three waited up to three, 120 ms).
+    assert!(
+        slowest < Duration::from_millis(75),
+        "the slowest waited {slowest:?}: more than one round trip"
+    );
+}
