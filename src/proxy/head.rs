@@ -133,35 +133,70 @@ pub fn strip_upgrade(req: &mut RequestHeader) {
 /// through, `upstream.pass_headers`). Proxies and frameworks behind the gateway trust fields
 /// that say who the client is, which host, scheme or port it called, which URL or method it
 /// "really" asked for; a client could write any of them. One rule, by the words of the name
-/// (split at `-`, compared lower-case), rather than a list of vendors' spellings:
+/// (split at `-`, compared lower-case), rather than a list of vendors' spellings. The name is
+/// read as the servers behind the gateway read it: CGI, WSGI and Rack map `_` and `-` to one
+/// variable (`HTTP_X_FORWARDED_HOST`), so `_` counts as `-` (Puma's CVE-2024-45614), and a
+/// leading `HTTP-` is read past as well. Claims:
 ///
-/// - `Forwarded` (RFC 7239), and every `X-Forwarded-*` but `X-Forwarded-For` (which the
-///   gateway writes itself, ending with the client it decided on);
-/// - any field whose last word is `ip`, `addr` or `address` (`True-Client-IP`,
-///   `CF-Connecting-IP`, `Fastly-Client-IP`, `Client-IP`, `WL-Proxy-Client-IP`,
-///   `X-Remote-Addr`, …);
+/// - `Forwarded` (RFC 7239) and every `Forwarded-*`, and every `X-Forwarded-*` but
+///   `X-Forwarded-For` (which the gateway writes itself, ending with the client it decided on);
+/// - any field whose last word is `addr` or `address`, or ends in `ip` or `ipv6`
+///   (`True-Client-IP`, `CF-Connecting-IP`, `CF-Connecting-IPv6`, `X-ClientIP`,
+///   `X-Azure-ClientIP`, `Client-IP`, `WL-Proxy-Client-IP`, `X-Remote-Addr`, …);
 /// - any `X-` field with one of the words `ip`, `addr`, `address`, `real`, `host`, `server`,
 ///   `proto`, `protocol`, `scheme`, `port`, `ssl`, `https`, `url`, `uri`, `path`, `prefix`,
 ///   `original`, `rewrite`, `method`, `override`, `envoy` (`X-Real-IP`, `X-Host`,
 ///   `X-Original-Host`, `X-Url-Scheme`, `X-Original-URL`, `X-Rewrite-URL`, `X-Original-URI`,
 ///   `X-HTTP-Method-Override`, `X-Envoy-Original-Path`, …);
-/// - `Front-End-Https`.
+/// - `Proxy` (httpoxy, CVE-2016-5385: CGI's `HTTP_PROXY` is the outgoing proxy of many
+///   clients), `Script-Name`, `Request-URI` and `Destination` (WebDAV's target), with or
+///   without `X-`; `Front-End-Https`;
+/// - a spelling of a field the gateway writes (`X-Forwarded-For`, `X-Request-Id`) other than
+///   the gateway's own (`X_Forwarded_For`, `HTTP-X-Forwarded-For`): a server that maps names
+///   to variables would read the client's in place of the gateway's.
 ///
-/// `X-Request-Id` passes (the gateway sets it), and so does every other field.
+/// `X-Request-Id` and `X-Forwarded-For` as the gateway writes them pass, and so does every
+/// other field.
 pub fn is_claim(name: &str) -> bool {
     // Runs for every field of every request: lengths and suffixes first, no string searchers.
     let b = name.as_bytes();
+    if !b.contains(&b'_') {
+        return claim_of(b);
+    }
+    let read: Vec<u8> = b
+        .iter()
+        .map(|&c| if c == b'_' { b'-' } else { c })
+        .collect();
+    claim_of(&read) || is_own(&read)
+}
+
+/// Fields the gateway writes on every request it forwards.
+fn is_own(name: &[u8]) -> bool {
+    matches!(name, b"x-forwarded-for" | b"x-request-id")
+}
+
+/// [`is_claim`] of a name with `-` for `_`.
+fn claim_of(b: &[u8]) -> bool {
+    if let Some(rest) = b.strip_prefix(b"http-") {
+        if claim_of(rest) || is_own(rest) {
+            return true;
+        }
+    }
+    let last = b.rsplit(|&c| c == b'-').next().unwrap_or(b);
+    // An address, in any vendor's spelling: the last word.
+    if last.ends_with(b"ip") || last.ends_with(b"ipv6") || matches!(last, b"addr" | b"address") {
+        return true;
+    }
+    let bare = b.strip_prefix(b"x-").unwrap_or(b);
+    if matches!(
+        bare,
+        b"proxy" | b"script-name" | b"request-uri" | b"destination"
+    ) {
+        return true;
+    }
     match b.strip_prefix(b"x-") {
         Some(rest) => is_x_claim(rest),
-        None => {
-            b == b"forwarded"
-                || b == b"front-end-https"
-                // An address, in any vendor's spelling: the last word.
-                || b.ends_with(b"-ip")
-                || b.ends_with(b"-addr")
-                || b.ends_with(b"-address")
-                || matches!(b, b"ip" | b"addr" | b"address")
-        }
+        None => b == b"forwarded" || b.starts_with(b"forwarded-") || b == b"front-end-https",
     }
 }
 
@@ -724,6 +759,66 @@ mod tests {
         for name in claims {
             assert!(is_claim(name), "{name} is a claim");
         }
+    }
+
+    #[test]
+    fn claims_are_read_as_the_servers_behind_read_them() {
+        let claims = [
+            // `_` is `-` to CGI, WSGI and Rack, and `HTTP_` is their prefix.
+            "x_forwarded_host",
+            "x-real_ip",
+            "x_real_ip",
+            "http_x_forwarded_host",
+            "http-x-original-url",
+            "http_client_ip",
+            // The gateway's own fields, in another spelling.
+            "x_forwarded_for",
+            "http_x_forwarded_for",
+            "http-x-forwarded-for",
+            "x_request_id",
+            "http_x_request_id",
+            // `Forwarded-*`, and `ip` glued into the last word.
+            "forwarded-for",
+            "forwarded-host",
+            "forwarded_proto",
+            "x-clientip",
+            "x-azure-clientip",
+            "cf-connecting-ipv6",
+            "x-client-ipv6",
+            "clientip",
+            // httpoxy, a script's name, the request's URI, WebDAV's target.
+            "proxy",
+            "http_proxy",
+            "x-proxy",
+            "script-name",
+            "x-script-name",
+            "script_name",
+            "request-uri",
+            "x-request-uri",
+            "request_uri",
+            "destination",
+            "x-destination",
+        ];
+        for name in claims {
+            assert!(is_claim(name), "{name} is a claim");
+        }
+        for name in [
+            "x-forwarded-for",
+            "x-request-id",
+            "x_custom_header",
+            "x_idempotency_key",
+            "http-version-hint",
+            "proxy-authorization",
+            "forwardedness",
+            "x-zip-code",
+            "x-shipping",
+        ] {
+            assert!(!is_claim(name), "{name} passes");
+        }
+    }
+
+    #[test]
+    fn the_rule_passes_what_it_passed() {
         let passed = [
             "x-forwarded-for",
             "x-request-id",

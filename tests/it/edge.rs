@@ -917,11 +917,24 @@ fn every_client_claim_is_dropped_and_the_operator_may_pass_one() {
         ("X-Remote-Addr", "10.0.0.1"),
         ("X-Envoy-Original-Path", "/v2/settings/webhook/set"),
         ("X-Envoy-Internal", "true"),
+        // As CGI, WSGI and Rack read names: `_` is `-`, `HTTP_` their prefix.
+        ("X_Forwarded_Host", "admin.internal"),
+        ("X-Real_IP", "10.0.0.1"),
+        ("HTTP_X_FORWARDED_FOR", "10.0.0.1"),
+        ("X_Forwarded_For", "10.0.0.1"),
+        ("Forwarded-For", "10.0.0.1"),
+        ("X-Azure-ClientIP", "10.0.0.1"),
+        ("CF-Connecting-IPv6", "::1"),
+        ("Proxy", "http://evil.example:3128"),
+        ("X-Script-Name", "/admin"),
+        ("Request-URI", "/v2/settings/webhook/set"),
+        ("Destination", "/v2/settings/webhook/set"),
     ];
     let mut headers = vec![
         ("Authorization", "Bearer pro-key-1"),
         ("X-Forwarded-Proto", "https"),
         ("X-Idempotency-Key", "k-1"),
+        ("X_Custom", "1"),
     ];
     headers.extend(claims);
     let r = gw.request("GET", "/v2/client/getState", &headers, b"");
@@ -937,6 +950,11 @@ fn every_client_claim_is_dropped_and_the_operator_may_pass_one() {
     );
     assert_eq!(seen.header("x-idempotency-key"), Some("k-1"), "not a claim");
     assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+    assert_eq!(
+        seen.header("x_custom"),
+        Some("1"),
+        "an underscore alone is no claim"
+    );
 }
 
 #[test]

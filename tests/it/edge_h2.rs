@@ -494,6 +494,11 @@ fn over_http2_client_claims_are_dropped() {
                 ("x-original-url", "/v2/settings/webhook/set"),
                 ("true-client-ip", "10.0.0.1"),
                 ("x-http-method-override", "DELETE"),
+                ("x_forwarded_host", "admin.internal"),
+                ("http_x_forwarded_for", "10.0.0.1"),
+                ("cf-connecting-ipv6", "::1"),
+                ("proxy", "http://evil.example:3128"),
+                ("destination", "/v2/settings/webhook/set"),
             ],
         );
         assert_eq!(status(&mut send, req).await, 200);
@@ -504,6 +509,11 @@ fn over_http2_client_claims_are_dropped() {
         "x-original-url",
         "true-client-ip",
         "x-http-method-override",
+        "x_forwarded_host",
+        "http_x_forwarded_for",
+        "cf-connecting-ipv6",
+        "proxy",
+        "destination",
     ] {
         assert_eq!(seen.header(name), None, "{name}");
     }
