@@ -660,6 +660,38 @@ fn behind_a_trusted_proxy_the_forwarded_client_is_blocked_and_forwarded() {
     );
 }
 
+#[test]
+fn a_blocked_address_stays_blocked_however_many_others_fail() {
+    let up = Upstream::start(Mode::Ok);
+    let mut config = crate::harness::config_for(&up)
+        .auth_failures(2, 60, 60)
+        .server(|s| s.trusted_proxies = vec!["127.0.0.1/32".into()]);
+    // A table of eight addresses, and ten times as many failing.
+    config.file.auth_failures.as_mut().unwrap().max_tracked_ips = 8;
+    let gw = Gateway::start(&config);
+    let xff = |client: &str| format!("X-Forwarded-For: {client}\r\n");
+    for _ in 0..2 {
+        let r = call_from(&gw, "127.0.0.1", "wrong", &xff("198.51.100.2"));
+        assert_eq!(r.status, 401);
+    }
+    let blocked = || call_from(&gw, "127.0.0.1", "pro-key-1", &xff("198.51.100.2"));
+    assert_eq!(blocked().code(), "too_many_auth_failures");
+    for i in 0..80 {
+        let r = call_from(&gw, "127.0.0.1", "wrong", &xff(&format!("203.0.113.{i}")));
+        assert_eq!(r.status, 401, "203.0.113.{i}");
+    }
+    let r = blocked();
+    assert_eq!(
+        (r.status, r.code()),
+        (429, "too_many_auth_failures".into()),
+        "the block outlived the table's evictions"
+    );
+    assert_eq!(
+        call_from(&gw, "127.0.0.1", "pro-key-1", &xff("198.51.100.3")).status,
+        200
+    );
+}
+
 // ---------------------------------------------------------------- no tunnels
 
 #[test]

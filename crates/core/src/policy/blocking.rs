@@ -11,7 +11,10 @@
 //!
 //! The state is a [`DashMap`] (concurrent, sharded) with a hard bound of `max_tracked_ips`
 //! entries: an entry is only created by a failed authentication, and when the table is full
-//! the least recently seen eighth is evicted (one scan, amortized over the inserts that follow).
+//! the least recently seen eighth of the addresses not blocked is evicted (one scan, amortized
+//! over the inserts that follow). A block is never evicted: it ends when its time is up or an
+//! operator releases it, however many other addresses fail meanwhile; a table full of blocks
+//! counts no new address's failure until one ends (the bound holds either way).
 //! A request from an address with no entry, and any request while no address is blocked, reads
 //! one atomic and nothing else. Entries with nothing left to remember are dropped by
 //! [`FailureTable::sweep`], which also reports the blocks that ended (for the log line and the
@@ -235,11 +238,12 @@ impl FailureTable {
         take()
     }
 
-    /// Remove the `n` least recently seen entries.
-    fn evict_oldest(&self, n: usize, _now: Nanos) {
+    /// Remove the `n` least recently seen entries not blocked at `now`.
+    fn evict_oldest(&self, n: usize, now: Nanos) {
         let mut seen: Vec<(Nanos, ClientKey)> = self
             .entries
             .iter()
+            .filter(|r| r.value().blocked_until <= now)
             .map(|r| (r.value().last_seen, *r.key()))
             .collect();
         let n = n.min(seen.len());
@@ -248,15 +252,14 @@ impl FailureTable {
         }
         seen.select_nth_unstable(n - 1);
         for (_, key) in &seen[..n] {
-            self.remove(key);
-        }
-    }
-
-    fn remove(&self, key: &ClientKey) {
-        if let Some((_, e)) = self.entries.remove(key) {
-            self.len.fetch_sub(1, Ordering::Relaxed);
-            if e.blocked_until != 0 {
-                self.blocked.fetch_sub(1, Ordering::Relaxed);
+            // Re-checked under the shard lock: a block may have started since.
+            let gone = self.entries.remove_if(key, |_, e| e.blocked_until <= now);
+            if let Some((_, e)) = gone {
+                self.len.fetch_sub(1, Ordering::Relaxed);
+                if e.blocked_until != 0 {
+                    // A block over, not swept yet.
+                    self.blocked.fetch_sub(1, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -449,6 +452,40 @@ mod tests {
             );
             assert!(t.len() <= 16);
         }
+    }
+
+    #[test]
+    fn a_block_outlasts_any_number_of_other_failing_addresses() {
+        let t = FailureTable::new();
+        let p = params(3, 60, 600, 16);
+        // The oldest entry of all, and blocked.
+        for _ in 0..3 {
+            t.failed(key("192.0.2.66"), 0, &p);
+        }
+        assert!(t.blocked(key("192.0.2.66"), 0).is_some());
+        // Ten thousand other addresses fail meanwhile, each once, far past the table's bound.
+        for i in 0..10_000u64 {
+            let ip = format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256);
+            t.failed(key(&ip), SEC + i * 1000, &p);
+            assert!(t.len() <= 16);
+        }
+        assert_eq!(t.blocked(key("192.0.2.66"), 2 * SEC), Some(598));
+        // A table of blocks only: a new address's failure goes uncounted, the bound holds.
+        let full = FailureTable::new();
+        for i in 0..16u64 {
+            for _ in 0..3 {
+                full.failed(key(&format!("198.51.100.{i}")), i, &p);
+            }
+        }
+        assert_eq!(full.blocked_count(), 16);
+        for _ in 0..5 {
+            assert!(full.failed(key("203.0.113.9"), 100, &p).is_none());
+        }
+        assert_eq!(full.len(), 16);
+        assert!(full.blocked(key("203.0.113.9"), 100).is_none());
+        // Once the blocks are over, their entries are evicted like any other.
+        assert!(full.failed(key("203.0.113.9"), 700 * SEC, &p).is_none());
+        assert!(full.entries.get(&key("203.0.113.9")).is_some());
     }
 
     #[test]
