@@ -59,11 +59,14 @@ impl Caps {
         }
     }
 
-    /// The admin listener's: `admin_max_connections` in all (operators' tools, few and known).
+    /// The admin listener's: `admin_max_connections` in all (operators' tools, few and known),
+    /// and a quarter of them per client address, at least one: one client holding idle
+    /// connections never locks the probes and the scraper out.
     pub fn admin(s: &Server) -> Self {
+        let total = s.admin_max_connections.get();
         Self {
-            total: s.admin_max_connections.get(),
-            per_ip: None,
+            total,
+            per_ip: NonZeroU32::new((total / 4).max(1)),
         }
     }
 }
@@ -235,6 +238,37 @@ mod tests {
             .map(|_| admit(&l, ip("192.0.2.9"), &no_cap, &g).unwrap())
             .collect();
         assert_eq!(many.len(), 5);
+    }
+
+    #[test]
+    fn the_admin_listener_gives_one_address_a_quarter() {
+        let l = ConnLimiter::new();
+        let g = IntGauge::new("g", "g").unwrap();
+        let lim = tollgate_core::testing::TestConfig::new()
+            .server(|s| s.admin_max_connections = 64)
+            .parse()
+            .server
+            .as_ref()
+            .clone();
+        let caps = Caps::admin(&lim);
+        assert_eq!((caps.total, caps.per_ip.map(|n| n.get())), (64, Some(16)));
+        let held: Vec<_> = (0..16)
+            .map(|_| l.admit(ip("192.0.2.1"), caps, &lim, &g).unwrap())
+            .collect();
+        assert_eq!(
+            l.admit(ip("192.0.2.1"), caps, &lim, &g).unwrap_err(),
+            Refused::MaxConnectionsPerIp
+        );
+        assert!(l.admit(ip("192.0.2.2"), caps, &lim, &g).is_ok());
+        drop(held);
+        // A cap under four still lets each address one.
+        let small = tollgate_core::testing::TestConfig::new()
+            .server(|s| s.admin_max_connections = 3)
+            .parse()
+            .server
+            .as_ref()
+            .clone();
+        assert_eq!(Caps::admin(&small).per_ip.map(|n| n.get()), Some(1));
     }
 
     #[test]

@@ -857,10 +857,13 @@ fn the_admin_listener_caps_connections_and_bounds_heads_and_idle_spells() {
     }));
     let a = gw.config.process.admin_listen;
     wait_ready(a, 200);
-    // Four held; the fifth is closed at once, before any byte.
-    let held: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(a).unwrap()).collect();
+    // Four held, from four addresses (one address has a quarter of the cap); the fifth is
+    // closed at once, before any byte.
+    let held: Vec<TcpStream> = (1..=4)
+        .map(|i| crate::harness::connect_from(&format!("127.0.0.{i}"), a))
+        .collect();
     std::thread::sleep(Duration::from_millis(200));
-    let mut fifth = TcpStream::connect(a).unwrap();
+    let mut fifth = crate::harness::connect_from("127.0.0.5", a);
     let (_, closed) = crate::harness::read_until_closed(&mut fifth, Duration::from_secs(3));
     assert!(
         closed.is_some_and(|c| c < Duration::from_millis(900)),
@@ -913,6 +916,54 @@ fn the_admin_listener_caps_connections_and_bounds_heads_and_idle_spells() {
         "{page}"
     );
     assert!(metric(&page, r#"tollgate_connections{listener="admin"}"#).is_some());
+}
+
+#[test]
+fn one_address_holding_the_admin_listener_locks_no_one_else_out() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&config_for(&up).server(|s| s.admin_max_connections = 8));
+    let a = gw.config.process.admin_listen;
+    wait_ready(a, 200);
+    // One address opens connections and keeps them, after a `/healthz` each (no token needed):
+    // two of the eight are its share, the third is closed at once.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = crate::harness::connect_from("127.0.0.1", a);
+        s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {a}\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        assert_eq!(crate::harness::read_response(&mut r).status, 200);
+        held.push(s);
+    }
+    for _ in 0..3 {
+        let mut more = crate::harness::connect_from("127.0.0.1", a);
+        let (_, closed) = crate::harness::read_until_closed(&mut more, Duration::from_secs(3));
+        assert!(
+            closed.is_some_and(|c| c < Duration::from_millis(900)),
+            "{closed:?}"
+        );
+    }
+    // Another address is answered, probes and scrapes alike.
+    let mut page = String::new();
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let mut s = crate::harness::connect_from("127.0.0.2", a);
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {a}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let r = crate::harness::read_response(&mut BufReader::new(s));
+        assert_eq!(r.status, 200, "{path}");
+        page = String::from_utf8(r.body).unwrap();
+    }
+    assert!(
+        metric(
+            &page,
+            r#"tollgate_connections_refused_total{reason="max_connections_per_ip"}"#
+        )
+        .is_some_and(|n| n >= 3.0),
+        "{page}"
+    );
+    drop(held);
 }
 
 #[test]
