@@ -795,7 +795,8 @@ mod tests {
             window: std::time::Duration::from_secs(10),
         };
         let (store, _syncer) = crate::limit::SharedStore::new(timing);
-        store.set_fleet(2);
+        // Five replicas: Basic's 40 is too small for credit (40 / 10N = 0).
+        store.set_fleet(5);
         let p = Policy::with_store(testing::config(), None, store);
         let send = head("POST", "/v2/sendMessage/", "Bearer basic-key-1");
         // Waiting allowed: no lease here, so the store is asked; nothing is decided or spent.
