@@ -214,6 +214,13 @@ fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
             "Partner keys have no limit or quota of their own",
             &r.to_string(),
         ),
+        // Only a partner's resume meets it; the operator's own changes never do.
+        ChangeError::Refused(r @ ChangeRefused::SuspendedByOperator) => problem(
+            StatusCode::CONFLICT,
+            "suspended_by_operator",
+            "The operator suspended the key",
+            &r.to_string(),
+        ),
         ChangeError::NotKept(KeepError::Redis(StoreError::NotReplicated)) => problem(
             StatusCode::SERVICE_UNAVAILABLE,
             "change_not_kept",

@@ -273,30 +273,74 @@ fn partners_suspend_resume_and_delete_their_customers_at_the_edge() {
     );
     assert_eq!(r.status, 200);
     assert_eq!(call(gw.addr, "acme-customer-key").status, 200);
-    // Another partner's customer, a key the gateway does not know: 403, not forwarded.
+    // Another partner's customer, a key no partner manages (the operator's customer, a
+    // partner's own key), a key the gateway does not know: 403, not forwarded, for every
+    // operation.
     let before = up.count();
-    for (who, customer) in [
-        ("globex-partner-key", "acme-customer-key"),
-        ("acme-partner-key", "a-key-nobody-has"),
-        ("acme-partner-key", "ACME-CUSTOMER-KEY"),
+    for path in [
+        "/v2/service/delete",
+        "/v2/service/suspend",
+        "/v2/service/resume",
     ] {
-        let r = partner(gw.addr, who, "/v2/service/delete", customer);
-        assert_eq!(
-            (r.status, r.code().as_str()),
-            (403, "not_your_customer"),
-            "{who} {customer}"
-        );
+        for (who, customer) in [
+            ("globex-partner-key", "acme-customer-key"),
+            ("acme-partner-key", "basic-key-1"),
+            ("acme-partner-key", "pro-key-1"),
+            ("acme-partner-key", "globex-partner-key"),
+            ("acme-partner-key", "a-key-nobody-has"),
+            ("acme-partner-key", "ACME-CUSTOMER-KEY"),
+        ] {
+            let r = partner(gw.addr, who, path, customer);
+            assert_eq!(
+                (r.status, r.code().as_str()),
+                (403, "not_your_customer"),
+                "{path} {who} {customer}"
+            );
+        }
     }
+    let r = gw.call(
+        "acme-partner-key",
+        "POST",
+        "/v2/service/upgrade",
+        r#"{"apiKey":"pro-key-1","planID":1}"#,
+    );
+    assert_eq!((r.status, r.code().as_str()), (403, "not_your_customer"));
     assert_eq!(up.count(), before, "not forwarded");
-    // A partner's key is no customer's: forwarded (the provider decides), never suspended here.
+    assert_eq!(state(a, "globex")["state"], "active");
+    assert_eq!(state(a, "pro-1")["plan"], "pro");
+    assert_eq!(call(gw.addr, "basic-key-1").status, 200);
+    // The operator's suspension outranks the partner: its resume does not lift it.
+    let r = admin_json(
+        a,
+        "POST",
+        "/api/keys/acme-customer/suspend",
+        r#"{"reason":"abuse"}"#,
+    );
+    assert_eq!(r.status, 200);
     let r = partner(
         gw.addr,
         "acme-partner-key",
-        "/v2/service/suspend",
-        "globex-partner-key",
+        "/v2/service/resume",
+        "acme-customer-key",
     );
-    assert_eq!(r.status, 200);
-    assert_eq!(state(a, "globex")["state"], "active");
+    assert_eq!(r.status, 200, "the provider's answer");
+    assert_eq!(call(gw.addr, "acme-customer-key").status, 401);
+    assert_eq!(
+        metric(
+            &metrics_page(a),
+            r#"tollgate_admin_changes_total{action="partner_resume",result="refused"}"#
+        ),
+        Some(1.0)
+    );
+    let s = state(a, "acme-customer");
+    assert_eq!(
+        (s["state"].as_str(), s["overrides"][0]["by"].as_str()),
+        (Some("suspended"), Some("admin"))
+    );
+    assert_eq!(
+        admin(a, "POST", "/api/keys/acme-customer/resume").status,
+        200
+    );
     assert_eq!(call(gw.addr, "acme-customer-key").status, 200);
     let r = partner(gw.addr, "acme-partner-key", "/v2/service/delete", "");
     assert_eq!(

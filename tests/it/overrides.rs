@@ -150,7 +150,8 @@ fn a_reload_that_moves_the_key_or_drops_it_drops_the_override() {
     let up = Upstream::start(Mode::Ok);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gw.yaml");
-    let config = config_for(&up);
+    // basic-1 managed by acme too: a partner acts only on its own customers.
+    let config = config_for(&up).key_with("basic-1", |k| k.partner = Some("acme".into()));
     config.write(&path);
     let gw = Gateway::start_file(&path);
     for key in ["acme-customer-key", "basic-key-1"] {

@@ -482,11 +482,11 @@ impl Policy {
         }
     }
 
-    /// A partner may act on its own customers and on unmanaged keys (the provider decides
-    /// those); not on another partner's customers, and not on a key the gateway does not know,
-    /// for it cannot vouch for whom that key belongs to. The key is compared as the exact
-    /// string the body gives (its digest): no trimming, no case folding, so another spelling
-    /// of a customer key is an unknown key, and refused.
+    /// A partner may act on its own customers only: not on another partner's, not on a key no
+    /// partner manages (the operator's customers, partner keys), and not on a key the gateway
+    /// does not know, for it cannot vouch for whom that key belongs to. The key is compared as
+    /// the exact string the body gives (its digest): no trimming, no case folding, so another
+    /// spelling of a customer key is an unknown key, and refused.
     fn may_act_on(&self, key: KeyIdx, target: &Digest) -> Result<(), Refusal> {
         let Credential::Partner { partner } = self.keys.get(key).configured else {
             return Ok(());
@@ -501,11 +501,17 @@ impl Policy {
             Credential::Customer {
                 partner: Some(owner),
                 ..
-            } if owner != partner => Err(Refusal::new(
+            } if owner == partner => Ok(()),
+            Credential::Customer {
+                partner: Some(_), ..
+            } => Err(Refusal::new(
                 Code::NotYourCustomer,
                 "that customer service is managed by another partner",
             )),
-            _ => Ok(()),
+            _ => Err(Refusal::new(
+                Code::NotYourCustomer,
+                "that service is managed by no partner: the operator's to change",
+            )),
         }
     }
 
@@ -1009,14 +1015,16 @@ mod tests {
         let upgrade = p.config.catalogue.find("service_upgrade").unwrap();
         let ok = |k: &str| p.check_request_body(acme, upgrade, body(k).as_bytes());
         assert!(ok("acme-customer-key").is_ok());
-        assert!(
-            ok("basic-key-1").is_ok(),
-            "unmanaged keys are the provider's call"
-        );
-        assert_eq!(
-            ok("globex-customer-key").unwrap_err().code,
-            Code::NotYourCustomer
-        );
+        // Another partner's customer, the operator's customers, a partner's own key.
+        for k in [
+            "globex-customer-key",
+            "basic-key-1",
+            "pro-key-1",
+            "globex-partner-key",
+            "acme-partner-key",
+        ] {
+            assert_eq!(ok(k).unwrap_err().code, Code::NotYourCustomer, "{k}");
+        }
         // A key the gateway does not know, and every other spelling of another partner's
         // customer key (the comparison is of the exact string), are refused too.
         for k in [

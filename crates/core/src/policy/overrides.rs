@@ -301,6 +301,8 @@ pub enum ChangeRefused {
     Revoked,
     /// A limit or a quota on a partner key.
     NotACustomerKey,
+    /// A partner's resume of a key the operator suspended.
+    SuspendedByOperator,
 }
 
 impl std::error::Error for ChangeRefused {}
@@ -313,6 +315,9 @@ impl std::fmt::Display for ChangeRefused {
             }
             ChangeRefused::NotACustomerKey => {
                 "a partner key has no plan: its window limit is `partner_requests_per_window`"
+            }
+            ChangeRefused::SuspendedByOperator => {
+                "the operator suspended the key: only the operator resumes it"
             }
         })
     }
@@ -605,6 +610,15 @@ impl Policy {
             Action::Suspend(reason) => {
                 o.suspended = Some(stamp(reason.clone()));
                 Part::Suspended
+            }
+            Action::Resume
+                if by.starts_with("partner:")
+                    && o.suspended
+                        .as_ref()
+                        .is_some_and(|s| !s.by.starts_with("partner:")) =>
+            {
+                // The operator's suspension outranks a partner's resume.
+                return Err(ChangeRefused::SuspendedByOperator);
             }
             Action::Resume => {
                 o.suspended = None;
