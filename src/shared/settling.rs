@@ -165,9 +165,13 @@ impl BudgetSync {
         }
         let started = std::time::Instant::now();
         let (number, batch) = self.begin_round(false);
-        let riding = self.rider.get().is_some_and(|r| r.waiting());
+        // What a request waits for that rides goes with this round unless another round's
+        // rider is in flight (one at a time): then that round carries it, as a tick takes
+        // every parked count.
+        let riding =
+            self.rider.get().is_some_and(|r| r.waiting()) && self.riding.try_lock().is_ok();
         if batch.is_empty() && !riding {
-            // Its requests were carried by a round begun earlier: wait for that one.
+            // Its requests were carried by a round begun earlier: wait for every one of them.
             drop(batch);
             self.settling.close(number);
             return Some((number, false));
