@@ -851,20 +851,21 @@ fn admin_raw(
 fn the_admin_listener_caps_connections_and_bounds_heads_and_idle_spells() {
     let up = Upstream::start(Mode::Ok);
     let gw = Gateway::start(&config_for(&up).server(|s| {
-        s.admin_max_connections = 4;
+        s.admin_max_connections = 8;
         s.header_timeout_seconds = 1;
         s.idle_timeout_seconds = 2;
     }));
     let a = gw.config.process.admin_listen;
     wait_ready(a, 200);
-    // Four held, from four addresses (one address has a quarter of the cap); the fifth is
-    // closed at once, before any byte.
-    let held: Vec<TcpStream> = (1..=4)
-        .map(|i| crate::harness::connect_from(&format!("127.0.0.{i}"), a))
+    // Eight held, two from each of four addresses (one address has a quarter of the cap; not
+    // 127.0.0.1, where the harness's own calls come from); the ninth is closed at once,
+    // before any byte.
+    let held: Vec<TcpStream> = (2..=9)
+        .map(|i| crate::harness::connect_from(&format!("127.0.0.{}", i / 2 + 1), a))
         .collect();
     std::thread::sleep(Duration::from_millis(200));
-    let mut fifth = crate::harness::connect_from("127.0.0.5", a);
-    let (_, closed) = crate::harness::read_until_closed(&mut fifth, Duration::from_secs(3));
+    let mut ninth = crate::harness::connect_from("127.0.0.6", a);
+    let (_, closed) = crate::harness::read_until_closed(&mut ninth, Duration::from_secs(3));
     assert!(
         closed.is_some_and(|c| c < Duration::from_millis(900)),
         "{closed:?}"

@@ -170,9 +170,17 @@ pub(crate) fn admin_with(
 pub(crate) fn wait_ready(addr: SocketAddr, status: u16) {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
-        let got = TcpStream::connect_timeout(&addr, Duration::from_millis(200))
-            .ok()
-            .map(|_| admin(addr, "GET", "/readyz").status);
+        // One connection at a time (the admin listener gives one address a share of its
+        // cap), and a refused one is a try, not a failure.
+        let listening = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok();
+        let got = if listening {
+            let raw = format!(
+                "GET /readyz HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            try_send_raw(addr, raw.as_bytes()).map(|r| r.status)
+        } else {
+            None
+        };
         if got == Some(status) {
             return;
         }
