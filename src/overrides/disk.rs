@@ -43,14 +43,57 @@ fn store(e: impl std::error::Error + Send + Sync + 'static) -> DiskError {
 
 /// Open (or create) the file at `path` for writing. Several writers: during a zero-downtime
 /// upgrade the old and the new process both have it open.
+///
+/// A file that does not exist yet is created whole or not at all: built beside it
+/// (`<name>.new`), its first commit made and synced, then linked into place (a link never
+/// replaces a file another process put there meanwhile). A start that fails while creating it
+/// (a full disk: redb's header and first pages are 73,728 bytes) leaves no `state.path` that
+/// is not a database, and the next start, once the disk has room, creates it.
 pub fn open(path: &Path) -> Result<redb::Database, DiskError> {
-    redb::Builder::new()
-        .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
-        .create(path)
-        .map_err(|e| DiskError::Open {
+    let fail = |e: redb::DatabaseError| DiskError::Open {
+        path: path.display().to_string(),
+        source: Box::new(e),
+    };
+    if !path.exists() {
+        create_whole(path).map_err(|e| DiskError::Unwritable {
             path: path.display().to_string(),
-            source: Box::new(e),
-        })
+            message: e.to_string(),
+        })?;
+    }
+    builder().create(path).map_err(fail)
+}
+
+fn builder() -> redb::Builder {
+    let mut b = redb::Builder::new();
+    b.set_concurrency_mode(redb::ConcurrencyMode::MultiWriter);
+    b
+}
+
+/// Create the database at `path` through `<name>.new` (see [`open`]).
+fn create_whole(path: &Path) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let mut new = path.as_os_str().to_owned();
+    new.push(".new");
+    let new = std::path::PathBuf::from(new);
+    // What a start that failed while creating left behind.
+    let _ = std::fs::remove_file(&new);
+    let built = (|| {
+        let db = builder().create(&new)?;
+        let txn = db.begin_write()?;
+        txn.commit()?;
+        drop(db);
+        std::fs::File::open(&new)?.sync_all()?;
+        match std::fs::hard_link(&new, path) {
+            // Another process created it meanwhile: theirs stands.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            r => r?,
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+    })();
+    let _ = std::fs::remove_file(&new);
+    built
 }
 
 /// Open the file at `path` to read (`tollgate check`, beside a running gateway).

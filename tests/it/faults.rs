@@ -54,6 +54,16 @@ impl SmallDisk {
     fn free(&self) {
         std::fs::remove_file(self.path("filler")).unwrap();
     }
+
+    /// Give `bytes` of the filled disk back: room for a start, not for a database.
+    fn leave(&self, bytes: u64) {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.path("filler"))
+            .unwrap();
+        let len = f.metadata().unwrap().len();
+        f.set_len(len.saturating_sub(bytes)).unwrap();
+    }
 }
 
 impl Drop for SmallDisk {
@@ -252,6 +262,35 @@ fn an_unwritable_state_path_at_start_is_a_setup_error_naming_it() {
     assert!(!status.success());
     let out = p.output();
     assert!(out.contains(state.to_str().unwrap()), "{out}");
+    assert!(!state.exists(), "a failed start leaves no state.path");
+
+    // Room for part of what a start writes (redb's first write is 73,728 bytes): the start
+    // fails again, and leaves nothing that is not a database (a database whole, or none).
+    disk.leave(40 * 1024);
+    let mut p = Process::spawn(
+        dir.path(),
+        "gw-partial",
+        &["run", "--config", path.to_str().unwrap()],
+        &[],
+    );
+    let status = p.wait_exit(Duration::from_secs(20)).expect("run exits");
+    assert!(!status.success(), "{}", p.output());
+    let mut left: Vec<_> = std::fs::read_dir(state.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert!(
+        left == ["filler"] || left == ["filler", "state.db"],
+        "nothing of the attempt is left but a whole database: {left:?}"
+    );
+
+    // Once the disk has room, the next start creates it and serves.
+    disk.free();
+    let (mut p, listen, _) = Process::run(dir.path(), "gw-after", &config);
+    assert_eq!(call(listen, "standard-key-1").status, 200);
+    p.stop();
+    assert!(state.exists());
 }
 
 /// Out of descriptors: under a 300-descriptor limit, 400 clients connect and hold their
