@@ -179,7 +179,7 @@ impl BudgetSync {
     }
 
     /// The next round's number and batch, taken together (rounds run side by side; a request
-    /// waits for its round and every earlier one).
+    /// waits for its own round, or for every earlier one when its own had nothing to send).
     fn begin_round(&self, tick: bool) -> (u64, Batch) {
         let mut syncer = self.syncer();
         let number = self.settling.open();
@@ -191,6 +191,7 @@ impl BudgetSync {
     async fn tick(&self, client: &mut Option<Client>) -> bool {
         let started = std::time::Instant::now();
         let (number, batch) = self.begin_round(true);
+        self.metrics.parked.inc_by(batch.parked());
         let ok = self.exchange_batch(client, true, batch, started).await;
         self.settling.close(number);
         ok
