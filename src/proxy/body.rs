@@ -1,6 +1,8 @@
 //! Request bodies on the wire.
 //!
-//! - Routes with a body rule: `Content-Type: application/json` (else 415); a declared
+//! - Routes with a body rule: one `Content-Type` field (else 400), `application/json` (else
+//!   415); a query string that names none of the body rule's members (else 400
+//!   `invalid_body`, [`crate::policy::body::check_query`]); a declared
 //!   `Content-Length` over `max_validated_body_bytes` is 413 before anything is read, a chunked
 //!   body is 413 as soon as the count passes the cap; then the body is read whole, *before* any
 //!   upstream connection exists, within `server.body_timeout_seconds` of the head (else 408
@@ -44,7 +46,21 @@ pub async fn check(
         return Ok(());
     }
     let cap = limits.max_validated_body_bytes.get();
+    // One type: a server behind that reads the second (a form) would parse what was not
+    // checked.
+    if req.headers.get_all(CONTENT_TYPE).iter().nth(1).is_some() {
+        return Err(Refusal::new(
+            Code::BadRequest,
+            "this operation takes one Content-Type field: application/json",
+        )
+        .into());
+    }
     check_content_type(req.headers.get(CONTENT_TYPE).map(|v| v.as_bytes()))?;
+    // A route with a body rule was classified: `ctx.route` is set.
+    let route = ctx
+        .route
+        .ok_or_else(|| Refusal::new(Code::InvalidBody, "no route"))?;
+    policy.check_request_query(route, req.uri.query())?;
     check_declared_length(declared, cap)?;
     // The whole body within `body_timeout` of the head (which Pingora had just read when
     // this request's context was made): else 408, and nothing is forwarded. On HTTP/1.1 the
@@ -70,10 +86,6 @@ pub async fn check(
     if let Some(conn) = &ctx.conn {
         conn.body_done();
     }
-    // A route with a body rule was classified: `ctx.route` is set.
-    let route = ctx
-        .route
-        .ok_or_else(|| Refusal::new(Code::InvalidBody, "no route"))?;
     ctx.pending = policy.check_request_body(key, route, &body)?;
     ctx.checked_body = Some(body.len());
     ctx.reframe_body = !framed_as(&session.req_header().headers, body.len());

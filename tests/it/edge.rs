@@ -661,6 +661,68 @@ fn behind_a_trusted_proxy_the_forwarded_client_is_blocked_and_forwarded() {
 }
 
 #[test]
+fn a_query_naming_a_checked_member_is_refused_and_one_content_type_is_required() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let good = br#"{"url":"https://hooks.example.com/in"}"#;
+    let json = ("Content-Type", "application/json");
+    let auth = ("Authorization", "Bearer pro-key-1");
+    for q in [
+        "?url=http://169.254.169.254/latest/meta-data/",
+        "?Url=x",
+        "?url%5B%5D=x",
+        "?a=1;url=x",
+        "?webhook.url=x",
+    ] {
+        let r = gw.request(
+            "POST",
+            &format!("/v2/settings/webhook/set{q}"),
+            &[auth, json],
+            good,
+        );
+        assert_eq!((r.status, r.code()), (400, "invalid_body".into()), "{q}");
+        assert!(r.json()["errors"][0]["parameter"].is_string(), "{q}");
+    }
+    // A partner's upgrade: another customer and plan in the query.
+    let body = br#"{"apiKey":"acme-customer-key","planID":2}"#;
+    let r = gw.request(
+        "POST",
+        "/v2/service/upgrade?apiKey=globex-customer-key&planID=3",
+        &[("Authorization", "Bearer acme-partner-key"), json],
+        body,
+    );
+    assert_eq!((r.status, r.code()), (400, "invalid_body".into()));
+    let named: Vec<_> = r.json()["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["parameter"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(named, ["apiKey", "planID"]);
+    // A second Content-Type (a form a server behind could parse): 400.
+    let r = gw.request(
+        "POST",
+        "/v2/settings/webhook/set",
+        &[
+            auth,
+            json,
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        good,
+    );
+    assert_eq!((r.status, r.code()), (400, "bad_request".into()));
+    assert_eq!(up.count(), 0, "nothing forwarded");
+    // Other query parameters pass.
+    let r = gw.request(
+        "POST",
+        "/v2/settings/webhook/set?trace=1",
+        &[auth, json],
+        good,
+    );
+    assert_eq!(r.status, 200);
+}
+
+#[test]
 fn a_blocked_address_stays_blocked_however_many_others_fail() {
     let up = Upstream::start(Mode::Ok);
     let mut config = crate::harness::config_for(&up)

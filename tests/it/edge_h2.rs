@@ -518,3 +518,30 @@ fn over_http2_client_claims_are_dropped() {
         assert_eq!(seen.header(name), None, "{name}");
     }
 }
+
+#[test]
+fn over_http2_a_query_naming_a_checked_member_is_refused() {
+    let up = Upstream::start(Mode::Ok);
+    let e = edge(&up, |_| {});
+    let good = r#"{"url":"https://hooks.example.com/in"}"#;
+    runtime().block_on(async {
+        let (mut send, _done) = h2(&e).await;
+        for q in [
+            "?url=http://169.254.169.254/latest/meta-data/",
+            "?URL=x",
+            "?%75rl=x",
+            "?url[]=x",
+        ] {
+            let path = format!("/v2/settings/webhook/set{q}");
+            assert_eq!(call(&mut send, "POST", &path, good).await.0, 400, "{q}");
+        }
+        // Another parameter passes, as the body alone does.
+        let path = "/v2/settings/webhook/set?trace=1";
+        assert_eq!(call(&mut send, "POST", path, good).await.0, 200);
+    });
+    assert_eq!(
+        up.count(),
+        1,
+        "only the request without a body member in its query"
+    );
+}

@@ -1065,6 +1065,86 @@ mod tests {
     }
 }
 
+/// Before reading a body: the query string of a checked operation names none of its body
+/// rule's members, at any depth (`key_field` is the route's name for the customer key), in any
+/// spelling the body check takes for one (case folded, [`same_member`]), whether plain, in
+/// brackets (`url[]`, `eventOptions[callType]`: Rails, PHP) or dotted (`eventOptions.callType`:
+/// Spring), percent-encoded or not. Frameworks that merge query parameters over the JSON body
+/// (Rails `params`, Express's `req.param`) would act on the query's value, which the gateway
+/// did not check: such a request is `400 invalid_body`, every such parameter named.
+pub fn check_query(rule: BodyRule, query: Option<&str>, key_field: &str) -> Result<(), Refusal> {
+    let Some(query) = query.filter(|q| !q.is_empty()) else {
+        return Ok(());
+    };
+    let members: &[&str] = match rule {
+        BodyRule::GroupEvent => &[
+            "name",
+            "groupId",
+            "type",
+            "startTime",
+            "eventOptions",
+            "callType",
+            "description",
+        ],
+        BodyRule::WebhookSet => &["url", "signing", "webhookKey"],
+        BodyRule::ServiceUpgrade => &["apiKey", "planID"],
+        BodyRule::ServiceKey => &["apiKey"],
+    };
+    let mut errors = Vec::new();
+    for param in query.split(['&', ';']) {
+        let raw = param.split('=').next().unwrap_or_default();
+        let name = query_name(raw);
+        let hit = name.split(['[', ']', '.']).map(str::trim).any(|part| {
+            !part.is_empty()
+                && (same_member(part, key_field) || members.iter().any(|m| same_member(part, m)))
+        });
+        if hit {
+            errors.push(FieldError::parameter(
+                name.into_owned(),
+                "a member of the body may not be sent in the query string",
+            ));
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let mut r = Refusal::new(
+        Code::InvalidBody,
+        "the query string names a member of the checked body",
+    );
+    r.errors = errors;
+    Err(r)
+}
+
+/// A query parameter's name as a server reads it: `+` is a space, `%XX` its byte (invalid
+/// UTF-8 replaced).
+fn query_name(raw: &str) -> Cow<'_, str> {
+    if !raw.contains(['%', '+']) {
+        return Cow::Borrowed(raw);
+    }
+    let b = raw.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = |c: u8| (c as char).to_digit(16);
+                match (hex(b[i + 1]), hex(b[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
+}
+
 /// Before reading a body: a checked operation must declare `Content-Type: application/json`
 /// (parameters such as `charset=utf-8` allowed; type and subtype case-insensitive).
 pub fn check_content_type(content_type: Option<&[u8]>) -> Result<(), Refusal> {
@@ -1105,6 +1185,70 @@ pub fn too_large(cap: u64) -> Refusal {
 #[cfg(test)]
 mod header_tests {
     use super::*;
+
+    #[test]
+    fn a_query_that_names_a_body_member_is_refused_naming_it() {
+        let refused = |rule, q: &str| {
+            check_query(rule, Some(q), API_KEY)
+                .unwrap_err()
+                .errors
+                .into_iter()
+                .map(|e| e.parameter.unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            refused(BodyRule::WebhookSet, "url=http://169.254.169.254/"),
+            ["url"]
+        );
+        // Any case or folding, brackets, dots, percent-encoding, `+`, `;`: each named.
+        for q in [
+            "URL=x",
+            "Url=x",
+            "%75rl=x",
+            "url[]=x",
+            "url%5B%5D=x",
+            " url=x",
+            "+url=x",
+            "a=1;url=x",
+            "webhook.url=x",
+            "WEBHOOKKEY=x",
+            "signing",
+        ] {
+            assert_eq!(refused(BodyRule::WebhookSet, q).len(), 1, "{q}");
+        }
+        assert_eq!(
+            refused(BodyRule::ServiceUpgrade, "apiKey=other&planID=3&x=1"),
+            ["apiKey", "planID"]
+        );
+        assert_eq!(
+            refused(BodyRule::ServiceKey, "APIKEY=k"),
+            ["APIKEY"],
+            "a partner's key field, case folded"
+        );
+        assert_eq!(
+            refused(BodyRule::GroupEvent, "eventOptions[callType]=x"),
+            ["eventOptions[callType]"]
+        );
+        assert_eq!(
+            refused(BodyRule::GroupEvent, "%C5%BFtartTime=x").len(),
+            1,
+            "ſ is s"
+        );
+        // A route's own key field.
+        assert!(check_query(BodyRule::ServiceKey, Some("customer=k"), "customer").is_err());
+        // Other parameters pass, and so does no query.
+        for q in ["", "x=1", "urls=1", "callback=u", "page=2&limit=10"] {
+            assert!(
+                check_query(BodyRule::WebhookSet, Some(q), API_KEY).is_ok(),
+                "{q}"
+            );
+        }
+        assert!(check_query(BodyRule::WebhookSet, None, API_KEY).is_ok());
+        let r = check_query(BodyRule::WebhookSet, Some("url=x"), API_KEY).unwrap_err();
+        assert_eq!(r.code, Code::InvalidBody);
+        let v: serde_json::Value = serde_json::from_str(&r.problem_json()).unwrap();
+        assert_eq!(v["errors"][0]["parameter"], "url");
+    }
 
     #[test]
     fn content_type_must_be_json() {

@@ -440,6 +440,20 @@ impl Policy {
         })
     }
 
+    /// Before reading a body: the query string of a checked operation names no member of its
+    /// body rule ([`body::check_query`]).
+    pub fn check_request_query(&self, route: RouteIdx, query: Option<&str>) -> Result<(), Refusal> {
+        let route = self.config.catalogue.get(route);
+        let Some(rule) = route.body else {
+            return Ok(());
+        };
+        body::check_query(
+            rule,
+            query,
+            route.key_field.as_deref().unwrap_or(body::API_KEY),
+        )
+    }
+
     /// Check a fully read body for the route `route` (one with a body rule, after
     /// [`Policy::decide`] admitted the request). For a partner's operation on a customer key
     /// (an `effect`), also refuse a partner acting on a key that is not its customer's, and

@@ -127,6 +127,9 @@ pub struct FieldError {
     pub pointer: String,
     /// What is wrong with it.
     pub detail: Cow<'static, str>,
+    /// A query parameter instead of a body field (its name as sent): the answer names it as
+    /// `parameter`, as JSON:API's `source.parameter` does.
+    pub parameter: Option<String>,
 }
 
 impl FieldError {
@@ -135,6 +138,16 @@ impl FieldError {
         Self {
             pointer: pointer.into(),
             detail: detail.into(),
+            parameter: None,
+        }
+    }
+
+    /// The error `detail` of the query parameter `name`.
+    pub fn parameter(name: impl Into<String>, detail: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            pointer: String::new(),
+            detail: detail.into(),
+            parameter: Some(name.into()),
         }
     }
 }
@@ -184,7 +197,10 @@ impl Refusal {
             v["errors"] = self
                 .errors
                 .iter()
-                .map(|e| serde_json::json!({ "pointer": e.pointer, "detail": e.detail }))
+                .map(|e| match &e.parameter {
+                    Some(p) => serde_json::json!({ "parameter": p, "detail": e.detail }),
+                    None => serde_json::json!({ "pointer": e.pointer, "detail": e.detail }),
+                })
                 .collect();
         }
         if let Some(s) = self.retry_after {
