@@ -723,6 +723,32 @@ fn a_query_naming_a_checked_member_is_refused_and_one_content_type_is_required()
 }
 
 #[test]
+fn a_unicode_spelling_of_a_checked_operation_is_refused() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let hook = br#"{"url":"http://169.254.169.254/latest/meta-data/"}"#;
+    for p in [
+        "/v2/%C5%BFettings/webhook/set",
+        "/v2/settings/webhoo%E2%84%AA/set",
+        "/v2/sett%C4%B0ngs/webhook/set",
+        "/v2/sett%C4%B1ngs/webhook/set",
+        "/v2/%C5%BFervice/upgrade",
+    ] {
+        let r = gw.request(
+            "POST",
+            p,
+            &[
+                ("Authorization", "Bearer pro-key-1"),
+                ("Content-Type", "application/json"),
+            ],
+            hook,
+        );
+        assert_eq!((r.status, r.code()), (404, "unknown_route".into()), "{p}");
+    }
+    assert_eq!(up.count(), 0, "nothing forwarded");
+}
+
+#[test]
 fn a_blocked_address_stays_blocked_however_many_others_fail() {
     let up = Upstream::start(Mode::Ok);
     let mut config = crate::harness::config_for(&up)

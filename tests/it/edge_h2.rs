@@ -545,3 +545,22 @@ fn over_http2_a_query_naming_a_checked_member_is_refused() {
         "only the request without a body member in its query"
     );
 }
+
+#[test]
+fn over_http2_a_unicode_spelling_of_a_checked_operation_is_refused() {
+    let up = Upstream::start(Mode::Ok);
+    let e = edge(&up, |_| {});
+    let hook = r#"{"url":"http://169.254.169.254/latest/meta-data/"}"#;
+    runtime().block_on(async {
+        let (mut send, _done) = h2(&e).await;
+        for p in [
+            "/v2/%C5%BFettings/webhook/set",
+            "/v2/settings/webhoo%E2%84%AA/set",
+            "/v2/sett%C4%B0ngs/webhook/set",
+            "/v2/sett%C4%B1ngs/webhook/set",
+        ] {
+            assert_eq!(call(&mut send, "POST", p, hook).await.0, 404, "{p}");
+        }
+    });
+    assert_eq!(up.count(), 0, "nothing forwarded");
+}

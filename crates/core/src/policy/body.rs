@@ -288,7 +288,7 @@ fn folded(name: &str) -> Cow<'_, str> {
     Cow::Owned(once.chars().flat_map(fold_char).collect())
 }
 
-fn fold_char(c: char) -> impl Iterator<Item = char> {
+pub(crate) fn fold_char(c: char) -> impl Iterator<Item = char> {
     let c = match c {
         '\u{131}' | '\u{130}' => 'i',
         c => c,

@@ -117,6 +117,18 @@ fn classify_steps<'a>(
     };
 
     let found = match_route(catalogue, method, lower);
+    // Nor by a Unicode spelling that a case-insensitive comparison behind takes for it.
+    if let Some(folded) = unicode_folded(lower) {
+        let as_folded = match_route(catalogue, method, &folded);
+        if as_folded.is_some_and(|r| catalogue.get(r).body.is_some())
+            || catalogue.guard(&folded, as_folded).is_some()
+        {
+            return Err(Refusal::new(
+                Code::UnknownRoute,
+                "no such operation (a Unicode spelling of a checked one)",
+            ));
+        }
+    }
     // A checked operation is reached by its own method and spelling only.
     match catalogue.guard(lower, found) {
         None => {}
@@ -179,6 +191,40 @@ fn classify_steps<'a>(
         route,
         path: forwarded,
     })
+}
+
+/// A normalized path with percent-encoded non-ASCII text (`%C5%BF`, `ſ`) as a Unicode-aware,
+/// case-insensitive comparison reads it (Java's `equalsIgnoreCase`, Python's `casefold()`,
+/// JavaScript's `/iu`: `ſ` is `s`, the Kelvin sign `k`, `İ` and `ı` are `i`), when that makes
+/// it ASCII; `None` for a path with no such text, or one that stays non-ASCII.
+fn unicode_folded(lower: &str) -> Option<String> {
+    let b = lower.as_bytes();
+    let encoded_high = b
+        .windows(3)
+        .any(|w| w[0] == b'%' && matches!(w[1], b'8'..=b'9' | b'a'..=b'f'));
+    if !encoded_high {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                let v = (h * 16 + l) as u8;
+                if v >= 0x80 {
+                    bytes.push(v);
+                    i += 3;
+                    continue;
+                }
+            }
+        }
+        bytes.push(b[i]);
+        i += 1;
+    }
+    let text = String::from_utf8(bytes).ok()?;
+    let folded: String = text.chars().flat_map(super::body::fold_char).collect();
+    folded.is_ascii().then(|| folded.to_ascii_lowercase())
 }
 
 /// Find the route for a lower-cased, normalized path.
@@ -390,6 +436,36 @@ mod tests {
             ("/v2/client/settings/webhook/set", "client"),
         ] {
             assert_eq!(id(&c, "PUT", p).map(|r| r.0), Ok(route.to_string()), "{p}");
+        }
+    }
+
+    #[test]
+    fn unicode_spellings_of_a_checked_operation_are_unknown_routes() {
+        let c = Catalogue::builtin();
+        for p in [
+            "/v2/%C5%BFettings/webhook/set",
+            "/v2/settings/webhoo%E2%84%AA/set",
+            "/v2/sett%C4%B0ngs/webhook/set",
+            "/v2/sett%C4%B1ngs/webhook/set",
+            "/v2/%c5%bfettings/webhook/set",
+            "/v2/%C5%BFendGroup",
+            "/v2/%C5%BFervice/upgrade",
+            "/v2/settings/webhook/%C5%BFet.json",
+        ] {
+            for m in ["POST", "PUT", "GET"] {
+                match classify(&c, m, p) {
+                    Err(r) => assert!(
+                        matches!(r.code, Code::UnknownRoute | Code::InvalidPath),
+                        "{m} {p}: {:?}",
+                        r.code
+                    ),
+                    Ok(k) => panic!("{m} {p} was classified as {}", c.get(k.route).id),
+                }
+            }
+        }
+        // Non-ASCII text that folds to no checked operation goes on as before.
+        for p in ["/v2/%C3%A9v%C3%A9nements", "/v2/%C5%BFendMessage/"] {
+            assert!(classify(&c, "GET", p).is_ok(), "{p}");
         }
     }
 
