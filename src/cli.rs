@@ -361,6 +361,13 @@ fn overrides_summary(cfg: &Config) -> String {
 }
 
 /// The `check` summary: listeners, limits, plans with allow-lists, key counts, catalogue.
+/// A plan's calendar quota for [`summary`]: `; quota N / month`, or nothing.
+fn quota_text(q: Option<&crate::config::QuotaSpec>) -> String {
+    q.map_or(String::new(), |q| {
+        format!("; quota {} / {}", q.requests, q.per.as_str())
+    })
+}
+
 pub fn summary(cfg: &Config) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
@@ -507,15 +514,31 @@ pub fn summary(cfg: &Config) -> String {
         };
         let _ = writeln!(
             s,
-            "    {:<10} plan_id {:<3} {:>5} requests / {} s   allow: {allow}{shadow}",
-            p.name, p.plan_id, p.limit, l.window
+            "    {:<10} plan_id {:<3} {:>5} requests / {} s   allow: {allow}{}{shadow}",
+            p.name,
+            p.plan_id,
+            p.limit,
+            l.window,
+            quota_text(p.quota.as_ref()),
         );
     }
     let _ = writeln!(
         s,
-        "    {:<10} {:<11} {:>5} requests / {} s",
-        "(partners)", "", cfg.partner_limit, l.window
+        "    {:<10} {:<11} {:>5} requests / {} s{}",
+        "(partners)",
+        "",
+        cfg.partner_limit,
+        l.window,
+        quota_text(cfg.partner_quota.as_ref()),
     );
+    let _ = match &cfg.ledger {
+        Some(lg) => writeln!(
+            s,
+            "  ledger        every request counted per key and UTC day, {} days kept",
+            lg.retention_days
+        ),
+        None => writeln!(s, "  ledger        off (no ledger block)"),
+    };
     let managed = cfg.keys.iter().filter(|k| k.partner.is_some()).count();
     let _ = writeln!(
         s,
@@ -669,6 +692,32 @@ mod tests {
         assert!(!s.contains("body=service_upgrade effect"), "{s}");
         let plain = summary(&TestConfig::new().parse());
         assert!(!plain.contains("with an expiry"), "{plain}");
+    }
+
+    #[test]
+    fn the_summary_shows_the_plans_quotas_and_the_ledger() {
+        use tollgate_core::testing::TestConfig;
+        let cfg = TestConfig::new()
+            .plan_quota("basic", 1000, "day")
+            .partner_quota(50_000, "month")
+            .ledger(30)
+            .parse();
+        let s = summary(&cfg);
+        assert!(s.contains("; quota 1000 / day"), "{s}");
+        assert!(
+            s.contains("150 requests / 10 s; quota 50000 / month"),
+            "{s}"
+        );
+        assert!(
+            s.contains("ledger        every request counted per key and UTC day, 30 days kept"),
+            "{s}"
+        );
+        let plain = summary(&TestConfig::new().parse());
+        assert!(!plain.contains("quota"), "{plain}");
+        assert!(
+            plain.contains("ledger        off (no ledger block)"),
+            "{plain}"
+        );
     }
 
     #[test]
