@@ -96,6 +96,11 @@ impl Ctx {
         };
         let column = match self.code {
             Some(code) if Column::shown(code) => Column::Refused(code),
+            // The gateway's own 502 and 504: no answer came (an upstream that timed out was
+            // reached, but answered nothing).
+            Some(
+                crate::policy::Code::UpstreamUnavailable | crate::policy::Code::UpstreamTimeout,
+            ) => Column::UpstreamFailed,
             _ if self.upstream_elapsed.is_some() => Column::upstream(self.status),
             _ => Column::UpstreamFailed,
         };

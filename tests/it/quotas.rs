@@ -142,6 +142,34 @@ fn a_body_refusal_and_an_upstream_5xx_are_given_back() {
     assert_eq!(k["quota"]["used"], 0);
 }
 
+#[test]
+fn the_gateways_own_502_and_504_are_booked_upstream_failed() {
+    for (mode, status) in [(Mode::Hang, 504), (Mode::Reset, 502)] {
+        let up = Upstream::start(mode);
+        let gw = Gateway::start(&config_for(&up).read_timeout_ms(300).ledger(30));
+        let r = gw.call("pro-key-1", "POST", SEND, GOOD);
+        assert_eq!(r.status, status);
+        let a = gw.config.process.admin_listen;
+        let rows = ledger(a, "")["rows"].clone();
+        let row = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["key"] == "pro-1")
+            .unwrap_or_else(|| panic!("no row: {rows}"))
+            .clone();
+        assert_eq!(
+            (
+                row["forwarded"].as_u64(),
+                row["upstream_failed"].as_u64(),
+                row["upstream_5xx"].as_u64()
+            ),
+            (Some(1), Some(1), Some(0)),
+            "{status}: {row}"
+        );
+    }
+}
+
 fn ledger(a: SocketAddr, query: &str) -> serde_json::Value {
     let r = admin(a, "GET", &format!("/api/ledger{query}"));
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
