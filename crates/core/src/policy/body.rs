@@ -1067,7 +1067,7 @@ mod tests {
 
 /// Before reading a body: the query string of a checked operation names none of its body
 /// rule's members, at any depth (`key_field` is the route's name for the customer key), in any
-/// spelling the body check takes for one (case folded, [`same_member`]), whether plain, in
+/// spelling the body check takes for one (case folded, as member names are), whether plain, in
 /// brackets (`url[]`, `eventOptions[callType]`: Rails, PHP) or dotted (`eventOptions.callType`:
 /// Spring), percent-encoded or not. Frameworks that merge query parameters over the JSON body
 /// (Rails `params`, Express's `req.param`) would act on the query's value, which the gateway
