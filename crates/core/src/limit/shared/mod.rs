@@ -243,6 +243,19 @@ impl SharedStore {
         if c == 0 {
             return None;
         }
+        let m = rate.micros();
+        let near = near_limit(rate.limit(), fleet);
+        // Only a key quiet here (its first admission since the last tick: a burst's first
+        // request, not the rest of it) and far from its limit as the store last said.
+        let far = |w: u64| {
+            let (view, hits) = unpack(w);
+            let next = view.max(now_us) + m.interval;
+            let room = m.tolerance.saturating_sub(next - now_us) / m.interval.max(1);
+            hits == 0 && next - now_us <= m.tolerance && room >= near
+        };
+        if !far(state.tat().load(Ordering::Acquire)) {
+            return None;
+        }
         // The credit outstanding here: what this replica admitted on its own since its last
         // exchange carried it.
         state
@@ -251,18 +264,13 @@ impl SharedStore {
                 (debt(a) < c).then_some(a + (1 << DEBT_SHIFT))
             })
             .ok()?;
-        let m = rate.micros();
-        let near = near_limit(rate.limit(), fleet);
         let mut cur = state.tat().load(Ordering::Acquire);
         loop {
             let (view, hits) = unpack(cur);
             let next = view.max(now_us) + m.interval;
-            // Only a key quiet here: its first admission since the last tick (a burst's first
-            // request, not the rest of it).
-            let quiet = hits == 0;
-            let room = m.tolerance.saturating_sub(next - now_us) / m.interval.max(1);
-            if !quiet || next - now_us > m.tolerance || room < near {
-                // Near the limit as the store last said: the credit is not taken.
+            if !far(cur) {
+                // Another request of the key took the quiet moment meanwhile (rare: the check
+                // above passed an instant ago): the credit is not taken.
                 let _ = state
                     .aux()
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
