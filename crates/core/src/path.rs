@@ -64,7 +64,8 @@ impl PathError {
     }
 }
 
-fn hex_val(b: u8) -> Option<u8> {
+/// The value of a hex digit, either case.
+pub(crate) fn hex_val(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),

@@ -27,6 +27,7 @@ use super::webhook::check_url;
 use crate::config::routes::BodyRule;
 use crate::config::WebhookGuard;
 use crate::digest::Digest;
+use crate::path::hex_val;
 
 /// What a valid body tells the rest of the request path.
 #[derive(Debug, PartialEq, Eq)]
@@ -1128,16 +1129,13 @@ fn query_name(raw: &str) -> Cow<'_, str> {
     while i < b.len() {
         match b[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = |c: u8| (c as char).to_digit(16);
-                match (hex(b[i + 1]), hex(b[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
+            b'%' if i + 2 < b.len() => match (hex_val(b[i + 1]), hex_val(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 2;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             c => out.push(c),
         }
         i += 1;

@@ -35,7 +35,7 @@ use std::collections::HashMap;
 
 use super::refusal::{Code, Refusal};
 use crate::config::routes::{Catalogue, Guard, PathMatch, RouteIdx, Spellings, METHODS};
-use crate::path::{normalize, PathError};
+use crate::path::{hex_val, normalize, PathError};
 
 impl From<PathError> for Refusal {
     fn from(e: PathError) -> Self {
@@ -208,10 +208,9 @@ fn unicode_folded(lower: &str) -> Option<String> {
     let mut bytes = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
         if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                let v = (h * 16 + l) as u8;
+            if let (Some(h), Some(l)) = (hex_val(b[i + 1]), hex_val(b[i + 2])) {
+                let v = h * 16 + l;
                 if v >= 0x80 {
                     bytes.push(v);
                     i += 3;
