@@ -8,8 +8,8 @@
 //!   `tollgate_core::metering::fleet` when a request is charged on this replica's view and
 //!   when it waits for a reservation.
 //! - A day's ledger is `<prefix>:{meters}:l:<day>` (a hash, fields `<key name>:<column>` and
-//!   `<key name>:plan` / `:partner`): each replica adds its counts; `/api/ledger` reads the
-//!   days asked.
+//!   `<key name>:plan` / `:partner`): each replica adds its counts, one `day.lua` call a day
+//!   for up to 500 keys; `/api/ledger` reads the days asked.
 //!
 //! Both expire: a quota hash a day after its period, a ledger hash `retention_days` after its
 //! day. The hash tag `{meters}` puts every one in one slot of a Redis Cluster. An exchange that
@@ -162,14 +162,16 @@ impl Rider for Keeper {
                 visit.insert(at);
             }
         }
+        let retention = snap
+            .policy
+            .config
+            .ledger
+            .map_or(400, |l| u64::from(l.retention_days));
         // What an earlier exchange did not take goes first, as it was.
         let mut deltas = std::mem::take(&mut kept.unsent);
-        let mut ledger = Vec::new();
-        let mut ledger_sent = Vec::new();
-        let mut days = BTreeSet::new();
+        let mut days = Days::default();
         for d in &deltas {
-            ledger_commands(fleet, d, &mut ledger, &mut ledger_sent);
-            days.insert(d.day);
+            days.add(fleet, retention, d);
         }
         let mut over = Vec::new();
         for &at in &visit {
@@ -196,8 +198,7 @@ impl Rider for Keeper {
                     partner,
                     counts: named(&counts),
                 };
-                ledger_commands(fleet, &d, &mut ledger, &mut ledger_sent);
-                days.insert(day);
+                days.add(fleet, retention, &d);
                 deltas.push(d);
             }
         }
@@ -205,18 +206,8 @@ impl Rider for Keeper {
         self.restore_commands(&fleet.cfg, &mut rounds, &kept, &mut round);
         let current = Some([day_id, month_id]);
         rounds.lay_out(&fleet.cfg, round, current, now_ms, &mut cmds, &mut sent);
-        cmds.extend(ledger);
-        sent.extend(ledger_sent);
-        let retention = snap
-            .policy
-            .config
-            .ledger
-            .map_or(400, |l| u64::from(l.retention_days));
-        for day in days {
-            let mut c = redis::cmd("PEXPIREAT");
-            c.arg(fleet.ledger_key(day))
-                .arg((u64::from(day) + retention + 1) * DAY_MS);
-            cmds.push(c);
+        for c in days.0.into_values().flatten() {
+            cmds.push(c.0);
             sent.push(Sent::Other);
         }
         *fleet.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = InFlight { sent, deltas };
@@ -240,8 +231,11 @@ impl Rider for Keeper {
                 let mut rounds = fleet.rounds();
                 for s in &flight.sent {
                     match *s {
-                        Sent::Quota { at, .. } | Sent::Reserve { at, .. } => {
+                        Sent::Reserve { at, .. } => {
                             kept.watch.insert(at);
+                        }
+                        Sent::Report { ref entries, .. } => {
+                            kept.watch.extend(entries.iter().map(|&(at, _)| at));
                         }
                         Sent::Restore { id, .. } => rounds.restore(id),
                         _ => {}
@@ -265,22 +259,34 @@ impl Rider for Keeper {
     }
 }
 
-/// The commands that add `d` to its day's hash.
-fn ledger_commands(fleet: &Fleet, d: &Delta, cmds: &mut Vec<redis::Cmd>, sent: &mut Vec<Sent>) {
-    let key = fleet.ledger_key(d.day);
-    let name = &d.key;
-    for &(col, n) in &d.counts {
-        let mut c = redis::cmd("HINCRBY");
-        c.arg(&key).arg(format!("{name}:{col}")).arg(n);
-        cmds.push(c);
-        sent.push(Sent::Other);
+/// Keys per `day.lua` call (Redis runs a script alone: a few hundred keep it short).
+const DAY_BATCH: usize = 500;
+
+/// A round's ledger counts: per day, its `day.lua` calls, each with how many keys it carries.
+#[derive(Default)]
+struct Days(BTreeMap<u32, Vec<(redis::Cmd, usize)>>);
+
+impl Days {
+    /// Add `d` to its day's call (a new one when the last is full), which also sets the day's
+    /// expiry (`retention` days after it).
+    fn add(&mut self, fleet: &Fleet, retention: u64, d: &Delta) {
+        let calls = self.0.entry(d.day).or_default();
+        if calls.last().map_or(true, |(_, n)| *n >= DAY_BATCH) {
+            let mut c = redis::cmd("EVAL");
+            c.arg(include_str!("day.lua"))
+                .arg(1)
+                .arg(fleet.ledger_key(d.day))
+                .arg((u64::from(d.day) + retention + 1) * DAY_MS);
+            calls.push((c, 0));
+        }
+        let (c, n) = calls.last_mut().expect("pushed above");
+        c.arg(&d.key)
+            .arg(&d.plan)
+            .arg(d.partner.as_deref().unwrap_or(""))
+            .arg(d.counts.len());
+        for &(col, count) in &d.counts {
+            c.arg(col).arg(count);
+        }
+        *n += 1;
     }
-    let mut c = redis::cmd("HSET");
-    c.arg(&key)
-        .arg(format!("{name}:plan"))
-        .arg(&d.plan)
-        .arg(format!("{name}:partner"))
-        .arg(d.partner.as_deref().unwrap_or(""));
-    cmds.push(c);
-    sent.push(Sent::Other);
 }

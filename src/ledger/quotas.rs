@@ -7,7 +7,7 @@
 //!
 //! | the key | command | its answer |
 //! |---|---|---|
-//! | charged or given back here since the last report, or over its quota | `HINCRBY <hash> <name> <charges>` | the fleet's count: the view |
+//! | charged or given back here since the last report, or over its quota | `report.lua`: the field takes the charges (up to 500 keys a call) | the fleet's count: the view |
 //! | requests wait for the fleet's word | `reserve.lua`: the charges (the field at least this replica's view of it), then what the quota has room for of the requests waiting, in one step | the count, and the requests reserved for this replica (*grants*) |
 //! | the period's hash was found missing (and at start) | `restore.lua`: each field the larger of its count and this replica's | the counts |
 //!
@@ -27,7 +27,7 @@
 //!
 //! Grants not used within a whole interval go back with the next report.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use redis::{Cmd, Value};
 
@@ -37,6 +37,9 @@ use crate::metering::{PeriodAt, MONTH_BIT};
 
 /// Fields per `restore.lua` call.
 const RESTORE_BATCH: usize = 500;
+
+/// Keys per `report.lua` call (Redis runs a script alone: a few hundred keep it short).
+const REPORT_BATCH: usize = 500;
 
 /// What the quota rounds remember from one round to the next.
 pub(super) struct Rounds {
@@ -56,8 +59,9 @@ pub(super) struct Rounds {
 
 /// One command of a round, and what its answer is for.
 pub(super) enum Sent {
-    /// The quota count of the meter `at`, for period `id`, as it stood (`count`).
-    Quota { at: usize, id: u32, count: u64 },
+    /// Period `id`'s quota counts of the meters `at`, as they stood (`count`): answered by
+    /// the fleet's counts, in order.
+    Report { id: u32, entries: Vec<(usize, u64)> },
     /// The same, with a reservation: answered by the count and the requests granted.
     Reserve { at: usize, id: u32, count: u64 },
     /// The mark of period `id`'s hash: 1 when it was missing.
@@ -70,6 +74,9 @@ pub(super) enum Sent {
     Other,
 }
 
+/// One `report.lua` call, with the meters and the counts it carries.
+pub(super) type ReportCall = (Cmd, Vec<(usize, u64)>);
+
 /// The quota commands of one round, before they are laid out in order.
 #[derive(Default)]
 pub(super) struct Round {
@@ -77,6 +84,8 @@ pub(super) struct Round {
     pub(super) mark: String,
     /// Periods reported (each gets a mark first, and an expiry when due).
     pub(super) periods: BTreeSet<u32>,
+    /// Per period, its `report.lua` calls, each with the meters and counts it carries.
+    pub(super) reports: BTreeMap<u32, Vec<ReportCall>>,
     pub(super) counts: Vec<(Cmd, Sent)>,
     pub(super) restores: Vec<(Cmd, Sent)>,
 }
@@ -142,6 +151,12 @@ impl Rounds {
             self.marked
                 .retain(|id| current.contains(id) || periods.contains(id));
         }
+        for (id, calls) in round.reports {
+            for (c, entries) in calls {
+                cmds.push(c);
+                sent.push(Sent::Report { id, entries });
+            }
+        }
         for (c, s) in round.counts.into_iter().chain(round.restores) {
             cmds.push(c);
             sent.push(s);
@@ -195,13 +210,12 @@ impl Keeper {
         if id == 0 {
             return;
         }
-        let key = quota_key(&fleet.cfg, id);
         match (want > 0).then_some(quota) {
             Some(q) => {
                 let mut c = redis::cmd("EVAL");
                 c.arg(include_str!("reserve.lua"))
                     .arg(1)
-                    .arg(key)
+                    .arg(quota_key(&fleet.cfg, id))
                     .arg(m.name.as_str())
                     .arg(delta)
                     .arg(want)
@@ -211,9 +225,17 @@ impl Keeper {
                 round.counts.push((c, Sent::Reserve { at, id, count }));
             }
             None if delta != 0 || exhausted => {
-                let mut c = redis::cmd("HINCRBY");
-                c.arg(key).arg(m.name.as_str()).arg(delta);
-                round.counts.push((c, Sent::Quota { at, id, count }));
+                let calls = round.reports.entry(id).or_default();
+                if calls.last().map_or(true, |(_, e)| e.len() >= REPORT_BATCH) {
+                    let mut c = redis::cmd("EVAL");
+                    c.arg(include_str!("report.lua"))
+                        .arg(1)
+                        .arg(quota_key(&fleet.cfg, id));
+                    calls.push((c, Vec::new()));
+                }
+                let (c, entries) = calls.last_mut().expect("pushed above");
+                c.arg(m.name.as_str()).arg(delta);
+                entries.push((at, count));
             }
             None => return,
         }
@@ -300,14 +322,25 @@ impl Keeper {
                 (Sent::Expire { id }, Ok(_)) if !lost.contains(id) => {
                     rounds.expiring.insert(*id);
                 }
-                (&Sent::Quota { at, .. }, Ok(_)) if restored.contains(&at) => {}
-                (&Sent::Quota { at, id, count }, Ok(Value::Int(total))) => {
-                    let total = if lost.contains(&id) {
-                        count
-                    } else {
-                        u64::try_from(*total).unwrap_or(0)
-                    };
-                    kept.rebased(at, id, count, total, now_ms);
+                (Sent::Report { id, entries }, Ok(Value::Array(v))) if v.len() == entries.len() => {
+                    for (&(at, count), t) in entries.iter().zip(v) {
+                        if restored.contains(&at) {
+                            continue;
+                        }
+                        let total = match t {
+                            _ if lost.contains(id) => count,
+                            Value::Int(t) => u64::try_from(*t).unwrap_or(0),
+                            _ => {
+                                kept.watch.insert(at);
+                                continue;
+                            }
+                        };
+                        kept.rebased(at, *id, count, total, now_ms);
+                    }
+                }
+                (Sent::Report { entries, .. }, _) => {
+                    // Not applied: sent again next tick.
+                    kept.watch.extend(entries.iter().map(|&(at, _)| at));
                 }
                 (&Sent::Reserve { at, id, count }, Ok(Value::Array(v))) => {
                     let (total, granted) = match v.as_slice() {
@@ -338,7 +371,7 @@ impl Keeper {
                         raised += n;
                     }
                 }
-                (Sent::Quota { at, .. } | Sent::Reserve { at, .. }, _) => {
+                (Sent::Reserve { at, .. }, _) => {
                     // Not applied: sent again next tick.
                     kept.watch.insert(*at);
                 }

@@ -1,0 +1,18 @@
+-- Add this replica's ledger counts of one day, for many keys at once, and keep the day's hash
+-- until its retention ends. Fields: `<name>:<column>` (a count), `<name>:plan`,
+-- `<name>:partner` (empty for none).
+-- KEYS: the day's hash. ARGV[1]: when the hash expires (ms since the Unix epoch); then per
+-- key: its name, plan, partner, the number of its columns n, and n pairs of a column and its
+-- count. Answers how many keys it took.
+local i, took = 2, 0
+while i <= #ARGV do
+  local name, n = ARGV[i], tonumber(ARGV[i + 3])
+  redis.call('HSET', KEYS[1], name .. ':plan', ARGV[i + 1], name .. ':partner', ARGV[i + 2])
+  for j = i + 4, i + 3 + 2 * n, 2 do
+    redis.call('HINCRBY', KEYS[1], name .. ':' .. ARGV[j], ARGV[j + 1])
+  end
+  i = i + 4 + 2 * n
+  took = took + 1
+end
+redis.call('PEXPIREAT', KEYS[1], ARGV[1])
+return took
