@@ -30,8 +30,11 @@ pub async fn send(
     refusal: &Refusal,
     closing: bool,
 ) -> Result<()> {
-    // Refused after its quota was charged (its body, or the upstream failed): given back.
-    ctx.give_back_quota();
+    // Refused after its quota was charged (its body, or no answer from the upstream): given
+    // back. Not when the upstream answered (its body then failed): that status decides.
+    if ctx.upstream_status == 0 {
+        ctx.give_back_quota();
+    }
     ctx.outcome = Outcome::of(refusal.code);
     ctx.code = Some(refusal.code);
     ctx.status = refusal.status();

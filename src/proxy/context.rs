@@ -57,6 +57,11 @@ pub struct Ctx {
     pub streamed: u64,
     pub upstream_started: Option<Instant>,
     pub upstream_elapsed: Option<Duration>,
+    /// The upstream's status, once the head of its answer came (0: none came). It alone
+    /// decides whether a forwarded request stays charged to its quota and which ledger column
+    /// it lands in, whatever happens after (the client leaves, the body is cut): the rule in
+    /// docs/configuration.md, "Quotas".
+    pub upstream_status: u16,
     /// A partner's operation on a customer key whose body was checked (an upgrade, a
     /// suspension, ...): applied if the upstream accepts it.
     pub pending: Option<Pending>,
@@ -74,7 +79,8 @@ pub struct Ctx {
 
 impl Ctx {
     /// Give back this request's quota charge, if it has one: it was refused after the quota
-    /// step, or the upstream did not serve it (a 5xx, or no answer). At most once.
+    /// step, or the upstream did not serve it (a 5xx, or no answer). At most once. Callers
+    /// check [`Ctx::upstream_status`]: an answer the upstream gave (2xx–4xx) keeps the charge.
     pub fn give_back_quota(&mut self) {
         let (Some(s), Some(k), Some(q)) = (&self.snap, self.key, self.quota_state.as_mut()) else {
             return;
@@ -94,15 +100,12 @@ impl Ctx {
         let (Some(k), Some(c)) = (self.key, self.credential) else {
             return;
         };
+        // Refused by the gateway before forwarding: the refusal's column. Forwarded: the
+        // upstream's status decides (none: `upstream_failed`, as for the gateway's own 502
+        // and 504), as it decides the quota's give-back.
         let column = match self.code {
             Some(code) if Column::shown(code) => Column::Refused(code),
-            // The gateway's own 502 and 504: no answer came (an upstream that timed out was
-            // reached, but answered nothing).
-            Some(
-                crate::policy::Code::UpstreamUnavailable | crate::policy::Code::UpstreamTimeout,
-            ) => Column::UpstreamFailed,
-            _ if self.upstream_elapsed.is_some() => Column::upstream(self.status),
-            _ => Column::UpstreamFailed,
+            _ => Column::upstream(self.upstream_status),
         };
         let (plan, partner, partner_key) = match c {
             Credential::Customer { plan, partner, .. } => (Some(plan), partner, false),
@@ -140,6 +143,7 @@ impl Ctx {
             streamed: 0,
             upstream_started: None,
             upstream_elapsed: None,
+            upstream_status: 0,
             pending: None,
             upgraded: None,
             changed: None,

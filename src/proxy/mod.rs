@@ -334,6 +334,7 @@ impl ProxyHttp for Gateway {
             return Err(e);
         }
         ctx.status = resp.status.as_u16();
+        ctx.upstream_status = ctx.status;
         if self.health.closing() {
             session.set_keepalive(None);
         }
@@ -421,8 +422,9 @@ impl ProxyHttp for Gateway {
         if ctx.status != 0 {
             self.live.metrics().response(ctx.status);
         }
-        if ctx.upstream_elapsed.is_none() {
-            // Admitted, and no answer came from the upstream (the client left, say).
+        if ctx.upstream_status == 0 {
+            // Admitted, and no answer came from the upstream (it was not reached, it timed
+            // out, the client left before it answered).
             ctx.give_back_quota();
         }
         if let Some(s) = &ctx.snap {

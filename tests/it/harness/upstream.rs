@@ -23,6 +23,8 @@ pub(crate) enum Mode {
     Big,
     /// `101 Switching Protocols`, then raw bytes: an upstream that tries to open a tunnel.
     Switch,
+    /// `200` promising 100 bytes of body, sending 10, then closing: an answer cut short.
+    Cut,
     /// This status with `{}`: an upstream that refuses.
     Status(u16),
 }
@@ -195,6 +197,14 @@ fn serve_conn(
                 while !stop.load(Ordering::SeqCst) && Instant::now() < end {
                     std::thread::sleep(Duration::from_millis(10));
                 }
+                return;
+            }
+            Mode::Cut => {
+                let _ = w.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":\"12",
+                );
+                let _ = w.flush();
+                let _ = w.shutdown(std::net::Shutdown::Both);
                 return;
             }
             Mode::Reset => {
