@@ -10,7 +10,9 @@
 //! - no request reaches an operation with a body rule unchecked: whenever an upstream that
 //!   reads paths loosely (ASCII case folded; each segment cut at its first byte that is not a
 //!   letter or digit, as frameworks cut a format suffix or stray bytes; trailing segments
-//!   ignored) would route the path to a checked route, `classify` either refuses it, or gives
+//!   ignored; and the same after the path is percent-decoded and its Unicode letters folded as
+//!   Java's `equalsIgnoreCase` or Python's `casefold` fold them: `%C5%BF` is `s`, the Kelvin
+//!   sign `k`) would route the path to a checked route, `classify` either refuses it, or gives
 //!   that very route for its own method, or the path is an exact route's own path, whatever
 //!   the method (the spec's `/v2/sendGroup/` beside the checked `/v2/sendGroup`);
 //! - a `405` names the methods of the path in `Allow`, and never the method that was sent.
@@ -20,11 +22,12 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
+use tollgate_core::config::routes::{Catalogue, MethodSel, PathMatch, Route};
 use tollgate_core::path::normalize;
 use tollgate_core::policy::classify::classify;
 use tollgate_core::policy::method::check_method;
-use tollgate_core::config::routes::{Catalogue, MethodSel, PathMatch, Route};
 use tollgate_core::policy::Code;
+use tollgate_fuzz::{percent_decoded, unicode_fold};
 
 fn catalogue() -> &'static Catalogue {
     static CATALOGUE: OnceLock<Catalogue> = OnceLock::new();
@@ -52,11 +55,15 @@ fn stem(r: &Route) -> String {
     p.trim_end_matches('/').to_ascii_lowercase()
 }
 
-/// Whether a loose upstream would route `path` to `r`.
+/// Whether a loose upstream would route `path` to `r`, as it came or decoded and folded.
 fn loosely_routes_to(path: &str, r: &Route) -> bool {
-    let got = loose_segments(path);
     let want: Vec<String> = stem(r).split('/').map(str::to_string).collect();
-    got.len() >= want.len() && got[..want.len()] == want[..]
+    [path.to_string(), unicode_fold(&percent_decoded(path))]
+        .iter()
+        .any(|p| {
+            let got = loose_segments(p);
+            got.len() >= want.len() && got[..want.len()] == want[..]
+        })
 }
 
 fn method_ok(r: &Route, method: &str) -> bool {
