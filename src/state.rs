@@ -19,6 +19,15 @@
 //!
 //! The file is never left half-written: redb commits copy-on-write with a checksummed header,
 //! so a write cut by a full disk or a `SIGKILL` leaves the last commit in force.
+//!
+//! **A file that is not a usable database** at start (damaged by something else: a disk
+//! fault, a copy cut short, another program) does not stop the gateway, nor lose the
+//! operator's changes: it is moved aside (`<name>.corrupt-<unix seconds>`, kept for
+//! inspection), one `error` line says so, and a new file takes the overrides (and, with
+//! `cluster`, the copy of the fleet's) from the backup written beside it after every change
+//! (`<name>.backup.json`, [`StateFile::write_kept`]). Quota and ledger counts are not in the
+//! backup: with `cluster` they come back from Redis; without, the period's counts start again
+//! (the customer's gain). docs/operations.md, "Faults", says what to do.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,9 +43,32 @@ pub struct StateFile {
 }
 
 impl StateFile {
-    /// Open (or create) the file at `path`, and check that it takes a write.
+    /// Open (or create) the file at `path`, and check that it takes a write. A file that is
+    /// not a usable database is moved aside and a new one made from the backup (see the
+    /// module's docs).
     pub fn open(path: &Path) -> Result<Arc<Self>, DiskError> {
-        let db = disk::open(path)?;
+        let db = match disk::open(path) {
+            Err(DiskError::Open { source, .. }) if disk::unusable(&source) => {
+                let aside = disk::set_aside(path).map_err(|e| DiskError::Unwritable {
+                    path: path.display().to_string(),
+                    message: format!(
+                        "not a usable database ({source}), and it could not be moved aside: {e}"
+                    ),
+                })?;
+                let db = disk::open(path)?;
+                let restored = disk::restore_backup(&db, path);
+                tracing::error!(
+                    target: "tollgate::state",
+                    path = %path.display(),
+                    aside = %aside.display(),
+                    error = %source,
+                    restored = %restored,
+                    "state.path is not a usable database: moved aside, and a new one made from its backup; quota and ledger counts come back from Redis with cluster, else start again"
+                );
+                db
+            }
+            r => r?,
+        };
         let file = Self {
             path: path.to_path_buf(),
             db: Mutex::new(Arc::new(db)),
@@ -98,6 +130,21 @@ impl StateFile {
         }
     }
 
+    /// [`StateFile::write`] of an operator's change (the overrides, or the copy of the
+    /// fleet's), then the backup beside the file brought up to date: what a start finding the
+    /// file unusable makes a new one from. A backup that cannot be written is logged; the
+    /// change is kept all the same (the file holds it).
+    pub fn write_kept<T, E: std::fmt::Display>(
+        &self,
+        f: impl FnOnce(&redb::Database) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let v = self.write(f)?;
+        if let Err(e) = disk::write_backup(&self.db(), &self.path) {
+            tracing::warn!(target: "tollgate::state", path = %self.path.display(), error = %e, "the backup of state.path's changes was not written");
+        }
+        Ok(v)
+    }
+
     /// A write of nothing, while the disk fails: whether it takes writes again.
     pub fn probe(&self) {
         if self.is_failing() {
@@ -122,4 +169,61 @@ fn probe(db: &redb::Database) -> Result<(), redb::Error> {
     let txn = db.begin_write()?;
     txn.commit()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::digest::Digest;
+    use crate::policy::overrides::Override;
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_set_aside_and_the_changes_come_back_from_the_backup() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let revoked = Override {
+            revoked: Some(crate::policy::overrides::Change {
+                since_ms: 7,
+                by: "admin".into(),
+                reason: None,
+            }),
+            ..Override::named("basic-1")
+        };
+        let file = StateFile::open(&path).unwrap();
+        file.write_kept(|db| disk::write_all(db, &[(Digest([1; 32]), Some(revoked.clone()))]))
+            .unwrap();
+        drop(file);
+        // Damaged from outside: garbage of a database's size, then a file cut short.
+        for damage in [
+            vec![0xAB; 73_728],
+            std::fs::read(&path).unwrap()[..4096].to_vec(),
+        ] {
+            std::fs::write(&path, &damage).unwrap();
+            let file = StateFile::open(&path).unwrap();
+            let set = file.read(disk::read_all).unwrap();
+            assert_eq!(set.get(&Digest([1; 32])), Some(&revoked));
+            let aside: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with("state.db.corrupt-"))
+                .collect();
+            assert_eq!(aside.len(), 1, "{aside:?}");
+            for a in aside {
+                let kept = std::fs::read(dir.path().join(&a)).unwrap();
+                assert_eq!(kept, damage, "set aside as it was");
+                std::fs::remove_file(dir.path().join(a)).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_file_another_process_holds_is_not_set_aside() {
+        // Only a damaged file is moved: an error of the disk or a lock is the setup error.
+        let e = redb::DatabaseError::DatabaseAlreadyOpen;
+        assert!(!disk::unusable(&e));
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no");
+        assert!(!disk::unusable(&redb::DatabaseError::Storage(
+            redb::StorageError::Io(io)
+        )));
+    }
 }

@@ -7,8 +7,8 @@
 //! the file while a gateway holds it. SQLite (through rusqlite) would bring a C library and SQL
 //! for one table of two columns.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 
 use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -204,6 +204,114 @@ pub fn replace_fields(
         }
     }
     txn.commit().map_err(store)
+}
+
+/// Whether opening failed because the file is not a usable database (damaged, or not redb's),
+/// rather than because of the disk or another process: such a file is set aside at start.
+pub fn unusable(e: &redb::DatabaseError) -> bool {
+    use redb::StorageError as S;
+    match e {
+        redb::DatabaseError::Storage(S::Corrupted(_)) => true,
+        redb::DatabaseError::Storage(S::Io(io)) => io.kind() == std::io::ErrorKind::InvalidData,
+        _ => false,
+    }
+}
+
+/// Move the file at `path` aside, as `<name>.corrupt-<unix seconds>`; where it went.
+pub fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(format!(".corrupt-{secs}"));
+    let aside = PathBuf::from(aside);
+    std::fs::rename(path, &aside)?;
+    Ok(aside)
+}
+
+/// Where the backup of the file at `path` is: `<name>.backup.json`.
+pub fn backup_path(path: &Path) -> PathBuf {
+    let mut b = path.as_os_str().to_owned();
+    b.push(".backup.json");
+    PathBuf::from(b)
+}
+
+/// The backup: the overrides by digest (hex), and the copy of the fleet's by field.
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct Backup {
+    overrides: BTreeMap<String, Override>,
+    fields: BTreeMap<String, String>,
+}
+
+/// Write the backup of what `db` keeps of the operator's changes beside `path`: whole, under a
+/// temporary name synced to disk, then renamed over the last one.
+pub fn write_backup(
+    db: &redb::Database,
+    path: &Path,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let backup = Backup {
+        overrides: read_all(db)?
+            .iter()
+            .map(|(d, o)| (d.to_hex(), o.clone()))
+            .collect(),
+        fields: read_fields(db)?
+            .into_iter()
+            .map(|(f, k)| (f, k.raw))
+            .collect(),
+    };
+    let to = backup_path(path);
+    let mut tmp = to.as_os_str().to_owned();
+    tmp.push(".new");
+    let tmp = PathBuf::from(tmp);
+    {
+        let mut file = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut file, &serde_json::to_vec(&backup)?)?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&tmp, &to)?;
+    Ok(())
+}
+
+/// Put the backup beside `path` into `db` (a new file, after the old one was set aside);
+/// what was restored, in words, for the log line.
+pub fn restore_backup(db: &redb::Database, path: &Path) -> String {
+    let from = backup_path(path);
+    let text = match std::fs::read(&from) {
+        Ok(t) => t,
+        Err(e) => return format!("nothing: no backup at {} ({e})", from.display()),
+    };
+    let backup: Backup = match serde_json::from_slice(&text) {
+        Ok(b) => b,
+        Err(e) => {
+            return format!(
+                "nothing: the backup at {} does not read ({e})",
+                from.display()
+            )
+        }
+    };
+    let records: Vec<(Digest, Option<Override>)> = backup
+        .overrides
+        .into_iter()
+        .filter_map(|(d, o)| Some((Digest::from_hex(&d)?, Some(o))))
+        .collect();
+    let fields: HashMap<String, Kept> = backup
+        .fields
+        .into_iter()
+        .filter_map(|(f, raw)| Some((f, Kept::parse(&raw)?)))
+        .collect();
+    let written = write_all(db, &records).and_then(|()| replace_fields(db, &fields));
+    match written {
+        Ok(()) => format!(
+            "{} overrides and {} fields of the fleet's copy from {}",
+            records.len(),
+            fields.len(),
+            from.display()
+        ),
+        Err(e) => format!(
+            "nothing: the backup at {} could not be written ({e})",
+            from.display()
+        ),
+    }
 }
 
 /// Write one record (or its removal).

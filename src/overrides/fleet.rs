@@ -147,7 +147,7 @@ impl Fleet {
         if let Some(file) = &self.disk {
             let file = Arc::clone(file);
             let kept = tokio::task::spawn_blocking(move || {
-                file.write(|db| disk::write_fields(db, &written))
+                file.write_kept(|db| disk::write_fields(db, &written))
             })
             .await;
             if !matches!(kept, Ok(Ok(()))) {
@@ -163,11 +163,12 @@ impl Fleet {
             return;
         };
         let file = Arc::clone(file);
-        let kept =
-            tokio::task::spawn_blocking(move || file.write(|db| disk::replace_fields(db, &fields)))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| e.to_string()));
+        let kept = tokio::task::spawn_blocking(move || {
+            file.write_kept(|db| disk::replace_fields(db, &fields))
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()));
         if let Err(e) = kept {
             tracing::warn!(target: "tollgate::overrides", error = %e, "the copy of the cluster's overrides at state.path was not written");
         }

@@ -311,10 +311,12 @@ impl PlanOverrides {
                     .iter()
                     .map(|(d, _, o)| (*d, (!o.is_empty()).then(|| o.clone())))
                     .collect();
-                tokio::task::spawn_blocking(move || db.write(|db| disk::write_all(db, &records)))
-                    .await
-                    .map_err(|e| KeepError::Task(e.to_string()))?
-                    .map_err(KeepError::from)
+                tokio::task::spawn_blocking(move || {
+                    db.write_kept(|db| disk::write_all(db, &records))
+                })
+                .await
+                .map_err(|e| KeepError::Task(e.to_string()))?
+                .map_err(KeepError::from)
             }
             // Boxed: the write's future is deep, and every admin route awaits this one.
             Backend::Redis(fleet) => Ok(Box::pin(fleet.keep(changes)).await?),
@@ -364,7 +366,7 @@ impl Forget for PlanOverrides {
             Backend::Disk(db) => {
                 let records: Vec<(Digest, Option<Override>)> =
                     drops.iter().map(|d| (d.digest, d.after.clone())).collect();
-                if let Err(e) = db.write(|db| disk::write_all(db, &records)) {
+                if let Err(e) = db.write_kept(|db| disk::write_all(db, &records)) {
                     tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
                 }
             }

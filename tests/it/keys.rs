@@ -524,6 +524,53 @@ fn changes_kept_on_disk_outlive_a_restart_and_a_kill_and_a_yaml_change_drops_the
 }
 
 #[test]
+fn a_damaged_state_file_is_set_aside_and_no_revocation_is_undone() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let state_db = dir.path().join("state.db");
+    let config = config_for(&up).state_path(state_db.to_str().unwrap());
+    let (mut p, listen, a) = spawn(dir.path(), "gw", &config);
+    assert_eq!(admin(a, "POST", "/api/keys/basic-1/revoke").status, 200);
+    assert_eq!(admin(a, "POST", "/api/keys/standard-1/suspend").status, 200);
+    assert_eq!(call(listen, "basic-key-1").status, 401);
+    p.stop();
+    // Damaged from outside (a disk fault, a copy cut short): the first 4 KiB of it left.
+    let whole = std::fs::read(&state_db).unwrap();
+    std::fs::write(&state_db, &whole[..4096]).unwrap();
+
+    let (mut p, listen, a) = spawn(dir.path(), "gw", &config);
+    assert_eq!(call(listen, "basic-key-1").status, 401, "revoked still");
+    assert_eq!(
+        call(listen, "standard-key-1").status,
+        401,
+        "suspended still"
+    );
+    assert_eq!(call(listen, "pro-key-1").status, 200);
+    assert_eq!(admin(a, "GET", "/readyz").status, 200);
+    p.stop();
+    let out = p.output();
+    let line = out
+        .lines()
+        .find(|l| l.contains("state.path is not a usable database"))
+        .unwrap_or_else(|| panic!("no error line: {out}"));
+    assert!(
+        line.contains("ERROR") && line.contains("restored=2 overrides"),
+        "{line}"
+    );
+    let aside: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("state.db.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(
+        std::fs::read(dir.path().join(&aside[0])).unwrap(),
+        &whole[..4096],
+        "kept as it was"
+    );
+}
+
+#[test]
 fn a_leaked_key_revoked_by_its_secret_on_one_replica_is_refused_on_the_other_within_a_second() {
     let up = Upstream::start(Mode::Ok);
     let redis = RedisServer::start();
