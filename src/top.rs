@@ -365,7 +365,7 @@ fn sparkline(u: &UsageView, width: Option<usize>) -> Option<String> {
         .sum();
     let peak = totals.iter().copied().max().unwrap_or(0);
     let label = "last 10 min ";
-    let tail = format!(" peak {peak}/10 s, {refused} refused");
+    let tail = format!(" busiest 10 s: {peak}, {refused} refused");
     let room = width.map_or(totals.len(), |w| {
         w.saturating_sub(label.len() + tail.len()).min(totals.len())
     });
@@ -1006,15 +1006,15 @@ mod tests {
         let line = sparkline(&u, None).unwrap();
         // Point 59: 5 forwarded + 8 refused = 13, the peak: a full block, last.
         assert!(line.starts_with("last 10 min  ▁"), "{line}");
-        assert!(line.ends_with("█ peak 13/10 s, 8 refused"), "{line}");
+        assert!(line.ends_with("█ busiest 10 s: 13, 8 refused"), "{line}");
         assert_eq!(
             line.chars().count(),
-            "last 10 min ".len() + 60 + " peak 13/10 s, 8 refused".len()
+            "last 10 min ".len() + 60 + " busiest 10 s: 13, 8 refused".len()
         );
         // A narrow terminal keeps the most recent points.
         let narrow = sparkline(&u, Some(50)).unwrap();
         assert_eq!(narrow.chars().count(), 50);
-        assert!(narrow.ends_with("█ peak 13/10 s, 8 refused"));
+        assert!(narrow.ends_with("█ busiest 10 s: 13, 8 refused"));
         let text = drawn(&u, 120, 40).join("\n");
         assert!(text.contains("last 10 min"), "{text}");
     }

@@ -162,6 +162,50 @@ fn a_headless_browser_shows_the_busiest_key_and_a_refusals_code() {
     assert!(!dom.contains("basic-key-1"));
 }
 
+#[test]
+fn the_page_lists_every_refusal_the_api_keeps_and_counts_the_busiest_10_s_as_top_does() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let admin_addr = gw.config.process.admin_listen;
+    wait_ready(admin_addr, 200);
+    // More refusals than the page once showed (20), fewer than the ring keeps (64).
+    for _ in 0..40 {
+        assert_eq!(
+            gw.call("not-a-key", "GET", "/v2/client/getStatus", "")
+                .status,
+            401
+        );
+    }
+    eventually("the refusals counted", || {
+        let u = admin(admin_addr, "GET", "/api/usage").json();
+        u["refusals"].as_array().map_or(0, Vec::len) == 40
+    });
+    let dom = render(&format!("http://{admin_addr}/"), 3000);
+    let table = &dom[dom.find(r#"<table id="refusals">"#).unwrap()..];
+    let table = &table[..table.find("</table>").unwrap()];
+    assert_eq!(table.matches("401 unauthorized").count(), 40, "{table}");
+    // The busiest 10 s counts every outcome, as `top`'s sparkline does (40 here, or split
+    // over two points if the traffic crossed a 10 s boundary).
+    let top = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["top", "--once", "--admin", &format!("http://{admin_addr}")])
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&top.stdout);
+    let busiest = |text: &str, at: &str, end: char| -> u64 {
+        let from = text.find(at).unwrap_or_else(|| panic!("no {at:?}: {text}")) + at.len();
+        text[from..]
+            .split(end)
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let on_page = busiest(&dom, "busiest 10 s: ", ' ');
+    assert_eq!(on_page, busiest(&top, "busiest 10 s: ", ','), "{top}");
+    assert!((20..=40).contains(&on_page), "{on_page}");
+}
+
 /// The `(start, values)` of each line of the page's timeline chart, by outcome.
 fn chart_lines(dom: &str) -> (u64, Vec<(String, Vec<u64>)>) {
     let attr = |tag: &str, name: &str| -> Option<String> {
