@@ -114,6 +114,14 @@ pub enum Command {
         /// Tollgate's config (YAML) to validate, as `run --config` would load it.
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
+        /// Accept the demo's published keys, as `run --allow-demo-keys` does (the banner is
+        /// printed all the same).
+        #[arg(long)]
+        allow_demo_keys: bool,
+        /// Do not resolve the upstream's host (checking on a machine other than the one that
+        /// serves: `run` resolves it at start, and refuses a host that does not resolve).
+        #[arg(long)]
+        no_resolve: bool,
     },
     /// Read a key on stdin (one trailing newline stripped), print its hex SHA-256 for the YAML.
     HashKey,
@@ -154,7 +162,11 @@ pub fn dispatch(cli: Cli) -> ExitCode {
             println!("stand-in upstream on http://{listen}");
             server.run_forever()
         }
-        Command::Check { config } => check(&config),
+        Command::Check {
+            config,
+            allow_demo_keys,
+            no_resolve,
+        } => check(&config, allow_demo_keys, no_resolve),
         Command::HashKey => hash_key(),
         Command::Top { admin, once } => top(&admin, once),
     }
@@ -210,15 +222,27 @@ fn run(path: &std::path::Path, allow_demo_keys: bool, opt: pingora::prelude::Opt
     }
 }
 
-fn check(path: &std::path::Path) -> ExitCode {
-    match Config::load(path) {
+/// `tollgate check`: refuses what `run` refuses on this machine (a published demo key without
+/// `--allow-demo-keys`, an upstream that does not resolve unless `--no-resolve`), like
+/// `nginx -t`, which resolves upstream names too.
+fn check(path: &std::path::Path, allow_demo_keys: bool, no_resolve: bool) -> ExitCode {
+    let loaded = Config::load(path).and_then(|cfg| {
+        if !allow_demo_keys {
+            crate::runtime::live::refuse_published_keys(&cfg)?;
+        }
+        if !no_resolve {
+            crate::runtime::live::resolve_upstream(&cfg)?;
+        }
+        Ok(cfg)
+    });
+    match loaded {
         Ok(cfg) => {
             print!("{}", summary(&cfg));
             print!("{}", overrides_summary(&cfg));
             if !cfg.published_keys.is_empty() {
                 // Loud, on both streams: a config anyone can use must not go unnoticed.
                 let banner = format!(
-                    "!!! PUBLISHED DEMO KEYS in {}: anyone can use them.\n!!! `tollgate run` refuses this config; replace them before serving (`tollgate hash-key`).\n",
+                    "!!! PUBLISHED DEMO KEYS in {}: anyone can use them.\n!!! `tollgate run` refuses this config without --allow-demo-keys; replace them before serving (`tollgate hash-key`).\n",
                     cfg.published_keys.join(", "),
                 );
                 print!("{banner}");

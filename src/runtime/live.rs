@@ -322,12 +322,7 @@ fn compile(
     previous: Result<&Policy, Arc<dyn Store>>,
     metrics: &Metrics,
 ) -> Result<Snapshot, ConfigError> {
-    let target = Target::new(&config.upstream).map_err(|e| ConfigError {
-        file: config.source.clone(),
-        line: None,
-        field: "upstream".into(),
-        message: e.to_string(),
-    })?;
+    let target = resolve_upstream(&config)?;
     let policy = match previous {
         Ok(p) => Policy::new(config, Some(p)),
         Err(store) => Policy::with_store(config, None, store),
@@ -338,6 +333,17 @@ fn compile(
         target,
         meters,
         generation: 0,
+    })
+}
+
+/// The upstream of `config`, resolved (and its TLS settings read), or the error that refuses
+/// the config: at start, on reload, and in `tollgate check`.
+pub fn resolve_upstream(config: &Config) -> Result<Target, ConfigError> {
+    Target::new(&config.upstream).map_err(|e| ConfigError {
+        file: config.source.clone(),
+        line: None,
+        field: "upstream".into(),
+        message: e.to_string(),
     })
 }
 

@@ -21,12 +21,63 @@ fn tollgate() -> Command {
 }
 
 #[test]
-fn check_is_loud_about_a_published_demo_key() {
+fn check_refuses_what_run_refuses_a_published_demo_key_and_an_upstream_that_does_not_resolve() {
+    // As `run`: refused without --allow-demo-keys, naming the file, the line and the field.
     let out = tollgate()
         .args(["check", "--config", "policies/demo.yaml"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "a valid config");
+    assert!(!out.status.success(), "run refuses it");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("policies/demo.yaml:")
+            && stderr.contains("holds a published demo key")
+            && stderr.contains("--allow-demo-keys"),
+        "{stderr}"
+    );
+    // An upstream host that does not resolve: refused (as `nginx -t` does), unless the check
+    // runs elsewhere than the gateway (`--no-resolve`).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gw.yaml");
+    tollgate_core::testing::TestConfig::new()
+        .upstream("http://no-such-host.invalid:9")
+        .write(&path);
+    let out = tollgate()
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("field `upstream`") && stderr.contains("no-such-host.invalid"),
+        "{stderr}"
+    );
+    let out = tollgate()
+        .args(["check", "--no-resolve", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn check_is_loud_about_a_published_demo_key() {
+    let out = tollgate()
+        .args([
+            "check",
+            "--allow-demo-keys",
+            "--config",
+            "policies/demo.yaml",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "a valid config, allowed as run allows it"
+    );
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
     for text in [&stdout, &stderr] {
@@ -48,7 +99,7 @@ fn check_is_loud_about_a_published_demo_key() {
 #[test]
 fn check_prints_a_summary_for_a_good_config() {
     let out = tollgate()
-        .args(["check", "--config", "policies/gateway.yaml"])
+        .args(["check", "--no-resolve", "--config", "policies/gateway.yaml"])
         .output()
         .unwrap();
     assert!(
