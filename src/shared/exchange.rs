@@ -32,8 +32,9 @@ impl BudgetSync {
         client: &Client,
         calls: &[Call],
         tick: bool,
+        timeout: std::time::Duration,
     ) -> (Result<Option<u32>, StoreError>, Vec<Option<Reply>>) {
-        let deadline = tokio::time::Instant::now() + self.cfg.timeout;
+        let deadline = tokio::time::Instant::now() + timeout;
         let first = async {
             // The rider keeps one exchange's commands in flight at a time: a tick waits for an
             // urgent round's to be answered; an urgent round whose rider is busy sends none

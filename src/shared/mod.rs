@@ -215,6 +215,20 @@ impl BudgetSync {
             .is_some_and(|t| tokio::time::Instant::now() < t)
     }
 
+    /// How long a tick's exchange may take: `timeout_ms`, and after failures in a row as long
+    /// as the backoff before it ([`backoff`]). A store slow for a moment comes back to a
+    /// backlog (every key touched meanwhile, each with its debt or floor): held to
+    /// `timeout_ms`, that exchange timed out again, and again as the backlog grew with the
+    /// backoff, and under load the fleet never shared again (a load run stayed degraded after
+    /// one slow answer). An exchange gets as long as the interval whose backlog it carries. No
+    /// request waits on a tick: a parked request runs its own exchange, within `timeout_ms`.
+    fn tick_timeout(&self) -> Duration {
+        match self.breaker().failures {
+            0 => self.cfg.timeout,
+            n => self.cfg.timeout.max(backoff(self.cfg.sync_interval, n)),
+        }
+    }
+
     /// Count an exchange's outcome: a failure opens the breaker for twice as long as the
     /// last, a success closes it.
     fn record(&self, ok: bool) {
@@ -225,12 +239,8 @@ impl BudgetSync {
         }
         self.settling.forget_connections();
         b.failures = b.failures.saturating_add(1);
-        let backoff = self
-            .cfg
-            .sync_interval
-            .saturating_mul(1 << b.failures.min(16))
-            .min(MAX_BACKOFF);
-        b.next_try = Some(tokio::time::Instant::now() + backoff);
+        b.next_try =
+            Some(tokio::time::Instant::now() + backoff(self.cfg.sync_interval, b.failures));
     }
 
     async fn exchange_batch(
@@ -255,7 +265,12 @@ impl BudgetSync {
         let Some(c) = client.as_ref() else {
             return false;
         };
-        let (outcome, replies) = self.exchange(c, &batch.calls, tick).await;
+        let timeout = if tick {
+            self.tick_timeout()
+        } else {
+            self.cfg.timeout
+        };
+        let (outcome, replies) = self.exchange(c, &batch.calls, tick, timeout).await;
         let ok = self.settle(batch, outcome, &replies, started);
         if !ok {
             // A cluster connection is rebuilt from scratch after a failure; the single
@@ -296,6 +311,14 @@ impl BackgroundService for BudgetSync {
     }
 }
 
+/// The pause after `failures` failed exchanges in a row: 2, 4, 8 … intervals, at most
+/// [`MAX_BACKOFF`].
+fn backoff(interval: Duration, failures: u32) -> Duration {
+    interval
+        .saturating_mul(1 << failures.min(16))
+        .min(MAX_BACKOFF)
+}
+
 /// A random id for this process: 16 hex digits from the standard library's random hasher
 /// seeds, the process id and the time.
 pub fn replica_id() -> String {
@@ -313,6 +336,14 @@ pub fn replica_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_backoff_doubles_from_two_intervals_up_to_five_seconds() {
+        let i = Duration::from_millis(100);
+        let got: Vec<u128> = (1..=7).map(|n| backoff(i, n).as_millis()).collect();
+        assert_eq!(got, [200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(backoff(i, u32::MAX), MAX_BACKOFF);
+    }
 
     #[test]
     fn replica_ids_differ() {
