@@ -13,7 +13,7 @@ use indexmap::IndexMap;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use super::routes::{BodyRule, Family};
+use super::operation::{BodyRule, Effect, Family};
 
 /// The whole file. Every block is optional but `upstream.base_url` and `plans` (their absence
 /// is refused with their field).
@@ -560,7 +560,7 @@ pub struct FileRoute {
     /// `delete` (partner routes with a `service_upgrade` or `service_key` body). A route with
     /// a `service_upgrade` body and no `effect` upgrades, as in part two.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub effect: Option<super::routes::Effect>,
+    pub effect: Option<Effect>,
     /// The body field naming the customer key; default `apiKey`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_field: Option<String>,

@@ -15,6 +15,7 @@ pub mod file;
 pub mod keyname;
 mod keys;
 mod locate;
+pub mod operation;
 mod plans;
 pub mod process;
 pub mod published;
