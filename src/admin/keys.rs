@@ -162,7 +162,7 @@ fn optional_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Refuse
 
 /// 400 `invalid_body` with one field error.
 fn invalid(pointer: &str, detail: &str) -> Refused {
-    let mut body = crate::policy::refusal::problem(
+    let mut body = crate::refusal::problem(
         400,
         "invalid_body",
         "A field of the body is invalid",

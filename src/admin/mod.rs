@@ -45,7 +45,7 @@ use crate::overrides::PlanOverrides;
 use crate::policy::authenticate::bearer_token;
 use crate::policy::blocking::FailureTable;
 use crate::policy::client::ClientKey;
-use crate::policy::refusal;
+use crate::refusal;
 use crate::runtime::lifecycle::{Health, Readiness};
 use crate::runtime::live::LivePolicy;
 

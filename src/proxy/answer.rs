@@ -17,7 +17,7 @@ use pingora::{Error, ErrorSource, ErrorType, Result};
 use super::context::Ctx;
 use super::head::header_value;
 use crate::policy::body::too_large;
-use crate::policy::{Code, Outcome, Refusal};
+use crate::policy::{Code, Refusal};
 
 /// Answer `refusal` on `session`, and note it in `ctx` for the access line and the metrics.
 ///
@@ -35,7 +35,7 @@ pub async fn send(
     if ctx.upstream_status == 0 {
         ctx.give_back_quota();
     }
-    ctx.outcome = Outcome::of(refusal.code);
+    ctx.outcome = refusal.code.outcome();
     ctx.code = Some(refusal.code);
     ctx.status = refusal.status();
     // The code only: a detail can quote the request (a body field, a header).

@@ -396,7 +396,7 @@ impl ProxyHttp for Gateway {
             // Whatever happened, this connection is not reused.
             let _ = answer::send(session, ctx, &refusal, true).await;
         } else {
-            ctx.outcome = crate::policy::Outcome::of(refusal.code);
+            ctx.outcome = refusal.code.outcome();
             ctx.code = Some(refusal.code);
             ctx.status = refusal.status();
         }

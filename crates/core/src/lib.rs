@@ -9,6 +9,7 @@
 //! | [`digest`] | the SHA-256 of a key: what is stored and compared instead of the key |
 //! | [`clock`] | monotonic nanoseconds, injectable; the only reader of the system's clocks |
 //! | [`metering`] | quotas and the usage ledger's counts, per key, without a lock |
+//! | [`refusal`], [`outcome`] | the refusal codes (one table: status, title, outcome) and how a request ended: the ground floor every room names them from |
 //! | [`usage`] | per-key counts of the last minute and the latest refusals, for the operator's view |
 //!
 //! This crate has no Pingora, tokio or network dependency, and `.ci/run` checks that it stays
@@ -26,8 +27,10 @@ pub mod config;
 pub mod digest;
 pub mod limit;
 pub mod metering;
+pub mod outcome;
 pub mod path;
 pub mod policy;
+pub mod refusal;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod usage;

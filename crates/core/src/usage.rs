@@ -37,8 +37,9 @@ use std::time::Instant;
 
 use crate::clock::Anchor;
 use crate::config::routes::RouteIdx;
+use crate::outcome::Outcome;
 use crate::policy::keys::KeyIdx;
-use crate::policy::{Code, Outcome};
+use crate::refusal::Code;
 
 /// Slots per 10-second bucket.
 pub const SLOTS: usize = 4096;
@@ -179,7 +180,7 @@ pub struct Refusal {
     pub key: Option<KeyIdx>,
     /// The route; `None` when the request was refused before it was classified.
     pub route: Option<RouteIdx>,
-    /// Index into [`crate::policy::Code::ALL`].
+    /// Index into [`crate::refusal::Code::ALL`].
     pub code: u8,
 }
 

@@ -24,8 +24,8 @@ use tollgate_core::path::normalize;
 use tollgate_core::policy::authenticate::AuthHeader;
 use tollgate_core::policy::body::{check_body, Checked};
 use tollgate_core::policy::classify::classify;
-use tollgate_core::policy::refusal::{Code, Refusal};
 use tollgate_core::policy::{Policy, RequestHead};
+use tollgate_core::refusal::{Code, Refusal};
 use tollgate_core::testing;
 
 /// `cases` cases, and no regressions file written next to this one.

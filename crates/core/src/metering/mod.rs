@@ -30,7 +30,7 @@ pub use fleet::{FleetQuotas, Ticket};
 use crate::config::keyname::KeyName;
 use crate::config::{Period, QuotaSpec};
 use crate::limit::RateState;
-use crate::policy::Code;
+use crate::refusal::Code;
 
 /// A UTC day, in ms.
 pub const DAY_MS: u64 = 86_400_000;

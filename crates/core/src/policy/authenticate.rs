@@ -120,7 +120,7 @@ pub fn authenticate_digest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::refusal::{Code, Refusal};
+    use crate::refusal::{Code, Refusal};
 
     #[test]
     fn token68_grammar() {

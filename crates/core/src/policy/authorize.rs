@@ -11,9 +11,9 @@
 //! request body, so it is decided with the body check.
 
 use super::keys::Credential;
-use super::refusal::{Code, Refusal};
 use crate::config::routes::{Family, Route, RouteIdx};
 use crate::config::{Allow, Plan};
+use crate::refusal::{Code, Refusal};
 
 /// Allow or refuse `credential` on `route` (at index `idx` of its catalogue).
 pub fn authorize(

@@ -22,12 +22,12 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::refusal::{Code, FieldError, Refusal};
 use super::webhook::check_url;
 use crate::config::routes::BodyRule;
 use crate::config::WebhookGuard;
 use crate::digest::Digest;
 use crate::path::hex_val;
+use crate::refusal::{Code, FieldError, Refusal};
 
 /// What a valid body tells the rest of the request path.
 #[derive(Debug, PartialEq, Eq)]

@@ -33,9 +33,9 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use super::refusal::{Code, Refusal};
 use crate::config::routes::{Catalogue, Guard, PathMatch, RouteIdx, Spellings, METHODS};
 use crate::path::{hex_val, normalize, PathError};
+use crate::refusal::{Code, Refusal};
 
 impl From<PathError> for Refusal {
     fn from(e: PathError) -> Self {

@@ -13,7 +13,7 @@
 //! A checked operation's own path takes only the methods its routes name; that rule needs the
 //! route and lives with classification ([`crate::config::routes::Catalogue::guard`]).
 
-use super::refusal::{Code, Refusal};
+use crate::refusal::{Code, Refusal};
 
 /// The methods forwarded, as `Allow` lists them.
 pub const FORWARDED: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";

@@ -32,11 +32,9 @@ pub mod keys;
 #[cfg(test)]
 mod lifecycle_tests;
 pub mod method;
-pub mod outcome;
 pub mod overrides;
 #[cfg(test)]
 mod quota_tests;
-pub mod refusal;
 pub mod versions;
 pub mod webhook;
 
@@ -52,6 +50,8 @@ use crate::config::Config;
 use crate::digest::Digest;
 use crate::limit::{LocalStore, Quota, Rate, Store};
 use crate::metering::{Meter, Metering, PeriodAt, QuotaState, Ticket};
+pub use crate::outcome::{self, Outcome};
+pub use crate::refusal::{self, Code, FieldError, Refusal};
 use authenticate::{authenticate_digest, AuthHeader, NotAuthenticated};
 use authorize::authorize;
 use blocking::{BlockStarted, FailureTable};
@@ -59,8 +59,6 @@ use body::Checked;
 use classify::classify;
 use client::ClientKey;
 use keys::{Credential, KeyIdx, KeyTable};
-pub use outcome::Outcome;
-pub use refusal::{Code, FieldError, Refusal};
 
 /// What the policy reads of a request head.
 #[derive(Clone, Copy, Debug)]

@@ -18,10 +18,10 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
 use super::keys::{Credential, Found, KeyIdx, EXPIRED, REVOKED, SUSPENDED};
-use super::refusal::{Code, FieldError, Refusal};
 use super::Policy;
 use crate::config::QuotaSpec;
 use crate::digest::Digest;
+use crate::refusal::{Code, FieldError, Refusal};
 
 /// The changes in force for one digest, as they are kept: a partner's upgrade (`plan_id`,
 /// `replaced`, `partner`, `at_ms`: the record of part two, read as it was written then), and

@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use super::outcome::Outcome;
+use crate::outcome::Outcome;
 
 /// One row per refusal code: the variant, its HTTP status, its name (the problem's `code`), its
 /// problem `title`, and the [`Outcome`] a request refused with it ends as. Everything else about
@@ -213,6 +213,24 @@ impl Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_map_to_the_contract_outcomes() {
+        for &code in Code::ALL {
+            let want = match code.status() {
+                _ if code == Code::TooManyAuthFailures => "blocked",
+                _ if code == Code::QuotaExhausted => "quota_exhausted",
+                408 => "timeout",
+                401 => "unauthorized",
+                403 => "forbidden",
+                404 => "not_found",
+                429 => "rate_limited",
+                502 | 504 => "upstream_error",
+                _ => "invalid",
+            };
+            assert_eq!(code.outcome().as_str(), want, "{code:?}");
+        }
+    }
 
     #[test]
     fn problem_json_has_the_contract_fields() {

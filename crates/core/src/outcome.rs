@@ -1,7 +1,5 @@
 //! How a request ended: the `outcome` label of `tollgate_requests_total` and the access log.
 
-use super::refusal::Code;
-
 /// One row per outcome: the variant and its name (the `outcome` label); [`Outcome::ALL`] and
 /// [`Outcome::as_str`] are derived from the rows.
 macro_rules! outcomes {
@@ -54,13 +52,6 @@ outcomes! {
     ShadowQuotaExhausted => "shadow_quota_exhausted";
 }
 
-impl Outcome {
-    /// The outcome of a request refused with `code` (its row in [`Code`]'s table).
-    pub fn of(code: Code) -> Self {
-        code.outcome()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,23 +63,5 @@ mod tests {
         }
         let names: std::collections::HashSet<_> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
         assert_eq!(names.len(), Outcome::ALL.len());
-    }
-
-    #[test]
-    fn refusals_map_to_the_contract_outcomes() {
-        for &code in Code::ALL {
-            let want = match code.status() {
-                _ if code == Code::TooManyAuthFailures => "blocked",
-                _ if code == Code::QuotaExhausted => "quota_exhausted",
-                408 => "timeout",
-                401 => "unauthorized",
-                403 => "forbidden",
-                404 => "not_found",
-                429 => "rate_limited",
-                502 | 504 => "upstream_error",
-                _ => "invalid",
-            };
-            assert_eq!(Outcome::of(code).as_str(), want, "{code:?}");
-        }
     }
 }
