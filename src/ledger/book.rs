@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use redb::{ReadableTable, TableDefinition};
 
-use crate::overrides::disk::read_table;
+use crate::state::disk::read_table;
 use crate::state::StateFile;
 use serde::{Deserialize, Serialize};
 

@@ -4,11 +4,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::{disk, redis_set, show, Shown};
+use super::{redis_set, show, Shown};
 use crate::config::{Cluster, Plan};
 use crate::policy::overrides::Override;
 use crate::policy::versions::Kept;
 use crate::redis::{connect, within, StoreError};
+use crate::state::disk;
 
 /// The records kept at `state.path` (upgrades and key changes).
 pub fn read_state(path: &Path) -> Result<Vec<Override>, disk::DiskError> {

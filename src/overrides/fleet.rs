@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::disk::{self, DiskError};
 use super::redis_set::{part_field, NewPart, RedisSet};
 use crate::config::Cluster;
 use crate::digest::Digest;
@@ -19,6 +18,7 @@ use crate::policy::overrides::{Override, Part};
 use crate::policy::versions::{part_of_field, Hlc, Kept};
 use crate::redis::StoreError;
 use crate::runtime::live::unix_ms;
+use crate::state::disk::{self, DiskError};
 use crate::state::StateFile;
 
 /// The overrides in Redis, and this replica's copy of them.

@@ -21,7 +21,6 @@
 //! process. `tollgate check` reads what is kept through [`check`].
 
 pub mod check;
-pub mod disk;
 mod fleet;
 pub mod redis_set;
 pub mod sync;
@@ -38,6 +37,7 @@ use crate::policy::keys::{Found, KeyIdx};
 use crate::policy::overrides::{Action, ChangeRefused, Drop, Override, Overrides, Part, Upgrade};
 use crate::policy::Policy;
 use crate::runtime::live::{unix_ms, Forget, LivePolicy};
+use crate::state::disk;
 use crate::state::StateFile;
 pub use sync::OverrideSync;
 
@@ -400,10 +400,6 @@ fn show<'o>(records: impl Iterator<Item = &'o Override>, plans: &[Plan]) -> Vec<
         .collect();
     v.sort_by(|a, b| a.key.cmp(&b.key));
     v
-}
-
-fn json(o: &Override) -> String {
-    serde_json::to_string(o).expect("an override serializes")
 }
 
 /// Where `state.path` resolves, for messages.

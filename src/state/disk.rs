@@ -18,7 +18,7 @@ use crate::policy::versions::Kept;
 
 const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("plan_overrides");
 
-/// With `cluster`: this replica's copy of the fleet's overrides ([`super::fleet`]), field by
+/// With `cluster`: this replica's copy of the fleet's overrides (`crate::overrides::fleet`), field by
 /// field as Redis names and holds them (a hash of the digest and the part; the kept text).
 const FIELDS: TableDefinition<'_, &str, &str> = TableDefinition::new("cluster_overrides");
 
@@ -151,7 +151,12 @@ pub fn write_all(
             match record {
                 Some(o) => {
                     table
-                        .insert(&d.0[..], super::json(o).as_bytes())
+                        .insert(
+                            &d.0[..],
+                            serde_json::to_string(o)
+                                .expect("an override serializes")
+                                .as_bytes(),
+                        )
                         .map_err(store)?;
                 }
                 None => {

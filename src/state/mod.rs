@@ -1,7 +1,7 @@
 //! The `state.path` file, and what happens when its disk fails.
 //!
 //! One embedded [redb] database holds what this process keeps on local disk: the overrides
-//! ([`crate::overrides::disk`]) and the quota and ledger counts ([`crate::ledger`]). Every
+//! ([`disk`]) and the quota and ledger counts ([`crate::ledger`]). Every
 //! write goes through [`StateFile::write`] and every read through [`StateFile::read`], which
 //! handle the disk's faults:
 //!
@@ -33,7 +33,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::overrides::disk::{self, DiskError};
+pub mod disk;
+
+use disk::DiskError;
 
 /// The `state.path` file: the database open on it now, and whether its disk is failing.
 pub struct StateFile {
