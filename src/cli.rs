@@ -846,6 +846,8 @@ mod tests {
             "tollgate demo --admin-port",
             "tollgate stand-in --listen",
             "tollgate check --config",
+            "tollgate check --allow-demo-keys",
+            "tollgate check --no-resolve",
             "tollgate top --admin",
             "tollgate top --once",
         ];
