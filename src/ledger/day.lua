@@ -2,12 +2,14 @@
 -- until its retention ends. Fields: `<name>:<column>` (a count), `<name>:plan`,
 -- `<name>:partner` (empty for none).
 -- KEYS: the day's hash. ARGV[1]: when the hash expires (ms since the Unix epoch); then per
--- key: its name, plan, partner, the number of its columns n, and n pairs of a column and its
--- count. Answers how many keys it took.
+-- key: its name, plan, partner (an empty plan: both unchanged, not written), the number of
+-- its columns n, and n pairs of a column and its count. Answers how many keys it took.
 local i, took = 2, 0
 while i <= #ARGV do
   local name, n = ARGV[i], tonumber(ARGV[i + 3])
-  redis.call('HSET', KEYS[1], name .. ':plan', ARGV[i + 1], name .. ':partner', ARGV[i + 2])
+  if ARGV[i + 1] ~= '' then
+    redis.call('HSET', KEYS[1], name .. ':plan', ARGV[i + 1], name .. ':partner', ARGV[i + 2])
+  end
   for j = i + 4, i + 3 + 2 * n, 2 do
     redis.call('HINCRBY', KEYS[1], name .. ':' .. ARGV[j], ARGV[j + 1])
   end

@@ -16,7 +16,7 @@
 //! fails puts the ledger counts back on their meters, and the quota counts are sent again with
 //! the next (their total here has not moved): nothing counted is lost.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use redis::Value;
@@ -37,7 +37,15 @@ pub(super) struct Fleet {
     in_flight: Mutex<InFlight>,
     /// What the quota rounds remember.
     pub(super) rounds: Mutex<Rounds>,
+    /// Per meter (its place in the keeper's list), the day, plan and partner (as
+    /// `metering::who` packs them) its ledger row last named, and when: a row names its plan
+    /// and partner again only when they change, on a new day, after a failed exchange, or a
+    /// minute later (a Redis that lost the day's hash gets them back within that minute).
+    named: Mutex<HashMap<usize, (u32, u64, u64)>>,
 }
+
+/// How long a ledger row's plan and partner go unsent when unchanged.
+const NAMES_REFRESH_MS: u64 = 60_000;
 
 #[derive(Default)]
 struct InFlight {
@@ -53,6 +61,7 @@ impl Fleet {
             client: tokio::sync::Mutex::new(None),
             in_flight: Mutex::default(),
             rounds: Mutex::new(Rounds::new(&crate::shared::replica_id())),
+            named: Mutex::default(),
         }
     }
 
@@ -171,8 +180,9 @@ impl Rider for Keeper {
         let mut deltas = std::mem::take(&mut kept.unsent);
         let mut days = Days::default();
         for d in &deltas {
-            days.add(fleet, retention, d);
+            days.add(fleet, retention, d, true);
         }
+        let mut last_named = fleet.named.lock().unwrap_or_else(|e| e.into_inner());
         let mut over = Vec::new();
         for &at in &visit {
             let Some(m) = kept.meters[at].0.meter.get() else {
@@ -190,7 +200,17 @@ impl Rider for Keeper {
                 let Some(counts) = counts else {
                     continue;
                 };
-                let (plan, partner) = who(&snap, m.who(), name);
+                let w = m.who();
+                let (plan, partner) = who(&snap, w, name);
+                let renamed = match last_named.get(&at) {
+                    Some(&(nd, nw, since)) => {
+                        nd != day || nw != w || now_ms.saturating_sub(since) >= NAMES_REFRESH_MS
+                    }
+                    None => true,
+                };
+                if renamed {
+                    last_named.insert(at, (day, w, now_ms));
+                }
                 let d = Delta {
                     day,
                     key: name.to_string(),
@@ -198,10 +218,11 @@ impl Rider for Keeper {
                     partner,
                     counts: named(&counts),
                 };
-                days.add(fleet, retention, &d);
+                days.add(fleet, retention, &d, renamed);
                 deltas.push(d);
             }
         }
+        drop(last_named);
         kept.watch.extend(over);
         self.restore_commands(&fleet.cfg, &mut rounds, &kept, &mut round);
         let current = Some([day_id, month_id]);
@@ -223,6 +244,12 @@ impl Rider for Keeper {
         let answers = match answers {
             Ok(a) if a.len() == flight.sent.len() => a,
             _ => {
+                // Every row names its plan and partner again (the names may not have landed).
+                fleet
+                    .named
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clear();
                 // Nothing taken as applied: the ledger counts are sent again next tick; so
                 // are the quota counts (their total here has not moved: their meters are
                 // visited again, changed or not), and the counts to put back.
@@ -268,8 +295,8 @@ struct Days(BTreeMap<u32, Vec<(redis::Cmd, usize)>>);
 
 impl Days {
     /// Add `d` to its day's call (a new one when the last is full), which also sets the day's
-    /// expiry (`retention` days after it).
-    fn add(&mut self, fleet: &Fleet, retention: u64, d: &Delta) {
+    /// expiry (`retention` days after it); with its plan and partner when `names`.
+    fn add(&mut self, fleet: &Fleet, retention: u64, d: &Delta, names: bool) {
         let calls = self.0.entry(d.day).or_default();
         if calls.last().map_or(true, |(_, n)| *n >= DAY_BATCH) {
             let mut c = redis::cmd("EVAL");
@@ -280,10 +307,12 @@ impl Days {
             calls.push((c, 0));
         }
         let (c, n) = calls.last_mut().expect("pushed above");
-        c.arg(&d.key)
-            .arg(&d.plan)
-            .arg(d.partner.as_deref().unwrap_or(""))
-            .arg(d.counts.len());
+        // An empty plan (no plan is named so) says: the names are unchanged.
+        let (plan, partner) = match names {
+            true => (d.plan.as_str(), d.partner.as_deref().unwrap_or("")),
+            false => ("", ""),
+        };
+        c.arg(&d.key).arg(plan).arg(partner).arg(d.counts.len());
         for &(col, count) in &d.counts {
             c.arg(col).arg(count);
         }

@@ -469,7 +469,9 @@ fn three_replicas_share_a_quota_and_sum_the_ledger_in_redis() {
             let Some(r) = rows.as_array().and_then(|r| r.first()).cloned() else {
                 return false;
             };
-            r["forwarded"].as_u64() == Some(admitted as u64)
+            // Named once (a row names its plan again only when it changes).
+            r["plan"] == "basic"
+                && r["forwarded"].as_u64() == Some(admitted as u64)
                 && r["forwarded"].as_u64().unwrap() + r["quota_exhausted"].as_u64().unwrap()
                     == total
         });
