@@ -105,8 +105,12 @@ pub fn for_error(e: &Error, ctx: &Ctx) -> Option<Refusal> {
             Code::UpstreamUnavailable,
             "the upstream could not be reached or broke the connection",
         )),
+        // The client left, or reset its HTTP/2 stream or connection: no answer reaches it.
         (
-            ErrorType::ReadError | ErrorType::WriteError | ErrorType::ConnectionClosed,
+            ErrorType::ReadError
+            | ErrorType::WriteError
+            | ErrorType::ConnectionClosed
+            | ErrorType::H2Error,
             ErrorSource::Downstream,
         ) => None,
         (_, ErrorSource::Downstream) => Some(Refusal::new(
@@ -161,6 +165,7 @@ mod tests {
             ErrorType::ReadError,
             ErrorType::WriteError,
             ErrorType::ConnectionClosed,
+            ErrorType::H2Error,
         ] {
             let name = format!("{t:?}");
             assert_eq!(code(t, Downstream), None, "{name}");

@@ -100,12 +100,14 @@ impl Ctx {
         let (Some(k), Some(c)) = (self.key, self.credential) else {
             return;
         };
-        // Refused by the gateway before forwarding: the refusal's column. Forwarded: the
-        // upstream's status decides (none: `upstream_failed`, as for the gateway's own 502
-        // and 504), as it decides the quota's give-back.
+        // Answered by the upstream: its status decides, whatever came after (an HTTP/2 client
+        // that resets its stream mid-answer is the gateway's 400, not a refusal), as it
+        // decides the quota's give-back. Refused by the gateway: the refusal's column. Else
+        // no status came: `upstream_failed`, as for the gateway's own 502 and 504.
         let column = match self.code {
+            _ if self.upstream_status != 0 => Column::upstream(self.upstream_status),
             Some(code) if Column::shown(code) => Column::Refused(code),
-            _ => Column::upstream(self.upstream_status),
+            _ => Column::UpstreamFailed,
         };
         let (plan, partner, partner_key) = match c {
             Credential::Customer { plan, partner, .. } => (Some(plan), partner, false),

@@ -26,13 +26,22 @@ struct Edge {
 }
 
 fn edge(up: &Upstream, edit: impl FnOnce(&mut FileServer)) -> Edge {
+    edge_with(up, |c| c, edit)
+}
+
+/// [`edge`], its config changed by `config` first.
+fn edge_with(
+    up: &Upstream,
+    config: impl FnOnce(tollgate_core::testing::TestConfig) -> tollgate_core::testing::TestConfig,
+    edit: impl FnOnce(&mut FileServer),
+) -> Edge {
     let dir = tempfile::tempdir().unwrap();
     let certs = pki("Tollgate Edge H2 Test CA", &["gateway.test", "127.0.0.1"]);
     let cert = write(dir.path(), "edge.pem", &certs.leaf_pem);
     let key = write(dir.path(), "edge-key.pem", &certs.leaf_key_pem);
     let port = crate::harness::closed_port();
     let gw = Gateway::start(
-        &crate::harness::config_for(up)
+        &config(crate::harness::config_for(up))
             .tls(format!("127.0.0.1:{port}"), &cert, &key)
             .server(|s| {
                 s.header_timeout_seconds = 1;
@@ -130,6 +139,100 @@ async fn closed_between(
         at >= min && at <= max,
         "closed after {at:?}, expected {min:?}..={max:?}"
     );
+}
+
+#[test]
+fn over_http2_the_upstreams_status_decides_the_quota_and_the_ledger() {
+    // The rule of `quotas::every_way_a_request_ends_is_charged_and_booked_by_one_rule`, on
+    // HTTP/2, where a client leaves by resetting its stream.
+    enum End {
+        Answered,
+        ResetAfterTheHead,
+        ResetBeforeTheAnswer,
+    }
+    let cases = [
+        ("answered 2xx", Mode::Ok, End::Answered, 1, "upstream_2xx"),
+        (
+            "answered 5xx",
+            Mode::Status(503),
+            End::Answered,
+            0,
+            "upstream_5xx",
+        ),
+        (
+            "answered 200, its body cut",
+            Mode::Cut,
+            End::Answered,
+            1,
+            "upstream_2xx",
+        ),
+        (
+            "stream reset after the head",
+            Mode::Big,
+            End::ResetAfterTheHead,
+            1,
+            "upstream_2xx",
+        ),
+        (
+            "stream reset before the answer",
+            Mode::HoldFirst,
+            End::ResetBeforeTheAnswer,
+            0,
+            "upstream_failed",
+        ),
+    ];
+    for (case, mode, end, charged, column) in cases {
+        let up = Upstream::start(mode);
+        let e = edge_with(&up, |c| c.plan_quota("pro", 100, "day").ledger(30), |_| {});
+        let rt = runtime();
+        rt.block_on(async {
+            let (mut send, _done) = h2(&e).await;
+            let req = http::Request::builder()
+                .method("POST")
+                .uri("https://gateway.test/v2/sendMessage/")
+                .header("authorization", "Bearer pro-key-1")
+                .header("content-type", "application/json")
+                .body(())
+                .unwrap();
+            let (resp, mut body) = send.send_request(req, false).unwrap();
+            body.send_data(
+                Bytes::from_static(br#"{"chatId":"1@c.us","message":"hi"}"#),
+                true,
+            )
+            .unwrap();
+            match end {
+                End::Answered => {
+                    if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(10), resp).await {
+                        let mut b = r.into_body();
+                        while let Some(Ok(_)) = b.data().await {}
+                    }
+                }
+                End::ResetAfterTheHead => {
+                    let r = resp.await.expect("the head");
+                    assert_eq!(r.status(), 200, "{case}");
+                    drop(r);
+                }
+                End::ResetBeforeTheAnswer => {
+                    // Reset once the upstream has the request (it holds its answer).
+                    tokio::task::block_in_place(|| up.wait_for(1));
+                    body.send_reset(h2::Reason::CANCEL);
+                    drop(resp);
+                }
+            }
+        });
+        if matches!(end, End::ResetBeforeTheAnswer) {
+            up.release();
+        }
+        let a = e.gw.config.process.admin_listen;
+        let mut row = serde_json::Value::Null;
+        crate::harness::eventually(case, || {
+            let r = crate::harness::admin(a, "GET", "/api/ledger?key=pro-1").json();
+            row = r["rows"].get(0).cloned().unwrap_or_default();
+            row.get(column).and_then(|v| v.as_u64()) == Some(1)
+        });
+        let used = e.gw.admin("GET", "/api/keys/pro-1").json()["quota"]["used"].as_u64();
+        assert_eq!(used, Some(charged), "{case}: {row}");
+    }
 }
 
 #[test]
