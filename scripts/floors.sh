@@ -12,9 +12,10 @@ cd "$(dirname "$0")/.."
 
 # path                                  forbidden modules (alternatives of a regex)
 rules=(
-  # The core: clock, digest, path, the refusal codes and outcomes at the bottom; config and
-  # limit above them; metering (quotas, the ledger's counts) above limit; policy, then the
-  # usage counts, on top; the test helpers beside everything.
+  # The core: clock, digest, path, the refusal codes and outcomes at the bottom; config, the
+  # meters (quotas, the ledger's counts) and limit above them (a key's rate state holds its
+  # meter: limit may name metering, never the other way); policy, then the usage counts, on
+  # top; the test helpers beside everything.
   "crates/core/src/clock.rs             config|limit|metering|policy|usage|testing|path|digest|refusal|outcome"
   "crates/core/src/digest.rs            config|limit|metering|policy|usage|testing|path|clock|refusal|outcome"
   "crates/core/src/outcome.rs           config|limit|metering|policy|usage|testing|path|digest|clock|refusal"
@@ -22,7 +23,7 @@ rules=(
   "crates/core/src/path.rs              config|limit|metering|policy|usage|testing"
   "crates/core/src/config               policy|limit|metering|usage|testing"
   "crates/core/src/limit                policy|config|usage|testing"
-  "crates/core/src/metering             policy|usage|testing"
+  "crates/core/src/metering             limit|policy|usage|testing"
   "crates/core/src/policy               usage|testing"
   "crates/core/src/usage.rs             testing"
   "crates/core/src/testing.rs           nothing"

@@ -25,13 +25,12 @@
 //!
 //! A module imports only from its own floor and the floors below it; `scripts/floors.sh` (run by
 //! `scripts/lint.sh`) fails on an import that goes back up, and `scripts/cycles.py` on a loop
-//! between files or rooms, within one floor too (one known loop is named there: the meter in
-//! the key's rate state, `limit` and `metering`).
+//! between files or rooms, within one floor too.
 //!
 //! | floor | modules | what | may import |
 //! |---|---|---|---|
 //! | 0 | [`clock`], [`digest`], [`path`], [`refusal`], [`outcome`] | time, the key's digest, the one path normalizer, the refusal codes and how a request ended (the `tollgate-core` crate) | std |
-//! | 1 | [`config`], [`limit`], [`metering`] | the validated model (config, catalogue, key names); the rate arithmetic and stores; quota and ledger counts | floor 0 |
+//! | 1 | [`config`], [`metering`], [`limit`] | the validated model (config, catalogue, key names); quota and ledger counts; the rate arithmetic and stores (a key's rate state holds its meter) | floor 0, and the ones before it in the row |
 //! | 2 | [`policy`], [`usage`] | the decision; the operator's view of the last minute | floors 0–1 |
 //! | 3 | [`runtime`] | the ground of the process: the live snapshot and reload, lifecycle, logging, metrics | the core |
 //! | 4 | [`redis`] | the one room that speaks to Redis | the core, [`runtime`] |

@@ -166,7 +166,7 @@ impl Rider for Keeper {
         let mut visit: BTreeSet<usize> = self.visits(&mut kept).into_iter().collect();
         visit.extend(&parked);
         for at in rounds.unused_grants() {
-            let back = kept.meters.get(at).and_then(|(s, _)| s.meter.get());
+            let back = kept.meters.get(at).and_then(|(s, _)| s.meter_cell().get());
             if back.is_some_and(|m| m.take_unused_grants().is_some()) {
                 visit.insert(at);
             }
@@ -185,7 +185,7 @@ impl Rider for Keeper {
         let mut last_named = fleet.named.lock().unwrap_or_else(|e| e.into_inner());
         let mut over = Vec::new();
         for &at in &visit {
-            let Some(m) = kept.meters[at].0.meter.get() else {
+            let Some(m) = kept.meters[at].0.meter_cell().get() else {
                 continue;
             };
             let exhausted = m.exhausted_in(day_id, month_id);

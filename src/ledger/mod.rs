@@ -27,8 +27,7 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
 use crate::config::Period;
-use crate::limit::RateState;
-use crate::metering::{self, day_of, Column, PeriodAt, COLUMNS, DAY_MS, UPSTREAM_COLUMNS};
+use crate::metering::{self, day_of, Column, Held, PeriodAt, COLUMNS, DAY_MS, UPSTREAM_COLUMNS};
 use crate::policy::Code;
 use crate::runtime::live::{LivePolicy, Snapshot};
 use crate::state::StateFile;
@@ -62,7 +61,7 @@ impl Today {
 #[derive(Default)]
 struct Kept {
     /// Every meter allocated, with the quota word last kept.
-    meters: Vec<(Arc<RateState>, (u32, u64))>,
+    meters: Vec<(Held, (u32, u64))>,
     /// Where each meter is in `meters`, by the address of its rate state.
     at: HashMap<usize, usize>,
     /// Meters (places in `meters`) visited by the next pass whether changed or not: those
@@ -157,7 +156,7 @@ impl Keeper {
                 let m = policy.metering.meter(&e.rate, &e.name);
                 m.restore(id, n);
                 // What was restored is what is kept: not written again until it changes.
-                kept.hold(Arc::clone(&e.rate), m.quota_word());
+                kept.hold(Arc::clone(&e.rate) as Held, m.quota_word());
             }
         }
         Ok(())
@@ -195,7 +194,7 @@ impl Keeper {
             let n = kept
                 .watch
                 .iter()
-                .filter_map(|&at| kept.meters[at].0.meter.get())
+                .filter_map(|&at| kept.meters[at].0.meter_cell().get())
                 .filter(|m| m.exhausted_in(day_id, month_id))
                 .count();
             self.live.metrics().set_quota_exhausted_keys(n);
@@ -207,7 +206,7 @@ impl Keeper {
         let mut over = Vec::new();
         for &at in &visit {
             let (state, last) = &kept.meters[at];
-            let Some(m) = state.meter.get() else {
+            let Some(m) = state.meter_cell().get() else {
                 continue;
             };
             let word = m.quota_word();
@@ -248,7 +247,11 @@ impl Keeper {
                     .collect();
                 for &at in &visit {
                     let (state, last) = &mut kept.meters[at];
-                    if let Some(w) = state.meter.get().and_then(|m| changed.get(m.name.as_str())) {
+                    if let Some(w) = state
+                        .meter_cell()
+                        .get()
+                        .and_then(|m| changed.get(m.name.as_str()))
+                    {
                         *last = *w;
                     }
                 }
@@ -285,7 +288,7 @@ impl Keeper {
         let quotas: Vec<(String, u32, u64)> = ats
             .iter()
             .filter_map(|&at| {
-                let m = kept.meters.get(at)?.0.meter.get()?;
+                let m = kept.meters.get(at)?.0.meter_cell().get()?;
                 let (id, n) = m.quota_word();
                 Some((m.name.as_str().to_string(), id, n))
             })
@@ -322,8 +325,8 @@ impl Keeper {
 impl Kept {
     /// Hold the meter of `state` (with the quota word `word` kept, if it is new: nothing for
     /// a meter first seen changed, the book's for one restored): its place in `meters`.
-    fn hold(&mut self, state: Arc<RateState>, word: (u32, u64)) -> usize {
-        let key = Arc::as_ptr(&state) as usize;
+    fn hold(&mut self, state: Held, word: (u32, u64)) -> usize {
+        let key = Arc::as_ptr(&state) as *const () as usize;
         *self.at.entry(key).or_insert_with(|| {
             self.meters.push((state, word));
             self.meters.len() - 1
@@ -360,7 +363,7 @@ impl Kept {
             .meters
             .iter()
             .enumerate()
-            .map(|(i, (s, _))| (Arc::as_ptr(s) as usize, i))
+            .map(|(i, (s, _))| (Arc::as_ptr(s) as *const () as usize, i))
             .collect();
     }
 }
@@ -501,10 +504,11 @@ mod tests {
 
     #[test]
     fn meters_no_policy_holds_are_dropped_and_the_places_move_with_them() {
-        let mut states: Vec<Arc<RateState>> = (0..3).map(|_| Arc::default()).collect();
+        let mut states: Vec<Arc<crate::limit::RateState>> =
+            (0..3).map(|_| Arc::default()).collect();
         let mut kept = Kept::default();
         for s in &states {
-            kept.hold(Arc::clone(s), (0, 0));
+            kept.hold(Arc::clone(s) as Held, (0, 0));
         }
         kept.watch.extend([0, 2]);
         kept.drop_unheld();

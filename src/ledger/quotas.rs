@@ -200,7 +200,7 @@ impl Keeper {
         let (Some(fleet), (state, last)) = (&self.fleet, &kept.meters[at]) else {
             return;
         };
-        let Some(m) = state.meter.get() else {
+        let Some(m) = state.meter_cell().get() else {
             return;
         };
         let (id, count) = m.quota_word();
@@ -256,7 +256,7 @@ impl Keeper {
                 .iter()
                 .enumerate()
                 .filter_map(|(at, (state, _))| {
-                    let (wid, n) = state.meter.get()?.quota_word();
+                    let (wid, n) = state.meter_cell().get()?.quota_word();
                     (wid == id && n > 0).then_some((at, n))
                 })
                 .collect();
@@ -266,7 +266,7 @@ impl Keeper {
                     .arg(1)
                     .arg(quota_key(cfg, id));
                 for &(at, n) in chunk {
-                    if let Some(m) = kept.meters[at].0.meter.get() {
+                    if let Some(m) = kept.meters[at].0.meter_cell().get() {
                         c.arg(m.name.as_str()).arg(n);
                     }
                 }
@@ -355,7 +355,7 @@ impl Keeper {
                         kept.rebased(at, id, count, u64::try_from(total).unwrap_or(0), now_ms);
                     }
                     if granted > 0 {
-                        if let Some(m) = kept.meters[at].0.meter.get() {
+                        if let Some(m) = kept.meters[at].0.meter_cell().get() {
                             m.granted(id, granted);
                         }
                         rounds.granted[0].push(at);
@@ -447,7 +447,10 @@ impl Keeper {
                 let e = policy.keys.get(k);
                 let m = policy.metering.meter(&e.rate, &e.name);
                 m.restore(id, n);
-                kept.hold(std::sync::Arc::clone(&e.rate), m.quota_word());
+                kept.hold(
+                    std::sync::Arc::clone(&e.rate) as crate::metering::Held,
+                    m.quota_word(),
+                );
             }
         }
         policy.metering.fleet.loaded(now_ms);
@@ -459,7 +462,7 @@ impl Kept {
     /// `count`: the view, the next report's base, and known now.
     fn rebased(&mut self, at: usize, id: u32, count: u64, total: u64, now_ms: u64) {
         if let Some((state, last)) = self.meters.get_mut(at) {
-            if let Some(m) = state.meter.get() {
+            if let Some(m) = state.meter_cell().get() {
                 m.rebase(id, count, total);
                 m.known(now_ms);
                 *last = (id, total);

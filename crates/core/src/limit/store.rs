@@ -26,6 +26,12 @@ pub struct RateState {
     pub meter: crate::metering::MeterCell,
 }
 
+impl crate::metering::MeterHolder for RateState {
+    fn meter_cell(&self) -> &crate::metering::MeterCell {
+        &self.meter
+    }
+}
+
 impl RateState {
     /// The theoretical arrival time, for a store to read and update atomically.
     pub fn tat(&self) -> &AtomicU64 {

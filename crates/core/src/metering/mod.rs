@@ -2,7 +2,7 @@
 //! and what each of its requests came to, counted on the request path without a lock.
 //!
 //! **Where the counts live.** A key's [`Meter`] hangs off its rate state
-//! ([`RateState::meter`]), which a reload carries over for the keys that remain: allocated on
+//! ([`crate::limit::RateState::meter`]), which a reload carries over for the keys that remain: allocated on
 //! the key's first metered request, and queued for the background task that keeps and shares
 //! the counts whenever they change ([`Metering::touched`], [`Metering::take_changed`]).
 //! So memory grows with the keys that were active, not with the keys configured.
@@ -19,6 +19,7 @@
 //! **Time.** Calendar periods are of the wall clock, read from a [`Calendar`] that a
 //! background tick sets (the decision stays pure: no clock is read here).
 
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
@@ -29,7 +30,6 @@ pub use fleet::{FleetQuotas, Ticket};
 
 use crate::config::keyname::KeyName;
 use crate::config::{Period, QuotaSpec};
-use crate::limit::RateState;
 use crate::refusal::Code;
 
 /// A UTC day, in ms.
@@ -636,14 +636,14 @@ pub struct Metering {
     /// Meters changed (charged, given back, counted) since the keeper last visited them: the
     /// keeper visits these, not every meter, so that its work follows the keys in use. A new
     /// meter comes to the keeper this way too, with its first change.
-    changed_tx: Mutex<mpsc::Sender<Arc<RateState>>>,
-    changed_rx: Mutex<mpsc::Receiver<Arc<RateState>>>,
+    changed_tx: Mutex<mpsc::Sender<Held>>,
+    changed_rx: Mutex<mpsc::Receiver<Held>>,
     /// With `cluster`: the fleet's side of quota decisions.
     pub fleet: FleetQuotas,
     /// Meters with requests parked for a reservation ([`Metering::park`]), for the keeper's
     /// next exchange (at once: the request waits for it).
-    parked_tx: Mutex<mpsc::Sender<Arc<RateState>>>,
-    parked_rx: Mutex<mpsc::Receiver<Arc<RateState>>>,
+    parked_tx: Mutex<mpsc::Sender<Held>>,
+    parked_rx: Mutex<mpsc::Receiver<Held>>,
     /// Whether one was queued since the keeper last took them.
     parked_any: AtomicBool,
 }
@@ -673,12 +673,12 @@ impl Metering {
     /// A request of the key whose rate state is `state` waits for the store to reserve it
     /// within `quota` ([`Ticket::Park`]): counted, and the meter queued for the keeper's next
     /// exchange.
-    pub fn park(&self, state: &Arc<RateState>, quota: u64) {
-        if let Some(m) = state.meter.get() {
+    pub fn park<H: MeterHolder + 'static>(&self, state: &Arc<H>, quota: u64) {
+        if let Some(m) = state.meter_cell().get() {
             m.want_quota.store(quota, Ordering::Release);
             if m.want.fetch_add(1, Ordering::AcqRel) == 0 {
                 let tx = self.parked_tx.lock().unwrap_or_else(|e| e.into_inner());
-                let _ = tx.send(Arc::clone(state));
+                let _ = tx.send(Arc::clone(state) as Held);
                 self.parked_any.store(true, Ordering::Release);
             }
         }
@@ -691,7 +691,7 @@ impl Metering {
     }
 
     /// The meters with requests parked since the last call, each once.
-    pub fn take_parked(&self) -> Vec<Arc<RateState>> {
+    pub fn take_parked(&self) -> Vec<Held> {
         self.parked_any.store(false, Ordering::Release);
         let rx = self.parked_rx.lock().unwrap_or_else(|e| e.into_inner());
         rx.try_iter().collect()
@@ -704,8 +704,8 @@ impl Metering {
     /// the meter again, or is seen by the keeper's visit (which clears the flag with a
     /// read-modify-write too, before it reads the counts).
     #[inline]
-    pub fn touched(&self, state: &Arc<RateState>) {
-        if let Some(m) = state.meter.get() {
+    pub fn touched<H: MeterHolder + 'static>(&self, state: &Arc<H>) {
+        if let Some(m) = state.meter_cell().get() {
             if !m.queued.swap(true, Ordering::AcqRel) {
                 self.queue(state);
             }
@@ -713,18 +713,18 @@ impl Metering {
     }
 
     #[cold]
-    fn queue(&self, state: &Arc<RateState>) {
+    fn queue<H: MeterHolder + 'static>(&self, state: &Arc<H>) {
         let tx = self.changed_tx.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = tx.send(Arc::clone(state));
+        let _ = tx.send(Arc::clone(state) as Held);
     }
 
     /// The meters changed since the last call, each once, their flags cleared: the keeper
     /// reads their counts after this returns.
-    pub fn take_changed(&self) -> Vec<Arc<RateState>> {
+    pub fn take_changed(&self) -> Vec<Held> {
         let rx = self.changed_rx.lock().unwrap_or_else(|e| e.into_inner());
         rx.try_iter()
             .inspect(|state| {
-                if let Some(m) = state.meter.get() {
+                if let Some(m) = state.meter_cell().get() {
                     Self::visit(m);
                 }
             })
@@ -739,17 +739,17 @@ impl Metering {
     /// The meter of the key whose rate state is `state`, allocated on first use (it reaches
     /// the keeper with its first change: [`Metering::touched`]).
     #[inline]
-    pub fn meter<'s>(&self, state: &'s Arc<RateState>, name: &KeyName) -> &'s Meter {
-        if let Some(m) = state.meter.get() {
+    pub fn meter<'s, H: MeterHolder>(&self, state: &'s Arc<H>, name: &KeyName) -> &'s Meter {
+        if let Some(m) = state.meter_cell().get() {
             return m;
         }
-        self.allocate(state, name)
+        self.allocate(state.meter_cell(), name)
     }
 
     #[cold]
-    fn allocate<'s>(&self, state: &'s Arc<RateState>, name: &KeyName) -> &'s Meter {
-        let _ = state.meter.set(Box::new(Meter::new(name.clone())));
-        state.meter.get().expect("set above, or by another thread")
+    fn allocate<'s>(&self, cell: &'s MeterCell, name: &KeyName) -> &'s Meter {
+        let _ = cell.set(Box::new(Meter::new(name.clone())));
+        cell.get().expect("set above, or by another thread")
     }
 }
 
@@ -803,9 +803,22 @@ pub fn unpack_quota(w: u64) -> Option<QuotaSpec> {
 /// The holder of a meter in the rate state: allocated once, never replaced.
 pub type MeterCell = OnceBox<Meter>;
 
+/// What holds a key's meter: the key's rate state (`limit::RateState`, whose `meter` is the
+/// cell), so that the request path finds a key's meter without a lookup. A trait, so that
+/// metering needs nothing of the rate arithmetic's room (the rate state names the meter; the
+/// meter does not name the rate state).
+pub trait MeterHolder: Send + Sync + fmt::Debug {
+    /// The cell the key's meter sits in.
+    fn meter_cell(&self) -> &MeterCell;
+}
+
+/// A key's meter holder as the keeper gets it (queued when changed or parked).
+pub type Held = Arc<dyn MeterHolder>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limit::RateState;
 
     const JAN_31_2026: u64 = 1_769_817_600_000; // 2026-01-31T00:00:00Z
 
@@ -1020,7 +1033,8 @@ mod tests {
         metering.touched(&b);
         let taken = metering.take_changed();
         assert_eq!(taken.len(), 2, "each changed meter once");
-        assert!(Arc::ptr_eq(&taken[0], &a) && Arc::ptr_eq(&taken[1], &b));
+        let same = |h: &Held, s: &Arc<RateState>| std::ptr::addr_eq(Arc::as_ptr(h), Arc::as_ptr(s));
+        assert!(same(&taken[0], &a) && same(&taken[1], &b));
         assert!(metering.take_changed().is_empty(), "nothing changed since");
         // Changed again after it was taken: queued again.
         ma.count(1, Column::Upstream2xx, 1);
