@@ -13,30 +13,36 @@
 //!
 //! The same tick keeps the calendar ([`crate::metering::Calendar`]) at the wall clock, every
 //! 100 ms, and sets `tollgate_quota_exhausted_keys`.
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | the [`Keeper`]: a pass, the start, the copy at `state.path` |
+//! | `kept.rs` | what the keeper remembers between passes |
+//! | `columns.rs` | the ledger's columns, a meter's counts by name, a row's plan and partner |
+//! | `book.rs` | the book: rows by day and key, in redb or memory |
+//! | `fleet.rs`, `quotas.rs` | with `cluster`: the counts that ride each tick to Redis, and their answers |
+//! | `tick.rs` | the background service |
 
 pub mod book;
+mod columns;
 mod fleet;
+mod kept;
 mod quotas;
+mod tick;
 
-use std::collections::{BTreeSet, HashMap};
+pub use columns::code_columns;
+use columns::{named, who};
+use kept::{stash, Kept, DROP_EVERY};
+pub use tick::KeeperTick;
+
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
 
 use crate::config::Period;
-use crate::metering::{self, day_of, Column, Held, PeriodAt, COLUMNS, DAY_MS, UPSTREAM_COLUMNS};
-use crate::policy::Code;
+use crate::metering::{day_of, Held, PeriodAt, DAY_MS};
 use crate::runtime::live::{LivePolicy, Snapshot};
 use crate::state::StateFile;
 use book::{Book, BookError, Delta, Row};
-
-/// The ledger's columns after the upstream ones: the refusal codes it shows.
-pub fn code_columns() -> impl Iterator<Item = Code> {
-    Code::ALL.iter().copied().filter(|&c| Column::shown(c))
-}
 
 /// The calendar as a pass reads it: today's UTC day number, and the ids of the day's and
 /// the month's periods.
@@ -56,33 +62,6 @@ impl Today {
         }
     }
 }
-
-/// What the keeper remembers between passes.
-#[derive(Default)]
-struct Kept {
-    /// Every meter allocated, with the quota word last kept.
-    meters: Vec<(Held, (u32, u64))>,
-    /// Where each meter is in `meters`, by the address of its rate state.
-    at: HashMap<usize, usize>,
-    /// Meters (places in `meters`) visited by the next pass whether changed or not: those
-    /// over their quota (a give-back elsewhere must be seen, and the gauge counts them), and
-    /// those whose quota count was not kept (it is sent again).
-    watch: BTreeSet<usize>,
-    /// Ledger counts taken from the meters that the store did not take (it failed): sent
-    /// again with the next pass, one entry per day and key however long the store fails.
-    unsent: Vec<Delta>,
-    /// The last day whose old rows were dropped.
-    pruned: u32,
-    /// Passes since meters no policy holds were last looked for (a look reads every meter:
-    /// once a minute, not every pass).
-    since_drop: u32,
-    /// With `cluster` and `state.path`: meters whose count the fleet answered since the last
-    /// pass, to keep at `state.path` (what a restart decides on while Redis is down).
-    to_disk: BTreeSet<usize>,
-}
-
-/// Passes (seconds) between two looks for meters no policy holds any more.
-const DROP_EVERY: u32 = 60;
 
 /// Keeps the meters' counts in the book (see the module's docs).
 pub struct Keeper {
@@ -322,206 +301,12 @@ impl Keeper {
     }
 }
 
-impl Kept {
-    /// Hold the meter of `state` (with the quota word `word` kept, if it is new: nothing for
-    /// a meter first seen changed, the book's for one restored): its place in `meters`.
-    fn hold(&mut self, state: Held, word: (u32, u64)) -> usize {
-        let key = Arc::as_ptr(&state) as *const () as usize;
-        *self.at.entry(key).or_insert_with(|| {
-            self.meters.push((state, word));
-            self.meters.len() - 1
-        })
-    }
-
-    /// Drop the meters no policy holds any more (keys gone from the config), their counts
-    /// kept: the places of the others move, `at` and `watch` with them.
-    fn drop_unheld(&mut self) {
-        // Read once: a reload may let go of a rate state meanwhile.
-        let held: Vec<bool> = self
-            .meters
-            .iter()
-            .map(|(s, _)| Arc::strong_count(s) > 1)
-            .collect();
-        if held.iter().all(|&h| h) {
-            return;
-        }
-        let mut moved = Vec::with_capacity(held.len());
-        let mut n = 0;
-        for &h in &held {
-            moved.push(h.then(|| {
-                n += 1;
-                n - 1
-            }));
-        }
-        let mut i = 0;
-        self.meters.retain(|_| {
-            i += 1;
-            held[i - 1]
-        });
-        self.watch = self.watch.iter().filter_map(|&at| moved[at]).collect();
-        self.at = self
-            .meters
-            .iter()
-            .enumerate()
-            .map(|(i, (s, _))| (Arc::as_ptr(s) as *const () as usize, i))
-            .collect();
-    }
-}
-
-/// Keep `deltas` for the next pass, merged by day and key (so a long failure holds one entry
-/// per day and active key, not one per pass).
-fn stash(unsent: &mut Vec<Delta>, deltas: Vec<Delta>) {
-    let mut at: HashMap<(u32, String), usize> = unsent
-        .iter()
-        .enumerate()
-        .map(|(i, d)| ((d.day, d.key.clone()), i))
-        .collect();
-    for d in deltas {
-        match at.get(&(d.day, d.key.clone())) {
-            Some(&i) => {
-                let into = &mut unsent[i];
-                into.plan = d.plan;
-                into.partner = d.partner;
-                for (col, n) in d.counts {
-                    match into.counts.iter_mut().find(|(c, _)| *c == col) {
-                        Some((_, m)) => *m += n,
-                        None => into.counts.push((col, n)),
-                    }
-                }
-            }
-            None => {
-                at.insert((d.day, d.key.clone()), unsent.len());
-                unsent.push(d);
-            }
-        }
-    }
-}
-
-/// The counts that are not zero, by column name.
-fn named(counts: &[u32; COLUMNS]) -> Vec<(&'static str, u64)> {
-    let mut out = Vec::new();
-    for (i, &n) in counts.iter().enumerate() {
-        if n == 0 {
-            continue;
-        }
-        let name = match i {
-            0..=3 => UPSTREAM_COLUMNS[i],
-            _ => Code::ALL[i - 4].as_str(),
-        };
-        out.push((name, u64::from(n)));
-    }
-    out
-}
-
-/// The plan and partner names of a meter's key, as it was counted ([`metering::who`]).
-fn who(snap: &Snapshot, w: u64, name: &str) -> (String, Option<String>) {
-    let p = &snap.policy;
-    let (generation, plan, partner, partner_key) = metering::who_parts(w);
-    if u64::from(generation) == snap.generation & 0xFFFF_FFFF {
-        let plan = match (partner_key, plan) {
-            (true, _) => "partner".to_string(),
-            (false, Some(i)) => p
-                .config
-                .plans
-                .get(i)
-                .map_or("none", |x| &x.name)
-                .to_string(),
-            (false, None) => "none".to_string(),
-        };
-        let partner = partner.and_then(|i| p.config.partners.get(i).map(|x| x.name.clone()));
-        return (plan, partner);
-    }
-    // Counted under an earlier config (a reload since): as the config in force has the key.
-    match p.keys.find_by_name(name) {
-        Some(k) => {
-            let e = p.keys.get(k);
-            match e.credential() {
-                crate::policy::keys::Credential::Customer { plan, partner, .. } => (
-                    p.config.plans[plan].name.clone(),
-                    partner.map(|i| p.config.partners[i].name.clone()),
-                ),
-                crate::policy::keys::Credential::Partner { partner } => (
-                    "partner".to_string(),
-                    Some(p.config.partners[partner].name.clone()),
-                ),
-            }
-        }
-        None => ("none".to_string(), None),
-    }
-}
-
-/// The keeper's tick: the calendar every 100 ms while anything is metered (every second
-/// otherwise: a quota set live on a config without any is a second late at most), a pass
-/// every second, a last pass at shutdown.
-pub struct KeeperTick(pub Arc<Keeper>);
-
-#[async_trait]
-impl BackgroundService for KeeperTick {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        let mut last_pass = std::time::Instant::now();
-        loop {
-            let live = &self.0.live;
-            let snap = live.load();
-            snap.policy.metering.calendar.set(crate::clock::wall_ms());
-            if last_pass.elapsed() >= Duration::from_secs(1) {
-                last_pass = std::time::Instant::now();
-                self.pass();
-            }
-            let metered = snap.policy.meters()
-                || live.with_overrides(|set| set.values().any(|o| o.quota.is_some()));
-            let step = Duration::from_millis(if metered { 100 } else { 1000 });
-            drop(snap);
-            tokio::select! {
-                _ = tokio::time::sleep(step) => {}
-                _ = shutdown.changed() => break,
-            }
-        }
-        self.pass();
-    }
-}
-
-impl KeeperTick {
-    fn pass(&self) {
-        if let Some(file) = &self.0.file {
-            file.probe();
-        }
-        if let Err(e) = self.0.keep() {
-            tracing::warn!(
-                target: "tollgate::ledger",
-                error = %e,
-                "quota and ledger counts not kept; trying again in 1 s"
-            );
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Config;
     use crate::metering::Column;
     use tollgate_core::testing::TestConfig;
-
-    #[test]
-    fn meters_no_policy_holds_are_dropped_and_the_places_move_with_them() {
-        let mut states: Vec<Arc<crate::limit::RateState>> =
-            (0..3).map(|_| Arc::default()).collect();
-        let mut kept = Kept::default();
-        for s in &states {
-            kept.hold(Arc::clone(s) as Held, (0, 0));
-        }
-        kept.watch.extend([0, 2]);
-        kept.drop_unheld();
-        assert_eq!(kept.meters.len(), 3, "every one still held");
-        let gone = Arc::as_ptr(&states[0]) as usize;
-        let last = Arc::as_ptr(&states[2]) as usize;
-        drop(states.remove(0));
-        kept.drop_unheld();
-        assert_eq!(kept.meters.len(), 2);
-        assert!(!kept.at.contains_key(&gone));
-        assert_eq!(kept.at[&last], 1);
-        assert_eq!(kept.watch, BTreeSet::from([1]));
-    }
 
     /// A keeper's pass visits the meters changed since the last pass, each once however
     /// often it changed, and the meters over their quota; not every meter ever used.
@@ -580,58 +365,5 @@ mod tests {
         let rows = keeper.book.rows(day, day, None).unwrap();
         let total: u64 = rows.iter().map(|(_, _, r)| r.counts["upstream_2xx"]).sum();
         assert_eq!(total, 2 * keys as u64 + 3);
-    }
-
-    fn delta(day: u32, key: &str, counts: &[(&'static str, u64)]) -> Delta {
-        Delta {
-            day,
-            key: key.into(),
-            plan: "basic".into(),
-            partner: None,
-            counts: counts.to_vec(),
-        }
-    }
-
-    #[test]
-    fn counts_not_kept_wait_merged_by_day_and_key() {
-        let mut unsent = Vec::new();
-        for _ in 0..100 {
-            stash(
-                &mut unsent,
-                vec![
-                    delta(7, "a", &[("upstream_2xx", 2)]),
-                    delta(7, "b", &[("rate_limited", 1)]),
-                ],
-            );
-        }
-        stash(&mut unsent, vec![delta(8, "a", &[("upstream_5xx", 1)])]);
-        stash(&mut unsent, vec![delta(7, "a", &[("quota_exhausted", 3)])]);
-        assert_eq!(unsent.len(), 3, "one entry per day and key");
-        assert_eq!(
-            unsent[0].counts,
-            vec![("upstream_2xx", 200), ("quota_exhausted", 3)]
-        );
-        assert_eq!(unsent[1].counts, vec![("rate_limited", 100)]);
-        assert_eq!((unsent[2].day, unsent[2].key.as_str()), (8, "a"));
-    }
-
-    #[test]
-    fn every_count_has_a_column_name_the_ledger_shows_or_one_it_never_counts() {
-        let mut counts = [0u32; COLUMNS];
-        counts
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, c)| *c = i as u32 + 1);
-        let names = named(&counts);
-        assert_eq!(names.len(), COLUMNS);
-        let shown = crate::admin::ledger::header();
-        for (name, _) in &names {
-            let is_shown = shown.contains(name);
-            let never_a_keys = matches!(
-                *name,
-                "unauthorized" | "upstream_unavailable" | "upstream_timeout"
-            );
-            assert!(is_shown != never_a_keys, "{name}");
-        }
     }
 }
