@@ -20,13 +20,14 @@
 //! | `kept.rs` | what the keeper remembers between passes |
 //! | `columns.rs` | the ledger's columns, a meter's counts by name, a row's plan and partner |
 //! | `book.rs` | the book: rows by day and key, in redb or memory |
-//! | `fleet.rs`, `quotas.rs` | with `cluster`: the counts that ride each tick to Redis, and their answers |
+//! | `fleet.rs`, `quotas.rs`, `quota_round.rs` | with `cluster`: the counts that ride each tick to Redis (the ledger's, the quotas' protocol, each round's quota commands and answers) |
 //! | `tick.rs` | the background service |
 
 pub mod book;
 mod columns;
 mod fleet;
 mod kept;
+mod quota_round;
 mod quotas;
 mod tick;
 

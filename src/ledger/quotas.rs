@@ -29,32 +29,32 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use redis::{Cmd, Value};
+use redis::Cmd;
 
-use super::{Keeper, Kept, DAY_MS};
+use super::{Keeper, DAY_MS};
 use crate::config::{Cluster, Period};
 use crate::metering::{PeriodAt, MONTH_BIT};
 
 /// Fields per `restore.lua` call.
-const RESTORE_BATCH: usize = 500;
+pub(super) const RESTORE_BATCH: usize = 500;
 
 /// Keys per `report.lua` call (Redis runs a script alone: a few hundred keep it short).
-const REPORT_BATCH: usize = 500;
+pub(super) const REPORT_BATCH: usize = 500;
 
 /// What the quota rounds remember from one round to the next.
 pub(super) struct Rounds {
     /// This process's mark in a period's hash (no key's name starts with `~`).
     mark: String,
     /// Periods whose hash holds this process's mark (it set it, and found it since).
-    marked: BTreeSet<u32>,
+    pub(super) marked: BTreeSet<u32>,
     /// Periods whose hash this process has set to expire (again after a missing mark).
-    expiring: HashSet<u32>,
+    pub(super) expiring: HashSet<u32>,
     /// Periods whose counts go back at the next tick (the larger count wins): at start, and
     /// after a mark was found missing.
-    restore: BTreeSet<u32>,
+    pub(super) restore: BTreeSet<u32>,
     /// Meters (places in the keeper's list) granted reservations in this interval, and in
     /// the one before: what the latter did not use goes back at this tick.
-    granted: [Vec<usize>; 2],
+    pub(super) granted: [Vec<usize>; 2],
 }
 
 /// One command of a round, and what its answer is for.
@@ -187,210 +187,6 @@ impl Rounds {
 }
 
 impl Keeper {
-    /// The command that reports the meter `at` (with a reservation for its requests waiting,
-    /// when `reserve`), if it has anything to say.
-    pub(super) fn quota_command(
-        &self,
-        kept: &Kept,
-        at: usize,
-        reserve: bool,
-        exhausted: bool,
-        round: &mut Round,
-    ) {
-        let (Some(fleet), (state, last)) = (&self.fleet, &kept.meters[at]) else {
-            return;
-        };
-        let Some(m) = state.meter_cell().get() else {
-            return;
-        };
-        let (id, count) = m.quota_word();
-        let base = if last.0 == id { last.1 } else { 0 };
-        let delta = count as i64 - base as i64;
-        let (want, quota) = if reserve { m.take_want() } else { (0, 0) };
-        if id == 0 {
-            return;
-        }
-        match (want > 0).then_some(quota) {
-            Some(q) => {
-                let mut c = redis::cmd("EVAL");
-                c.arg(include_str!("reserve.lua"))
-                    .arg(1)
-                    .arg(quota_key(&fleet.cfg, id))
-                    .arg(m.name.as_str())
-                    .arg(delta)
-                    .arg(want)
-                    .arg(q)
-                    .arg(count)
-                    .arg(&round.mark);
-                round.counts.push((c, Sent::Reserve { at, id, count }));
-            }
-            None if delta != 0 || exhausted => {
-                let calls = round.reports.entry(id).or_default();
-                if calls.last().map_or(true, |(_, e)| e.len() >= REPORT_BATCH) {
-                    let mut c = redis::cmd("EVAL");
-                    c.arg(include_str!("report.lua"))
-                        .arg(1)
-                        .arg(quota_key(&fleet.cfg, id));
-                    calls.push((c, Vec::new()));
-                }
-                let (c, entries) = calls.last_mut().expect("pushed above");
-                c.arg(m.name.as_str()).arg(delta);
-                entries.push((at, count));
-            }
-            None => return,
-        }
-        round.periods.insert(id);
-    }
-
-    /// The commands that put back every count this replica holds in the periods due.
-    pub(super) fn restore_commands(
-        &self,
-        cfg: &Cluster,
-        rounds: &mut Rounds,
-        kept: &Kept,
-        round: &mut Round,
-    ) {
-        for id in std::mem::take(&mut rounds.restore) {
-            let entries: Vec<(usize, u64)> = kept
-                .meters
-                .iter()
-                .enumerate()
-                .filter_map(|(at, (state, _))| {
-                    let (wid, n) = state.meter_cell().get()?.quota_word();
-                    (wid == id && n > 0).then_some((at, n))
-                })
-                .collect();
-            for chunk in entries.chunks(RESTORE_BATCH) {
-                let mut c = redis::cmd("EVAL");
-                c.arg(include_str!("restore.lua"))
-                    .arg(1)
-                    .arg(quota_key(cfg, id));
-                for &(at, n) in chunk {
-                    if let Some(m) = kept.meters[at].0.meter_cell().get() {
-                        c.arg(m.name.as_str()).arg(n);
-                    }
-                }
-                let sent = Sent::Restore {
-                    id,
-                    entries: chunk.to_vec(),
-                };
-                round.restores.push((c, sent));
-            }
-        }
-    }
-
-    /// What the answers of a round's quota commands do: the fleet's counts become the views
-    /// (not where this process's mark was found missing: the hash was lost, and this
-    /// replica's counts go back next tick), grants reach their meters, and every count this
-    /// replica reported is known now (and kept at `state.path`, when set).
-    pub(super) fn quota_answers(
-        &self,
-        rounds: &mut Rounds,
-        kept: &mut Kept,
-        sent: &[Sent],
-        answers: &[redis::RedisResult<Value>],
-        now_ms: u64,
-    ) {
-        // Periods whose hash lost this process's mark: the store lost them.
-        let mut lost = HashSet::new();
-        for (s, a) in sent.iter().zip(answers) {
-            match (s, a) {
-                // Set now where this process had set it before: lost.
-                (Sent::Mark { id }, Ok(Value::Int(1))) if !rounds.marked.insert(*id) => {
-                    lost.insert(*id);
-                    rounds.restore.insert(*id);
-                    rounds.expiring.remove(id);
-                }
-                (Sent::Mark { id }, Ok(_)) => {
-                    rounds.marked.insert(*id);
-                }
-                _ => {}
-            }
-        }
-        // A meter whose counts went back this round takes the restore's answer, the larger
-        // count (its report's answer came from the same word, before).
-        let restored: HashSet<usize> = sent
-            .iter()
-            .flat_map(|s| match s {
-                Sent::Restore { entries, .. } => entries.iter().map(|&(at, _)| at).collect(),
-                _ => Vec::new(),
-            })
-            .collect();
-        let mut raised = 0;
-        for (s, a) in sent.iter().zip(answers) {
-            match (s, a) {
-                (Sent::Expire { id }, Ok(_)) if !lost.contains(id) => {
-                    rounds.expiring.insert(*id);
-                }
-                (Sent::Report { id, entries }, Ok(Value::Array(v))) if v.len() == entries.len() => {
-                    for (&(at, count), t) in entries.iter().zip(v) {
-                        if restored.contains(&at) {
-                            continue;
-                        }
-                        let total = match t {
-                            _ if lost.contains(id) => count,
-                            Value::Int(t) => u64::try_from(*t).unwrap_or(0),
-                            _ => {
-                                kept.watch.insert(at);
-                                continue;
-                            }
-                        };
-                        kept.rebased(at, *id, count, total, now_ms);
-                    }
-                }
-                (Sent::Report { entries, .. }, _) => {
-                    // Not applied: sent again next tick.
-                    kept.watch.extend(entries.iter().map(|&(at, _)| at));
-                }
-                (&Sent::Reserve { at, id, count }, Ok(Value::Array(v))) => {
-                    let (total, granted) = match v.as_slice() {
-                        [Value::Int(t), Value::Int(g)] => (*t, *g),
-                        _ => continue,
-                    };
-                    // Reserved on at least this replica's view (the script puts a lost count
-                    // back first), and granted only where this replica's mark was there: the
-                    // answer holds. A restore in the same round answers for the count.
-                    let granted = u64::try_from(granted).unwrap_or(0);
-                    if !restored.contains(&at) {
-                        kept.rebased(at, id, count, u64::try_from(total).unwrap_or(0), now_ms);
-                    }
-                    if granted > 0 {
-                        if let Some(m) = kept.meters[at].0.meter_cell().get() {
-                            m.granted(id, granted);
-                        }
-                        rounds.granted[0].push(at);
-                    }
-                }
-                (Sent::Restore { id, entries }, Ok(Value::Array(v))) => {
-                    for (&(at, count), t) in entries.iter().zip(v) {
-                        if let Value::Int(t) = t {
-                            kept.rebased(at, *id, count, u64::try_from(*t).unwrap_or(0), now_ms);
-                        }
-                    }
-                    if let Some(Value::Int(n)) = v.last() {
-                        raised += n;
-                    }
-                }
-                (Sent::Reserve { at, .. }, _) => {
-                    // Not applied: sent again next tick.
-                    kept.watch.insert(*at);
-                }
-                (Sent::Restore { id, .. }, Err(_)) => {
-                    rounds.restore.insert(*id);
-                }
-                _ => {}
-            }
-        }
-        if raised > 0 {
-            // One restore per loss (each period's counts in one round): one line.
-            tracing::warn!(
-                target: "tollgate::ledger",
-                raised,
-                "the cluster store's quota counts were found emptied; restored from this replica's counts (the larger count wins)"
-            );
-        }
-    }
-
     /// Read the fleet's counts of the periods of now (at start, before serving), and put them
     /// on the keys' meters (the larger of them and what this replica kept wins); with them,
     /// every key's view is known. Bounded by the timeout (at least 500 ms); a store that does
@@ -454,21 +250,6 @@ impl Keeper {
             }
         }
         policy.metering.fleet.loaded(now_ms);
-    }
-}
-
-impl Kept {
-    /// The fleet's `total` came back for the meter `at`'s count of period `id`, sent as
-    /// `count`: the view, the next report's base, and known now.
-    fn rebased(&mut self, at: usize, id: u32, count: u64, total: u64, now_ms: u64) {
-        if let Some((state, last)) = self.meters.get_mut(at) {
-            if let Some(m) = state.meter_cell().get() {
-                m.rebase(id, count, total);
-                m.known(now_ms);
-                *last = (id, total);
-                self.to_disk.insert(at);
-            }
-        }
     }
 }
 
