@@ -15,6 +15,11 @@ use crate::clock::{rfc3339, Nanos};
 use crate::policy::blocking::{Block, FailureTable};
 use crate::policy::client::ClientKey;
 
+use http::{Response, StatusCode};
+
+use super::reply::{percent_decode, problem};
+use super::Admin;
+
 /// One blocked address, as `GET /api/blocks`, the usage page and `tollgate top` show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockRow {
@@ -95,6 +100,56 @@ pub(crate) fn release(
         Released::NotBlocked(key)
     } else {
         Released::Freed(key, freed)
+    }
+}
+
+impl Admin {
+    /// The blocks in force now, on both listeners.
+    pub(super) fn blocks(&self) -> Vec<BlockRow> {
+        let snap = self.live.load();
+        let now_ms = self.live.usage().now_ms();
+        rows(
+            &snap.policy.failures,
+            &self.failures,
+            self.clock.now(),
+            now_ms,
+        )
+    }
+
+    /// `DELETE /api/blocks/{address}`: the address served again at once.
+    pub(super) fn release_block(&self, address: &str) -> Response<Vec<u8>> {
+        let address = percent_decode(address);
+        let snap = self.live.load();
+        let gateway = &snap.policy.failures;
+        match release(gateway, &self.failures, &address, self.clock.now()) {
+            Released::Freed(key, listeners) => {
+                self.live
+                    .metrics()
+                    .set_auth_blocked_ips(gateway.blocked_count());
+                tracing::info!(
+                    target: "tollgate::admin",
+                    client = %key.display(),
+                    listeners = %listeners.join(","),
+                    "auth-failure block released by an operator"
+                );
+                let mut r = Response::new(Vec::new());
+                *r.status_mut() = StatusCode::NO_CONTENT;
+                r
+            }
+            Released::NotBlocked(key) => problem(
+                StatusCode::NOT_FOUND,
+                "not_blocked",
+                "That address is not blocked",
+                &format!("`{}` is not blocked now", key.display()),
+            ),
+            // Nothing that is not an address is ever blocked: the same 404, saying why.
+            Released::NotAnAddress => problem(
+                StatusCode::NOT_FOUND,
+                "not_blocked",
+                "That address is not blocked",
+                "not an address: name an IPv4 or IPv6 address, or an IPv6 /64 as `GET /api/blocks` shows it",
+            ),
+        }
     }
 }
 

@@ -27,22 +27,23 @@ mod blocks;
 pub mod guard;
 pub mod keys;
 pub mod ledger;
+mod reply;
 mod usage;
 pub mod view;
 
-use async_trait::async_trait;
-use http::header::{
-    ALLOW, AUTHORIZATION, CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE,
+use reply::{
+    bearer_matches, conn_of, json_bytes, not_allowed, page, percent_decode, problem, reply, text,
 };
+
+use async_trait::async_trait;
+use http::header::{AUTHORIZATION, CONTENT_LENGTH, WWW_AUTHENTICATE};
 use http::{Method, Response, StatusCode};
 use pingora::protocols::http::ServerSession;
 
 use crate::clock::Clock;
 use crate::digest::Digest;
-use crate::edge::stream::EdgeStream;
 use crate::limit::SharedStore;
 use crate::overrides::PlanOverrides;
-use crate::policy::authenticate::bearer_token;
 use crate::policy::blocking::FailureTable;
 use crate::policy::client::ClientKey;
 use crate::refusal;
@@ -175,54 +176,6 @@ impl Admin {
 }
 
 impl Admin {
-    /// The blocks in force now, on both listeners.
-    fn blocks(&self) -> Vec<view::BlockRow> {
-        let snap = self.live.load();
-        let now_ms = self.live.usage().now_ms();
-        blocks::rows(
-            &snap.policy.failures,
-            &self.failures,
-            self.clock.now(),
-            now_ms,
-        )
-    }
-
-    /// `DELETE /api/blocks/{address}`: the address served again at once.
-    fn release_block(&self, address: &str) -> Response<Vec<u8>> {
-        let address = percent_decode(address);
-        let snap = self.live.load();
-        let gateway = &snap.policy.failures;
-        match blocks::release(gateway, &self.failures, &address, self.clock.now()) {
-            blocks::Released::Freed(key, listeners) => {
-                self.live
-                    .metrics()
-                    .set_auth_blocked_ips(gateway.blocked_count());
-                tracing::info!(
-                    target: "tollgate::admin",
-                    client = %key.display(),
-                    listeners = %listeners.join(","),
-                    "auth-failure block released by an operator"
-                );
-                let mut r = Response::new(Vec::new());
-                *r.status_mut() = StatusCode::NO_CONTENT;
-                r
-            }
-            blocks::Released::NotBlocked(key) => problem(
-                StatusCode::NOT_FOUND,
-                "not_blocked",
-                "That address is not blocked",
-                &format!("`{}` is not blocked now", key.display()),
-            ),
-            // Nothing that is not an address is ever blocked: the same 404, saying why.
-            blocks::Released::NotAnAddress => problem(
-                StatusCode::NOT_FOUND,
-                "not_blocked",
-                "That address is not blocked",
-                "not an address: name an IPv4 or IPv6 address, or an IPv6 /64 as `GET /api/blocks` shows it",
-            ),
-        }
-    }
-
     /// `DELETE /api/overrides/{key name}`: the key back on its YAML plan.
     async fn delete_override(&self, name: &str) -> Response<Vec<u8>> {
         let name = percent_decode(name);
@@ -246,81 +199,6 @@ impl Admin {
             ),
         }
     }
-}
-
-/// Whether `value` is `Bearer <token>` for a token whose SHA-256 is `want` (compared in
-/// constant time).
-fn bearer_matches(value: Option<&http::HeaderValue>, want: &Digest) -> bool {
-    value
-        .and_then(|v| bearer_token(v.as_bytes()))
-        .is_some_and(|t| Digest::of(t).ct_eq(want))
-}
-
-/// `%XX` escapes in a path segment, decoded (a key name may hold characters a URL escapes).
-fn percent_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
-}
-
-/// The usage page, with headers that keep it to itself: nothing framed, nothing fetched but
-/// this listener's own API.
-fn page(status: StatusCode) -> Response<Vec<u8>> {
-    let mut r = reply(status, "text/html; charset=utf-8", PAGE.as_bytes().to_vec());
-    let h = r.headers_mut();
-    h.insert(
-        "content-security-policy",
-        http::HeaderValue::from_static(
-            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'",
-        ),
-    );
-    h.insert("x-frame-options", http::HeaderValue::from_static("DENY"));
-    h.insert(
-        "referrer-policy",
-        http::HeaderValue::from_static("no-referrer"),
-    );
-    r
-}
-
-/// An RFC 9457 problem+json answer of the admin listener (the core's one writer of problems).
-fn problem(status: StatusCode, code: &str, title: &str, detail: &str) -> Response<Vec<u8>> {
-    let body = refusal::problem(status.as_u16(), code, title, detail);
-    reply(status, "application/problem+json", json_bytes(&body))
-}
-
-fn json_bytes(v: &impl serde::Serialize) -> Vec<u8> {
-    let mut b = serde_json::to_vec(v).unwrap_or_default();
-    b.push(b'\n');
-    b
-}
-
-fn text(status: StatusCode, body: &str) -> Response<Vec<u8>> {
-    reply(
-        status,
-        "text/plain; charset=utf-8",
-        body.as_bytes().to_vec(),
-    )
-}
-
-fn not_allowed(allow: &'static str) -> Response<Vec<u8>> {
-    let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-    r.headers_mut()
-        .insert(ALLOW, http::HeaderValue::from_static(allow));
-    r
-}
-
-fn reply(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response<Vec<u8>> {
-    let mut r = Response::new(body);
-    *r.status_mut() = status;
-    let h = r.headers_mut();
-    h.insert(CONTENT_TYPE, http::HeaderValue::from_static(content_type));
-    h.insert(CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
-    r
-}
-
-/// The connection's edge state (deadlines), on HTTP/1.1.
-fn conn_of(session: &ServerSession) -> Option<Arc<crate::edge::stream::Conn>> {
-    session.stream().and_then(EdgeStream::of).cloned()
 }
 
 #[async_trait]
@@ -507,6 +385,7 @@ impl Admin {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use http::header::{ALLOW, CONTENT_TYPE};
     use tollgate_core::testing::TestConfig;
 
     fn admin(dir: &tempfile::TempDir) -> (Admin, std::path::PathBuf) {
