@@ -37,6 +37,7 @@
 //! | [`settling`] | a parked request's urgent exchange, run on its own thread, and its wait |
 //! | `metrics` | `tollgate_cluster_*` |
 
+mod calls;
 pub mod exchange;
 mod metrics;
 pub mod script;
