@@ -19,6 +19,7 @@ rules=(
   "crates/core/src/clock.rs             config|limit|metering|policy|usage|testing|path|digest|refusal|outcome"
   "crates/core/src/digest.rs            config|limit|metering|policy|usage|testing|path|clock|refusal|outcome"
   "crates/core/src/outcome.rs           config|limit|metering|policy|usage|testing|path|digest|clock|refusal"
+  "crates/core/src/sync.rs              config|limit|metering|policy|usage|testing|path|digest|clock|refusal|outcome"
   "crates/core/src/refusal.rs           config|limit|metering|policy|usage|testing|path|digest|clock"
   "crates/core/src/path.rs              config|limit|metering|policy|usage|testing"
   "crates/core/src/config               policy|limit|metering|usage|testing"

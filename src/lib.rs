@@ -29,7 +29,7 @@
 //!
 //! | floor | modules | what | may import |
 //! |---|---|---|---|
-//! | 0 | [`clock`], [`digest`], [`path`], [`refusal`], [`outcome`] | time, the key's digest, the one path normalizer, the refusal codes and how a request ended (the `tollgate-core` crate) | std |
+//! | 0 | [`clock`], [`digest`], [`path`], [`refusal`], [`outcome`], [`sync`] | time, the key's digest, the one path normalizer, the refusal codes and how a request ended, the one way a poisoned lock is taken (the `tollgate-core` crate) | std |
 //! | 1 | [`config`], [`metering`], [`limit`] | the validated model (config, catalogue, key names); quota and ledger counts; the rate arithmetic and stores (a key's rate state holds its meter) | floor 0, and the ones before it in the row |
 //! | 2 | [`policy`], [`usage`] | the decision; the operator's view of the last minute | floors 0–1 |
 //! | 3 | [`runtime`] | the ground of the process: the live snapshot and reload, lifecycle, logging, metrics | the core |
@@ -59,7 +59,7 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 pub use tollgate_core::{
-    clock, config, digest, limit, metering, outcome, path, policy, refusal, usage,
+    clock, config, digest, limit, metering, outcome, path, policy, refusal, sync, usage,
 };
 
 pub mod admin;

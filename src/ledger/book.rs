@@ -12,6 +12,7 @@ use redb::{ReadableTable, TableDefinition};
 
 use crate::state::disk::read_table;
 use crate::state::StateFile;
+use crate::sync::Locked;
 use serde::{Deserialize, Serialize};
 
 const QUOTA: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("quota_used");
@@ -83,7 +84,8 @@ impl Book {
     /// Every quota word kept, by key name.
     pub fn quotas(&self) -> Result<Vec<(String, u32, u64)>, BookError> {
         match self {
-            Book::Memory(m) => Ok(lock(m)
+            Book::Memory(m) => Ok(m
+                .locked()
                 .quota
                 .iter()
                 .map(|(k, &(id, n))| (k.clone(), id, n))
@@ -117,7 +119,7 @@ impl Book {
     ) -> Result<(), BookError> {
         match self {
             Book::Memory(m) => {
-                let mut m = lock(m);
+                let mut m = m.locked();
                 for (k, id, n) in quotas {
                     m.quota.insert(k.clone(), (*id, *n));
                 }
@@ -169,7 +171,8 @@ impl Book {
     ) -> Result<Vec<(u32, String, Row)>, BookError> {
         let wanted = |k: &str| key.map_or(true, |want| want == k);
         match self {
-            Book::Memory(m) => Ok(lock(m)
+            Book::Memory(m) => Ok(m
+                .locked()
                 .rows
                 .range((from, String::new())..)
                 .take_while(|((day, _), _)| *day <= to)
@@ -198,10 +201,6 @@ impl Book {
             }),
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

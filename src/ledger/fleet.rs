@@ -27,6 +27,7 @@ use super::{named, stash, who, Keeper, Today, DAY_MS};
 use crate::config::Cluster;
 use crate::redis::{Client, StoreError};
 use crate::shared::Rider;
+use crate::sync::Locked;
 
 /// The fleet half of the keeper.
 pub(super) struct Fleet {
@@ -66,7 +67,7 @@ impl Fleet {
     }
 
     pub(super) fn rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
-        self.rounds.lock().unwrap_or_else(|e| e.into_inner())
+        self.rounds.locked()
     }
 
     fn ledger_key(&self, day: u32) -> String {
@@ -157,7 +158,7 @@ impl Rider for Keeper {
                 self.quota_command(&kept, at, true, false, &mut round);
             }
             rounds.lay_out(&fleet.cfg, round, None, now_ms, &mut cmds, &mut sent);
-            *fleet.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = InFlight {
+            *fleet.in_flight.locked() = InFlight {
                 sent,
                 deltas: Vec::new(),
             };
@@ -182,7 +183,7 @@ impl Rider for Keeper {
         for d in &deltas {
             days.add(fleet, retention, d, true);
         }
-        let mut last_named = fleet.named.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last_named = fleet.named.locked();
         let mut over = Vec::new();
         for &at in &visit {
             let Some(m) = kept.meters[at].0.meter_cell().get() else {
@@ -231,7 +232,7 @@ impl Rider for Keeper {
             cmds.push(c.0);
             sent.push(Sent::Other);
         }
-        *fleet.in_flight.lock().unwrap_or_else(|e| e.into_inner()) = InFlight { sent, deltas };
+        *fleet.in_flight.locked() = InFlight { sent, deltas };
         cmds
     }
 
@@ -239,17 +240,12 @@ impl Rider for Keeper {
         let Some(fleet) = &self.fleet else {
             return;
         };
-        let flight =
-            std::mem::take(&mut *fleet.in_flight.lock().unwrap_or_else(|e| e.into_inner()));
+        let flight = std::mem::take(&mut *fleet.in_flight.locked());
         let answers = match answers {
             Ok(a) if a.len() == flight.sent.len() => a,
             _ => {
                 // Every row names its plan and partner again (the names may not have landed).
-                fleet
-                    .named
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clear();
+                fleet.named.locked().clear();
                 // Nothing taken as applied: the ledger counts are sent again next tick; so
                 // are the quota counts (their total here has not moved: their meters are
                 // visited again, changed or not), and the counts to put back.

@@ -43,6 +43,7 @@ use crate::config::Period;
 use crate::metering::{day_of, Held, PeriodAt, DAY_MS};
 use crate::runtime::live::{LivePolicy, Snapshot};
 use crate::state::StateFile;
+use crate::sync::Locked;
 use book::{Book, BookError, Delta, Row};
 
 /// The calendar as a pass reads it: today's UTC day number, and the ids of the day's and
@@ -143,7 +144,7 @@ impl Keeper {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
-        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+        self.kept.locked()
     }
 
     /// The meters (places in `kept.meters`) this pass visits, in order: every meter changed

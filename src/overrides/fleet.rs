@@ -20,6 +20,7 @@ use crate::redis::StoreError;
 use crate::runtime::live::unix_ms;
 use crate::state::disk::{self, DiskError};
 use crate::state::StateFile;
+use crate::sync::Locked;
 
 /// The overrides in Redis, and this replica's copy of them.
 pub(super) struct Fleet {
@@ -72,7 +73,7 @@ impl Fleet {
     }
 
     fn copy(&self) -> std::sync::MutexGuard<'_, Copy> {
-        self.copy.lock().unwrap_or_else(|e| e.into_inner())
+        self.copy.locked()
     }
 
     /// The fields held.

@@ -5,6 +5,7 @@ use redis::{RedisError, RedisResult};
 
 use super::{no_delay, Client, StoreError};
 use crate::config::{at_address, Cluster};
+use crate::sync::Locked;
 
 /// A connection to the Redis Cluster `cfg` names, starting from its URL and the nodes `known`
 /// (URLs); the nodes it has now are remembered for the next.
@@ -38,7 +39,7 @@ static CLUSTER_NODES: std::sync::Mutex<Vec<(String, Vec<String>)>> =
     std::sync::Mutex::new(Vec::new());
 
 pub(super) fn known_nodes(url: &str) -> Vec<String> {
-    let known = CLUSTER_NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let known = CLUSTER_NODES.locked();
     known
         .iter()
         .find(|(u, _)| u == url)
@@ -64,7 +65,7 @@ fn remember_nodes(url: &str, listing: &str) {
     if nodes.is_empty() {
         return;
     }
-    let mut known = CLUSTER_NODES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut known = CLUSTER_NODES.locked();
     known.retain(|(u, _)| u != url);
     known.push((url.to_string(), nodes));
 }

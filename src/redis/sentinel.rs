@@ -8,6 +8,7 @@ use redis::IntoConnectionInfo;
 
 use super::no_delay;
 use crate::config::SentinelUrl;
+use crate::sync::Locked;
 
 /// Redis behind Sentinel: the master's address asked of the Sentinels, and one multiplexed
 /// connection to it, kept until a call fails in a way that says the master may have moved
@@ -66,7 +67,7 @@ impl SentinelLink {
     }
 
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+        self.conn.locked()
     }
 
     /// A call's result; one that says the master may have moved drops the connection.

@@ -30,6 +30,7 @@ use crate::digest::Digest;
 use crate::limit::{LocalStore, Store};
 use crate::policy::overrides::{Drop, Override, Overrides, Part};
 use crate::policy::Policy;
+use crate::sync::Locked;
 use crate::usage::Usage;
 
 /// Everything a request reads from the config, fixed for that request.
@@ -141,11 +142,7 @@ impl LivePolicy {
 
     /// The last reload (none yet: `None`), and when the first config was loaded.
     pub fn last_reload(&self) -> (Option<LastReload>, u64) {
-        let last = self
-            .last_reload
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let last = self.last_reload.locked().clone();
         (last, self.started_ms)
     }
 
@@ -157,7 +154,7 @@ impl LivePolicy {
     /// Read or change the overrides in force (the gauge follows). A change applies to the
     /// snapshots compiled from now on; putting it on the policy in force is the caller's.
     pub fn with_overrides<R>(&self, f: impl FnOnce(&mut Overrides) -> R) -> R {
-        let mut set = self.in_force.lock().unwrap_or_else(|e| e.into_inner());
+        let mut set = self.in_force.locked();
         let r = f(&mut set);
         self.metrics.set_plan_overrides(upgrades(&set));
         r
@@ -167,7 +164,7 @@ impl LivePolicy {
     /// on the policy in force now. Serialized with reloads, so that no reload compiled before
     /// the change replaces the policy after it.
     pub fn put_records(&self, changes: &[(Digest, Part, Override)]) {
-        let _serial = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = self.reload_lock.locked();
         let snap = self.current.load();
         self.with_overrides(|set| {
             for (d, _, o) in changes {
@@ -186,7 +183,7 @@ impl LivePolicy {
     /// place of the set in force; what the policy in force drops of it is taken out of `set`
     /// and returned (to be logged and forgotten where it is kept).
     pub fn replace_overrides(&self, set: &mut Overrides) -> Vec<Drop> {
-        let _serial = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = self.reload_lock.locked();
         let snap = self.current.load();
         let drops = snap.policy.apply_overrides(set);
         for d in &drops {
@@ -228,7 +225,7 @@ impl LivePolicy {
 
     /// Swap in `config` if it is valid; count, log and return what happened.
     pub fn replace(&self, config: Result<Config, ConfigError>) -> Result<Reloaded, ConfigError> {
-        let _serial = self.reload_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _serial = self.reload_lock.locked();
         let old = self.current.load_full();
         let refuse = self.refuse_published.load(Ordering::Relaxed);
         let result = config.and_then(|c| {
@@ -251,7 +248,7 @@ impl LivePolicy {
                 restart_required,
             })
         });
-        *self.last_reload.lock().unwrap_or_else(|e| e.into_inner()) = Some(LastReload {
+        *self.last_reload.locked() = Some(LastReload {
             at_ms: unix_ms(),
             error: result.as_ref().err().map(|e| e.to_string()),
         });
@@ -288,7 +285,7 @@ impl LivePolicy {
 /// Put the overrides in force on `policy` (and mark what has expired); drop (one log line
 /// each) and return what no longer applies to it.
 fn apply_in_force(policy: &Policy, in_force: &Mutex<Overrides>, metrics: &Metrics) -> Vec<Drop> {
-    let mut set = in_force.lock().unwrap_or_else(|e| e.into_inner());
+    let mut set = in_force.locked();
     policy.keys.expire(crate::clock::wall_ms());
     let drops = policy.apply_overrides(&set);
     for d in &drops {

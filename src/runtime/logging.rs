@@ -21,6 +21,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::LogFormat;
+use crate::sync::Locked;
 
 /// How log lines reach stderr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +87,7 @@ impl Sink {
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+        self.queue.locked()
     }
 
     /// Queue one whole line (or write it, direct). The writer is woken by the first line of
@@ -99,7 +100,7 @@ impl Sink {
         }
         let mut q = self.lock();
         while !q.buf.is_empty() && q.buf.len() + line.len() > self.cap && !q.closing {
-            q = self.room.wait(q).unwrap_or_else(|e| e.into_inner());
+            q = crate::sync::wait(&self.room, q);
         }
         if q.closing {
             // The writer is stopping (the process exits): what comes now is written here (it
@@ -129,7 +130,7 @@ impl Sink {
                 q.writing = false;
                 self.room.notify_all();
                 while q.buf.is_empty() && !q.closing {
-                    q = self.lines.wait(q).unwrap_or_else(|e| e.into_inner());
+                    q = crate::sync::wait(&self.lines, q);
                 }
                 let due = std::time::Instant::now() + BATCH_WAIT;
                 while q.buf.len() < self.full() && !q.closing {
@@ -137,11 +138,7 @@ impl Sink {
                     if left.is_zero() {
                         break;
                     }
-                    q = self
-                        .lines
-                        .wait_timeout(q, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
+                    q = crate::sync::wait_timeout(&self.lines, q, left);
                 }
                 if q.buf.is_empty() {
                     return;
@@ -173,7 +170,7 @@ impl Sink {
         q.closing = true;
         self.lines.notify_one();
         while !q.buf.is_empty() || q.writing {
-            q = self.room.wait(q).unwrap_or_else(|e| e.into_inner());
+            q = crate::sync::wait(&self.room, q);
         }
     }
 }

@@ -10,6 +10,7 @@ use super::script::{pack_calls, unpack_answers};
 use super::BudgetSync;
 use crate::limit::shared::{store_key, Call, Reply};
 use crate::redis::{within, Client, StoreError};
+use crate::sync::Locked;
 
 /// A budget call's answer: the script's `{granted, ahead}`, or why there is none.
 type Answer = Result<Reply, StoreError>;
@@ -58,7 +59,7 @@ impl BudgetSync {
     /// The budget names of `chunk`'s keys, from the cache or computed.
     fn names(&self, chunk: &[Call]) -> Vec<Arc<str>> {
         // Only this service's one task locks it, and never across an await.
-        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        let mut names = self.names.locked();
         if names.len() + chunk.len() > super::NAMES {
             names.clear();
         }

@@ -59,6 +59,7 @@ use crate::limit::shared::Batch;
 use crate::limit::{SharedStore, Syncer, Timing};
 use crate::redis::{Client, Lua, StoreError};
 use crate::runtime::metrics::Metrics;
+use crate::sync::Locked;
 use metrics::SharedMetrics;
 pub use settling::Settling;
 
@@ -176,7 +177,7 @@ impl BudgetSync {
 
     fn syncer(&self) -> std::sync::MutexGuard<'_, Syncer> {
         // Locked by the ticks and the urgent rounds, never across an await.
-        self.syncer.lock().unwrap_or_else(|e| e.into_inner())
+        self.syncer.locked()
     }
 
     /// The next round's number and batch, taken together (rounds run side by side; a request
@@ -199,14 +200,11 @@ impl BudgetSync {
     }
 
     fn published(&self) -> Option<Client> {
-        self.published
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.published.locked().clone()
     }
 
     fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
-        self.breaker.lock().unwrap_or_else(|e| e.into_inner())
+        self.breaker.locked()
     }
 
     /// Whether no exchange may be tried now (the store failed lately).
@@ -303,7 +301,7 @@ impl BackgroundService for BudgetSync {
             }
             let ok = self.tick(&mut client).await;
             self.record(ok);
-            *self.published.lock().unwrap_or_else(|e| e.into_inner()) = client.clone();
+            *self.published.locked() = client.clone();
         }
         // Leaving: report what was admitted since the last exchange, if the store answers.
         if self.breaker().failures == 0 && client.is_some() {

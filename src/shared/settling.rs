@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use super::BudgetSync;
 use crate::redis::Client;
+use crate::sync::Locked;
 
 /// Ids that tell one [`BudgetSync`] from another in a thread's connection slot.
 static SERVICES: AtomicU64 = AtomicU64::new(1);
@@ -107,7 +108,7 @@ impl Settling {
     }
 
     fn rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
-        self.rounds.lock().unwrap_or_else(|e| e.into_inner())
+        self.rounds.locked()
     }
 
     /// Number a round that begins now (called under the syncer's lock, so that numbers follow

@@ -37,6 +37,8 @@ pub mod disk;
 
 use disk::DiskError;
 
+use crate::sync::Locked;
+
 /// The `state.path` file: the database open on it now, and whether its disk is failing.
 pub struct StateFile {
     path: PathBuf,
@@ -90,7 +92,7 @@ impl StateFile {
     }
 
     fn db(&self) -> Arc<redb::Database> {
-        Arc::clone(&self.db.lock().unwrap_or_else(|e| e.into_inner()))
+        Arc::clone(&self.db.locked())
     }
 
     /// Read with `f` (blocking: from a blocking thread or the keeper's). When it fails, the
@@ -158,7 +160,7 @@ impl StateFile {
     /// be open at once: the old one closes when its last user drops it).
     fn reopen(&self) {
         match disk::open(&self.path) {
-            Ok(db) => *self.db.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(db),
+            Ok(db) => *self.db.locked() = Arc::new(db),
             Err(e) => {
                 tracing::debug!(target: "tollgate::state", error = %e, "state.path could not be opened again yet");
             }

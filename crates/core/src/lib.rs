@@ -9,6 +9,7 @@
 //! | [`digest`] | the SHA-256 of a key: what is stored and compared instead of the key |
 //! | [`clock`] | monotonic nanoseconds, injectable; the only reader of the system's clocks |
 //! | [`metering`] | quotas and the usage ledger's counts, per key, without a lock |
+//! | [`sync`] | the one way a poisoned lock is taken |
 //! | [`refusal`], [`outcome`] | the refusal codes (one table: status, title, outcome) and how a request ended: the ground floor every room names them from |
 //! | [`usage`] | per-key counts of the last minute and the latest refusals, for the operator's view |
 //!
@@ -31,6 +32,7 @@ pub mod outcome;
 pub mod path;
 pub mod policy;
 pub mod refusal;
+pub mod sync;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod usage;

@@ -31,6 +31,7 @@ pub use fleet::{FleetQuotas, Ticket};
 use crate::config::keyname::KeyName;
 use crate::config::{Period, QuotaSpec};
 use crate::refusal::Code;
+use crate::sync::Locked;
 
 /// A UTC day, in ms.
 pub const DAY_MS: u64 = 86_400_000;
@@ -677,7 +678,7 @@ impl Metering {
         if let Some(m) = state.meter_cell().get() {
             m.want_quota.store(quota, Ordering::Release);
             if m.want.fetch_add(1, Ordering::AcqRel) == 0 {
-                let tx = self.parked_tx.lock().unwrap_or_else(|e| e.into_inner());
+                let tx = self.parked_tx.locked();
                 let _ = tx.send(Arc::clone(state) as Held);
                 self.parked_any.store(true, Ordering::Release);
             }
@@ -693,7 +694,7 @@ impl Metering {
     /// The meters with requests parked since the last call, each once.
     pub fn take_parked(&self) -> Vec<Held> {
         self.parked_any.store(false, Ordering::Release);
-        let rx = self.parked_rx.lock().unwrap_or_else(|e| e.into_inner());
+        let rx = self.parked_rx.locked();
         rx.try_iter().collect()
     }
 
@@ -714,14 +715,14 @@ impl Metering {
 
     #[cold]
     fn queue<H: MeterHolder + 'static>(&self, state: &Arc<H>) {
-        let tx = self.changed_tx.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = self.changed_tx.locked();
         let _ = tx.send(Arc::clone(state) as Held);
     }
 
     /// The meters changed since the last call, each once, their flags cleared: the keeper
     /// reads their counts after this returns.
     pub fn take_changed(&self) -> Vec<Held> {
-        let rx = self.changed_rx.lock().unwrap_or_else(|e| e.into_inner());
+        let rx = self.changed_rx.locked();
         rx.try_iter()
             .inspect(|state| {
                 if let Some(m) = state.meter_cell().get() {
