@@ -107,6 +107,37 @@ impl Built {
 /// that cannot be bound (unless `--upgrade` takes the sockets over), or a TLS certificate or
 /// key that does not load.
 pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<Built, SetupError> {
+    let mut server = pingora_server(&config, opt)?;
+    let listen = config.process.listen;
+    let admin_listen = config.process.admin_listen.to_string();
+    let drain = Duration::from_secs(config.process.shutdown.drain_seconds);
+    let tls = config.process.tls.clone();
+    let rooms = Rooms::open(config, &clock)?;
+    let health = Arc::new(Health::default());
+    add_gateway(&mut server, &rooms, &health, &clock, tls)?;
+    let admin_failures = Arc::new(crate::policy::blocking::FailureTable::new());
+    add_admin(
+        &mut server,
+        &rooms,
+        &health,
+        &clock,
+        &admin_failures,
+        admin_listen,
+    );
+    let live = Arc::clone(&rooms.live);
+    add_background(&mut server, rooms, &health, clock, admin_failures, listen);
+    let signals = Signals { health, drain };
+    Ok(Built {
+        server,
+        live,
+        signals,
+    })
+}
+
+/// The Pingora server: its settings (a `--conf` file, else the `runtime:` block) with the
+/// config's shutdown times; every listen address checked first, unless `--upgrade` takes the
+/// sockets over from the running process.
+fn pingora_server(config: &Config, opt: Option<Opt>) -> Result<Server, SetupError> {
     let mut conf = match opt.as_ref().filter(|o| o.conf.is_some()) {
         Some(o) => ServerConf::load_yaml_with_opt_override(o)
             .map_err(|e| SetupError::PingoraConf(e.to_string()))?,
@@ -141,53 +172,82 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
         // Take the listening sockets over from the running process (zero-downtime upgrade).
         server.bootstrap();
     }
-    let listen = config.process.listen;
-    let admin_listen = config.process.admin_listen.to_string();
-    let drain = Duration::from_secs(config.process.shutdown.drain_seconds);
-    let tls = config.process.tls.clone();
-    let config_tls = config.process.tls.clone();
-    let metrics = Arc::new(Metrics::new());
-    let cluster = config.process.cluster.clone().map(|c| {
-        let window = Duration::from_secs(u64::from(config.limits.window.get()));
-        BudgetSync::new(c, window, Arc::clone(&clock), &metrics)
-    });
-    let store: Arc<dyn Store> = match &cluster {
-        Some((shared, _)) => Arc::clone(shared) as Arc<dyn Store>,
-        None => Arc::new(LocalStore),
-    };
-    let shared = cluster.as_ref().map(|(s, _)| Arc::clone(s));
-    let (overrides, kept) = PlanOverrides::open(
-        config.process.cluster.as_ref(),
-        config.process.state_path.as_deref(),
-    )
-    .map_err(|e| SetupError::State {
-        file: config.source.clone(),
-        message: e.to_string(),
-    })?;
-    let overrides = Arc::new(overrides);
-    let sync_every = config.process.cluster.as_ref().map(|c| c.sync_interval);
-    let live = Arc::new(LivePolicy::with_store(config, metrics, store, kept)?);
-    overrides.start(&live);
-    live.forget_with(Arc::clone(&overrides) as Arc<dyn crate::runtime::live::Forget>);
-    let keeper = Arc::new(
-        crate::ledger::Keeper::open(overrides.state_file(), Arc::clone(&live)).map_err(|e| {
-            SetupError::State {
-                file: live.path().to_path_buf(),
-                message: e.to_string(),
-            }
-        })?,
-    );
-    let health = Arc::new(Health::default());
+    Ok(server)
+}
+
+/// The rooms that hold state, opened and wired: the shared budgets (with `cluster`), the
+/// overrides, the policy in force, the quota and ledger keeper.
+struct Rooms {
+    cluster: Option<(Arc<crate::limit::SharedStore>, Arc<BudgetSync>)>,
+    overrides: Arc<PlanOverrides>,
+    live: Arc<LivePolicy>,
+    keeper: Arc<crate::ledger::Keeper>,
+    sync_every: Option<Duration>,
+}
+
+impl Rooms {
+    fn open(config: Config, clock: &Arc<dyn Clock>) -> Result<Self, SetupError> {
+        let metrics = Arc::new(Metrics::new());
+        let cluster = config.process.cluster.clone().map(|c| {
+            let window = Duration::from_secs(u64::from(config.limits.window.get()));
+            BudgetSync::new(c, window, Arc::clone(clock), &metrics)
+        });
+        let store: Arc<dyn Store> = match &cluster {
+            Some((shared, _)) => Arc::clone(shared) as Arc<dyn Store>,
+            None => Arc::new(LocalStore),
+        };
+        let (overrides, kept) = PlanOverrides::open(
+            config.process.cluster.as_ref(),
+            config.process.state_path.as_deref(),
+        )
+        .map_err(|e| SetupError::State {
+            file: config.source.clone(),
+            message: e.to_string(),
+        })?;
+        let overrides = Arc::new(overrides);
+        let sync_every = config.process.cluster.as_ref().map(|c| c.sync_interval);
+        let live = Arc::new(LivePolicy::with_store(config, metrics, store, kept)?);
+        overrides.start(&live);
+        live.forget_with(Arc::clone(&overrides) as Arc<dyn crate::runtime::live::Forget>);
+        let keeper = Arc::new(
+            crate::ledger::Keeper::open(overrides.state_file(), Arc::clone(&live)).map_err(
+                |e| SetupError::State {
+                    file: live.path().to_path_buf(),
+                    message: e.to_string(),
+                },
+            )?,
+        );
+        if let Some((_, sync)) = &cluster {
+            sync.carry(Arc::clone(&keeper) as Arc<dyn crate::shared::Rider>);
+        }
+        Ok(Self {
+            cluster,
+            overrides,
+            live,
+            keeper,
+            sync_every,
+        })
+    }
+}
+
+/// The gateway's service: the proxy behind the edge, on `listen` and the TLS listener.
+fn add_gateway(
+    server: &mut Server,
+    rooms: &Rooms,
+    health: &Arc<Health>,
+    clock: &Arc<dyn Clock>,
+    tls: Option<Tls>,
+) -> Result<(), SetupError> {
+    let live = &rooms.live;
     let edge_limits = live.load().policy.config.server.clone();
     let mut gateway = Gateway::new(
-        Arc::clone(&live),
-        Arc::clone(&health),
-        Arc::clone(&clock),
-        Arc::clone(&overrides),
+        Arc::clone(live),
+        Arc::clone(health),
+        Arc::clone(clock),
+        Arc::clone(&rooms.overrides),
     );
-    if let Some((_, sync)) = &cluster {
+    if let Some((_, sync)) = &rooms.cluster {
         gateway = gateway.with_settling(sync.settling());
-        sync.carry(Arc::clone(&keeper) as Arc<dyn crate::shared::Rider>);
     }
     let mut proxy = pingora::proxy::http_proxy(&server.configuration, gateway);
     let mut options = HttpServerOptions::default();
@@ -198,47 +258,75 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     let mut h2 = default_h2_options();
     h2.max_header_list_size(u32::try_from(edge_limits.max_header_bytes).unwrap_or(u32::MAX));
     proxy.h2_options = Some(h2);
-    let tls_listener = match tls {
+    let tls_listener = match &tls {
         None => None,
         Some(t) => Some(TlsListener {
             port: t.listen.port(),
-            acceptor: tls_acceptor(&t)?,
+            acceptor: tls_acceptor(t)?,
         }),
     };
     // The soft descriptor limit raised to the hard one, and the gateway's budget under it.
     let fds = Arc::new(Descriptors::new(crate::edge::fds::raise_limit()));
-    let edge = EdgeApp::gateway(Arc::new(proxy), Arc::clone(&live), tls_listener, fds);
+    let edge = EdgeApp::gateway(Arc::new(proxy), Arc::clone(live), tls_listener, fds);
     let mut svc = Service::new("tollgate".into(), edge);
     let buffers = L4BufferSettings::new(L4_READ_BUFFER, DEFAULT_L4_WRITE_BUFFER_SIZE);
+    let listen = live.load().policy.config.process.listen;
     svc.add_listener(ListenerConfig::tcp(listen.to_string()).l4_buffer(buffers));
-    if let Some(t) = &config_tls {
+    if let Some(t) = &tls {
         svc.add_listener(ListenerConfig::tcp(t.listen.to_string()).l4_buffer(buffers));
     }
     server.add_service(svc);
+    Ok(())
+}
 
-    let admin_failures = Arc::new(crate::policy::blocking::FailureTable::new());
+/// The admin listener's service, on `admin_listen`, one thread.
+fn add_admin(
+    server: &mut Server,
+    rooms: &Rooms,
+    health: &Arc<Health>,
+    clock: &Arc<dyn Clock>,
+    failures: &Arc<crate::policy::blocking::FailureTable>,
+    admin_listen: String,
+) {
     let admin = Admin {
-        live: Arc::clone(&live),
-        health: Arc::clone(&health),
-        cluster: shared,
-        clock: Arc::clone(&clock),
-        failures: Arc::clone(&admin_failures),
-        overrides: Arc::clone(&overrides),
-        ledger: Arc::clone(&keeper),
+        live: Arc::clone(&rooms.live),
+        health: Arc::clone(health),
+        cluster: rooms.cluster.as_ref().map(|(s, _)| Arc::clone(s)),
+        clock: Arc::clone(clock),
+        failures: Arc::clone(failures),
+        overrides: Arc::clone(&rooms.overrides),
+        ledger: Arc::clone(&rooms.keeper),
     };
-    let admin = EdgeApp::admin(Arc::new(HttpServer::new_app(admin)), Arc::clone(&live));
-    let mut admin_svc = Service::new("tollgate admin".into(), admin);
-    admin_svc.add_listener(ListenerConfig::tcp(admin_listen).l4_buffer(buffers));
-    admin_svc.threads = Some(1);
-    server.add_service(admin_svc);
+    let admin = EdgeApp::admin(
+        Arc::new(HttpServer::new_app(admin)),
+        Arc::clone(&rooms.live),
+    );
+    let mut svc = Service::new("tollgate admin".into(), admin);
+    let buffers = L4BufferSettings::new(L4_READ_BUFFER, DEFAULT_L4_WRITE_BUFFER_SIZE);
+    svc.add_listener(ListenerConfig::tcp(admin_listen).l4_buffer(buffers));
+    svc.threads = Some(1);
+    server.add_service(svc);
+}
+
+/// The background services: SIGHUP's reload, the auth-failure sweeper, key expiry, the
+/// keeper, the shared budgets' and the overrides' sync (with `cluster`), readiness.
+fn add_background(
+    server: &mut Server,
+    rooms: Rooms,
+    health: &Arc<Health>,
+    clock: Arc<dyn Clock>,
+    admin_failures: Arc<crate::policy::blocking::FailureTable>,
+    listen: std::net::SocketAddr,
+) {
+    let live = &rooms.live;
     server.add_service(background_service(
         "tollgate reload on SIGHUP",
-        ReloadOnHangup(Arc::clone(&live)),
+        ReloadOnHangup(Arc::clone(live)),
     ));
     server.add_service(background_service(
         "tollgate auth-failure sweeper",
         BlockSweeper {
-            live: Arc::clone(&live),
+            live: Arc::clone(live),
             clock,
             admin_failures,
         },
@@ -246,25 +334,25 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     server.add_service(background_service(
         "tollgate key expiry",
         crate::runtime::lifecycle::Expiry {
-            live: Arc::clone(&live),
+            live: Arc::clone(live),
         },
     ));
     server.add_service(background_service(
         "tollgate quota and ledger keeper",
-        crate::ledger::KeeperTick(keeper),
+        crate::ledger::KeeperTick(Arc::clone(&rooms.keeper)),
     ));
-    if let Some((_, svc)) = cluster {
+    if let Some((_, svc)) = rooms.cluster {
         server.add_service(pingora::services::background::GenBackgroundService::new(
             "tollgate cluster sync".into(),
             svc,
         ));
     }
-    if let (Some(every), true) = (sync_every, overrides.shared()) {
+    if let (Some(every), true) = (rooms.sync_every, rooms.overrides.shared()) {
         server.add_service(background_service(
             "tollgate plan overrides sync",
             OverrideSync {
-                overrides: Arc::clone(&overrides),
-                live: Arc::clone(&live),
+                overrides: Arc::clone(&rooms.overrides),
+                live: Arc::clone(live),
                 every,
             },
         ));
@@ -272,17 +360,8 @@ pub fn build(config: Config, clock: Arc<dyn Clock>, opt: Option<Opt>) -> Result<
     server.add_service(background_service(
         "tollgate readiness",
         ReadinessProbe {
-            health: Arc::clone(&health),
+            health: Arc::clone(health),
             listen,
         },
     ));
-    let signals = Signals {
-        health: Arc::clone(&health),
-        drain,
-    };
-    Ok(Built {
-        server,
-        live,
-        signals,
-    })
 }
