@@ -43,7 +43,7 @@ rules=(
   "src/server.rs                        cli|demo|top"
   "src/demo.rs                          cli|top"
   "src/top.rs                           proxy|server|cli|demo"
-  "src/cli.rs                           nothing"
+  "src/cli                              nothing"
 )
 
 bad=0
