@@ -20,11 +20,11 @@ use crate::runtime::SetupError;
 use crate::server;
 
 /// The demo policy, compiled in so `tollgate demo` works from any directory.
-pub const DEMO_YAML: &str = include_str!("../policies/demo.yaml");
+pub(crate) const DEMO_YAML: &str = include_str!("../policies/demo.yaml");
 
 /// The stand-in provider: every operation answers `200 {}` (spec section 4: "the only
 /// illustration is an empty JSON object").
-pub struct StandIn;
+pub(crate) struct StandIn;
 
 #[async_trait]
 impl ServeHttp for StandIn {
@@ -41,7 +41,7 @@ impl ServeHttp for StandIn {
 }
 
 /// Add the stand-in upstream to `server` on `addr`.
-pub fn add_stand_in(server: &mut Server, addr: &str) {
+pub(crate) fn add_stand_in(server: &mut Server, addr: &str) {
     let mut svc = Service::new(
         "tollgate demo upstream".into(),
         HttpServer::new_app(StandIn),
@@ -63,7 +63,7 @@ pub fn add_stand_in(server: &mut Server, addr: &str) {
 /// either way), and the stand-in has none, so 0 loses nothing a larger value would keep.
 /// SIGQUIT, Pingora's upgrade hand-over (of no use to the stand-in), is not changed: it still
 /// takes Pingora's fixed ~10 s (5 s trying the upgrade socket, 5 s before the listeners close).
-pub fn stand_in_server_conf() -> ServerConf {
+pub(crate) fn stand_in_server_conf() -> ServerConf {
     ServerConf {
         grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(0),
@@ -73,7 +73,7 @@ pub fn stand_in_server_conf() -> ServerConf {
 
 /// `tollgate stand-in`: a Pingora server with only the stand-in, on `addr`, with
 /// [`stand_in_server_conf`]; `run_forever` it.
-pub fn stand_in_server(addr: &str) -> Server {
+pub(crate) fn stand_in_server(addr: &str) -> Server {
     let mut server = Server::new_with_opt_and_conf(None, stand_in_server_conf());
     add_stand_in(&mut server, addr);
     server
@@ -81,7 +81,7 @@ pub fn stand_in_server(addr: &str) -> Server {
 
 /// The demo config, listening on `port` with the stand-in on `upstream_port` and the admin
 /// listener on `admin_port` (all loopback).
-pub fn config(port: u16, upstream_port: u16, admin_port: u16) -> Result<Config, SetupError> {
+pub(crate) fn config(port: u16, upstream_port: u16, admin_port: u16) -> Result<Config, SetupError> {
     let mut cfg = Config::parse(DEMO_YAML, Path::new("policies/demo.yaml"), &ProcessEnv)?;
     cfg.process.listen.set_port(port);
     cfg.process.admin_listen.set_port(admin_port);
@@ -91,7 +91,7 @@ pub fn config(port: u16, upstream_port: u16, admin_port: u16) -> Result<Config, 
 }
 
 /// The curl lines the demo prints, for a gateway on `127.0.0.1:port`.
-pub fn curl_lines(port: u16) -> Vec<(&'static str, String)> {
+pub(crate) fn curl_lines(port: u16) -> Vec<(&'static str, String)> {
     let base = format!("http://127.0.0.1:{port}");
     let json = "-H 'Content-Type: application/json'";
     vec![
@@ -119,7 +119,7 @@ pub fn curl_lines(port: u16) -> Vec<(&'static str, String)> {
 }
 
 /// Run the demo until interrupted.
-pub fn run(port: u16, upstream_port: u16, admin_port: u16) -> Result<(), SetupError> {
+pub(crate) fn run(port: u16, upstream_port: u16, admin_port: u16) -> Result<(), SetupError> {
     let cfg = config(port, upstream_port, admin_port)?;
     let _log = init_logging(cfg.process.log_format, LogWriter::Background);
     let mut built = server::build(cfg, Arc::new(MonotonicClock::new()), None)?;

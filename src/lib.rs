@@ -57,21 +57,25 @@
 //! | why the gateway refused it | [`refusal::Code`] | the problem's `code` |
 
 #![deny(rustdoc::broken_intra_doc_links)]
+// The crate's one public face is the binary (and what its own tests and benches reach: the
+// config, the server, the runtime's live policy, the CLI); its rooms are `pub(crate)`, so the
+// tables above name items private to it, which a private build of these docs resolves.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub use tollgate_core::{
     clock, config, digest, limit, metering, outcome, path, policy, refusal, sync, usage,
 };
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod cli;
-pub mod demo;
-pub mod edge;
-pub mod ledger;
-pub mod overrides;
-pub mod proxy;
-pub mod redis;
+pub(crate) mod demo;
+pub(crate) mod edge;
+pub(crate) mod ledger;
+pub(crate) mod overrides;
+pub(crate) mod proxy;
+pub(crate) mod redis;
 pub mod runtime;
 pub mod server;
 pub mod shared;
-pub mod state;
-pub mod top;
+pub(crate) mod state;
+pub(crate) mod top;

@@ -42,7 +42,7 @@ use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
 /// Where the admin listener is, and its token.
-pub struct Admin {
+pub(crate) struct Admin {
     host: String,
     port: u16,
     token: Option<String>,
@@ -50,7 +50,7 @@ pub struct Admin {
 
 impl Admin {
     /// `http://host:port` (https is not served by the admin listener).
-    pub fn parse(url: &str, token: Option<String>) -> Result<Self, String> {
+    pub(crate) fn parse(url: &str, token: Option<String>) -> Result<Self, String> {
         let rest = url
             .strip_prefix("http://")
             .ok_or_else(|| format!("{url}: the admin listener is http://host:port"))?;
@@ -67,7 +67,7 @@ impl Admin {
     }
 
     /// `GET /api/usage`.
-    pub fn usage(&self) -> Result<UsageView, String> {
+    pub(crate) fn usage(&self) -> Result<UsageView, String> {
         let mut s = TcpStream::connect((self.host.as_str(), self.port))
             .map_err(|e| format!("{}:{}: {e}", self.host, self.port))?;
         s.set_read_timeout(Some(Duration::from_secs(5)))
@@ -107,7 +107,7 @@ impl Admin {
 }
 
 /// Run the live view until `q` (or Esc, or Ctrl-C).
-pub fn run(admin: &Admin) -> Result<(), String> {
+pub(crate) fn run(admin: &Admin) -> Result<(), String> {
     let mut terminal = ratatui::try_init().map_err(|e| e.to_string())?;
     let result = (|| {
         let mut last: Result<UsageView, String> = admin.usage();
@@ -139,7 +139,7 @@ pub fn run(admin: &Admin) -> Result<(), String> {
 
 /// One frame, as text (`--once`): as wide as the terminal when stdout is one, else without a
 /// width limit; every row (see the module's docs).
-pub fn once(admin: &Admin) -> Result<String, String> {
+pub(crate) fn once(admin: &Admin) -> Result<String, String> {
     let usage = admin.usage()?;
     let width = if std::io::stdout().is_terminal() {
         ratatui::crossterm::terminal::size()
@@ -154,7 +154,7 @@ pub fn once(admin: &Admin) -> Result<String, String> {
 
 /// The text `--once` prints for `usage`, `width` characters wide at most (`None`: no limit):
 /// the lines of [`screen`] with no height limit, each ended by a newline, none blank at the end.
-pub fn once_text(usage: &UsageView, width: Option<usize>) -> String {
+pub(crate) fn once_text(usage: &UsageView, width: Option<usize>) -> String {
     let lines = screen(&Ok(usage.clone()), Mode::Once, width, None);
     let mut out = String::new();
     for l in &lines {
@@ -185,7 +185,7 @@ fn draw(f: &mut Frame<'_>, usage: &Result<UsageView, String>) {
 
 /// Which view a screen is for: its title says how it refreshes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// `tollgate top`: refreshed every 2 s, `q` quits.
     Live,
     /// `tollgate top --once`.
@@ -194,7 +194,7 @@ pub enum Mode {
 
 /// How the live view shows a line (`--once` prints the text alone).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Look {
+pub(crate) enum Look {
     /// The first line.
     Title,
     /// A section's title.
@@ -220,7 +220,7 @@ impl Look {
 
 /// One line of the screen.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScreenLine {
+pub(crate) struct ScreenLine {
     pub text: String,
     pub look: Look,
 }
@@ -236,13 +236,13 @@ impl ScreenLine {
 
 /// Characters a key name keeps at least before the keys table cuts it (with `…`): the table
 /// drops columns first.
-pub const KEY_NAME_ROOM: usize = 16;
+pub(crate) const KEY_NAME_ROOM: usize = 16;
 /// Spaces between two columns.
 const GAP: usize = 2;
 
 /// The screen for `usage`: at most `width` characters a line and `height` lines (`None`: no
 /// limit). See the module's docs for the layout.
-pub fn screen(
+pub(crate) fn screen(
     usage: &Result<UsageView, String>,
     mode: Mode,
     width: Option<usize>,
@@ -579,7 +579,7 @@ fn refusals_section(u: &UsageView) -> Section {
 
 /// A part of the screen below the summary: a title line, then its table's header and rows
 /// (or `empty`, when it has no row).
-pub struct Section {
+pub(crate) struct Section {
     pub title: String,
     /// Said after the title, ` · ` apart, each only if it fits the width whole.
     pub notes: Vec<&'static str>,
@@ -594,7 +594,7 @@ pub struct Section {
 
 impl Section {
     /// Lines for everything: title, header, rows.
-    pub fn want(&self) -> usize {
+    pub(crate) fn want(&self) -> usize {
         match self.table.rows() {
             0 => 2,
             n => 2 + n,
@@ -602,7 +602,7 @@ impl Section {
     }
 
     /// Lines for its title, header and `keep` rows (and the line that counts the rest).
-    pub fn least(&self) -> usize {
+    pub(crate) fn least(&self) -> usize {
         match self.table.rows() {
             0 => 2,
             n if n <= self.keep => 2 + n,
@@ -625,7 +625,7 @@ impl Section {
 
     /// Its lines, `width` characters at most (`None`: no limit), `height` lines at most: the
     /// rows that do not fit are counted on the last line, `… N more keys`.
-    pub fn render(&self, width: Option<usize>, height: usize) -> Vec<ScreenLine> {
+    pub(crate) fn render(&self, width: Option<usize>, height: usize) -> Vec<ScreenLine> {
         let mut out = Vec::new();
         if height == 0 {
             return out;
@@ -670,7 +670,7 @@ impl Section {
 
 /// Lines for each section out of `height`: each first gets [`Section::least`] (in order, while
 /// lines last), then what is left goes to them in order, each up to [`Section::want`].
-pub fn share(sections: &[Section], height: usize) -> Vec<usize> {
+pub(crate) fn share(sections: &[Section], height: usize) -> Vec<usize> {
     let mut left = height;
     let mut given: Vec<usize> = sections
         .iter()
@@ -690,13 +690,13 @@ pub fn share(sections: &[Section], height: usize) -> Vec<usize> {
 
 /// How a column's cells line up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Align {
+pub(crate) enum Align {
     Left,
     Right,
 }
 
 /// One column of a [`Table`].
-pub struct Column {
+pub(crate) struct Column {
     /// Shown whole, or the column is not shown.
     pub header: &'static str,
     pub cells: Vec<String>,
@@ -710,7 +710,7 @@ pub struct Column {
 
 impl Column {
     /// Right-aligned, never cut.
-    pub fn number(header: &'static str, drop: u8, cells: Vec<String>) -> Self {
+    pub(crate) fn number(header: &'static str, drop: u8, cells: Vec<String>) -> Self {
         Self {
             header,
             cells,
@@ -721,7 +721,7 @@ impl Column {
     }
 
     /// Left-aligned; cut to `squeeze_to` characters at the narrowest.
-    pub fn text(
+    pub(crate) fn text(
         header: &'static str,
         drop: u8,
         squeeze_to: usize,
@@ -757,7 +757,7 @@ impl Column {
 }
 
 /// Columns of text with a header each; which are shown, and how wide, depends on the width.
-pub struct Table {
+pub(crate) struct Table {
     /// In the order they are shown.
     pub columns: Vec<Column>,
 }
@@ -765,13 +765,13 @@ pub struct Table {
 impl Table {
     /// `columns` (given by importance, or in any order) shown in the order of `order` (by
     /// header); a header not in `order` goes last.
-    pub fn new<const N: usize>(mut columns: Vec<Column>, order: [&str; N]) -> Self {
+    pub(crate) fn new<const N: usize>(mut columns: Vec<Column>, order: [&str; N]) -> Self {
         columns.sort_by_key(|c| order.iter().position(|h| *h == c.header).unwrap_or(N));
         Self { columns }
     }
 
     /// Rows (the longest column's cells).
-    pub fn rows(&self) -> usize {
+    pub(crate) fn rows(&self) -> usize {
         self.columns
             .iter()
             .map(|c| c.cells.len())
@@ -784,7 +784,7 @@ impl Table {
     /// highest `drop` goes (of equal ranks, the one shown last); then the room left widens the
     /// columns that were cut, evenly (a character each in turn, the most important first), up
     /// to their natural width.
-    pub fn layout(&self, width: Option<usize>) -> Vec<(usize, usize)> {
+    pub(crate) fn layout(&self, width: Option<usize>) -> Vec<(usize, usize)> {
         let Some(width) = width else {
             return self
                 .columns
@@ -836,7 +836,7 @@ impl Table {
 
     /// The header line and one line per row, `width` characters at most (`None`: no limit);
     /// trailing spaces trimmed.
-    pub fn lines(&self, width: Option<usize>) -> (String, Vec<String>) {
+    pub(crate) fn lines(&self, width: Option<usize>) -> (String, Vec<String>) {
         let layout = self.layout(width);
         let line = |cell: &dyn Fn(&Column) -> &str| -> String {
             let parts: Vec<String> = layout

@@ -22,7 +22,7 @@ use super::Admin;
 
 /// One blocked address, as `GET /api/blocks`, the usage page and `tollgate top` show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BlockRow {
+pub(crate) struct BlockRow {
     /// The address, or the IPv6 /64 it stands for (`2001:db8:1:2::/64`).
     pub address: String,
     /// When the block began, RFC 3339 UTC.

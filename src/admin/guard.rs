@@ -23,7 +23,7 @@ use http::{HeaderMap, Method};
 use crate::config::AuthFailures;
 
 /// Wrong admin tokens from one address: 10 within a minute block it for a minute.
-pub const TOKEN_FAILURES: AuthFailures = AuthFailures {
+pub(crate) const TOKEN_FAILURES: AuthFailures = AuthFailures {
     max_failures: match NonZeroU32::new(10) {
         Some(n) => n,
         None => NonZeroU32::MIN,
@@ -39,7 +39,7 @@ pub const TOKEN_FAILURES: AuthFailures = AuthFailures {
 /// Whether `headers`' `Host` names this listener: an IP literal, `localhost` or a name under
 /// it, or one of `allowed` (lower case; `*.suffix` for every name under `suffix`). A request
 /// without `Host` (HTTP/1.0 tools) passes: a browser always sends one.
-pub fn host_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
+pub(crate) fn host_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
     let Some(host) = headers.get(http::header::HOST) else {
         return true;
     };
@@ -82,7 +82,7 @@ fn strip_port(host: &str) -> &str {
 /// Whether a request that changes state comes from another site: `Sec-Fetch-Site` says so
 /// (anything but `same-origin` or `none`), or, without it, an `Origin` names another host than
 /// `Host` (or is `null`). Safe methods are never cross-origin requests in this sense.
-pub fn cross_origin(method: &Method, headers: &HeaderMap) -> bool {
+pub(crate) fn cross_origin(method: &Method, headers: &HeaderMap) -> bool {
     if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
         return false;
     }

@@ -33,7 +33,12 @@ use crate::redis::StoreError;
 use crate::runtime::live::LivePolicy;
 
 /// The answer to a request under `/api/keys/` (`rest` is the path after it).
-pub async fn route(admin: &Admin, method: &Method, rest: &str, body: &[u8]) -> Response<Vec<u8>> {
+pub(crate) async fn route(
+    admin: &Admin,
+    method: &Method,
+    rest: &str,
+    body: &[u8],
+) -> Response<Vec<u8>> {
     let mut parts = rest.splitn(2, '/');
     let name = percent_decode(parts.next().unwrap_or(""));
     let action = parts.next();
@@ -303,7 +308,7 @@ fn show(live: &LivePolicy, name: &str) -> Response<Vec<u8>> {
 
 /// One change in force on a key, as the admin API and the page show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct ChangeRow {
+pub(crate) struct ChangeRow {
     /// The key's name.
     pub key: String,
     /// `suspended`, `revoked`, `limit`, `quota`, `upgrade`, or `expired` (its `expires_at`).
@@ -356,7 +361,7 @@ fn rows(key: &str, o: &Override, policy: &Policy) -> Vec<ChangeRow> {
 }
 
 /// Every change in force, and every key refused by its `expires_at`, for the page and `top`.
-pub fn changes(live: &LivePolicy, policy: &Policy) -> Vec<ChangeRow> {
+pub(crate) fn changes(live: &LivePolicy, policy: &Policy) -> Vec<ChangeRow> {
     let mut v: Vec<ChangeRow> = live.with_overrides(|set| {
         set.iter()
             .filter_map(|(d, o)| policy.keys.lookup(d).map(|_| (o.key.clone(), o)))
@@ -381,7 +386,7 @@ pub fn changes(live: &LivePolicy, policy: &Policy) -> Vec<ChangeRow> {
 }
 
 /// The state of the key `k` as `GET /api/keys/{name}` answers it.
-pub fn key_json(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> Value {
+pub(crate) fn key_json(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> Value {
     let e = policy.keys.get(k);
     let live_word = e.live();
     let credential = e.credential_with(live_word);

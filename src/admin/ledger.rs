@@ -17,10 +17,10 @@ use crate::ledger::code_columns;
 use crate::metering::{day_str, parse_day, UPSTREAM_COLUMNS};
 
 /// The most days one query answers.
-pub const MAX_DAYS: u32 = 400;
+pub(crate) const MAX_DAYS: u32 = 400;
 
 /// The column names, in order.
-pub fn header() -> Vec<&'static str> {
+pub(crate) fn header() -> Vec<&'static str> {
     let mut h = vec!["day", "key", "plan", "partner", "forwarded"];
     h.extend(UPSTREAM_COLUMNS);
     h.extend(code_columns().map(|c| c.as_str()));
@@ -37,7 +37,7 @@ fn bad_query(detail: &str) -> Response<Vec<u8>> {
 }
 
 /// The answer to `GET /api/ledger?query`, as CSV when `csv`.
-pub async fn answer(admin: &Admin, query: Option<&str>, csv: bool) -> Response<Vec<u8>> {
+pub(crate) async fn answer(admin: &Admin, query: Option<&str>, csv: bool) -> Response<Vec<u8>> {
     let (mut from, mut to, mut key) = (None, None, None);
     for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         match k.as_ref() {

@@ -24,12 +24,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod blocks;
-pub mod guard;
-pub mod keys;
-pub mod ledger;
+pub(crate) mod guard;
+pub(crate) mod keys;
+pub(crate) mod ledger;
 mod reply;
 mod usage;
-pub mod view;
+pub(crate) mod view;
 
 use reply::{
     bearer_matches, conn_of, json_bytes, not_allowed, page, percent_decode, problem, reply, text,
@@ -53,7 +53,7 @@ use crate::runtime::live::LivePolicy;
 /// Bodies sent to the admin listener are read and dropped, up to this many bytes.
 const MAX_ADMIN_BODY: usize = 64 * 1024;
 
-pub struct Admin {
+pub(crate) struct Admin {
     pub live: Arc<LivePolicy>,
     pub health: Arc<Health>,
     /// The shared store, when `cluster` is configured: `/readyz` says `degraded` while it is
@@ -81,7 +81,12 @@ impl Admin {
     }
 
     /// The answer to `method path`, without I/O (the HTTP layer is in `response`).
-    pub fn answer(&self, method: &Method, path: &str, query: Option<&str>) -> Response<Vec<u8>> {
+    pub(crate) fn answer(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+    ) -> Response<Vec<u8>> {
         let get = method == Method::GET || method == Method::HEAD;
         match path {
             "/" | "/api/usage" if !get => not_allowed("GET, HEAD"),

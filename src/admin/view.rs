@@ -5,13 +5,13 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use super::blocks::BlockRow;
-pub use super::keys::ChangeRow;
+pub(crate) use super::blocks::BlockRow;
+pub(crate) use super::keys::ChangeRow;
 use crate::overrides::Shown;
 
 /// `GET /api/usage`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UsageView {
+pub(crate) struct UsageView {
     /// When the view was made, in ms since the Unix epoch.
     pub generated_at_ms: u64,
     pub config: ConfigView,
@@ -41,7 +41,7 @@ pub struct UsageView {
 
 /// Ten seconds of the timeline: when they start, and the requests of each outcome.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TimelinePoint {
+pub(crate) struct TimelinePoint {
     /// The start of the 10 s, in ms since the Unix epoch.
     pub at_ms: u64,
     /// Requests by outcome (every outcome, 0 included).
@@ -51,7 +51,7 @@ pub struct TimelinePoint {
 
 /// The config in force.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConfigView {
+pub(crate) struct ConfigView {
     pub file: String,
     pub started_at_ms: u64,
     pub last_reload: Option<ReloadView>,
@@ -65,7 +65,7 @@ pub struct ConfigView {
 
 /// The last reload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReloadView {
+pub(crate) struct ReloadView {
     pub at_ms: u64,
     /// `success` or `error`.
     pub result: String,
@@ -74,7 +74,7 @@ pub struct ReloadView {
 
 /// One plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlanView {
+pub(crate) struct PlanView {
     pub name: String,
     pub plan_id: u32,
     pub limit: u32,
@@ -90,14 +90,14 @@ pub struct PlanView {
 /// A plan's allow-list: `"all"`, or the route ids.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum AllowView {
+pub(crate) enum AllowView {
     Keyword(String),
     Routes(Vec<String>),
 }
 
 /// One key's last minute.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyRow {
+pub(crate) struct KeyRow {
     pub key: String,
     /// Its plan (or `partner`) now.
     pub plan: String,
@@ -126,7 +126,7 @@ pub struct KeyRow {
 
 /// A key's quota as the operator's view shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QuotaView {
+pub(crate) struct QuotaView {
     pub requests: u64,
     /// `day` or `month`.
     pub per: String,
@@ -136,7 +136,7 @@ pub struct QuotaView {
 
 /// A key's refusals of the last minute, by outcome.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeyRefusals {
+pub(crate) struct KeyRefusals {
     pub rate_limited: u64,
     pub forbidden: u64,
     pub invalid: u64,
@@ -144,7 +144,7 @@ pub struct KeyRefusals {
 
 /// Shared budgets' state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClusterView {
+pub(crate) struct ClusterView {
     pub store_up: bool,
     pub replicas: u32,
     /// The store's URL without its password.
@@ -155,7 +155,7 @@ pub struct ClusterView {
 
 /// One refusal.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RefusalRow {
+pub(crate) struct RefusalRow {
     pub at_ms: u64,
     /// The key's name, when the caller was known.
     pub key: Option<String>,

@@ -21,7 +21,7 @@ use crate::policy::client::ClientKey;
 
 /// Why a connection was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// `server.max_connections` are open.
     MaxConnections,
     /// `server.max_connections_per_ip` are open from this address.
@@ -32,7 +32,7 @@ pub enum Refused {
 
 impl Refused {
     /// The `reason` label of `tollgate_connections_refused_total`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Refused::MaxConnections => "max_connections",
             Refused::MaxConnectionsPerIp => "max_connections_per_ip",
@@ -43,7 +43,7 @@ impl Refused {
 
 /// The caps one limiter admits connections under, from the config in force at accept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Caps {
+pub(crate) struct Caps {
     /// Open connections in all.
     pub total: u32,
     /// Open connections per client address; `None`: no cap.
@@ -52,7 +52,7 @@ pub struct Caps {
 
 impl Caps {
     /// The gateway listeners': `max_connections`, `max_connections_per_ip`.
-    pub fn gateway(s: &Server) -> Self {
+    pub(crate) fn gateway(s: &Server) -> Self {
         Self {
             total: s.max_connections.get(),
             per_ip: s.max_connections_per_ip,
@@ -62,7 +62,7 @@ impl Caps {
     /// The admin listener's: `admin_max_connections` in all (operators' tools, few and known),
     /// and a quarter of them per client address, at least one: one client holding idle
     /// connections never locks the probes and the scraper out.
-    pub fn admin(s: &Server) -> Self {
+    pub(crate) fn admin(s: &Server) -> Self {
         let total = s.admin_max_connections.get();
         Self {
             total,
@@ -73,14 +73,14 @@ impl Caps {
 
 /// The open connections of one listener group (the gateway's listeners, or the admin one).
 #[derive(Debug, Default)]
-pub struct ConnLimiter {
+pub(crate) struct ConnLimiter {
     total: AtomicU32,
     per_ip: DashMap<ClientKey, u32, foldhash::fast::RandomState>,
 }
 
 /// One admitted connection's place; given back when dropped.
 #[derive(Debug)]
-pub struct ConnGuard {
+pub(crate) struct ConnGuard {
     limiter: Arc<ConnLimiter>,
     /// The address counted, when one was.
     key: Option<ClientKey>,
@@ -89,24 +89,25 @@ pub struct ConnGuard {
 }
 
 impl ConnLimiter {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::default()
     }
 
     /// Connections open now, all listeners.
-    pub fn open(&self) -> u32 {
+    pub(crate) fn open(&self) -> u32 {
         self.total.load(Ordering::Relaxed)
     }
 
     /// Connections open now from `ip`'s address.
-    pub fn open_from(&self, ip: IpAddr) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn open_from(&self, ip: IpAddr) -> u32 {
         self.per_ip.get(&ClientKey::of(ip)).map_or(0, |n| *n)
     }
 
     /// Admit a connection from `peer` (`None`: no IP address, as on a Unix socket) under
     /// `caps` (trusted proxies, from `limits`, have no per-address cap), counting it in `gauge`
     /// while it lives.
-    pub fn admit(
+    pub(crate) fn admit(
         self: &Arc<Self>,
         peer: Option<IpAddr>,
         caps: Caps,

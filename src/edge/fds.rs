@@ -30,10 +30,10 @@ const QUIET: Duration = Duration::from_secs(1);
 /// Descriptors kept beyond the admin listener's connections: listening sockets, the epoll and
 /// wake-up descriptors of the runtime's threads, Redis connections, the log file and
 /// `state.path`.
-pub const RESERVE: u64 = 64;
+pub(crate) const RESERVE: u64 = 64;
 
 /// Raise the soft descriptor limit to the hard one; the soft limit in force after.
-pub fn raise_limit() -> u64 {
+pub(crate) fn raise_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -62,7 +62,7 @@ pub fn raise_limit() -> u64 {
 
 /// The process's descriptor limit and the gateway's episodes of running short.
 #[derive(Debug)]
-pub struct Descriptors {
+pub(crate) struct Descriptors {
     limit: u64,
     short: AtomicBool,
     refused: AtomicU64,
@@ -73,7 +73,7 @@ pub struct Descriptors {
 
 impl Descriptors {
     /// Under the limit `limit` (from [`raise_limit`]).
-    pub fn new(limit: u64) -> Self {
+    pub(crate) fn new(limit: u64) -> Self {
         Self {
             limit,
             short: AtomicBool::new(false),
@@ -89,14 +89,14 @@ impl Descriptors {
 
     /// The gateway's budget: what is left of the limit after the reserve and the admin
     /// listener's connections.
-    pub fn budget(&self, admin_max_connections: u32) -> u64 {
+    pub(crate) fn budget(&self, admin_max_connections: u32) -> u64 {
         self.limit
             .saturating_sub(RESERVE + u64::from(admin_max_connections))
     }
 
     /// Whether a gateway connection on descriptor `fd`, with `open` gateway connections
     /// already admitted, must be refused.
-    pub fn exhausted(&self, fd: i32, open: u32, admin_max_connections: u32) -> bool {
+    pub(crate) fn exhausted(&self, fd: i32, open: u32, admin_max_connections: u32) -> bool {
         let budget = self.budget(admin_max_connections);
         let Ok(fd) = u64::try_from(fd) else {
             return false;
@@ -106,7 +106,7 @@ impl Descriptors {
 
     /// A gateway connection was refused for want of descriptors: the first of an episode
     /// logs.
-    pub fn refused(&self, open: u32) {
+    pub(crate) fn refused(&self, open: u32) {
         self.refused.fetch_add(1, Ordering::Relaxed);
         self.last_refused.store(self.now_ms(), Ordering::Relaxed);
         if !self.short.swap(true, Ordering::AcqRel) {
@@ -121,7 +121,7 @@ impl Descriptors {
 
     /// A gateway connection was admitted: an episode, if one was on and no connection was
     /// refused for a second, is over.
-    pub fn admitted(&self) {
+    pub(crate) fn admitted(&self) {
         self.admitted_at(self.now_ms());
     }
 

@@ -29,7 +29,7 @@ const MAX_TRACKED_STREAMS: usize = 1024;
 
 /// The limits the scanner enforces, in ns.
 #[derive(Clone, Copy, Debug)]
-pub struct H2Limits {
+pub(crate) struct H2Limits {
     pub header_timeout: Nanos,
     pub body_timeout: Nanos,
     /// Bytes of one header block (HPACK-compressed, as sent).
@@ -53,7 +53,7 @@ struct Block {
 
 /// The client's half of one HTTP/2 connection, followed frame by frame.
 #[derive(Debug)]
-pub struct H2Scan {
+pub(crate) struct H2Scan {
     preface_left: usize,
     head: [u8; 9],
     head_len: usize,
@@ -74,7 +74,7 @@ impl Default for H2Scan {
 }
 
 impl H2Scan {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             preface_left: PREFACE_LEN,
             head: [0; 9],
@@ -90,7 +90,7 @@ impl H2Scan {
 
     /// Follow `bytes` from the client, read at `now` (ns since the connection opened). An
     /// error names the limit broken; the connection must end.
-    pub fn feed(
+    pub(crate) fn feed(
         &mut self,
         mut bytes: &[u8],
         now: Nanos,
@@ -201,7 +201,7 @@ impl H2Scan {
 
     /// The earliest deadline in force, in ns since the connection opened: the head in
     /// progress (or the first one awaited), and every body owed.
-    pub fn deadline(&self, lim: &H2Limits) -> Option<Nanos> {
+    pub(crate) fn deadline(&self, lim: &H2Limits) -> Option<Nanos> {
         let mut d: Option<Nanos> = None;
         let mut at = |t: Nanos| d = Some(d.map_or(t, |d| d.min(t)));
         if !self.first_done {

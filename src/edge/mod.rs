@@ -18,10 +18,10 @@
 //! This is the smallest hook that does the job: Pingora's `ServerApp` and stream types are
 //! public, so nothing of Pingora is copied or changed.
 
-pub mod conns;
-pub mod fds;
-pub mod h2scan;
-pub mod stream;
+pub(crate) mod conns;
+pub(crate) mod fds;
+pub(crate) mod h2scan;
+pub(crate) mod stream;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -43,7 +43,7 @@ use fds::Descriptors;
 use stream::EdgeStream;
 
 /// The TLS listener: its port (the listeners are told apart by the local port) and acceptor.
-pub struct TlsListener {
+pub(crate) struct TlsListener {
     pub port: u16,
     pub acceptor: Acceptor,
 }
@@ -51,7 +51,7 @@ pub struct TlsListener {
 /// Which listeners an [`EdgeApp`] serves: the caps it admits under and how its connections
 /// are counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Listeners {
+pub(crate) enum Listeners {
     /// The gateway's (`listen`, `tls.listen`): `max_connections`, `max_connections_per_ip`.
     Gateway,
     /// The admin listener (`admin_listen`): `admin_max_connections`.
@@ -61,7 +61,7 @@ pub enum Listeners {
 /// A listener group's connections: admission, TLS, deadlines, then `A` (the HTTP proxy, or
 /// the admin listener's HTTP server), with an HTTP/1.1 connection held lightly between
 /// requests.
-pub struct EdgeApp<A> {
+pub(crate) struct EdgeApp<A> {
     app: Arc<A>,
     live: Arc<LivePolicy>,
     listeners: Listeners,
@@ -78,7 +78,7 @@ pub struct EdgeApp<A> {
 
 impl<A> EdgeApp<A> {
     /// The gateway's listeners, `tls` among them when configured.
-    pub fn gateway(
+    pub(crate) fn gateway(
         app: Arc<A>,
         live: Arc<LivePolicy>,
         tls: Option<TlsListener>,
@@ -93,7 +93,7 @@ impl<A> EdgeApp<A> {
     }
 
     /// The admin listener.
-    pub fn admin(app: Arc<A>, live: Arc<LivePolicy>) -> Self {
+    pub(crate) fn admin(app: Arc<A>, live: Arc<LivePolicy>) -> Self {
         let admin = live.metrics().connections("admin");
         Self::new(app, live, Listeners::Admin, None, [admin.clone(), admin])
     }
@@ -120,11 +120,6 @@ impl<A> EdgeApp<A> {
             fds: None,
             live,
         }
-    }
-
-    /// The connections open now, all listeners of this group.
-    pub fn conns(&self) -> &Arc<ConnLimiter> {
-        &self.conns
     }
 }
 

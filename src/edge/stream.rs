@@ -67,7 +67,7 @@ const HEAD_SLACK: usize = 64 * 1024;
 /// connection). A reload applies to connections accepted after it; a kept-alive connection
 /// never runs two versions at once.
 #[derive(Debug)]
-pub struct Conn {
+pub(crate) struct Conn {
     accepted: Instant,
     settings: Arc<Server>,
     phase: AtomicU8,
@@ -111,7 +111,7 @@ impl Conn {
     /// The head of a request was complete at `at` (the request path's own reading of the
     /// clock): its body, if one follows, is due within `body_timeout` of then. Returns the
     /// number of this request on the connection.
-    pub fn head_done(&self, at: Instant, body_follows: bool) -> u32 {
+    pub(crate) fn head_done(&self, at: Instant, body_follows: bool) -> u32 {
         self.head_bytes.store(0, Ordering::Relaxed);
         if body_follows {
             self.enter(
@@ -124,16 +124,8 @@ impl Conn {
         self.requests.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// When the body of the current request is due, as an instant.
-    pub fn body_deadline(&self) -> Option<Instant> {
-        match self.deadline.load(Ordering::Relaxed) {
-            NONE => None,
-            ns => Some(self.accepted + Duration::from_nanos(ns)),
-        }
-    }
-
     /// The request body is complete.
-    pub fn body_done(&self) {
+    pub(crate) fn body_done(&self) {
         if self.phase.load(Ordering::Relaxed) == BODY {
             self.enter(OPEN, NONE);
         }
@@ -141,7 +133,7 @@ impl Conn {
 
     /// The exchange was over at `at`: the connection is idle until the next request's first
     /// byte.
-    pub fn exchange_done(&self, at: Instant) {
+    pub(crate) fn exchange_done(&self, at: Instant) {
         self.enter(
             IDLE,
             self.at(at) + self.settings.idle_timeout.as_nanos() as u64,
@@ -149,12 +141,12 @@ impl Conn {
     }
 
     /// The `server:` settings the connection was accepted under (see the type's docs).
-    pub fn settings(&self) -> &Server {
+    pub(crate) fn settings(&self) -> &Server {
         &self.settings
     }
 
     /// Whether a deadline ended this connection.
-    pub fn timed_out(&self) -> bool {
+    pub(crate) fn timed_out(&self) -> bool {
         self.timed_out.load(Ordering::Relaxed)
     }
 }
@@ -221,10 +213,10 @@ struct H2 {
 
 /// Bytes read at most while a kept-alive connection waits for its next request: a typical
 /// head whole (the rest comes by the reads that follow).
-pub const WAIT_READ: usize = 2048;
+pub(crate) const WAIT_READ: usize = 2048;
 
 /// The stream Pingora's HTTP code reads and writes; see the module comment.
-pub struct EdgeStream {
+pub(crate) struct EdgeStream {
     inner: Stream,
     conn: Arc<Conn>,
     read_timer: Timer,
@@ -256,7 +248,12 @@ fn timed_out(what: &'static str) -> io::Error {
 impl EdgeStream {
     /// Wrap `inner`, a connection accepted at `accepted` under `settings` and admitted with
     /// `guard`.
-    pub fn new(inner: Stream, guard: ConnGuard, accepted: Instant, settings: Arc<Server>) -> Self {
+    pub(crate) fn new(
+        inner: Stream,
+        guard: ConnGuard,
+        accepted: Instant,
+        settings: Arc<Server>,
+    ) -> Self {
         let h2 = matches!(inner.selected_alpn_proto(), Some(ALPN::H2)).then(|| {
             Box::new(H2 {
                 scan: H2Scan::new(),
@@ -283,7 +280,7 @@ impl EdgeStream {
     }
 
     /// Whether the connection speaks HTTP/2 (by ALPN).
-    pub fn is_h2(&self) -> bool {
+    pub(crate) fn is_h2(&self) -> bool {
         self.h2.is_some()
     }
 
@@ -293,7 +290,7 @@ impl EdgeStream {
     /// its first byte. One read, as without the wait (it once read one byte, then the rest: a
     /// system call more per request). An error: the client closed the connection, or the
     /// idle deadline passed.
-    pub async fn wait_for_request(&mut self) -> io::Result<()> {
+    pub(crate) async fn wait_for_request(&mut self) -> io::Result<()> {
         std::future::poll_fn(|cx| self.poll_wait(cx)).await
     }
 
@@ -325,12 +322,12 @@ impl EdgeStream {
     }
 
     /// The connection's shared state.
-    pub fn conn(&self) -> &Arc<Conn> {
+    pub(crate) fn conn(&self) -> &Arc<Conn> {
         &self.conn
     }
 
     /// The connection of an HTTP/1.1 session's stream, if it is an edge stream.
-    pub fn of(stream: &Stream) -> Option<&Arc<Conn>> {
+    pub(crate) fn of(stream: &Stream) -> Option<&Arc<Conn>> {
         stream
             .as_any()
             .downcast_ref::<EdgeStream>()

@@ -20,7 +20,7 @@ const LEDGER: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("ledger")
 
 /// One key's counts for one UTC day, by column name (`upstream_2xx`, `rate_limited`, ...).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Row {
+pub(crate) struct Row {
     /// The key's plan when last counted (`partner` for a partner key).
     pub plan: String,
     /// The key's partner: the partner managing a customer key, or a partner key's own name.
@@ -30,7 +30,7 @@ pub struct Row {
 }
 
 /// A change to one row: counts to add, and who the key is now.
-pub struct Delta {
+pub(crate) struct Delta {
     pub day: u32,
     pub key: String,
     pub plan: String,
@@ -41,21 +41,21 @@ pub struct Delta {
 /// Why the book could not keep or read.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct BookError(pub String);
+pub(crate) struct BookError(pub String);
 
 fn err(e: impl std::fmt::Display) -> BookError {
     BookError(e.to_string())
 }
 
 /// The store.
-pub enum Book {
+pub(crate) enum Book {
     Memory(Mutex<Memory>),
     Disk(Arc<StateFile>),
 }
 
 /// The book in memory (no `state.path`): lost with the process.
 #[derive(Default)]
-pub struct Memory {
+pub(crate) struct Memory {
     quota: BTreeMap<String, (u32, u64)>,
     rows: BTreeMap<(u32, String), Row>,
 }
@@ -82,7 +82,7 @@ fn add(row: &mut Row, d: &Delta) {
 
 impl Book {
     /// Every quota word kept, by key name.
-    pub fn quotas(&self) -> Result<Vec<(String, u32, u64)>, BookError> {
+    pub(crate) fn quotas(&self) -> Result<Vec<(String, u32, u64)>, BookError> {
         match self {
             Book::Memory(m) => Ok(m
                 .locked()
@@ -111,7 +111,7 @@ impl Book {
 
     /// Keep quota words and add ledger deltas, in one transaction (durable when it returns),
     /// and drop the rows of days before `keep_from`.
-    pub fn write(
+    pub(crate) fn write(
         &self,
         quotas: &[(String, u32, u64)],
         deltas: &[Delta],
@@ -163,7 +163,7 @@ impl Book {
     }
 
     /// The rows of days `from..=to` (of the key named `key`, if given), by day then key.
-    pub fn rows(
+    pub(crate) fn rows(
         &self,
         from: u32,
         to: u32,

@@ -6,7 +6,7 @@ use crate::policy::Code;
 use crate::runtime::live::Snapshot;
 
 /// The ledger's columns after the upstream ones: the refusal codes it shows.
-pub fn code_columns() -> impl Iterator<Item = Code> {
+pub(crate) fn code_columns() -> impl Iterator<Item = Code> {
     Code::ALL.iter().copied().filter(|&c| Column::shown(c))
 }
 

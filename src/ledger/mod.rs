@@ -23,7 +23,7 @@
 //! | `fleet.rs`, `quotas.rs`, `quota_round.rs` | with `cluster`: the counts that ride each tick to Redis (the ledger's, the quotas' protocol, each round's quota commands and answers) |
 //! | `tick.rs` | the background service |
 
-pub mod book;
+pub(crate) mod book;
 mod columns;
 mod fleet;
 mod kept;
@@ -31,10 +31,10 @@ mod quota_round;
 mod quotas;
 mod tick;
 
-pub use columns::code_columns;
+pub(crate) use columns::code_columns;
 use columns::{named, who};
 use kept::{stash, Kept, DROP_EVERY};
-pub use tick::KeeperTick;
+pub(crate) use tick::KeeperTick;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -66,7 +66,7 @@ impl Today {
 }
 
 /// Keeps the meters' counts in the book (see the module's docs).
-pub struct Keeper {
+pub(crate) struct Keeper {
     live: Arc<LivePolicy>,
     book: Book,
     /// With `cluster`: the counts go to Redis with each tick's heartbeat, and the ledger is
@@ -84,7 +84,10 @@ impl Keeper {
     /// the quota counts are kept at `state.path` too (this replica's own, for a restart while
     /// Redis is down), and the fleet's counts are read before the gateway serves: a replica
     /// that starts decides on the fleet's count or its own, never from zero.
-    pub fn open(file: Option<Arc<StateFile>>, live: Arc<LivePolicy>) -> Result<Self, BookError> {
+    pub(crate) fn open(
+        file: Option<Arc<StateFile>>,
+        live: Arc<LivePolicy>,
+    ) -> Result<Self, BookError> {
         let snap = live.load();
         let cluster = snap.policy.config.process.cluster.clone();
         let window_ms = u64::from(snap.policy.config.limits.window.get()) * 1000;
@@ -161,7 +164,7 @@ impl Keeper {
     }
 
     /// One pass: keep what changed since the last. Serialized (the tick and `/api/ledger`).
-    pub fn keep(&self) -> Result<(), BookError> {
+    pub(crate) fn keep(&self) -> Result<(), BookError> {
         let mut kept = self.lock();
         let snap = self.live.load();
         let Today {
@@ -284,7 +287,7 @@ impl Keeper {
     /// The rows of days `from..=to` (of the key `key`): with every count made here until
     /// now, or (with `cluster`) every count the fleet has sent, each replica's within its
     /// sync interval.
-    pub async fn rows(
+    pub(crate) async fn rows(
         &self,
         from: u32,
         to: u32,
@@ -298,7 +301,7 @@ impl Keeper {
     }
 
     /// Today, as the metering's calendar has it (a UTC day number).
-    pub fn today(&self) -> u32 {
+    pub(crate) fn today(&self) -> u32 {
         day_of(self.live.load().policy.metering.calendar.now_ms())
     }
 }

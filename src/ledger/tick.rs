@@ -12,7 +12,7 @@ use super::Keeper;
 /// The keeper's tick: the calendar every 100 ms while anything is metered (every second
 /// otherwise: a quota set live on a config without any is a second late at most), a pass
 /// every second, a last pass at shutdown.
-pub struct KeeperTick(pub Arc<Keeper>);
+pub(crate) struct KeeperTick(pub Arc<Keeper>);
 
 #[async_trait]
 impl BackgroundService for KeeperTick {

@@ -12,7 +12,7 @@ use crate::redis::{connect, within, StoreError};
 use crate::state::disk;
 
 /// The records kept at `state.path` (upgrades and key changes).
-pub fn read_state(path: &Path) -> Result<Vec<Override>, disk::DiskError> {
+pub(crate) fn read_state(path: &Path) -> Result<Vec<Override>, disk::DiskError> {
     if !path.exists() {
         return Ok(Vec::new());
     }
@@ -22,7 +22,7 @@ pub fn read_state(path: &Path) -> Result<Vec<Override>, disk::DiskError> {
 }
 
 /// The records kept in the cluster's Redis, with a runtime of its own (`check` has none).
-pub fn read_redis(cfg: &Cluster) -> Result<Vec<Override>, StoreError> {
+pub(crate) fn read_redis(cfg: &Cluster) -> Result<Vec<Override>, StoreError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -62,7 +62,7 @@ fn sorted(records: impl Iterator<Item = Override>) -> Vec<Override> {
 }
 
 /// The upgrades among `records`, as `check` shows them.
-pub fn upgrades(records: &[Override], plans: &[Plan]) -> Vec<Shown> {
+pub(crate) fn upgrades(records: &[Override], plans: &[Plan]) -> Vec<Shown> {
     show(records.iter(), plans)
 }
 

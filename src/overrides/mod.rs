@@ -20,12 +20,12 @@
 //! back to the partner; a write that fails is logged, and the change still applies in this
 //! process. `tollgate check` reads what is kept through [`check`].
 
-pub mod check;
+pub(crate) mod check;
 mod fleet;
-pub mod redis_set;
-pub mod sync;
+pub(crate) mod redis_set;
+pub(crate) mod sync;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -39,7 +39,7 @@ use crate::policy::Policy;
 use crate::runtime::live::{unix_ms, Forget, LivePolicy};
 use crate::state::disk;
 use crate::state::StateFile;
-pub use sync::OverrideSync;
+pub(crate) use sync::OverrideSync;
 
 /// Where the overrides are kept.
 enum Backend {
@@ -53,7 +53,7 @@ enum Backend {
 
 /// Why a change could not be kept.
 #[derive(Debug, thiserror::Error)]
-pub enum KeepError {
+pub(crate) enum KeepError {
     #[error(transparent)]
     Disk(#[from] disk::DiskError),
     #[error(transparent)]
@@ -64,7 +64,7 @@ pub enum KeepError {
 
 /// Why a change to a key was not made.
 #[derive(Debug, thiserror::Error)]
-pub enum ChangeError {
+pub(crate) enum ChangeError {
     /// No key has that name (or that secret).
     #[error("no such key")]
     NotFound,
@@ -78,7 +78,7 @@ pub enum ChangeError {
 
 /// Which key a change is for.
 #[derive(Clone, Copy, Debug)]
-pub enum Target<'a> {
+pub(crate) enum Target<'a> {
     /// By its name.
     Name(&'a str),
     /// By the digest of its secret (any of its digests in force).
@@ -86,7 +86,7 @@ pub enum Target<'a> {
 }
 
 /// Where the overrides are kept.
-pub struct PlanOverrides {
+pub(crate) struct PlanOverrides {
     backend: Backend,
     /// Changes made here, one at a time (each reads the records in force, keeps the new ones,
     /// then applies them), and (with Redis) the polls of the fleet's set.
@@ -95,7 +95,7 @@ pub struct PlanOverrides {
 
 /// What `check`, the admin API and the page show of one upgrade.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shown {
+pub(crate) struct Shown {
     pub key: String,
     pub plan: String,
     pub plan_id: u32,
@@ -107,14 +107,14 @@ pub struct Shown {
 
 impl PlanOverrides {
     /// Overrides kept in memory only (no `state`, no `cluster`; and the tests).
-    pub fn memory() -> Self {
+    pub(crate) fn memory() -> Self {
         Self::with(Backend::Memory)
     }
 
     /// Open the store the config names, and what it holds now: Redis with `cluster` (whose
     /// set [`OverrideSync`] reads; what this replica's copy holds is put in force by
     /// [`PlanOverrides::start`]), else the file at `state.path`, else memory.
-    pub fn open(
+    pub(crate) fn open(
         cluster: Option<&Cluster>,
         state_path: Option<&Path>,
     ) -> Result<(Self, Overrides), disk::DiskError> {
@@ -135,7 +135,7 @@ impl PlanOverrides {
     /// With `cluster`: put what this replica's copy holds (kept at `state.path`) in force, so
     /// that a restart while Redis is down still refuses what was revoked. What no longer
     /// applies to this config is left to the first read of the set to drop.
-    pub fn start(&self, live: &LivePolicy) {
+    pub(crate) fn start(&self, live: &LivePolicy) {
         let Backend::Redis(fleet) = &self.backend else {
             return;
         };
@@ -149,7 +149,7 @@ impl PlanOverrides {
 
     /// The `state.path` file, when there is one (the quota and ledger counts are kept there
     /// too).
-    pub fn state_file(&self) -> Option<Arc<StateFile>> {
+    pub(crate) fn state_file(&self) -> Option<Arc<StateFile>> {
         match &self.backend {
             Backend::Memory => None,
             Backend::Disk(db) => Some(Arc::clone(db)),
@@ -167,7 +167,7 @@ impl PlanOverrides {
     /// The upstream accepted `upgrade` from the key `by`, decided on `decided` (the policy of
     /// the request): apply it, keep it, log it. What changed, for the access line (`from->to`
     /// plan names).
-    pub async fn upgraded(
+    pub(crate) async fn upgraded(
         &self,
         live: &LivePolicy,
         decided: &Policy,
@@ -222,7 +222,7 @@ impl PlanOverrides {
     /// An operator's change that cannot be kept is refused and applied nowhere ([`ChangeError::
     /// NotKept`]); a partner's (`apply_unkept`), which the upstream has already accepted, is
     /// applied here all the same, and the failure logged.
-    pub async fn change(
+    pub(crate) async fn change(
         &self,
         live: &LivePolicy,
         target: Target<'_>,
@@ -274,7 +274,7 @@ impl PlanOverrides {
     /// whose digest is `target`: apply it, keep it (a failure to keep it is logged: the
     /// provider has done it, so the edge does it too), count it. The action, for the access
     /// line; `None` when the key is not one of this config's.
-    pub async fn partner_effect(
+    pub(crate) async fn partner_effect(
         &self,
         live: &LivePolicy,
         effect: Effect,
@@ -324,7 +324,7 @@ impl PlanOverrides {
     }
 
     /// `DELETE /api/overrides/{name}`: the key back on its YAML plan. Whether it had one.
-    pub async fn remove(&self, live: &LivePolicy, name: &str) -> Result<bool, KeepError> {
+    pub(crate) async fn remove(&self, live: &LivePolicy, name: &str) -> Result<bool, KeepError> {
         let _one = self.serial.lock().await;
         let snap = live.load();
         let Some(k) = snap.policy.keys.find_by_name(name) else {
@@ -346,12 +346,12 @@ impl PlanOverrides {
     }
 
     /// The upgrades in force, for the admin API and the page.
-    pub fn shown(live: &LivePolicy, policy: &Policy) -> Vec<Shown> {
+    pub(crate) fn shown(live: &LivePolicy, policy: &Policy) -> Vec<Shown> {
         live.with_overrides(|set| show(set.values(), &policy.config.plans))
     }
 
     /// Whether overrides are shared through Redis (and [`OverrideSync`] must run).
-    pub fn shared(&self) -> bool {
+    pub(crate) fn shared(&self) -> bool {
         matches!(self.backend, Backend::Redis(..))
     }
 }
@@ -400,9 +400,4 @@ fn show<'o>(records: impl Iterator<Item = &'o Override>, plans: &[Plan]) -> Vec<
         .collect();
     v.sort_by(|a, b| a.key.cmp(&b.key));
     v
-}
-
-/// Where `state.path` resolves, for messages.
-pub fn describe(path: Option<&PathBuf>) -> String {
-    path.map_or_else(|| "memory".into(), |p| p.display().to_string())
 }

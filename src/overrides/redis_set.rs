@@ -35,12 +35,9 @@ const TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// each call within a few milliseconds).
 const RESTORE_BATCH: usize = 1000;
 
-/// The field that holds the set's epoch.
-pub const EPOCH_FIELD: &str = "~epoch";
-
 /// The overrides' place in Redis, and a connection to it (made on first use, dropped after a
 /// failure).
-pub struct RedisSet {
+pub(crate) struct RedisSet {
     pub(super) cfg: Cluster,
     set_key: String,
     version_key: String,
@@ -53,7 +50,7 @@ pub struct RedisSet {
 }
 
 /// What a poll found.
-pub enum Polled {
+pub(crate) enum Polled {
     /// The set is the one this replica read last, unchanged.
     Same,
     /// It moved: its version, and every field (`~epoch` included) with its text.
@@ -67,14 +64,14 @@ pub enum Polled {
 }
 
 /// A part to write: its field, its version, its JSON.
-pub struct NewPart {
+pub(crate) struct NewPart {
     pub field: String,
     pub version: u64,
     pub json: String,
 }
 
 impl RedisSet {
-    pub fn new(cfg: &Cluster) -> Self {
+    pub(crate) fn new(cfg: &Cluster) -> Self {
         let prefix = &cfg.key_prefix;
         Self {
             cfg: cfg.clone(),
@@ -121,7 +118,7 @@ impl RedisSet {
     /// are kept, or none. The texts as kept, in order. Returns when Redis has them; behind
     /// Sentinel or on a Redis Cluster, when a replica has them too (else
     /// [`StoreError::NotReplicated`]: the change is not acknowledged).
-    pub async fn write(&self, parts: &[NewPart]) -> Result<Vec<Kept>, StoreError> {
+    pub(crate) async fn write(&self, parts: &[NewPart]) -> Result<Vec<Kept>, StoreError> {
         let ttl = TTL.as_millis() as u64;
         let texts: Vec<String> = self
             .call(&self.write, |c| {
@@ -166,7 +163,7 @@ impl RedisSet {
     }
 
     /// What the set is now, against the version and epoch this replica knows.
-    pub async fn poll(&self, known: &str, epoch: &str) -> Result<Polled, StoreError> {
+    pub(crate) async fn poll(&self, known: &str, epoch: &str) -> Result<Polled, StoreError> {
         let ttl = TTL.as_millis() as u64;
         let reply: ::redis::Value = self
             .call(&self.poll, |c| {
@@ -204,7 +201,7 @@ impl RedisSet {
 
     /// Merge `fields` (a replica's copy: name and text) into the set and mark its epoch
     /// (`epoch`, unless it has one): the set's epoch, and how many fields changed.
-    pub async fn restore(
+    pub(crate) async fn restore(
         &self,
         fields: &[(String, String)],
         epoch: &str,
@@ -234,7 +231,7 @@ impl RedisSet {
 }
 
 /// A random epoch for a set that has none: 16 hex digits.
-pub fn new_epoch() -> String {
+pub(crate) fn new_epoch() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -247,24 +244,24 @@ pub fn new_epoch() -> String {
 }
 
 /// The overrides' set in Redis under `prefix`.
-pub fn set_key(prefix: &str) -> String {
+pub(crate) fn set_key(prefix: &str) -> String {
     format!("{{{prefix}:ov}}:set")
 }
 
 /// The name of a key's override in Redis: a hash of its digest under a label of its own.
-pub fn field(d: &Digest) -> String {
+pub(crate) fn field(d: &Digest) -> String {
     hashed(b"tollgate-cluster-override:", d)
 }
 
 /// The name of one part of a digest's record in Redis.
-pub fn part_field(d: &Digest, part: Part) -> String {
+pub(crate) fn part_field(d: &Digest, part: Part) -> String {
     let mut f = field(d);
     f.push_str(part.suffix());
     f
 }
 
 /// A field split into the digest's hash and the part it holds (`None`: not a field of ours).
-pub fn split_field(f: &str) -> Option<(&str, Part)> {
+pub(crate) fn split_field(f: &str) -> Option<(&str, Part)> {
     let part = crate::policy::versions::part_of_field(f)?;
     Some((&f[..32], part))
 }

@@ -27,7 +27,7 @@ use crate::redis::StoreError;
 use crate::runtime::live::LivePolicy;
 
 /// The overrides' sync (a background service, with `cluster` only).
-pub struct OverrideSync {
+pub(crate) struct OverrideSync {
     pub overrides: Arc<PlanOverrides>,
     pub live: Arc<LivePolicy>,
     pub every: Duration,

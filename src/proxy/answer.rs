@@ -24,7 +24,7 @@ use crate::policy::{Code, Refusal};
 /// A request refused before its body was read is not read or drained: the connection closes
 /// after the answer. So does every connection while the process drains or hands over
 /// (`closing`).
-pub async fn send(
+pub(crate) async fn send(
     session: &mut Session,
     ctx: &mut Ctx,
     refusal: &Refusal,
@@ -77,7 +77,7 @@ fn problem_header(ctx: &Ctx, refusal: &Refusal, body_len: usize) -> Result<Respo
 
 /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers), when the caller
 /// is known: on every answer to an authenticated request, the gateway's or the upstream's.
-pub fn rate_limit_headers(ctx: &Ctx, resp: &mut ResponseHeader) -> Result<()> {
+pub(crate) fn rate_limit_headers(ctx: &Ctx, resp: &mut ResponseHeader) -> Result<()> {
     if let (Some(s), Some(k), Some(c), Some(q)) = (&ctx.snap, ctx.key, ctx.credential, &ctx.quota) {
         let (policy, state) = s
             .policy
@@ -91,7 +91,7 @@ pub fn rate_limit_headers(ctx: &Ctx, resp: &mut ResponseHeader) -> Result<()> {
 /// The refusal that answers a failure to proxy, or `None` when there is nobody to answer (the
 /// client went away). Never formats `e` itself: its context can hold raw request or response
 /// bytes.
-pub fn for_error(e: &Error, ctx: &Ctx) -> Option<Refusal> {
+pub(crate) fn for_error(e: &Error, ctx: &Ctx) -> Option<Refusal> {
     match (e.etype(), e.esource()) {
         (ErrorType::HTTPStatus(413), _) => Some(too_large(
             ctx.snap

@@ -30,7 +30,7 @@ use crate::policy::{Code, Policy, Refusal};
 
 /// Step 5: check the body of a request `policy` admitted for `key`, by its route's rule if it
 /// has one.
-pub async fn check(
+pub(crate) async fn check(
     session: &mut Session,
     ctx: &mut Ctx,
     policy: &Policy,
@@ -123,7 +123,7 @@ async fn read_whole(session: &mut Session, cap: u64) -> Result<Option<Bytes>> {
 
 /// Count a streamed (unchecked) body chunk against `max_body_bytes`; past it, the exchange ends
 /// with 413.
-pub fn count_streamed(ctx: &mut Ctx, chunk: Option<&Bytes>) -> Result<()> {
+pub(crate) fn count_streamed(ctx: &mut Ctx, chunk: Option<&Bytes>) -> Result<()> {
     if ctx.checked_body.is_some() {
         return Ok(());
     }

@@ -18,7 +18,7 @@ use crate::policy::Outcome;
 use crate::runtime::live::Snapshot;
 
 /// Per-request state (Pingora's `CTX`).
-pub struct Ctx {
+pub(crate) struct Ctx {
     /// When the request head was in (Pingora makes the context just after reading it).
     pub started: Instant,
     /// The request's id: the client's own well-formed `X-Request-Id`, or one made here. A
@@ -81,7 +81,7 @@ impl Ctx {
     /// Give back this request's quota charge, if it has one: it was refused after the quota
     /// step, or the upstream did not serve it (a 5xx, or no answer). At most once. Callers
     /// check [`Ctx::upstream_status`]: an answer the upstream gave (2xx–4xx) keeps the charge.
-    pub fn give_back_quota(&mut self) {
+    pub(crate) fn give_back_quota(&mut self) {
         let (Some(s), Some(k), Some(q)) = (&self.snap, self.key, self.quota_state.as_mut()) else {
             return;
         };
@@ -96,7 +96,7 @@ impl Ctx {
     }
 
     /// Count this request in its key's ledger (a request of no key is not counted).
-    pub fn count_in_ledger(&self, s: &Snapshot) {
+    pub(crate) fn count_in_ledger(&self, s: &Snapshot) {
         let (Some(k), Some(c)) = (self.key, self.credential) else {
             return;
         };
@@ -124,7 +124,7 @@ impl Ctx {
         policy.metering.touched(&entry.rate);
     }
 
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             started: Instant::now(),
             request_id: HeaderValue::from_static(""),
@@ -155,7 +155,7 @@ impl Ctx {
     }
 
     /// The route id for logs and metrics (`-` before classification).
-    pub fn route_id(&self) -> &str {
+    pub(crate) fn route_id(&self) -> &str {
         match (&self.snap, self.route) {
             (Some(s), Some(r)) => &s.policy.config.catalogue.get(r).id,
             _ => "-",
@@ -164,7 +164,7 @@ impl Ctx {
 
     /// The caller's plan (or `partner`) for logs and metrics (`-` before authentication), as
     /// the decision read it.
-    pub fn plan(&self) -> &str {
+    pub(crate) fn plan(&self) -> &str {
         match (&self.snap, self.credential) {
             (Some(s), Some(c)) => s.policy.policy_name_of(c),
             _ => "-",
@@ -174,7 +174,7 @@ impl Ctx {
     /// The operator's name for the caller's key (`-` before authentication, or when the key
     /// is unknown); never the key. A known key refused as expired, suspended or revoked is
     /// named (the client's 401 does not say so; the operator's log does).
-    pub fn key_name(&self) -> &str {
+    pub(crate) fn key_name(&self) -> &str {
         let key = self
             .key
             .or_else(|| self.not_authenticated.and_then(|n| n.key));
@@ -185,12 +185,12 @@ impl Ctx {
     }
 
     /// Why authentication failed, for the access line (`None` when it did not).
-    pub fn reason(&self) -> Option<&'static str> {
+    pub(crate) fn reason(&self) -> Option<&'static str> {
         self.not_authenticated.map(|n| n.reason.as_str())
     }
 
     /// The upstream leg's duration, closed now if it is still open.
-    pub fn close_upstream_leg(&mut self) {
+    pub(crate) fn close_upstream_leg(&mut self) {
         if let (Some(t), None) = (self.upstream_started, self.upstream_elapsed) {
             self.upstream_elapsed = Some(t.elapsed());
         }

@@ -30,14 +30,14 @@ use crate::policy::authenticate::AuthHeader;
 use crate::policy::client::Client;
 use crate::policy::{Code, Refusal};
 
-pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub(crate) const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// Requests whose framing or target a server could read two ways. (Pingora itself refuses
 /// differing `Content-Length`s, two `Host`s and non-chunked transfer codings with a bare 400,
 /// and reads `Transfer-Encoding` + `Content-Length` as chunked and then closes the connection,
 /// per RFC 9112 section 6.3, before any filter runs.)
-pub fn check_framing(req: &RequestHeader) -> std::result::Result<(), Refusal> {
+pub(crate) fn check_framing(req: &RequestHeader) -> std::result::Result<(), Refusal> {
     let h = &req.headers;
     if !h.contains_key(HOST) && req.uri.authority().is_none() {
         return Err(Refusal::new(Code::BadRequest, "the request has no Host"));
@@ -66,7 +66,7 @@ pub fn check_framing(req: &RequestHeader) -> std::result::Result<(), Refusal> {
 /// `server.max_headers`; over either, `431 headers_too_large`. The size is `raw` when the
 /// head's bytes on the wire are known (HTTP/1.1), else counted as HTTP/1.1 would write it
 /// (`name: value` and CRLF per field).
-pub fn check_size(
+pub(crate) fn check_size(
     req: &RequestHeader,
     raw: Option<usize>,
     limits: &Server,
@@ -100,7 +100,11 @@ pub fn check_size(
 }
 
 /// The client of a request that came from `peer` (see [`crate::policy::client`]).
-pub fn client(peer: Option<&PeerAddr>, headers: &HeaderMap, limits: &Server) -> Option<Client> {
+pub(crate) fn client(
+    peer: Option<&PeerAddr>,
+    headers: &HeaderMap,
+    limits: &Server,
+) -> Option<Client> {
     let PeerAddr::Inet(peer) = peer? else {
         return None;
     };
@@ -123,7 +127,7 @@ pub fn client(peer: Option<&PeerAddr>, headers: &HeaderMap, limits: &Server) -> 
 
 /// Remove a protocol upgrade request (WebSocket, h2c): the request goes on as plain HTTP, and
 /// Pingora never treats its answer as a switch to a tunnel.
-pub fn strip_upgrade(req: &mut RequestHeader) {
+pub(crate) fn strip_upgrade(req: &mut RequestHeader) {
     if req.headers.contains_key(UPGRADE) {
         req.remove_header(&UPGRADE);
     }
@@ -157,7 +161,7 @@ pub fn strip_upgrade(req: &mut RequestHeader) {
 ///
 /// `X-Request-Id` and `X-Forwarded-For` as the gateway writes them pass, and so does every
 /// other field.
-pub fn is_claim(name: &str) -> bool {
+pub(crate) fn is_claim(name: &str) -> bool {
     // Runs for every field of every request: lengths and suffixes first, no string searchers.
     let b = name.as_bytes();
     if !b.contains(&b'_') {
@@ -238,7 +242,7 @@ fn is_claim_word(w: &[u8]) -> bool {
 
 /// The fields of `headers` that [`is_claim`] keeps from the upstream, but those named in
 /// `pass` (lower case).
-pub fn dropped(headers: &HeaderMap, pass: &[String]) -> Vec<HeaderName> {
+pub(crate) fn dropped(headers: &HeaderMap, pass: &[String]) -> Vec<HeaderName> {
     headers
         .keys()
         .filter(|n| is_claim(n.as_str()) && !pass.iter().any(|p| p == n.as_str()))
@@ -247,7 +251,7 @@ pub fn dropped(headers: &HeaderMap, pass: &[String]) -> Vec<HeaderName> {
 }
 
 /// The body length the request declares, if it does.
-pub fn declared_length(h: &HeaderMap) -> std::result::Result<Option<u64>, Refusal> {
+pub(crate) fn declared_length(h: &HeaderMap) -> std::result::Result<Option<u64>, Refusal> {
     match h.get(CONTENT_LENGTH) {
         None => Ok(None),
         Some(v) => v
@@ -262,14 +266,14 @@ pub fn declared_length(h: &HeaderMap) -> std::result::Result<Option<u64>, Refusa
 /// Whether a request's own framing already says exactly `n` bytes: no `Transfer-Encoding`, and
 /// its one `Content-Length` (two are refused earlier) is `n` in plain decimal, as Tollgate
 /// would write it. Then a checked body goes upstream under the client's own header.
-pub fn framed_as(h: &HeaderMap, n: usize) -> bool {
+pub(crate) fn framed_as(h: &HeaderMap, n: usize) -> bool {
     !h.contains_key(TRANSFER_ENCODING)
         && h.get(CONTENT_LENGTH)
             .is_some_and(|v| v.as_bytes() == itoa::Buffer::new().format(n).as_bytes())
 }
 
 /// What the request carried in `Authorization`.
-pub fn auth_header(headers: &HeaderMap) -> AuthHeader<'_> {
+pub(crate) fn auth_header(headers: &HeaderMap) -> AuthHeader<'_> {
     let mut values = headers.get_all(AUTHORIZATION).iter();
     match (values.next(), values.next()) {
         (None, _) => AuthHeader::Missing,
@@ -281,7 +285,7 @@ pub fn auth_header(headers: &HeaderMap) -> AuthHeader<'_> {
 /// Request ids: the client's when it is well-formed (`[A-Za-z0-9._:-]{1,128}`), otherwise
 /// generated from a per-process random seed and a counter.
 #[derive(Debug)]
-pub struct RequestIds {
+pub(crate) struct RequestIds {
     seed: u64,
     counter: AtomicU64,
 }
@@ -293,7 +297,7 @@ impl Default for RequestIds {
 }
 
 impl RequestIds {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let seed = std::collections::hash_map::RandomState::new()
             .build_hasher()
             .finish();
@@ -305,7 +309,7 @@ impl RequestIds {
 
     /// The id of a request with these headers: its own field when well-formed (the same bytes,
     /// not a copy), else a new one.
-    pub fn of(&self, headers: &HeaderMap) -> HeaderValue {
+    pub(crate) fn of(&self, headers: &HeaderMap) -> HeaderValue {
         if let Some(v) = headers.get(X_REQUEST_ID) {
             let b = v.as_bytes();
             let ok = !b.is_empty()
@@ -333,7 +337,7 @@ fn hex_id(seed: u64, n: u64) -> HeaderValue {
 }
 
 /// A request id as text, for logs (ids are checked to be visible ASCII, so this is the id).
-pub fn id_str(id: &HeaderValue) -> &str {
+pub(crate) fn id_str(id: &HeaderValue) -> &str {
     id.to_str().unwrap_or("-")
 }
 
@@ -341,7 +345,7 @@ pub fn id_str(id: &HeaderValue) -> &str {
 /// client's address. From an untrusted peer (the client itself) every entry came before it;
 /// from a trusted proxy, the entries the proxies added after the client's are dropped, so the
 /// last entry is always the client Tollgate decided on. No client (a Unix socket): what came.
-pub fn forwarded_for(prior: &HeaderMap, client: Option<&Client>) -> Result<HeaderValue> {
+pub(crate) fn forwarded_for(prior: &HeaderMap, client: Option<&Client>) -> Result<HeaderValue> {
     let mut v: Vec<u8> = Vec::with_capacity(48);
     match client.and_then(|c| c.forwarded_at) {
         None => {
@@ -381,7 +385,7 @@ pub fn forwarded_for(prior: &HeaderMap, client: Option<&Client>) -> Result<Heade
 }
 
 /// A header value built without a copy (the bytes are still checked).
-pub fn header_value(b: Bytes) -> Result<HeaderValue> {
+pub(crate) fn header_value(b: Bytes) -> Result<HeaderValue> {
     HeaderValue::from_maybe_shared(b)
         .map_err(|_| Error::explain(ErrorType::InternalError, "not a header value"))
 }
@@ -393,7 +397,7 @@ pub fn header_value(b: Bytes) -> Result<HeaderValue> {
 /// As it came is only right when nothing changes: no base path, the path decided on is the
 /// request's own, and the request line's raw bytes are exactly that path and query (not the
 /// absolute form `POST http://host/v2/...`). Pingora then sends the request line's own bytes.
-pub fn upstream_target(req: &RequestHeader, base_path: &str, path: &str) -> Option<String> {
+pub(crate) fn upstream_target(req: &RequestHeader, base_path: &str, path: &str) -> Option<String> {
     let as_it_came = base_path.is_empty()
         && path == req.uri.path()
         && req

@@ -15,11 +15,11 @@
 //!
 //! Pingora retries only what cannot have reached the upstream, or idempotent requests.
 
-pub mod answer;
-pub mod body;
-pub mod context;
-pub mod head;
-pub mod upstream;
+pub(crate) mod answer;
+pub(crate) mod body;
+pub(crate) mod context;
+pub(crate) mod head;
+pub(crate) mod upstream;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -42,12 +42,12 @@ use crate::runtime::lifecycle::Health;
 use crate::runtime::live::LivePolicy;
 use crate::runtime::logging::AccessLine;
 use crate::runtime::metrics::Record;
-pub use context::Ctx;
+pub(crate) use context::Ctx;
 use head::RequestIds;
 
 /// Why the request path stopped before forwarding: a refusal to answer, or a failure of the
 /// connection itself (which Pingora handles).
-pub enum Stop {
+pub(crate) enum Stop {
     Refuse(Refusal),
     Fail(Box<Error>),
 }
@@ -65,7 +65,7 @@ impl From<Box<Error>> for Stop {
 }
 
 /// The gateway service.
-pub struct Gateway {
+pub(crate) struct Gateway {
     live: Arc<LivePolicy>,
     health: Arc<Health>,
     clock: Arc<dyn Clock>,
@@ -77,7 +77,7 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    pub fn new(
+    pub(crate) fn new(
         live: Arc<LivePolicy>,
         health: Arc<Health>,
         clock: Arc<dyn Clock>,
@@ -94,19 +94,15 @@ impl Gateway {
     }
 
     /// Budgets are shared: a request whose key has no lease here waits with `settling`.
-    pub fn with_settling(mut self, settling: Arc<crate::shared::Settling>) -> Self {
+    pub(crate) fn with_settling(mut self, settling: Arc<crate::shared::Settling>) -> Self {
         self.settling = Some(settling);
         self
-    }
-
-    pub fn live(&self) -> &Arc<LivePolicy> {
-        &self.live
     }
 
     /// The request path, in order. Each step narrows the request or stops it; what a step
     /// learns goes into `ctx` for the answer, the access line and the metrics. (Admitting the
     /// connection and its deadlines came before: [`crate::edge`].)
-    pub async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<(), Stop> {
+    pub(crate) async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<(), Stop> {
         let snap = Arc::clone(ctx.snap.insert(self.live.load()));
         ctx.request_id = self.ids.of(&session.req_header().headers);
         self.begin(session, ctx);

@@ -12,7 +12,7 @@ const POOL_IDLE: Duration = Duration::from_secs(60);
 
 /// A peer for `t`: its timeouts, and for TLS the certificate and host-name checks (against a
 /// private CA when one is configured).
-pub fn peer(t: &Target) -> HttpPeer {
+pub(crate) fn peer(t: &Target) -> HttpPeer {
     let mut peer = HttpPeer::new(t.addr, t.tls, t.sni.clone());
     peer.options.connection_timeout = Some(t.connect_timeout);
     peer.options.total_connection_timeout = Some(t.connect_timeout);

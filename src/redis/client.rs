@@ -13,7 +13,7 @@ use super::{Lua, SentinelLink};
 /// A connection to a single Redis (reconnecting by itself) or to a Redis Cluster; cheap to
 /// clone (both are handles on shared connections).
 #[derive(Clone)]
-pub enum Client {
+pub(crate) enum Client {
     Single(ConnectionManager),
     Cluster(redis::cluster_async::ClusterConnection),
     Sentinel(Arc<SentinelLink>),
@@ -21,7 +21,7 @@ pub enum Client {
 
 impl Client {
     /// Run one command.
-    pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
+    pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> redis::RedisResult<T> {
         match self.clone() {
             Client::Single(mut c) => cmd.query_async(&mut c).await,
             Client::Cluster(mut c) => cmd.query_async(&mut c).await,
@@ -33,7 +33,10 @@ impl Client {
     }
 
     /// Run a pipeline (on a Redis Cluster, every command of it must name one slot).
-    pub async fn pipeline<T: FromRedisValue>(&self, pipe: &Pipeline) -> redis::RedisResult<T> {
+    pub(crate) async fn pipeline<T: FromRedisValue>(
+        &self,
+        pipe: &Pipeline,
+    ) -> redis::RedisResult<T> {
         match self.clone() {
             Client::Single(mut c) => pipe.query_async(&mut c).await,
             Client::Cluster(mut c) => pipe.query_async(&mut c).await,
@@ -47,7 +50,7 @@ impl Client {
     /// Whether writes must be held by a replica before they are acknowledged: behind
     /// Sentinel or on a Redis Cluster, a failover promotes a replica, which has only what
     /// reached it.
-    pub fn replicated(&self) -> bool {
+    pub(crate) fn replicated(&self) -> bool {
         matches!(self, Client::Sentinel(_) | Client::Cluster(_))
     }
 
@@ -55,7 +58,12 @@ impl Client {
     /// client wrote to `key`'s master (or that master has no replica); elsewhere, yes. On a
     /// Redis Cluster the pipeline goes to `key`'s node (an `EXISTS` routes it), on the
     /// connection the writes took.
-    pub async fn held(&self, hold: &Hold, key: &str, timeout: Duration) -> RedisResult<bool> {
+    pub(crate) async fn held(
+        &self,
+        hold: &Hold,
+        key: &str,
+        timeout: Duration,
+    ) -> RedisResult<bool> {
         if !self.replicated() {
             return Ok(true);
         }
@@ -69,13 +77,17 @@ impl Client {
     }
 
     /// Load `lua` into the store (after `NOSCRIPT`).
-    pub async fn load(&self, lua: &Lua) -> redis::RedisResult<String> {
+    pub(crate) async fn load(&self, lua: &Lua) -> redis::RedisResult<String> {
         self.query(&lua.load_cmd()).await
     }
 
     /// Run `cmd`, a call of `lua` ([`Lua::evalsha`]); on `NOSCRIPT` the script is loaded and
     /// the call sent once more.
-    pub async fn call<T: FromRedisValue>(&self, lua: &Lua, cmd: &Cmd) -> redis::RedisResult<T> {
+    pub(crate) async fn call<T: FromRedisValue>(
+        &self,
+        lua: &Lua,
+        cmd: &Cmd,
+    ) -> redis::RedisResult<T> {
         match self.query(cmd).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.load(lua).await?;
@@ -92,7 +104,7 @@ impl Client {
 /// has no replica, so a master whose last `ROLE` listed none is asked `WAIT 0` (at once):
 /// with no replica there is none to fail over to, and its acknowledgement stands.
 #[derive(Debug)]
-pub struct Hold {
+pub(crate) struct Hold {
     replicas: std::sync::atomic::AtomicBool,
 }
 
@@ -107,7 +119,7 @@ impl Default for Hold {
 
 impl Hold {
     /// `WAIT` (1 replica within `timeout`, or 0 when the master had none), then `ROLE`.
-    pub fn commands(&self, timeout: Duration) -> [Cmd; 2] {
+    pub(crate) fn commands(&self, timeout: Duration) -> [Cmd; 2] {
         let replicas = self.replicas.load(std::sync::atomic::Ordering::Relaxed);
         let mut wait = redis::cmd("WAIT");
         if replicas {
@@ -120,7 +132,7 @@ impl Hold {
 
     /// What [`Hold::commands`] answered: held when a replica acknowledged (`WAIT` ≥ 1) or the
     /// master lists no replica (`ROLE`); what `ROLE` said is kept for the next time.
-    pub fn read(&self, wait: &Value, role: &Value) -> bool {
+    pub(crate) fn read(&self, wait: &Value, role: &Value) -> bool {
         let none = match role {
             Value::Array(parts) => matches!(parts.get(2), Some(Value::Array(r)) if r.is_empty()),
             _ => false,

@@ -5,14 +5,14 @@ use redis::{Cmd, Script};
 /// A Lua script of one of the rooms above. redis-rs's own `ScriptInvocation` cannot be put in
 /// a pipeline (its command is private to the crate), so every call, alone or pipelined, is
 /// laid out here: `EVALSHA sha numkeys KEYS… ARGV…`.
-pub struct Lua {
+pub(crate) struct Lua {
     source: &'static str,
     script: Script,
 }
 
 impl Lua {
     /// A script from its source (a `.lua` file, `include_str!`-ed).
-    pub fn new(source: &'static str) -> Self {
+    pub(crate) fn new(source: &'static str) -> Self {
         Self {
             source,
             script: Script::new(source),
@@ -20,13 +20,13 @@ impl Lua {
     }
 
     /// The SHA-1 of the source, as Redis names a loaded script.
-    pub fn hash(&self) -> &str {
+    pub(crate) fn hash(&self) -> &str {
         self.script.get_hash()
     }
 
     /// A call with `keys`, as one command (for [`super::Client::call`], [`super::Client::query`] or a
     /// pipeline); its `ARGV` follow with `.arg(…)`.
-    pub fn evalsha(&self, keys: &[&str]) -> Cmd {
+    pub(crate) fn evalsha(&self, keys: &[&str]) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.hash()).arg(keys.len());
         for k in keys {

@@ -23,9 +23,9 @@ mod cluster;
 mod lua;
 mod sentinel;
 
-pub use client::{Client, Hold};
-pub use lua::Lua;
-pub use sentinel::SentinelLink;
+pub(crate) use client::{Client, Hold};
+pub(crate) use lua::Lua;
+pub(crate) use sentinel::SentinelLink;
 
 use cluster::{cluster, known_nodes};
 
@@ -64,7 +64,7 @@ impl StoreError {
 }
 
 /// `call` within `deadline`; its error scrubbed of `url`.
-pub async fn within<T>(
+pub(crate) async fn within<T>(
     deadline: tokio::time::Instant,
     url: &str,
     call: impl std::future::Future<Output = redis::RedisResult<T>>,
@@ -86,7 +86,7 @@ fn no_delay() -> redis::io::tcp::TcpSettings {
 
 /// Connect to the store `cfg` names, within its timeout: a Redis Cluster when the server says
 /// `cluster_enabled:1`, else one Redis through a reconnecting connection manager.
-pub async fn connect(cfg: &Cluster) -> Result<Client, StoreError> {
+pub(crate) async fn connect(cfg: &Cluster) -> Result<Client, StoreError> {
     match tokio::time::timeout(cfg.timeout, open(cfg)).await {
         Ok(r) => r,
         Err(_) => Err(StoreError::ConnectTimeout),

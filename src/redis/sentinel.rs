@@ -15,7 +15,7 @@ use crate::sync::Locked;
 /// (the connection dropped or refused, no answer in time, `READONLY` from a demoted master);
 /// the next call asks the Sentinels again. A failover thus costs the calls of the moment it
 /// takes Sentinel to promote a replica, each within `timeout_ms`: no request waits on them.
-pub struct SentinelLink {
+pub(crate) struct SentinelLink {
     sentinel: tokio::sync::Mutex<SentinelClient>,
     conn: std::sync::Mutex<Option<MultiplexedConnection>>,
     config: redis::AsyncConnectionConfig,

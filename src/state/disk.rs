@@ -24,7 +24,7 @@ const FIELDS: TableDefinition<'_, &str, &str> = TableDefinition::new("cluster_ov
 
 /// Why the disk store failed.
 #[derive(Debug, thiserror::Error)]
-pub enum DiskError {
+pub(crate) enum DiskError {
     #[error("{path}: {source}")]
     Open {
         path: String,
@@ -49,7 +49,7 @@ fn store(e: impl std::error::Error + Send + Sync + 'static) -> DiskError {
 /// replaces a file another process put there meanwhile). A start that fails while creating it
 /// (a full disk: redb's header and first pages are 73,728 bytes) leaves no `state.path` that
 /// is not a database, and the next start, once the disk has room, creates it.
-pub fn open(path: &Path) -> Result<redb::Database, DiskError> {
+pub(crate) fn open(path: &Path) -> Result<redb::Database, DiskError> {
     let fail = |e: redb::DatabaseError| DiskError::Open {
         path: path.display().to_string(),
         source: Box::new(e),
@@ -97,7 +97,7 @@ fn create_whole(path: &Path) -> Result<(), Box<dyn std::error::Error + Send + Sy
 }
 
 /// Open the file at `path` to read (`tollgate check`, beside a running gateway).
-pub fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, DiskError> {
+pub(crate) fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, DiskError> {
     redb::Builder::new()
         .set_concurrency_mode(redb::ConcurrencyMode::MultiWriter)
         .open_read_only(path)
@@ -109,7 +109,7 @@ pub fn open_read_only(path: &Path) -> Result<redb::ReadOnlyDatabase, DiskError> 
 
 /// The table `def` of `db` to read, or `None` when nothing was ever written to it (the
 /// overrides' and the ledger's tables alike).
-pub fn read_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+pub(crate) fn read_table<K: redb::Key + 'static, V: redb::Value + 'static>(
     db: &impl ReadableDatabase,
     def: TableDefinition<'_, K, V>,
 ) -> Result<Option<redb::ReadOnlyTable<K, V>>, redb::Error> {
@@ -121,7 +121,7 @@ pub fn read_table<K: redb::Key + 'static, V: redb::Value + 'static>(
 }
 
 /// Every override in the file.
-pub fn read_all(db: &impl ReadableDatabase) -> Result<Overrides, DiskError> {
+pub(crate) fn read_all(db: &impl ReadableDatabase) -> Result<Overrides, DiskError> {
     let Some(table) = read_table(db, TABLE).map_err(store)? else {
         return Ok(Overrides::new());
     };
@@ -140,7 +140,7 @@ pub fn read_all(db: &impl ReadableDatabase) -> Result<Overrides, DiskError> {
 
 /// Write records (or their removal, `None`) in one transaction; durable when it returns
 /// (redb's default durability): all of them are kept, or none.
-pub fn write_all(
+pub(crate) fn write_all(
     db: &redb::Database,
     records: &[(Digest, Option<Override>)],
 ) -> Result<(), DiskError> {
@@ -169,7 +169,7 @@ pub fn write_all(
 }
 
 /// The copy of the fleet's overrides kept here (empty when none was ever written).
-pub fn read_fields(db: &impl ReadableDatabase) -> Result<HashMap<String, Kept>, DiskError> {
+pub(crate) fn read_fields(db: &impl ReadableDatabase) -> Result<HashMap<String, Kept>, DiskError> {
     let Some(table) = read_table(db, FIELDS).map_err(store)? else {
         return Ok(HashMap::new());
     };
@@ -184,7 +184,10 @@ pub fn read_fields(db: &impl ReadableDatabase) -> Result<HashMap<String, Kept>, 
 }
 
 /// Put `fields` in the copy (each replacing what was under its name), in one transaction.
-pub fn write_fields(db: &redb::Database, fields: &[(String, Kept)]) -> Result<(), DiskError> {
+pub(crate) fn write_fields(
+    db: &redb::Database,
+    fields: &[(String, Kept)],
+) -> Result<(), DiskError> {
     let txn = db.begin_write().map_err(store)?;
     {
         let mut table = txn.open_table(FIELDS).map_err(store)?;
@@ -196,7 +199,7 @@ pub fn write_fields(db: &redb::Database, fields: &[(String, Kept)]) -> Result<()
 }
 
 /// Make the copy hold `fields` and nothing else, in one transaction.
-pub fn replace_fields(
+pub(crate) fn replace_fields(
     db: &redb::Database,
     fields: &HashMap<String, Kept>,
 ) -> Result<(), DiskError> {
@@ -213,7 +216,7 @@ pub fn replace_fields(
 
 /// Whether opening failed because the file is not a usable database (damaged, or not redb's),
 /// rather than because of the disk or another process: such a file is set aside at start.
-pub fn unusable(e: &redb::DatabaseError) -> bool {
+pub(crate) fn unusable(e: &redb::DatabaseError) -> bool {
     use redb::StorageError as S;
     match e {
         redb::DatabaseError::Storage(S::Corrupted(_)) => true,
@@ -223,7 +226,7 @@ pub fn unusable(e: &redb::DatabaseError) -> bool {
 }
 
 /// Move the file at `path` aside, as `<name>.corrupt-<unix seconds>`; where it went.
-pub fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
+pub(crate) fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -235,7 +238,7 @@ pub fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
 }
 
 /// Where the backup of the file at `path` is: `<name>.backup.json`.
-pub fn backup_path(path: &Path) -> PathBuf {
+pub(crate) fn backup_path(path: &Path) -> PathBuf {
     let mut b = path.as_os_str().to_owned();
     b.push(".backup.json");
     PathBuf::from(b)
@@ -250,7 +253,7 @@ struct Backup {
 
 /// Write the backup of what `db` keeps of the operator's changes beside `path`: whole, under a
 /// temporary name synced to disk, then renamed over the last one.
-pub fn write_backup(
+pub(crate) fn write_backup(
     db: &redb::Database,
     path: &Path,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -279,7 +282,7 @@ pub fn write_backup(
 
 /// Put the backup beside `path` into `db` (a new file, after the old one was set aside);
 /// what was restored, in words, for the log line.
-pub fn restore_backup(db: &redb::Database, path: &Path) -> String {
+pub(crate) fn restore_backup(db: &redb::Database, path: &Path) -> String {
     let from = backup_path(path);
     let text = match std::fs::read(&from) {
         Ok(t) => t,
@@ -320,7 +323,12 @@ pub fn restore_backup(db: &redb::Database, path: &Path) -> String {
 }
 
 /// Write one record (or its removal).
-pub fn write(db: &redb::Database, d: &Digest, record: Option<&Override>) -> Result<(), DiskError> {
+#[cfg(test)]
+pub(crate) fn write(
+    db: &redb::Database,
+    d: &Digest,
+    record: Option<&Override>,
+) -> Result<(), DiskError> {
     write_all(db, &[(*d, record.cloned())])
 }
 

@@ -33,14 +33,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub mod disk;
+pub(crate) mod disk;
 
 use disk::DiskError;
 
 use crate::sync::Locked;
 
 /// The `state.path` file: the database open on it now, and whether its disk is failing.
-pub struct StateFile {
+pub(crate) struct StateFile {
     path: PathBuf,
     db: Mutex<Arc<redb::Database>>,
     failing: AtomicBool,
@@ -50,7 +50,7 @@ impl StateFile {
     /// Open (or create) the file at `path`, and check that it takes a write. A file that is
     /// not a usable database is moved aside and a new one made from the backup (see the
     /// module's docs).
-    pub fn open(path: &Path) -> Result<Arc<Self>, DiskError> {
+    pub(crate) fn open(path: &Path) -> Result<Arc<Self>, DiskError> {
         let db = match disk::open(path) {
             Err(DiskError::Open { source, .. }) if disk::unusable(&source) => {
                 let aside = disk::set_aside(path).map_err(|e| DiskError::Unwritable {
@@ -87,7 +87,7 @@ impl StateFile {
 
     /// Whether the last write failed (and none has succeeded since): `/readyz` says
     /// `degraded`.
-    pub fn is_failing(&self) -> bool {
+    pub(crate) fn is_failing(&self) -> bool {
         self.failing.load(Ordering::Acquire)
     }
 
@@ -98,7 +98,10 @@ impl StateFile {
     /// Read with `f` (blocking: from a blocking thread or the keeper's). When it fails, the
     /// file is opened again for the next call (redb may have latched an I/O error); whether
     /// the disk takes writes is left to the writes to say.
-    pub fn read<T, E>(&self, f: impl FnOnce(&redb::Database) -> Result<T, E>) -> Result<T, E> {
+    pub(crate) fn read<T, E>(
+        &self,
+        f: impl FnOnce(&redb::Database) -> Result<T, E>,
+    ) -> Result<T, E> {
         let db = self.db();
         let result = f(&db);
         if result.is_err() {
@@ -111,7 +114,7 @@ impl StateFile {
     /// Write with `f` (blocking: from a blocking thread or the keeper's). When it fails, the
     /// disk is marked failing and the file opened again for the next call; when it succeeds
     /// after failures, writes have resumed.
-    pub fn write<T, E: std::fmt::Display>(
+    pub(crate) fn write<T, E: std::fmt::Display>(
         &self,
         f: impl FnOnce(&redb::Database) -> Result<T, E>,
     ) -> Result<T, E> {
@@ -138,7 +141,7 @@ impl StateFile {
     /// fleet's), then the backup beside the file brought up to date: what a start finding the
     /// file unusable makes a new one from. A backup that cannot be written is logged; the
     /// change is kept all the same (the file holds it).
-    pub fn write_kept<T, E: std::fmt::Display>(
+    pub(crate) fn write_kept<T, E: std::fmt::Display>(
         &self,
         f: impl FnOnce(&redb::Database) -> Result<T, E>,
     ) -> Result<T, E> {
@@ -150,7 +153,7 @@ impl StateFile {
     }
 
     /// A write of nothing, while the disk fails: whether it takes writes again.
-    pub fn probe(&self) {
+    pub(crate) fn probe(&self) {
         if self.is_failing() {
             let _ = self.write(probe);
         }
