@@ -31,10 +31,8 @@ pub(crate) async fn send(
     closing: bool,
 ) -> Result<()> {
     // Refused after its quota was charged (its body, or no answer from the upstream): given
-    // back. Not when the upstream answered (its body then failed): that status decides.
-    if ctx.upstream_status == 0 {
-        ctx.give_back_quota();
-    }
+    // back; not when the upstream answered (its body then failed): that status decides.
+    ctx.give_back_quota();
     ctx.outcome = refusal.code.outcome();
     ctx.code = Some(refusal.code);
     ctx.status = refusal.status();

@@ -78,10 +78,15 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    /// Give back this request's quota charge, if it has one: it was refused after the quota
-    /// step, or the upstream did not serve it (a 5xx, or no answer). At most once. Callers
-    /// check [`Ctx::upstream_status`]: an answer the upstream gave (2xx–4xx) keeps the charge.
+    /// Give back this request's quota charge, if it has one, unless the upstream's status
+    /// keeps it: a request refused after the quota step, or one the upstream did not serve (a
+    /// 5xx, or no status at all), is given back; one it answered 1xx–4xx stays charged,
+    /// whatever happened after (the rule in docs/configuration.md, "Quotas"). At most once:
+    /// every place a request can end calls it.
     pub(crate) fn give_back_quota(&mut self) {
+        if (100..500).contains(&self.upstream_status) {
+            return;
+        }
         let (Some(s), Some(k), Some(q)) = (&self.snap, self.key, self.quota_state.as_mut()) else {
             return;
         };

@@ -368,10 +368,8 @@ impl ProxyHttp for Gateway {
                 _ => {}
             }
         }
-        if resp.status.is_server_error() {
-            // Not served: the quota counts what the provider served.
-            ctx.give_back_quota();
-        }
+        // A 5xx is not served: given back (the quota counts what the provider served).
+        ctx.give_back_quota();
         resp.insert_header("X-Request-Id", ctx.request_id.clone())?;
         answer::rate_limit_headers(ctx, resp)
     }
@@ -418,11 +416,9 @@ impl ProxyHttp for Gateway {
         if ctx.status != 0 {
             self.live.metrics().response(ctx.status);
         }
-        if ctx.upstream_status == 0 {
-            // Admitted, and no answer came from the upstream (it was not reached, it timed
-            // out, the client left before it answered).
-            ctx.give_back_quota();
-        }
+        // Admitted, and no answer came from the upstream (it was not reached, it timed out,
+        // the client left before it answered): given back.
+        ctx.give_back_quota();
         if let Some(s) = &ctx.snap {
             if s.policy.config.ledger.is_some() {
                 ctx.count_in_ledger(s);
