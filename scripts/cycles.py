@@ -21,9 +21,6 @@ from pathlib import Path
 
 CRATES = ["crates/core/src", "src"]
 
-# Loops allowed, by crate: `{"rooms": {...}, "files": {...}}` entries, reported but not failed
-# (none: the last, the meter's holder, was closed by the `metering::MeterHolder` trait).
-KNOWN = {}
 
 PATH_RE = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)*)(::\{[^}]*\})?")
 USE_RE = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+([A-Za-z_][A-Za-z0-9_]*)((?:::[A-Za-z_][A-Za-z0-9_]*)*)(::\{[^}]*\})?")
@@ -191,6 +188,18 @@ def loops(graph: dict) -> list:
     return comps
 
 
+def report(crate: str, kind: str, graph: dict, ties: dict) -> int:
+    """Print every loop of `graph` (files or rooms) with what ties each step; 1 if any."""
+    found = 0
+    for comp in loops(graph):
+        found = 1
+        print(f"cycles: {crate}: {kind} in a loop:", file=sys.stderr)
+        for a in comp:
+            for b in sorted(set(graph.get(a, ())) & set(comp)):
+                print(f"  {a} -> {b}: {ties[(a, b)]}", file=sys.stderr)
+    return found
+
+
 def main() -> int:
     bad = 0
     nodes = 0
@@ -203,44 +212,24 @@ def main() -> int:
                 for t, names in ts.items():
                     print(f"{f} -> {t}: {', '.join(sorted(names))}")
             continue
-        known = KNOWN.get(crate, [])
-
-        def is_known(kind: str, comp) -> bool:
-            names = {str(Path(c).relative_to(root)) if kind == "files" else c for c in comp}
-            return any(names == k[kind] for k in known)
-
         files = {f: set(ts) for f, ts in g.items()}
-        for comp in loops(files):
-            if is_known("files", comp):
-                print(f"cycles: {crate}: the known loop, files {', '.join(map(str, comp))}")
-                continue
-            bad = 1
-            print(f"cycles: {crate}: files in a loop:", file=sys.stderr)
-            for f in comp:
-                for t in sorted(set(g[f]) & set(comp)):
-                    print(f"  {f} -> {t}: {', '.join(sorted(g[f][t]))}", file=sys.stderr)
+        ties = {(f, t): ", ".join(sorted(names)) for f, ts in g.items() for t, names in ts.items()}
+        bad |= report(crate, "files", files, ties)
 
         def room(f: Path) -> str:
             m = module_of(root, f)
             return m[0] if m else "(crate root)"
 
         rooms = {}
-        ties = {}
+        by = {}
         for f, ts in g.items():
             for t in ts:
                 a, b = room(f), room(t)
                 if a != b and a != "(crate root)" and b != "(crate root)":
                     rooms.setdefault(a, set()).add(b)
-                    ties.setdefault((a, b), []).append(f"{f} -> {t}")
-        for comp in loops(rooms):
-            if is_known("rooms", comp):
-                print(f"cycles: {crate}: the known loop, rooms {', '.join(comp)}")
-                continue
-            bad = 1
-            print(f"cycles: {crate}: rooms in a loop: {', '.join(comp)}", file=sys.stderr)
-            for a in comp:
-                for b in sorted(rooms[a] & set(comp)):
-                    print(f"  {a} -> {b}: {'; '.join(ties[(a, b)][:3])}", file=sys.stderr)
+                    by.setdefault((a, b), []).append(f"{f} -> {t}")
+        ties = {k: "; ".join(v[:3]) for k, v in by.items()}
+        bad |= report(crate, "rooms", rooms, ties)
     if "--edges" in sys.argv:
         return 0
     if bad:
