@@ -18,6 +18,7 @@ arguments a key.
 """
 
 import argparse
+import contextlib
 import hashlib
 import os
 import re
@@ -86,16 +87,11 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rev", help="take BUDGET_LUA from this git revision")
-    ap.add_argument("--keys", type=int, default=10000)
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=30)
-    a = ap.parse_args()
-    lua = script_of(a.rev)
-    packed = "struct.unpack" in lua
-    leases = "'<I8I8I8I8I8I8'" in lua
+@contextlib.contextmanager
+def redis_server():
+    """A redis-server of its own on a free port of 127.0.0.1, without persistence (pinned to
+    CPU 1 when there are two, the caller to CPU 0), and a connection to it: yields the
+    process, the socket and a reader of the socket; stops the server after."""
     two = (os.cpu_count() or 1) >= 2
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -116,37 +112,50 @@ def main():
                     time.sleep(0.05)
             else:
                 sys.exit("redis-server did not start")
-            f = conn.makefile("rb")
-            conn.sendall(resp("SCRIPT", "LOAD", lua))
-            sha = read_reply(f).decode()
-            names = ["bench:b:{%s}" % hashlib.sha256(b"%d" % i).hexdigest()[:32] for i in range(a.keys)]
-            calls = []
-            for at in range(0, a.keys, a.batch):
-                keys = names[at:at + a.batch]
-                if leases:
-                    args = ["EVALSHA", sha, len(keys)] + keys + [10000]
-                    args.append(struct.pack("<%dQ" % (6 * len(keys)),
-                                            *([1, 0, 0, 66667, 150, 0] * len(keys))))
-                    calls.append(resp(*args))
-                    continue
-                args = ["EVALSHA", sha, len(keys)] + keys + ["0123456789abcdef", 10000, 200]
-                if packed:
-                    args.append(struct.pack("<%dQ" % (3 * len(keys)), *([1, 66667, 0] * len(keys))))
-                else:
-                    for _ in keys:
-                        args += [1, 66667, 0]
-                calls.append(resp(*args))
-            pipeline = b"".join(calls)
-            t0, c0 = time.time(), cpu_ticks(redis.pid)
-            for _ in range(a.rounds):
-                conn.sendall(pipeline)
-                for _ in calls:
-                    read_reply(f)
-            t1, c1 = time.time(), cpu_ticks(redis.pid)
-            conn.close()
+            with conn:
+                yield redis, conn, conn.makefile("rb")
         finally:
             redis.terminate()
             redis.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rev", help="take BUDGET_LUA from this git revision")
+    ap.add_argument("--keys", type=int, default=10000)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=30)
+    a = ap.parse_args()
+    lua = script_of(a.rev)
+    packed = "struct.unpack" in lua
+    leases = "'<I8I8I8I8I8I8'" in lua
+    with redis_server() as (redis, conn, f):
+        conn.sendall(resp("SCRIPT", "LOAD", lua))
+        sha = read_reply(f).decode()
+        names = ["bench:b:{%s}" % hashlib.sha256(b"%d" % i).hexdigest()[:32] for i in range(a.keys)]
+        calls = []
+        for at in range(0, a.keys, a.batch):
+            keys = names[at:at + a.batch]
+            if leases:
+                args = ["EVALSHA", sha, len(keys)] + keys + [10000]
+                args.append(struct.pack("<%dQ" % (6 * len(keys)),
+                                        *([1, 0, 0, 66667, 150, 0] * len(keys))))
+                calls.append(resp(*args))
+                continue
+            args = ["EVALSHA", sha, len(keys)] + keys + ["0123456789abcdef", 10000, 200]
+            if packed:
+                args.append(struct.pack("<%dQ" % (3 * len(keys)), *([1, 66667, 0] * len(keys))))
+            else:
+                for _ in keys:
+                    args += [1, 66667, 0]
+            calls.append(resp(*args))
+        pipeline = b"".join(calls)
+        t0, c0 = time.time(), cpu_ticks(redis.pid)
+        for _ in range(a.rounds):
+            conn.sendall(pipeline)
+            for _ in calls:
+                read_reply(f)
+        t1, c1 = time.time(), cpu_ticks(redis.pid)
     tck = os.sysconf("SC_CLK_TCK")
     per_key = (c1 - c0) / tck * 1e6 / (a.rounds * a.keys)
     print("script: %s (%s arguments); %d keys, %d per call, %d rounds in %.2f s"

@@ -22,14 +22,10 @@ Prints Redis's CPU time (utime + stime) per key for each, and the bytes each sen
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from budget_script import ROOT, cpu_ticks, read_reply, resp  # noqa: E402
+from budget_script import ROOT, cpu_ticks, read_reply, redis_server, resp  # noqa: E402
 
 BATCH = 500
 
@@ -70,51 +66,27 @@ def main():
     a = ap.parse_args()
     columns = ["upstream_2xx", "rate_limited", "invalid_body", "upstream_4xx"][: a.columns]
     names = ["customer-%05d" % i for i in range(a.keys)]
-    two = (os.cpu_count() or 1) >= 2
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     results = []
-    with tempfile.TemporaryDirectory() as d:
-        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", d]
-        if two:
-            cmd = ["taskset", "-c", "1"] + cmd
-            os.sched_setaffinity(0, {0})
-        redis = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(100):
-                try:
-                    conn = socket.create_connection(("127.0.0.1", port))
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            else:
-                sys.exit("redis-server did not start")
-            f = conn.makefile("rb")
-            sha = {}
-            for name in ("report", "day"):
-                with open(os.path.join(ROOT, "src/ledger/%s.lua" % name)) as src:
-                    conn.sendall(resp("SCRIPT", "LOAD", src.read()))
-                sha[name] = read_reply(f).decode()
-            forms = [("commands", commands(names, columns)),
-                     ("scripts, names", scripts(names, columns, sha["report"], sha["day"], True)),
-                     ("scripts", scripts(names, columns, sha["report"], sha["day"], False))]
-            for label, calls in forms * 2:
-                pipeline = b"".join(calls)
-                conn.sendall(resp("FLUSHALL"))
-                read_reply(f)
-                c0 = cpu_ticks(redis.pid)
-                for _ in range(a.rounds):
-                    conn.sendall(pipeline)
-                    for _ in calls:
-                        read_reply(f)
-                c1 = cpu_ticks(redis.pid)
-                results.append((label, c1 - c0, len(pipeline)))
-            conn.close()
-        finally:
-            redis.terminate()
-            redis.wait()
+    with redis_server() as (redis, conn, f):
+        sha = {}
+        for name in ("report", "day"):
+            with open(os.path.join(ROOT, "src/ledger/%s.lua" % name)) as src:
+                conn.sendall(resp("SCRIPT", "LOAD", src.read()))
+            sha[name] = read_reply(f).decode()
+        forms = [("commands", commands(names, columns)),
+                 ("scripts, names", scripts(names, columns, sha["report"], sha["day"], True)),
+                 ("scripts", scripts(names, columns, sha["report"], sha["day"], False))]
+        for label, calls in forms * 2:
+            pipeline = b"".join(calls)
+            conn.sendall(resp("FLUSHALL"))
+            read_reply(f)
+            c0 = cpu_ticks(redis.pid)
+            for _ in range(a.rounds):
+                conn.sendall(pipeline)
+                for _ in calls:
+                    read_reply(f)
+            c1 = cpu_ticks(redis.pid)
+            results.append((label, c1 - c0, len(pipeline)))
     tck = os.sysconf("SC_CLK_TCK")
     print("%d keys, a quota count and %d ledger columns each, %d rounds (each form twice)"
           % (a.keys, a.columns, a.rounds))
