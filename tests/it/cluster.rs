@@ -880,16 +880,39 @@ fn quantile(latencies: &[(u16, Duration)], q: f64) -> Duration {
     v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
+/// A Redis of the test's own behind a proxy that holds every chunk `one_way` each way.
+fn redis_away(one_way: Duration) -> (RedisServer, DelayProxy) {
+    let redis = RedisServer::start();
+    let far = DelayProxy::start(SocketAddr::from(([127, 0, 0, 1], redis.port)), one_way);
+    (redis, far)
+}
+
+/// Every replica of three counts the other two, with the store up.
+fn sharing(replicas: &[Replica]) {
+    for r in replicas {
+        eventually("every replica counts three, the store up", || {
+            let page = metrics_page(r.admin);
+            metric(&page, "tollgate_cluster_replicas") == Some(3.0)
+                && metric(&page, "tollgate_cluster_store_up") == Some(1.0)
+        });
+    }
+}
+
+/// The requests that have waited for Redis on `r`.
+fn settle_waits(r: &Replica) -> f64 {
+    metric(
+        &metrics_page(r.admin),
+        "tollgate_cluster_settle_wait_seconds_count",
+    )
+    .unwrap_or(0.0)
+}
+
 #[test]
 fn quiet_keys_are_answered_as_by_one_process_with_redis_20_ms_away() {
     let _timed = one_at_a_time();
     let up = Upstream::start(Mode::Ok);
-    let redis = RedisServer::start();
     // Redis in another zone: 20 ms each way, a wait for it at least 40 ms.
-    let far = DelayProxy::start(
-        SocketAddr::from(([127, 0, 0, 1], redis.port)),
-        Duration::from_millis(20),
-    );
+    let (_redis, far) = redis_away(Duration::from_millis(20));
     let dir = tempfile::tempdir().unwrap();
     // Thirty Basic keys (40 per window), each sending one request every half second, spread
     // over three replicas: each replica sees a key every 1.5 s.
@@ -926,13 +949,7 @@ fn quiet_keys_are_answered_as_by_one_process_with_redis_20_ms_away() {
             k.timeout_ms = 250;
         })
     });
-    for r in &replicas {
-        eventually("every replica counts three, the store up", || {
-            let page = metrics_page(r.admin);
-            metric(&page, "tollgate_cluster_replicas") == Some(3.0)
-                && metric(&page, "tollgate_cluster_store_up") == Some(1.0)
-        });
-    }
+    sharing(&replicas);
     let addrs: Vec<SocketAddr> = replicas.iter().map(|r| r.listen).collect();
     let (alone, fleet) = std::thread::scope(|s| {
         let alone = s.spawn(|| quiet_traffic(&[listen], &keys, gap, length));
@@ -941,16 +958,7 @@ fn quiet_keys_are_answered_as_by_one_process_with_redis_20_ms_away() {
     });
     single.stop();
 
-    let waited: f64 = replicas
-        .iter()
-        .map(|r| {
-            metric(
-                &metrics_page(r.admin),
-                "tollgate_cluster_settle_wait_seconds_count",
-            )
-            .unwrap_or(0.0)
-        })
-        .sum();
+    let waited: f64 = replicas.iter().map(settle_waits).sum();
     let (p99_alone, p99_fleet) = (quantile(&alone, 0.99), quantile(&fleet, 0.99));
     let slowest = quantile(&fleet, 1.0);
     eprintln!(
@@ -987,11 +995,7 @@ fn quiet_keys_are_answered_as_by_one_process_with_redis_20_ms_away() {
 fn a_request_that_must_wait_waits_one_round_trip_with_redis_20_ms_away() {
     let _timed = one_at_a_time();
     let up = Upstream::start(Mode::Ok);
-    let redis = RedisServer::start();
-    let far = DelayProxy::start(
-        SocketAddr::from(([127, 0, 0, 1], redis.port)),
-        Duration::from_millis(20),
-    );
+    let (_redis, far) = redis_away(Duration::from_millis(20));
     let dir = tempfile::tempdir().unwrap();
     // A limit of 9 a window on three replicas: no credit (9 / 30 = 0), so a key's first
     // request on a replica asks Redis and waits. The ticks (every 20 ms) run all the while,
@@ -1008,21 +1012,8 @@ fn a_request_that_must_wait_waits_one_round_trip_with_redis_20_ms_away() {
                 k.timeout_ms = 400;
             })
     });
-    for r in &replicas {
-        eventually("every replica counts three, the store up", || {
-            let page = metrics_page(r.admin);
-            metric(&page, "tollgate_cluster_replicas") == Some(3.0)
-                && metric(&page, "tollgate_cluster_store_up") == Some(1.0)
-        });
-    }
-    let waits = |r: &Replica| {
-        metric(
-            &metrics_page(r.admin),
-            "tollgate_cluster_settle_wait_seconds_count",
-        )
-        .unwrap_or(0.0)
-    };
-    let before: f64 = replicas.iter().map(waits).sum();
+    sharing(&replicas);
+    let before: f64 = replicas.iter().map(settle_waits).sum();
     let took: Vec<Duration> = keys
         .iter()
         .enumerate()
@@ -1032,7 +1023,7 @@ fn a_request_that_must_wait_waits_one_round_trip_with_redis_20_ms_away() {
             took
         })
         .collect();
-    let waited = replicas.iter().map(waits).sum::<f64>() - before;
+    let waited = replicas.iter().map(settle_waits).sum::<f64>() - before;
     let slowest = *took.iter().max().unwrap();
     eprintln!(
         "{} cold requests: fastest {:?}, slowest {slowest:?}; {waited} waited",
