@@ -9,7 +9,7 @@ use libmimalloc_sys::{
 };
 
 /// The binary's allocator: mimalloc instead of glibc malloc, fewer cycles per request on the
-/// proxy path (docs/benchmarks.md, tuning step 1).
+/// proxy path (docs/benchmarks/history.md, tuning step 1).
 ///
 /// mimalloc's plain entry points for every alignment up to 8 bytes (nearly every allocation a
 /// request makes), its aligned ones above. The `mimalloc` crate's allocator calls the aligned

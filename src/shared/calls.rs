@@ -86,7 +86,7 @@ impl BudgetSync {
 
     /// A chunk of budget calls to a single Redis: [`BATCH`] keys per script call, every call
     /// of the chunk in one pipeline (one write, one read), instead of a script call, a future,
-    /// a channel message and a timer per key (docs/benchmarks.md, "Part two, everything on",
+    /// a channel message and a timer per key (docs/benchmarks/history.md, tuning step 8,
     /// has the measured effect). A Redis that lost the script (a restart) answers `NOSCRIPT`:
     /// the script is loaded and those batches, and only those (the others have applied their
     /// hits), are sent again.

@@ -11,7 +11,7 @@
 //! of 2n integers ([`unpack_answers`]). One `TIME` for the batch; per key one `HGET`, one
 //! `HSET`, one `PEXPIRE` (the TAT plus the horizon). Packed arguments and answers are one
 //! string each way instead of numbers per key: Redis makes no object per number, and the
-//! gateway parses one reply per batch (docs/benchmarks.md, tuning step 13). Mirrors
+//! gateway parses one reply per batch (docs/benchmarks/history.md, tuning step 13). Mirrors
 //! `tollgate_core::limit::shared::model::Model::budget`.
 //!
 //! **The heartbeat script**: `KEYS[1]` the fleet; `ARGV`: replica id, fleet horizon (ms);

@@ -39,7 +39,7 @@ impl Digest {
     /// Equal, compared in constant time: the four 64-bit words' differences are folded with
     /// XOR and OR (no branch on the data), and only the fold's test goes through `subtle`
     /// (one optimisation barrier instead of one per byte: a tenth of `decide`'s time went
-    /// into the per-byte compare, docs/benchmarks.md).
+    /// into the per-byte compare, docs/benchmarks/history.md, tuning step 11).
     pub fn ct_eq(&self, other: &Digest) -> bool {
         let word = |d: &[u8; 32], i: usize| {
             u64::from_ne_bytes(d[i * 8..i * 8 + 8].try_into().expect("8 bytes"))

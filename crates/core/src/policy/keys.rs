@@ -15,7 +15,7 @@
 //! The table is built for up to millions of keys: an entry is 104 bytes with its name inline
 //! ([`KeyName`]), plus the 24-byte rate-state allocation, and the index is a
 //! [`hashbrown::HashTable`] of `u32` positions (a control byte and a position per bucket, at
-//! most 7/8 full): about 146 bytes of heap per key in all (docs/benchmarks.md). `cargo bench -p tollgate-core --bench keys` measures it
+//! most 7/8 full): about 146 bytes of heap per key in all (docs/benchmarks/history.md). `cargo bench -p tollgate-core --bench keys` measures it
 //! (docs/keyscale.md).
 
 use std::collections::HashMap;
