@@ -307,10 +307,12 @@ fn curl_lines(file: &str) -> Vec<(String, usize, String)> {
 #[test]
 fn every_curl_line_in_the_docs_is_in_an_example_a_test_runs() {
     let mut docs = vec!["README.md".to_string(), "deploy/README.md".to_string()];
-    for e in std::fs::read_dir(repo().join("docs")).unwrap() {
-        let name = e.unwrap().file_name().into_string().unwrap();
-        if name.ends_with(".md") {
-            docs.push(format!("docs/{name}"));
+    for dir in ["docs", "docs/benchmarks"] {
+        for e in std::fs::read_dir(repo().join(dir)).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".md") {
+                docs.push(format!("{dir}/{name}"));
+            }
         }
     }
     let run: Vec<String> = RUN

@@ -1,4 +1,4 @@
-//! The docs name only what exists. Every backticked span of README.md, docs/*.md,
+//! The docs name only what exists. Every backticked span of README.md, docs/**/*.md,
 //! deploy/**/*.md and the comments of deploy/docker/Dockerfile is read for four kinds of name,
 //! each checked against the thing itself rather than against a list kept here:
 //!
@@ -322,11 +322,10 @@ fn doc_files() -> Vec<String> {
     let mut out = vec!["README.md".to_string()];
     for dir in ["docs", "deploy"] {
         let (files, _) = walk(&root.join(dir));
-        let recursive = dir == "deploy";
         out.extend(
             files
                 .into_iter()
-                .filter(|f| f.ends_with(".md") && (recursive || !f.contains('/')))
+                .filter(|f| f.ends_with(".md"))
                 .map(|f| format!("{dir}/{f}")),
         );
     }
