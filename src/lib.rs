@@ -33,7 +33,7 @@
 //! | 1 | [`config`], [`metering`], [`limit`] | the validated model (config, catalogue, key names); quota and ledger counts; the rate arithmetic and stores (a key's rate state holds its meter) | floor 0, and the ones before it in the row |
 //! | 2 | [`policy`], [`usage`] | the decision; the operator's view of the last minute | floors 0–1 |
 //! | 3 | [`runtime`] | the ground of the process: the live snapshot and reload, lifecycle, logging, metrics | the core |
-//! | 4 | [`redis`] | the one room that speaks to Redis | the core, [`runtime`] |
+//! | 4 | [`fleet_store`] | the one room that speaks to Redis | the core, [`runtime`] |
 //! | 5 | [`state`] | the `state.path` file (redb): its disk's faults, the overrides' tables, the backup | the floors below |
 //! | 6 | [`shared`], [`overrides`], [`ledger`], [`edge`] | shared budgets' sync; overrides kept and spread; quota and ledger counts kept and shared; what runs before a request exists | the floors below |
 //! | 7 | [`proxy`], [`admin`] | the Pingora adapter; the admin listener | the floors below |
@@ -49,10 +49,15 @@
 //! | concept | its name here | in the config and metrics |
 //! |---|---|---|
 //! | budgets kept by every replica of a fleet together | *shared budgets*: [`limit::SharedStore`] (the leases), [`shared::BudgetSync`] (the exchange) | the `cluster:` block, `tollgate_cluster_*` |
-//! | a plan given by a partner's upgrade, kept and spread | *override*: [`policy::overrides::Override`], [`overrides::PlanOverrides`] (where it is kept) | `state.path`, `cluster:`; `tollgate_plan_overrides` |
-//! | what a key was charged in its period, and what each request came to | *meter*: [`metering::Meter`] (counted on the request path), [`ledger::Keeper`] (kept, shared) | `quota:`, `partner_quota`, `ledger:`; `tollgate_quota_exhausted_keys`, `/api/ledger` |
+//! | the requests a key may make in the rolling window, as the `RateLimit` fields tell it | *budget*: [`limit::Budget`] (on [`limit::RateState`], the key's GCRA word) | `requests_per_window`, `limits.window_seconds`; 429 `rate_limited` |
+//! | the requests a key may make in a calendar day or month | *quota*: [`metering::QuotaState`] (what a decision read), [`metering::Meter`] (counted on the request path) | `quota:`, `partner_quota`; 429 `quota_exhausted`, `tollgate_quota_exhausted_keys` |
+//! | a key's change made while it serves (a partner's upgrade, a suspension, a revocation, a live limit or quota), kept and spread | *override*: [`policy::overrides::Override`] (one record a digest), [`overrides::PlanOverrides`] (where the records are kept), [`overrides::KeyRef`] (the key a change is for) | `state.path`, `cluster:`; `tollgate_plan_overrides`, `tollgate_admin_changes_total` |
+//! | what is in force for a key now, read once a request | [`policy::keys::KeyFlags`] (plan override, expired, suspended, revoked, live limit) | the key's `state` |
+//! | the config and key table in force, swapped whole on a reload | *snapshot*: [`runtime::live::Snapshot`], held by [`runtime::live::LivePolicy`] | `POST /reload`, SIGHUP |
+//! | what each request came to, by key and day | *ledger*: [`ledger::Keeper`] (kept, shared) | `ledger:`; `/api/ledger` |
+//! | the `state.path` file | [`state::StateFile`] | `state.path` |
 //! | a connection's edge state (phase, deadlines) | [`edge::stream::Conn`] | the `server:` block |
-//! | a connection to Redis | [`redis::Client`] | `cluster.redis_url` |
+//! | Redis, where the replicas meet | *fleet store*: [`fleet_store::Client`] (a connection) | `cluster.redis_url` |
 //! | how a request ended | [`outcome::Outcome`] | the `outcome` label |
 //! | why the gateway refused it | [`refusal::Code`] | the problem's `code` |
 
@@ -70,10 +75,10 @@ pub(crate) mod admin;
 pub mod cli;
 pub(crate) mod demo;
 pub(crate) mod edge;
+pub(crate) mod fleet_store;
 pub(crate) mod ledger;
 pub(crate) mod overrides;
 pub(crate) mod proxy;
-pub(crate) mod redis;
 pub mod runtime;
 pub mod server;
 pub mod shared;

@@ -24,12 +24,12 @@ use super::{json_bytes, not_allowed, percent_decode, problem, reply, Admin};
 use crate::clock::rfc3339;
 use crate::config::{Period, QuotaSpec};
 use crate::digest::Digest;
-use crate::overrides::{ChangeError, KeepError, Target};
+use crate::fleet_store::StoreError;
+use crate::overrides::{ChangeError, KeepError, KeyRef};
 use crate::policy::authenticate::bearer_token;
 use crate::policy::keys::{Credential, KeyIdx};
 use crate::policy::overrides::{Action, ChangeRefused, Override};
 use crate::policy::Policy;
-use crate::redis::StoreError;
 use crate::runtime::live::LivePolicy;
 
 /// The answer to a request under `/api/keys/` (`rest` is the path after it).
@@ -195,7 +195,7 @@ async fn change(admin: &Admin, name: &str, action: Action) -> Response<Vec<u8>> 
     let label = action.name();
     let done = admin
         .overrides
-        .change(&admin.live, Target::Name(name), action, "admin", false)
+        .change(&admin.live, KeyRef::Name(name), action, "admin", false)
         .await;
     admin.live.metrics().admin_change(label, done.is_ok());
     match done {
@@ -255,7 +255,7 @@ async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8>> {
         .overrides
         .change(
             &admin.live,
-            Target::Digest(&digest),
+            KeyRef::Digest(&digest),
             Action::Revoke,
             "admin",
             false,

@@ -25,7 +25,7 @@ use super::book::{BookError, Delta, Row};
 use super::quotas::{Rounds, Sent};
 use super::{named, stash, who, Keeper, Today, DAY_MS};
 use crate::config::Cluster;
-use crate::redis::{Client, StoreError};
+use crate::fleet_store::{Client, StoreError};
 use crate::shared::Rider;
 use crate::sync::Locked;
 
@@ -84,7 +84,7 @@ impl Fleet {
         let fail = |e: StoreError| BookError(format!("the cluster store: {e}"));
         let mut guard = self.client.lock().await;
         if guard.is_none() {
-            *guard = Some(crate::redis::connect(&self.cfg).await.map_err(fail)?);
+            *guard = Some(crate::fleet_store::connect(&self.cfg).await.map_err(fail)?);
         }
         let client = guard.as_ref().expect("connected above");
         let mut pipe = redis::pipe();
@@ -94,7 +94,7 @@ impl Fleet {
         let deadline = tokio::time::Instant::now() + self.cfg.timeout;
         let url = &self.cfg.redis_url;
         let days: Vec<Vec<(String, String)>> =
-            match crate::redis::within(deadline, url, client.pipeline(&pipe)).await {
+            match crate::fleet_store::within(deadline, url, client.pipeline(&pipe)).await {
                 Ok(d) => d,
                 Err(e) => {
                     *guard = None;

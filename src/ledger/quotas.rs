@@ -206,7 +206,7 @@ impl Keeper {
                 .build()
                 .ok()?;
             rt.block_on(async {
-                let client = crate::redis::connect(&cfg2).await.ok()?;
+                let client = crate::fleet_store::connect(&cfg2).await.ok()?;
                 let mut pipe = redis::pipe();
                 for k in &keys {
                     pipe.cmd("HGETALL").arg(k);
@@ -214,7 +214,7 @@ impl Keeper {
                 let deadline = tokio::time::Instant::now()
                     + cfg2.timeout.max(std::time::Duration::from_millis(500));
                 let read: Vec<HashMap<String, u64>> =
-                    crate::redis::within(deadline, &cfg2.redis_url, client.pipeline(&pipe))
+                    crate::fleet_store::within(deadline, &cfg2.redis_url, client.pipeline(&pipe))
                         .await
                         .ok()?;
                 Some(read)

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use super::{redis_set, show, Shown};
 use crate::config::{Cluster, Plan};
+use crate::fleet_store::{connect, within, StoreError};
 use crate::policy::overrides::Override;
 use crate::policy::versions::Kept;
-use crate::redis::{connect, within, StoreError};
 use crate::state::disk;
 
 /// The records kept at `state.path` (upgrades and key changes).

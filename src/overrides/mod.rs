@@ -57,7 +57,7 @@ pub(crate) enum KeepError {
     #[error(transparent)]
     Disk(#[from] disk::DiskError),
     #[error(transparent)]
-    Redis(#[from] crate::redis::StoreError),
+    Redis(#[from] crate::fleet_store::StoreError),
     #[error("the disk writer stopped: {0}")]
     Task(String),
 }
@@ -78,7 +78,7 @@ pub(crate) enum ChangeError {
 
 /// Which key a change is for.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Target<'a> {
+pub(crate) enum KeyRef<'a> {
     /// By its name.
     Name(&'a str),
     /// By the digest of its secret (any of its digests in force).
@@ -225,7 +225,7 @@ impl PlanOverrides {
     pub(crate) async fn change(
         &self,
         live: &LivePolicy,
-        target: Target<'_>,
+        target: KeyRef<'_>,
         action: Action,
         by: &str,
         apply_unkept: bool,
@@ -234,8 +234,8 @@ impl PlanOverrides {
         let snap = live.load();
         let keys = &snap.policy.keys;
         let k = match target {
-            Target::Name(name) => keys.find_by_name(name),
-            Target::Digest(d) => match keys.resolve(d) {
+            KeyRef::Name(name) => keys.find_by_name(name),
+            KeyRef::Digest(d) => match keys.resolve(d) {
                 Some(Found::Key(k)) => Some(k),
                 Some(Found::Alias(a)) => Some(keys.alias(a).key),
                 None => None,
@@ -288,7 +288,7 @@ impl PlanOverrides {
             Effect::Upgrade => return None,
         };
         let done = self
-            .change(live, Target::Digest(target), action, by, true)
+            .change(live, KeyRef::Digest(target), action, by, true)
             .await;
         live.metrics().admin_change(effect.action(), done.is_ok());
         match done {

@@ -23,10 +23,10 @@ use std::time::Duration;
 
 use crate::config::Cluster;
 use crate::digest::Digest;
+use crate::fleet_store::{connect, within, Client, Hold, Lua, StoreError};
 use crate::limit::shared::hashed;
 use crate::policy::overrides::Part;
 use crate::policy::versions::{Kept, VERSION_DIGITS};
-use crate::redis::{connect, within, Client, Hold, Lua, StoreError};
 
 /// How long the overrides stay in Redis after the last replica touched them.
 const TTL: Duration = Duration::from_secs(30 * 24 * 3600);

@@ -20,10 +20,10 @@ use pingora::services::background::BackgroundService;
 use super::fleet::Fleet;
 use super::redis_set::{field, new_epoch, split_field, Polled};
 use super::{Backend, PlanOverrides};
+use crate::fleet_store::StoreError;
 use crate::policy::overrides::{Override, Overrides};
 use crate::policy::versions::Kept;
 use crate::policy::Policy;
-use crate::redis::StoreError;
 use crate::runtime::live::LivePolicy;
 
 /// The overrides' sync (a background service, with `cluster` only).

@@ -76,7 +76,8 @@ fn problem_header(ctx: &Ctx, refusal: &Refusal, body_len: usize) -> Result<Respo
 /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers), when the caller
 /// is known: on every answer to an authenticated request, the gateway's or the upstream's.
 pub(crate) fn rate_limit_headers(ctx: &Ctx, resp: &mut ResponseHeader) -> Result<()> {
-    if let (Some(s), Some(k), Some(c), Some(q)) = (&ctx.snap, ctx.key, ctx.credential, &ctx.quota) {
+    if let (Some(s), Some(k), Some(c), Some(q)) = (&ctx.snap, ctx.key, ctx.credential, &ctx.budget)
+    {
         let (policy, state) = s
             .policy
             .rate_limit_headers(k, c, q, ctx.quota_state.as_deref());

@@ -8,7 +8,7 @@ use http::HeaderValue;
 
 use crate::config::routes::RouteIdx;
 use crate::edge::stream::Conn;
-use crate::limit::Quota;
+use crate::limit::Budget;
 use crate::metering::{self, Column, QuotaState};
 use crate::policy::authenticate::NotAuthenticated;
 use crate::policy::client::Client;
@@ -31,7 +31,8 @@ pub(crate) struct Ctx {
     /// The caller's credential (plan or partner) as the decision read it.
     pub credential: Option<Credential>,
     pub route: Option<RouteIdx>,
-    pub quota: Option<Quota>,
+    /// The caller's window budget after the decision (the `RateLimit` fields).
+    pub budget: Option<Budget>,
     /// The key's quota for its calendar period, as the decision left it (`charged` until
     /// given back).
     pub quota_state: Option<Box<QuotaState>>,
@@ -137,7 +138,7 @@ impl Ctx {
             key: None,
             credential: None,
             route: None,
-            quota: None,
+            budget: None,
             quota_state: None,
             outcome: Outcome::Forwarded,
             status: 0,

@@ -188,7 +188,7 @@ impl Gateway {
         ctx.key = decision.key;
         ctx.credential = decision.credential;
         ctx.route = decision.route;
-        ctx.quota = decision.quota;
+        ctx.budget = decision.budget;
         ctx.quota_state = decision.quota_state;
         if let (Some(shadow), Ok(_)) = (decision.shadow, &decision.verdict) {
             // Forwarded, and recorded as what the plan would have refused (shadow mode).

@@ -388,7 +388,7 @@ mod tests {
         };
         let d = live.load().policy.decide(&head, 0);
         d.verdict
-            .map(|_| d.quota.unwrap().remaining)
+            .map(|_| d.budget.unwrap().remaining)
             .map_err(|r| r.code)
     }
 

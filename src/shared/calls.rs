@@ -8,8 +8,8 @@ use futures_util::future::join_all;
 
 use super::script::{pack_calls, unpack_answers};
 use super::BudgetSync;
+use crate::fleet_store::{within, Client, StoreError};
 use crate::limit::shared::{store_key, Call, Reply};
-use crate::redis::{within, Client, StoreError};
 use crate::sync::Locked;
 
 /// A budget call's answer: the script's `{granted, ahead}`, or why there is none.

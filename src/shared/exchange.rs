@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use super::BudgetSync;
+use crate::fleet_store::{within, Client, StoreError};
 use crate::limit::shared::{Batch, Call, Reply, Settled};
-use crate::redis::{within, Client, StoreError};
 
 impl BudgetSync {
     /// One heartbeat (at a tick: `N`) and every pending key, within `timeout`: one round

@@ -54,10 +54,10 @@ use pingora::services::background::BackgroundService;
 use crate::clock::Clock;
 use crate::config::Cluster;
 use crate::digest::Digest;
+use crate::fleet_store::{Client, Lua, StoreError};
 use crate::limit::shared::fleet_key;
 use crate::limit::shared::Batch;
 use crate::limit::{SharedStore, Syncer, Timing};
-use crate::redis::{Client, Lua, StoreError};
 use crate::runtime::metrics::Metrics;
 use crate::sync::Locked;
 use metrics::SharedMetrics;
@@ -92,7 +92,7 @@ pub struct BudgetSync {
     /// Held while the rider's commands of one exchange are in flight (it keeps one).
     riding: tokio::sync::Mutex<()>,
     /// Whether the master the rider's counts go to has replicas to wait for.
-    hold: crate::redis::Hold,
+    hold: crate::fleet_store::Hold,
     /// The ticks' connection, for an urgent round on a thread whose own is not open yet.
     published: Mutex<Option<Client>>,
     breaker: Mutex<Breaker>,
@@ -156,7 +156,7 @@ impl BudgetSync {
             names: Mutex::default(),
             rider: std::sync::OnceLock::new(),
             riding: tokio::sync::Mutex::new(()),
-            hold: crate::redis::Hold::default(),
+            hold: crate::fleet_store::Hold::default(),
             published: Mutex::default(),
             breaker: Mutex::default(),
         };
@@ -250,7 +250,7 @@ impl BudgetSync {
         started: std::time::Instant,
     ) -> bool {
         if client.is_none() {
-            match crate::redis::connect(&self.cfg).await {
+            match crate::fleet_store::connect(&self.cfg).await {
                 Ok(c) => {
                     // The budget script loaded at once, so that the first request to wait for
                     // Redis waits one round trip (a `NOSCRIPT` answer costs two more); a

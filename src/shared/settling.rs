@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use super::BudgetSync;
-use crate::redis::Client;
+use crate::fleet_store::Client;
 use crate::sync::Locked;
 
 /// Ids that tell one [`BudgetSync`] from another in a thread's connection slot.
@@ -206,7 +206,7 @@ impl BudgetSync {
         if !CONNECTING.replace(true) {
             let sync = Arc::clone(self);
             tokio::spawn(async move {
-                if let Ok(c) = crate::redis::connect(&sync.cfg).await {
+                if let Ok(c) = crate::fleet_store::connect(&sync.cfg).await {
                     HERE.set(Some((sync.settling.id, generation, c)));
                 }
                 CONNECTING.set(false);

@@ -87,7 +87,7 @@ impl Micros {
 
 /// What the client may know about its budget (the `RateLimit` header fields).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Quota {
+pub struct Budget {
     /// Requests per window: the plan's (or the key's own) limit `L`.
     pub limit: u32,
     /// The window `W`, in seconds.
@@ -102,7 +102,7 @@ pub struct Quota {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Denied {
     /// The budget as the client sees it: nothing remaining.
-    pub quota: Quota,
+    pub budget: Budget,
     /// Whole seconds (rounded up, at least 1) until a request would be admitted.
     pub retry_after_secs: u64,
     /// Not decided yet: a shared store needs its answer on this key first (the request may
@@ -143,7 +143,7 @@ impl Rate {
     pub fn denied_after_us(&self, excess_us: u64) -> Denied {
         let secs = excess_us.div_ceil(1_000_000).max(1);
         Denied {
-            quota: Quota {
+            budget: Budget {
                 limit: self.limit(),
                 window_secs: self.window_secs(),
                 remaining: 0,
@@ -155,9 +155,9 @@ impl Rate {
     }
 
     /// The budget at `now` (µs) of a shared view whose TAT is `tat` (µs).
-    pub fn quota_us(&self, tat: u64, now: u64) -> Quota {
+    pub fn budget_us(&self, tat: u64, now: u64) -> Budget {
         let (remaining, until_more) = self.micros.room(tat, now);
-        Quota {
+        Budget {
             limit: self.limit(),
             window_secs: self.window_secs(),
             remaining,
@@ -190,7 +190,7 @@ impl Rate {
         }
         let secs = ceil_secs(ahead - self.tolerance).max(1);
         Err(Denied {
-            quota: Quota {
+            budget: Budget {
                 limit: self.limit(),
                 window_secs: self.window_secs(),
                 remaining: 0,
@@ -202,7 +202,7 @@ impl Rate {
     }
 
     /// The budget at `now` of a key whose TAT is `tat`.
-    pub fn quota(&self, tat: Nanos, now: Nanos) -> Quota {
+    pub fn budget(&self, tat: Nanos, now: Nanos) -> Budget {
         let ahead = tat.saturating_sub(now);
         let (remaining, until_more) = if ahead == 0 {
             (self.limit(), 0)
@@ -216,7 +216,7 @@ impl Rate {
                 ),
             }
         };
-        Quota {
+        Budget {
             limit: self.limit(),
             window_secs: self.window_secs(),
             remaining,
@@ -255,19 +255,19 @@ mod tests {
         // Exactly the tolerance ahead is still admitted; one ns more is not.
         assert_eq!(r.admit(5 * SEC + 10 * SEC - SEC / 4, 5 * SEC), Ok(15 * SEC));
         let d = r.admit(15 * SEC, 5 * SEC).unwrap_err();
-        assert_eq!((d.retry_after_secs, d.quota.remaining), (1, 0));
+        assert_eq!((d.retry_after_secs, d.budget.remaining), (1, 0));
     }
 
     #[test]
     fn quota_counts_whole_intervals_left_and_rounds_the_wait_up() {
         let r = rate(40);
-        assert_eq!(r.quota(0, SEC).remaining, 40);
-        assert_eq!(r.quota(0, SEC).reset_secs, 0);
+        assert_eq!(r.budget(0, SEC).remaining, 40);
+        assert_eq!(r.budget(0, SEC).reset_secs, 0);
         // Ten intervals spent: 30 left; one more in 250 ms, shown as 1 s.
-        let q = r.quota(SEC + 10 * (SEC / 4), SEC);
+        let q = r.budget(SEC + 10 * (SEC / 4), SEC);
         assert_eq!((q.remaining, q.reset_secs), (30, 1));
         // A TAT beyond the tolerance (a smaller limit since a reload): nothing left.
-        let q = r.quota(SEC + 20 * SEC, SEC);
+        let q = r.budget(SEC + 20 * SEC, SEC);
         assert_eq!((q.remaining, q.reset_secs), (0, 11));
     }
 }

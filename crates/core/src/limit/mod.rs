@@ -2,7 +2,7 @@
 //!
 //! | part | where | what |
 //! |---|---|---|
-//! | the algorithm | [`gcra`] | [`Rate`]: GCRA arithmetic on a key's theoretical arrival time; [`Quota`] and [`Denied`] for the answer |
+//! | the algorithm | [`gcra`] | [`Rate`]: GCRA arithmetic on a key's theoretical arrival time; [`Budget`] and [`Denied`] for the answer |
 //! | the state store | [`store`] | [`RateState`] per key, beside its key-table entry; the [`Store`] seam; [`LocalStore`], one compare-and-swap per decision |
 //! | budgets shared across replicas | [`shared`] | [`SharedStore`]: one compare-and-swap on a lease of requests Redis granted, or the request waits for an exchange ([`Denied::unsettled`]); [`Syncer`], the I/O-free half that tops leases up and gives them back through Redis in the background |
 //! | the clock | [`crate::clock`] | monotonic nanoseconds, injected so tests move time by hand |
@@ -16,6 +16,6 @@ pub mod gcra;
 pub mod shared;
 pub mod store;
 
-pub use gcra::{Denied, Quota, Rate};
+pub use gcra::{Budget, Denied, Rate};
 pub use shared::{SharedStore, Syncer, Timing};
 pub use store::{LocalStore, RateState, Store};

@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::gcra::{Denied, Quota, Rate};
+use super::gcra::{Budget, Denied, Rate};
 use crate::clock::Nanos;
 use crate::digest::Digest;
 
@@ -57,7 +57,7 @@ pub trait Store: Send + Sync + fmt::Debug {
         state: &Arc<RateState>,
         rate: &Rate,
         now: Nanos,
-    ) -> Result<Quota, Denied>;
+    ) -> Result<Budget, Denied>;
 
     /// As [`Store::acquire`], but never [`Denied::unsettled`]: decided now on what is known
     /// here (a request that waited for a shared store's answer and got none in time).
@@ -67,13 +67,13 @@ pub trait Store: Send + Sync + fmt::Debug {
         state: &Arc<RateState>,
         rate: &Rate,
         now: Nanos,
-    ) -> Result<Quota, Denied> {
+    ) -> Result<Budget, Denied> {
         self.acquire(id, state, rate, now)
     }
 
     /// The budget as it stands, without taking from it (for answers refused before the limit
     /// step, which still carry the rate-limit headers).
-    fn peek(&self, state: &RateState, rate: &Rate, now: Nanos) -> Quota;
+    fn peek(&self, state: &RateState, rate: &Rate, now: Nanos) -> Budget;
 }
 
 /// Budgets kept in this process: one compare-and-swap on the key's TAT per decision.
@@ -90,7 +90,7 @@ impl Store for LocalStore {
         state: &Arc<RateState>,
         rate: &Rate,
         now: Nanos,
-    ) -> Result<Quota, Denied> {
+    ) -> Result<Budget, Denied> {
         let mut cur = state.tat.load(Ordering::Acquire);
         loop {
             let next = rate.admit(cur, now)?;
@@ -98,14 +98,14 @@ impl Store for LocalStore {
                 .tat
                 .compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => return Ok(rate.quota(next, now)),
+                Ok(_) => return Ok(rate.budget(next, now)),
                 Err(actual) => cur = actual,
             }
         }
     }
 
-    fn peek(&self, state: &RateState, rate: &Rate, now: Nanos) -> Quota {
-        rate.quota(state.tat.load(Ordering::Acquire), now)
+    fn peek(&self, state: &RateState, rate: &Rate, now: Nanos) -> Budget {
+        rate.budget(state.tat.load(Ordering::Acquire), now)
     }
 }
 
@@ -124,15 +124,15 @@ mod tests {
 
     /// The local store's decisions, written as methods of the state they act on.
     trait Local {
-        fn acquire(&self, r: &Rate, now: Nanos) -> Result<Quota, Denied>;
-        fn peek(&self, r: &Rate, now: Nanos) -> Quota;
+        fn acquire(&self, r: &Rate, now: Nanos) -> Result<Budget, Denied>;
+        fn peek(&self, r: &Rate, now: Nanos) -> Budget;
     }
 
     impl Local for Arc<RateState> {
-        fn acquire(&self, r: &Rate, now: Nanos) -> Result<Quota, Denied> {
+        fn acquire(&self, r: &Rate, now: Nanos) -> Result<Budget, Denied> {
             LocalStore.acquire(&Digest([7; 32]), self, r, now)
         }
-        fn peek(&self, r: &Rate, now: Nanos) -> Quota {
+        fn peek(&self, r: &Rate, now: Nanos) -> Budget {
             LocalStore.peek(self, r, now)
         }
     }
@@ -157,7 +157,7 @@ mod tests {
                 assert_eq!(q.remaining, limit - i - 1);
             }
             let d = s.acquire(&r, now).unwrap_err();
-            assert_eq!(d.quota.remaining, 0);
+            assert_eq!(d.budget.remaining, 0);
             assert!(d.retry_after_secs >= 1);
         }
     }

@@ -5,7 +5,7 @@
 //! all produce the same refusal, and looking a key up never creates state, so unknown keys
 //! cannot grow memory.
 
-use super::keys::{Alias, Digest, Found, KeyIdx, KeyRefusal, KeyTable, Live};
+use super::keys::{Alias, Digest, Found, KeyFlags, KeyIdx, KeyRefusal, KeyTable};
 use crate::digest::is_token68;
 
 /// What the request carried in `Authorization`.
@@ -55,16 +55,16 @@ impl NotAuthenticated {
     };
 }
 
-/// The caller's entry and what is in force for it ([`Live`]), or why not — one 401 for
+/// The caller's entry and what is in force for it ([`KeyFlags`]), or why not — one 401 for
 /// every way of failing ([`super::Refusal::unauthorized`]).
 ///
-/// A digest in force costs one table lookup and one branch on the key's [`Live`] word; only
+/// A digest in force costs one table lookup and one branch on the key's [`KeyFlags`] word; only
 /// a digest that is no key's is looked for among the `previous` digests.
 #[inline]
 pub fn authenticate(
     table: &KeyTable,
     header: AuthHeader<'_>,
-) -> Result<(KeyIdx, Live), NotAuthenticated> {
+) -> Result<(KeyIdx, KeyFlags), NotAuthenticated> {
     authenticate_digest(table, &presented(header)?)
 }
 
@@ -86,7 +86,7 @@ pub fn presented(header: AuthHeader<'_>) -> Result<Digest, NotAuthenticated> {
 pub fn authenticate_digest(
     table: &KeyTable,
     digest: &Digest,
-) -> Result<(KeyIdx, Live), NotAuthenticated> {
+) -> Result<(KeyIdx, KeyFlags), NotAuthenticated> {
     let (key, alias) = match table.lookup(digest) {
         Some(k) => (k, None),
         None => match table.resolve(digest) {

@@ -109,11 +109,11 @@ impl KeyRefusal {
     }
 }
 
-/// A flag of [`Live`]: past `expires_at`.
+/// A flag of [`KeyFlags`]: past `expires_at`.
 pub const EXPIRED: u64 = 1 << 16;
-/// A flag of [`Live`]: suspended.
+/// A flag of [`KeyFlags`]: suspended.
 pub const SUSPENDED: u64 = 1 << 17;
-/// A flag of [`Live`]: revoked.
+/// A flag of [`KeyFlags`]: revoked.
 pub const REVOKED: u64 = 1 << 18;
 const FLAGS: u64 = EXPIRED | SUSPENDED | REVOKED;
 const PLAN_MASK: u64 = 0xffff;
@@ -124,9 +124,15 @@ const LIMIT_SHIFT: u32 = 32;
 /// [`SUSPENDED`], [`REVOKED`]) and a live window limit (bits 32–63). A key with no change in
 /// force reads 0: the request path takes one branch for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Live(pub u64);
+pub struct KeyFlags(u64);
 
-impl Live {
+impl KeyFlags {
+    /// Whether anything but [`EXPIRED`] is in force: a plan override, a suspension, a
+    /// revocation or a live limit (what a change kept elsewhere can lift).
+    #[inline]
+    pub fn changed_beyond_expiry(self) -> bool {
+        self.0 & !EXPIRED != 0
+    }
     /// Whether nothing is in force.
     #[inline]
     pub fn is_plain(self) -> bool {
@@ -187,7 +193,7 @@ pub struct KeyEntry {
     pub digest: Digest,
     /// The key's rate-limit state, carried over a reload that keeps the digest.
     pub rate: Arc<RateState>,
-    /// What changes while it serves ([`Live`]): set when the table is built from the changes
+    /// What changes while it serves ([`KeyFlags`]): set when the table is built from the changes
     /// kept, when a change is made here or read from another replica, and when its
     /// `expires_at` passes (one atomic store: the very next request sees it).
     live: AtomicU64,
@@ -204,8 +210,8 @@ fn plan_bits(plan: Option<usize>) -> u64 {
 impl KeyEntry {
     /// What is in force now (read once per request).
     #[inline]
-    pub fn live(&self) -> Live {
-        Live(self.live.load(Ordering::Relaxed))
+    pub fn live(&self) -> KeyFlags {
+        KeyFlags(self.live.load(Ordering::Relaxed))
     }
 
     /// Who the key belongs to now: the YAML's credential with any plan override applied.
@@ -216,7 +222,7 @@ impl KeyEntry {
 
     /// The credential with `live` applied (a plan override, a live limit).
     #[inline]
-    pub fn credential_with(&self, live: Live) -> Credential {
+    pub fn credential_with(&self, live: KeyFlags) -> Credential {
         match self.configured {
             Credential::Customer {
                 plan,
@@ -308,7 +314,7 @@ pub struct Alias {
 impl Alias {
     /// Why this digest is refused, whatever its key's state, if it is.
     pub fn refused(&self) -> Option<KeyRefusal> {
-        Live(u64::from(self.flags.load(Ordering::Relaxed)) << 16).refused()
+        KeyFlags(u64::from(self.flags.load(Ordering::Relaxed)) << 16).refused()
     }
 
     /// Set or clear [`EXPIRED`] or [`REVOKED`]; whether that changed them.

@@ -33,7 +33,7 @@ fn refused(p: &Policy, auth: &str) -> Option<KeyRefusal> {
         Err(r) => {
             assert_eq!(r, Refusal::unauthorized(), "{auth}");
             assert_eq!(
-                (d.key, d.quota, d.credential),
+                (d.key, d.budget, d.credential),
                 (None, None, None),
                 "no oracle"
             );
@@ -59,7 +59,7 @@ fn a_previous_digest_is_the_same_key_until_its_until() {
     let old = send(&p, "Bearer old-basic-key");
     let new = send(&p, "Bearer basic-key-1");
     assert_eq!(old.key, new.key, "one name");
-    assert_eq!(new.quota.unwrap().remaining, 38, "one budget");
+    assert_eq!(new.budget.unwrap().remaining, 38, "one budget");
     // From `until` on, the earlier key is refused; the key in force is not.
     assert_eq!(
         p.keys.expire(DEC_1),
@@ -205,11 +205,11 @@ fn a_key_of_its_own_limit_has_a_policy_of_its_own() {
     let cfg = TestConfig::new().key_with("pro-1", |k| k.requests_per_window = Some(500));
     let p = Policy::new(cfg.parse(), None);
     let d = send(&p, "Bearer pro-key-1");
-    assert_eq!(d.quota.unwrap().limit, 500);
+    assert_eq!(d.budget.unwrap().limit, 500);
     let (policy, state) = p.rate_limit_headers(
         d.key.unwrap(),
         d.credential.unwrap(),
-        &d.quota.unwrap(),
+        &d.budget.unwrap(),
         None,
     );
     assert_eq!(policy, "\"pro-1\";q=500;w=10");
@@ -222,7 +222,7 @@ fn a_key_of_its_own_limit_has_a_policy_of_its_own() {
         .collect();
     assert_eq!(codes, [true, true, true, false]);
     act(&p, &mut set, "basic-1", Action::Limit(None)).unwrap();
-    assert_eq!(send(&p, "Bearer basic-key-1").quota.unwrap().limit, 40);
+    assert_eq!(send(&p, "Bearer basic-key-1").budget.unwrap().limit, 40);
     // A partner key has none.
     assert_eq!(
         act(&p, &mut set, "acme", Action::Limit(Some(3))),
@@ -256,7 +256,7 @@ fn a_reload_that_changes_the_key_drops_its_suspension_limit_and_quota_only() {
     assert_eq!(drops[0].parts, [Part::Suspended, Part::Limit]);
     assert_eq!(drops[0].after, None);
     assert_eq!(refused(&next, "Bearer basic-key-1"), None);
-    assert_eq!(send(&next, "Bearer basic-key-1").quota.unwrap().limit, 40);
+    assert_eq!(send(&next, "Bearer basic-key-1").budget.unwrap().limit, 40);
     assert_eq!(
         refused(&next, "Bearer standard-key-1"),
         Some(KeyRefusal::Suspended)

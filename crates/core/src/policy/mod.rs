@@ -48,7 +48,7 @@ use crate::clock::Nanos;
 use crate::config::routes::{BodyRule, Effect, RouteIdx};
 use crate::config::Config;
 use crate::digest::Digest;
-use crate::limit::{LocalStore, Quota, Rate, Store};
+use crate::limit::{Budget, LocalStore, Rate, Store};
 use crate::metering::{Meter, Metering, PeriodAt, QuotaState, Ticket};
 pub use crate::outcome::{self, Outcome};
 pub use crate::refusal::{self, Code, FieldError, Refusal};
@@ -84,7 +84,7 @@ pub struct Decision<'a> {
     /// Set once the route is known.
     pub route: Option<RouteIdx>,
     /// The caller's budget after this decision; set whenever `key` is.
-    pub quota: Option<Quota>,
+    pub budget: Option<Budget>,
     /// The caller's quota for its calendar period, if it has one; `charged` when this
     /// request was. Boxed: a decision (and each request's context) of a key without a quota
     /// carries one word for it, not the whole state.
@@ -270,7 +270,7 @@ impl Policy {
             key: None,
             credential: None,
             route: None,
-            quota: None,
+            budget: None,
             quota_state: None,
             block_started: None,
             shadow: None,
@@ -283,9 +283,9 @@ impl Policy {
             return d;
         }
         // Refused before the limit step: the budget is reported, not spent.
-        if let (Some(key), Some(credential), None) = (d.key, d.credential, d.quota) {
+        if let (Some(key), Some(credential), None) = (d.key, d.credential, d.budget) {
             let rate = self.rate(credential);
-            d.quota = Some(self.store.peek(&self.keys.get(key).rate, &rate, now));
+            d.budget = Some(self.store.peek(&self.keys.get(key).rate, &rate, now));
         }
         // Refused before the quota step: its state is reported, not charged.
         if let (Some(key), Some(credential), None, Err(_)) =
@@ -379,7 +379,7 @@ impl Policy {
             }
         };
         match decided {
-            Ok(quota) => d.quota = Some(quota),
+            Ok(quota) => d.budget = Some(quota),
             Err(denied) if denied.unsettled => {
                 // The request waits for the fleet and is decided again: this refusal is never
                 // answered, so its detail is not formatted.
@@ -391,12 +391,12 @@ impl Policy {
                 return Err(r);
             }
             Err(denied) if shadow => {
-                d.quota = Some(denied.quota);
+                d.budget = Some(denied.budget);
                 d.shadow.get_or_insert(Outcome::ShadowRateLimited);
             }
             Err(denied) => {
                 undo(&quota);
-                d.quota = Some(denied.quota);
+                d.budget = Some(denied.budget);
                 return Err(rate_limited(denied));
             }
         }
@@ -614,7 +614,7 @@ impl Policy {
     }
 
     /// The budget of `key` at `now`, without taking from it (for the operator's view).
-    pub fn budget(&self, key: KeyIdx, now: Nanos) -> Quota {
+    pub fn budget(&self, key: KeyIdx, now: Nanos) -> Budget {
         let entry = self.keys.get(key);
         let rate = self.rate(entry.credential());
         self.store.peek(&entry.rate, &rate, now)
@@ -629,7 +629,7 @@ impl Policy {
         &self,
         key: KeyIdx,
         credential: Credential,
-        quota: &Quota,
+        quota: &Budget,
         period: Option<&QuotaState>,
     ) -> (Bytes, Bytes) {
         let own;
@@ -731,7 +731,7 @@ fn rate_limited(denied: crate::limit::Denied) -> Refusal {
         Code::RateLimited,
         format!(
             "over {} requests per {} seconds; retry in {} s",
-            denied.quota.limit, denied.quota.window_secs, denied.retry_after_secs
+            denied.budget.limit, denied.budget.window_secs, denied.retry_after_secs
         ),
     );
     r.retry_after = Some(denied.retry_after_secs);
@@ -766,7 +766,7 @@ mod shadow_tests {
         let d = p.decide(&send, 0);
         assert!(d.verdict.is_ok());
         assert_eq!(d.shadow, Some(Outcome::ShadowRateLimited));
-        assert_eq!(d.quota.unwrap().remaining, 0);
+        assert_eq!(d.budget.unwrap().remaining, 0);
         // Always enforced: authentication, partner routes, other plans.
         assert!(p
             .decide(&head(b"Bearer nope", "GET", "/v2/client/x"), 0)
@@ -826,7 +826,7 @@ mod tests {
             "a placeholder, not to be sent"
         );
         assert!(
-            d.key.is_some() && d.quota.is_none(),
+            d.key.is_some() && d.budget.is_none(),
             "a placeholder: nothing reported"
         );
         // An earlier step still refuses first, and never waits.
@@ -911,7 +911,7 @@ mod tests {
             (r.code, r.retry_after),
             (Code::TooManyAuthFailures, Some(119))
         );
-        assert_eq!((d.key, d.quota), (None, None));
+        assert_eq!((d.key, d.budget), (None, None));
         // Another address, and the same address once the block is over, are served.
         assert!(send(&p, "Bearer basic-key-1", other, 2 * SEC)
             .verdict
@@ -936,14 +936,14 @@ mod tests {
                 &head("POST", "/v2/settings/webhook/set", "Bearer basic-key-1"),
                 0,
             );
-            assert_eq!(d.quota.unwrap().remaining, 40);
+            assert_eq!(d.budget.unwrap().remaining, 40);
         }
         let d = p.decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0);
-        assert_eq!(d.quota.unwrap().remaining, 39);
+        assert_eq!(d.budget.unwrap().remaining, 39);
         let (policy, state) = p.rate_limit_headers(
             d.key.unwrap(),
             d.credential.unwrap(),
-            &d.quota.unwrap(),
+            &d.budget.unwrap(),
             None,
         );
         assert_eq!(policy, "\"basic\";q=40;w=10");
@@ -965,7 +965,7 @@ mod tests {
             &head("POST", "/v2/sendMessage/", "Bearer standard-key-1"),
             0,
         );
-        assert_eq!(d.quota.unwrap().remaining, 69);
+        assert_eq!(d.budget.unwrap().remaining, 69);
     }
 
     #[test]
@@ -980,7 +980,7 @@ mod tests {
         let (policy, state) = p.rate_limit_headers(
             d.key.unwrap(),
             d.credential.unwrap(),
-            &d.quota.unwrap(),
+            &d.budget.unwrap(),
             None,
         );
         assert_eq!(policy, "\"basic\";q=40;w=10");
@@ -1000,7 +1000,7 @@ mod tests {
             &head("POST", "/v2/service/upgrade", "Bearer acme-partner-key"),
             0,
         );
-        assert_eq!(d.quota.unwrap().limit, 150);
+        assert_eq!(d.budget.unwrap().limit, 150);
         assert_eq!(p.policy_name(d.key.unwrap()), "partner");
     }
 

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
-use super::keys::{Credential, Found, KeyIdx, EXPIRED, REVOKED, SUSPENDED};
+use super::keys::{Credential, Found, KeyIdx, REVOKED, SUSPENDED};
 use super::Policy;
 use crate::config::QuotaSpec;
 use crate::digest::Digest;
@@ -477,7 +477,7 @@ impl Policy {
             if touched[k as usize] {
                 continue;
             }
-            if e.live().0 & !EXPIRED != 0 {
+            if e.live().changed_beyond_expiry() {
                 e.set_plan_override(None);
                 e.set_flag(SUSPENDED | REVOKED, false);
                 e.set_live_limit(None);
@@ -748,7 +748,7 @@ mod tests {
         let by = partner(&p, "acme-partner-key");
         let up = p.upgrade(digest("basic-key-1"), 3).unwrap();
         p.apply_upgrade(&up, by, 0).unwrap();
-        let q = p.decide(&head, 0).quota.unwrap();
+        let q = p.decide(&head, 0).budget.unwrap();
         assert_eq!(q.limit, 150);
         assert_eq!(q.remaining, 74);
     }

@@ -33,7 +33,7 @@ fn headers(p: &Policy, d: &Decision<'_>) -> (String, String) {
     let (a, b) = p.rate_limit_headers(
         d.key.unwrap(),
         d.credential.unwrap(),
-        &d.quota.unwrap(),
+        &d.budget.unwrap(),
         d.quota_state.as_deref(),
     );
     (

@@ -67,7 +67,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use super::gcra::{Denied, Quota, Rate};
+use super::gcra::{Budget, Denied, Rate};
 use super::store::{RateState, Store};
 use crate::clock::Nanos;
 use crate::digest::Digest;
@@ -221,8 +221,8 @@ impl SharedStore {
     }
 
     /// The budget a client sees: its lease here and the room the store last reported.
-    fn quota(&self, view: u64, lease: u64, rate: &Rate, now_us: u64) -> Quota {
-        let mut q = rate.quota_us(view, now_us);
+    fn budget(&self, view: u64, lease: u64, rate: &Rate, now_us: u64) -> Budget {
+        let mut q = rate.budget_us(view, now_us);
         q.remaining = q
             .remaining
             .saturating_add(u32::try_from(lease).unwrap_or(u32::MAX));
@@ -239,7 +239,7 @@ impl SharedStore {
         state: &Arc<RateState>,
         rate: &Rate,
         now_us: u64,
-    ) -> Option<Quota> {
+    ) -> Option<Budget> {
         let fleet = u64::from(self.fleet.load(Ordering::Relaxed));
         let c = credit_for(rate.limit(), fleet);
         if c == 0 {
@@ -290,7 +290,7 @@ impl SharedStore {
                     if hits == 0 {
                         self.hand_over(id, state, rate);
                     }
-                    return Some(rate.quota_us(next, now_us));
+                    return Some(rate.budget_us(next, now_us));
                 }
                 Err(actual) => cur = actual,
             }
@@ -304,7 +304,7 @@ impl SharedStore {
         rate: &Rate,
         now: Nanos,
         wait: bool,
-    ) -> Result<Quota, Denied> {
+    ) -> Result<Budget, Denied> {
         let now = now / 1000;
         let m = rate.micros();
         // 1. From the lease: the store counted it already.
@@ -318,7 +318,7 @@ impl SharedStore {
             ) {
                 Ok(_) => {
                     let view = self.hit(id, state, rate);
-                    return Ok(self.quota(view, lease(aux) - 1, rate, now));
+                    return Ok(self.budget(view, lease(aux) - 1, rate, now));
                 }
                 Err(actual) => aux = actual,
             }
@@ -377,7 +377,7 @@ impl SharedStore {
                     if hits == 0 {
                         self.hand_over(id, state, rate);
                     }
-                    return Ok(rate.quota_us(next, now));
+                    return Ok(rate.budget_us(next, now));
                 }
                 Err(actual) => cur = actual,
             }
@@ -392,7 +392,7 @@ impl Store for SharedStore {
         state: &Arc<RateState>,
         rate: &Rate,
         now: Nanos,
-    ) -> Result<Quota, Denied> {
+    ) -> Result<Budget, Denied> {
         self.decide(id, state, rate, now, true)
     }
 
@@ -402,14 +402,14 @@ impl Store for SharedStore {
         state: &Arc<RateState>,
         rate: &Rate,
         now: Nanos,
-    ) -> Result<Quota, Denied> {
+    ) -> Result<Budget, Denied> {
         self.decide(id, state, rate, now, false)
     }
 
-    fn peek(&self, state: &RateState, rate: &Rate, now: Nanos) -> Quota {
+    fn peek(&self, state: &RateState, rate: &Rate, now: Nanos) -> Budget {
         let view = unpack(state.tat().load(Ordering::Acquire)).0;
         let lease = lease(state.aux().load(Ordering::Acquire));
-        self.quota(view, lease, rate, now / 1000)
+        self.budget(view, lease, rate, now / 1000)
     }
 }
 
