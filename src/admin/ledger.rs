@@ -13,8 +13,8 @@ use serde_json::{Map, Value};
 
 use super::{json_bytes, problem, reply, Admin};
 use crate::ledger::book::Row;
-use crate::ledger::code_columns;
-use crate::metering::{day_str, parse_day, UPSTREAM_COLUMNS};
+use crate::ledger::shown_columns;
+use crate::metering::{day_str, parse_day};
 
 /// The most days one query answers.
 pub(crate) const MAX_DAYS: u32 = 400;
@@ -22,8 +22,7 @@ pub(crate) const MAX_DAYS: u32 = 400;
 /// The column names, in order.
 pub(crate) fn header() -> Vec<&'static str> {
     let mut h = vec!["day", "key", "plan", "partner", "forwarded"];
-    h.extend(UPSTREAM_COLUMNS);
-    h.extend(code_columns().map(|c| c.as_str()));
+    h.extend(shown_columns().map(|c| c.name()));
     h
 }
 
@@ -97,10 +96,12 @@ pub(crate) async fn answer(admin: &Admin, query: Option<&str>, csv: bool) -> Res
 /// The numbers of a row, in the header's order after `partner`.
 fn numbers(r: &Row) -> Vec<u64> {
     let get = |c: &str| r.counts.get(c).copied().unwrap_or(0);
-    let upstream: Vec<u64> = UPSTREAM_COLUMNS.iter().map(|c| get(c)).collect();
-    let mut out = vec![upstream.iter().sum()];
-    out.extend(upstream);
-    out.extend(code_columns().map(|c| get(c.as_str())));
+    let counts: Vec<(bool, u64)> = shown_columns()
+        .map(|c| (c.is_upstream(), get(c.name())))
+        .collect();
+    let forwarded = counts.iter().filter(|(up, _)| *up).map(|(_, n)| n).sum();
+    let mut out = vec![forwarded];
+    out.extend(counts.iter().map(|(_, n)| n));
     out
 }
 

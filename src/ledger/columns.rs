@@ -1,29 +1,22 @@
 //! The ledger's columns as the keeper names them: the refusal codes it shows, a meter's
 //! counts by column name, and the plan and partner a row names.
 
-use crate::metering::{self, Column, COLUMNS, UPSTREAM_COLUMNS};
-use crate::policy::Code;
+use crate::metering::{self, Column, COLUMNS};
 use crate::runtime::live::Snapshot;
 
-/// The ledger's columns after the upstream ones: the refusal codes it shows.
-pub(crate) fn code_columns() -> impl Iterator<Item = Code> {
-    Code::ALL.iter().copied().filter(|&c| Column::shown(c))
+/// The columns the ledger shows, in its order: the upstream ones, then the refusal codes.
+pub(crate) fn shown_columns() -> impl Iterator<Item = Column> {
+    Column::ALL.into_iter().filter(|c| c.is_shown())
 }
 
 /// The counts that are not zero, by column name.
 pub(super) fn named(counts: &[u32; COLUMNS]) -> Vec<(&'static str, u64)> {
-    let mut out = Vec::new();
-    for (i, &n) in counts.iter().enumerate() {
-        if n == 0 {
-            continue;
-        }
-        let name = match i {
-            0..=3 => UPSTREAM_COLUMNS[i],
-            _ => Code::ALL[i - 4].as_str(),
-        };
-        out.push((name, u64::from(n)));
-    }
-    out
+    Column::ALL
+        .iter()
+        .zip(counts)
+        .filter(|(_, &n)| n != 0)
+        .map(|(c, &n)| (c.name(), u64::from(n)))
+        .collect()
 }
 
 /// The plan and partner names of a meter's key, as it was counted ([`metering::who`]).

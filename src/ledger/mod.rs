@@ -31,7 +31,7 @@ mod quota_round;
 mod quotas;
 mod tick;
 
-pub(crate) use columns::code_columns;
+pub(crate) use columns::shown_columns;
 use columns::{named, who};
 use kept::{stash, Kept, DROP_EVERY};
 pub(crate) use tick::KeeperTick;
