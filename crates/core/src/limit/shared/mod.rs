@@ -541,7 +541,14 @@ struct Held {
     /// Granted since the last tick to requests parked, which may not have woken to take it
     /// yet: the next tick keeps it out of what goes back.
     fresh: u64,
+    /// Ticks since an interval in which this replica admitted the key more than once (at
+    /// most [`CALM`]): a key calm that long is carried by its credit, not by a lease.
+    calm: u8,
 }
+
+/// Ticks without an interval of two admissions or more after which a key admitted at most
+/// once an interval holds no lease (a second of the default interval).
+const CALM: u8 = 10;
 
 /// The shared store's background half: collects the keys, makes each exchange's calls, and
 /// settles the answers. It does no I/O: the runtime (or a test) carries the calls to the
@@ -607,6 +614,7 @@ impl Syncer {
                 debt: 0,
                 parked: 0,
                 fresh: 0,
+                calm: CALM,
             });
         }
     }
@@ -708,22 +716,37 @@ impl Syncer {
             // hold twice over: near the end of a budget, tokens held unused on one replica
             // would be refused to a request on another (a burst of the limit from idle must
             // pass whole), so they go back and requests ask for what they need.
+            let taken = state
+                .aux()
+                .fetch_and(!(WANT_MASK | DEBT_MASK), Ordering::AcqRel);
+            let parked = want(taken);
+            let owed = debt(taken);
+            // Busy: more than one request here in the interval, admitted or parked.
+            h.calm = if hits + parked > 1 {
+                0
+            } else {
+                h.calm.saturating_add(1).min(CALM)
+            };
             let cap = (u64::from(h.t.rate.limit()) / (20 * fleet)).max(1);
             let m = h.t.rate.micros();
             let ahead = unpack(state.tat().load(Ordering::Acquire))
                 .0
                 .saturating_sub(now_us);
             let room = m.tolerance.saturating_sub(ahead) / m.interval.max(1);
-            h.target = if room > 2 * fleet * cap {
+            // A calm key, admitted here at most once an interval for the last `CALM`, is
+            // carried by its credit (one request an interval, owed and reported at the tick):
+            // a lease for it would be granted, left unused and given back two ticks later,
+            // two store calls for one request. A key that lately came twice in an interval
+            // keeps its lease (its second request would otherwise wait), and so does a key
+            // whose limit gives no credit.
+            let credited = pace <= 1
+                && h.calm >= CALM
+                && credit_for(h.t.rate.limit(), self.store.fleet().into()) > 0;
+            h.target = if room > 2 * fleet * cap && !credited {
                 (pace * 3).div_ceil(2).min(cap)
             } else {
                 0
             };
-            let taken = state
-                .aux()
-                .fetch_and(!(WANT_MASK | DEBT_MASK), Ordering::AcqRel);
-            let parked = want(taken);
-            let owed = debt(taken);
             // What the lease holds beyond its target goes back.
             let mut give = 0;
             let mut have = lease(taken);
@@ -1041,7 +1064,7 @@ mod tests {
     }
 
     #[test]
-    fn a_key_with_a_pace_keeps_a_lease_and_never_parks_and_gives_it_back_when_idle() {
+    fn a_calm_key_lives_on_credit_and_a_key_with_a_pace_keeps_a_lease_until_idle() {
         let (store, mut syncer) = SharedStore::new(timing());
         store.set_fleet(1);
         let r = rate(1000); // T = 10 ms; the target's cap is L / 20N = 50
@@ -1053,35 +1076,55 @@ mod tests {
         assert_eq!(batch.parked(), 0);
         assert_eq!((batch.calls[0].want, batch.calls[0].debt), (0, 1));
         syncer.finish(batch, &[reply(0, 10_000)], SEC);
-        // A tick: one admission in the interval, a target of 2 (one and a half, rounded up).
+        // A tick: one admission in the interval, and the key calm: its credit carries it, no
+        // lease is asked for (it would go back unused two ticks later, a call for nothing).
         let batch = syncer.begin(SEC + 100 * MS, true);
+        assert!(batch.is_empty(), "{batch:?}");
+        syncer.finish(batch, &[], SEC + 100 * MS);
+        // Twice in the next interval: the first on credit, the second asks the store.
+        store.acquire(&id(1), &s, &r, SEC + 120 * MS).unwrap();
+        assert!(
+            store
+                .acquire(&id(1), &s, &r, SEC + 130 * MS)
+                .unwrap_err()
+                .unsettled
+        );
+        // The tick: busy now (two requests), so a lease at the pace's target (2) on top of
+        // what was parked.
+        let batch = syncer.begin(SEC + 200 * MS, true);
         assert_eq!(
             (
                 batch.calls[0].want,
                 batch.calls[0].give,
                 batch.calls[0].debt
             ),
-            (2, 0, 0)
+            (3, 0, 1)
         );
-        syncer.finish(batch, &[reply(2, 20_000)], SEC + 100 * MS);
-        assert_eq!(lease_of(&s), 2);
-        // Two in the next interval: taken from the lease, no wait.
-        for _ in 0..2 {
-            store.acquire(&id(1), &s, &r, SEC + 150 * MS).unwrap();
-        }
-        let batch = syncer.begin(SEC + 200 * MS, true);
-        assert_eq!(batch.calls[0].want, 3, "the pace is now 2: a target of 3");
         syncer.finish(batch, &[reply(3, 30_000)], SEC + 200 * MS);
-        // Quiet: the target follows the last two intervals' pace (2, then 0: 3), then 0.
+        assert_eq!(
+            lease_of(&s),
+            3,
+            "the parked request's grant, fresh, and the lease"
+        );
+        store.acquire_now(&id(1), &s, &r, SEC + 200 * MS).unwrap();
+        assert_eq!(lease_of(&s), 2);
+        // Two more in the interval: taken from the lease, no wait.
+        for _ in 0..2 {
+            store.acquire(&id(1), &s, &r, SEC + 250 * MS).unwrap();
+        }
         let batch = syncer.begin(SEC + 300 * MS, true);
-        assert!(batch.is_empty(), "{batch:?}");
-        syncer.finish(batch, &[], SEC + 300 * MS);
+        assert_eq!(batch.calls[0].want, 5, "the pace is now 3: a target of 5");
+        syncer.finish(batch, &[reply(5, 50_000)], SEC + 300 * MS);
+        // Quiet: the target follows the last two intervals' pace (3, then 0: 5), then 0.
         let batch = syncer.begin(SEC + 400 * MS, true);
-        assert_eq!((batch.calls[0].want, batch.calls[0].give), (0, 3));
-        syncer.finish(batch, &[reply(0, 0)], SEC + 400 * MS);
+        assert!(batch.is_empty(), "{batch:?}");
+        syncer.finish(batch, &[], SEC + 400 * MS);
+        let batch = syncer.begin(SEC + 500 * MS, true);
+        assert_eq!((batch.calls[0].want, batch.calls[0].give), (0, 5));
+        syncer.finish(batch, &[reply(0, 0)], SEC + 500 * MS);
         assert_eq!(lease_of(&s), 0);
         // Nothing left to say: the key is dropped.
-        let batch = syncer.begin(SEC + 500 * MS, true);
+        let batch = syncer.begin(SEC + 600 * MS, true);
         assert!(batch.is_empty());
         assert_eq!(syncer.pending(), 0);
     }
@@ -1128,8 +1171,16 @@ mod tests {
         let s = Arc::<RateState>::default();
         store.acquire(&id(1), &s, &basic, SEC).unwrap();
         let batch = syncer.begin(SEC + 100 * MS, true);
-        assert_eq!((batch.calls[0].want, batch.calls[0].limit), (2, 40));
-        syncer.finish(batch, &[reply(2, 750_000)], SEC + 100 * MS);
+        assert_eq!(
+            (
+                batch.calls[0].want,
+                batch.calls[0].debt,
+                batch.calls[0].limit
+            ),
+            (0, 1, 40),
+            "a calm key: its credit owed, no lease"
+        );
+        syncer.finish(batch, &[reply(0, 250_000)], SEC + 100 * MS);
         // Upgraded (an override, or a reload): the interval's first admission hands the key
         // over with its new limit, and the next tick asks with it.
         store
