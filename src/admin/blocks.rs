@@ -15,9 +15,10 @@ use crate::clock::{rfc3339, Nanos};
 use crate::policy::blocking::{Block, FailureTable};
 use crate::policy::client::ClientKey;
 
-use http::{Response, StatusCode};
+use http::Response;
 
-use super::reply::{percent_decode, problem};
+use super::codes::AdminCode;
+use super::reply::{no_content, percent_decode, problem};
 use super::Admin;
 
 /// One blocked address, as `GET /api/blocks`, the usage page and `tollgate top` show it.
@@ -132,22 +133,12 @@ impl Admin {
                     listeners = %listeners.join(","),
                     "auth-failure block released by an operator"
                 );
-                let mut r = Response::new(Vec::new());
-                *r.status_mut() = StatusCode::NO_CONTENT;
-                r
+                no_content()
             }
-            Released::NotBlocked(key) => problem(
-                StatusCode::NOT_FOUND,
-                "not_blocked",
-                "That address is not blocked",
-                &format!("`{}` is not blocked now", key.display()),
+            Released::NotBlocked(key) => problem(AdminCode::NotBlocked, &format!("`{}` is not blocked now", key.display()),
             ),
             // Nothing that is not an address is ever blocked: the same 404, saying why.
-            Released::NotAnAddress => problem(
-                StatusCode::NOT_FOUND,
-                "not_blocked",
-                "That address is not blocked",
-                "not an address: name an IPv4 or IPv6 address, or an IPv6 /64 as `GET /api/blocks` shows it",
+            Released::NotAnAddress => problem(AdminCode::NotBlocked, "not an address: name an IPv4 or IPv6 address, or an IPv6 /64 as `GET /api/blocks` shows it",
             ),
         }
     }

@@ -20,7 +20,9 @@ use http::{Method, Response, StatusCode};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{json_bytes, not_allowed, percent_decode, problem, reply, Admin};
+use super::codes::AdminCode;
+use super::reply::{json, not_allowed, percent_decode, problem, problem_with};
+use super::Admin;
 use crate::clock::rfc3339;
 use crate::config::{Period, QuotaSpec};
 use crate::digest::Digest;
@@ -135,9 +137,7 @@ fn parse_action(segment: &str, method: &Method, body: &[u8]) -> Result<Action, R
             Ok(Action::Quota(Some(QuotaSpec { requests, per })))
         }
         _ => Err(Box::new(problem(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "No such key operation",
+            AdminCode::NoKeyOperation,
             "the operations are suspend, resume, revoke, limit and quota",
         ))),
     }
@@ -149,9 +149,7 @@ fn object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Refused> {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(invalid("", "must be a JSON object")),
         Err(_) => Err(Box::new(problem(
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-            "The body is not JSON",
+            AdminCode::InvalidJson,
             "send a JSON object",
         ))),
     }
@@ -167,25 +165,16 @@ fn optional_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Refuse
 
 /// 400 `invalid_body` with one field error.
 fn invalid(pointer: &str, detail: &str) -> Refused {
-    let mut body = crate::refusal::problem(
-        400,
-        "invalid_body",
-        "A field of the body is invalid",
+    Box::new(problem_with(
+        AdminCode::InvalidBody,
         &format!("`{pointer}` {detail}"),
-    );
-    body["errors"] = json!([{ "pointer": pointer, "detail": detail }]);
-    Box::new(reply(
-        StatusCode::BAD_REQUEST,
-        "application/problem+json",
-        json_bytes(&body),
+        json!({ "errors": [{ "pointer": pointer, "detail": detail }] }),
     ))
 }
 
 fn unknown_key(name: &str) -> Response<Vec<u8>> {
     problem(
-        StatusCode::NOT_FOUND,
-        "unknown_key",
-        "No key has that name",
+        AdminCode::UnknownKey,
         &format!("no key or partner is named `{name}` in the config in force"),
     )
 }
@@ -207,36 +196,16 @@ async fn change(admin: &Admin, name: &str, action: Action) -> Response<Vec<u8>> 
 fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
     match e {
         ChangeError::NotFound => unknown_key(name),
-        ChangeError::Refused(r @ ChangeRefused::Revoked) => problem(
-            StatusCode::CONFLICT,
-            "key_revoked",
-            "The key is revoked",
-            &r.to_string(),
+        ChangeError::Refused(r @ ChangeRefused::Revoked) => problem(AdminCode::KeyRevoked, &r.to_string(),
         ),
-        ChangeError::Refused(r @ ChangeRefused::NotACustomerKey) => problem(
-            StatusCode::BAD_REQUEST,
-            "not_a_customer_key",
-            "Partner keys have no limit or quota of their own",
-            &r.to_string(),
+        ChangeError::Refused(r @ ChangeRefused::NotACustomerKey) => problem(AdminCode::NotACustomerKey, &r.to_string(),
         ),
         // Only a partner's resume meets it; the operator's own changes never do.
-        ChangeError::Refused(r @ ChangeRefused::SuspendedByOperator) => problem(
-            StatusCode::CONFLICT,
-            "suspended_by_operator",
-            "The operator suspended the key",
-            &r.to_string(),
+        ChangeError::Refused(r @ ChangeRefused::SuspendedByOperator) => problem(AdminCode::SuspendedByOperator, &r.to_string(),
         ),
-        ChangeError::NotKept(KeepError::Redis(StoreError::NotReplicated)) => problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "change_not_kept",
-            "The change could not be kept, and was not made",
-            "the Redis master took the change but no replica confirmed it within timeout_ms, so a failover could lose it: it may still take effect; retry it (repeating a change that took effect changes nothing more)",
+        ChangeError::NotKept(KeepError::Redis(StoreError::NotReplicated)) => problem(AdminCode::ChangeNotKept, "the Redis master took the change but no replica confirmed it within timeout_ms, so a failover could lose it: it may still take effect; retry it (repeating a change that took effect changes nothing more)",
         ),
-        ChangeError::NotKept(why) => problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "change_not_kept",
-            "The change could not be kept, and was not made",
-            &format!("{why}; nothing was changed, on this replica or any other: retry when the store is back"),
+        ChangeError::NotKept(why) => problem(AdminCode::ChangeNotKept, &format!("{why}; nothing was changed, on this replica or any other: retry when the store is back"),
         ),
     }
 }
@@ -263,15 +232,12 @@ async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8>> {
         .await;
     admin.live.metrics().admin_change("revoke", done.is_ok());
     match done {
-        Ok(name) => reply(
+        Ok(name) => json(
             StatusCode::OK,
-            "application/json",
-            json_bytes(&json!({ "name": name, "state": "revoked" })),
+            &serde_json::json!({ "name": name, "state": "revoked" }),
         ),
         Err(ChangeError::NotFound) => problem(
-            StatusCode::NOT_FOUND,
-            "unknown_key",
-            "No key is that secret",
+            AdminCode::UnknownSecret,
             "no key in the config in force has that secret (nor had it as a previous one)",
         ),
         Err(e) => change_error(e, "(by secret)"),
@@ -303,7 +269,7 @@ fn show(live: &LivePolicy, name: &str) -> Response<Vec<u8>> {
         return unknown_key(name);
     };
     let body = key_json(live, &snap.policy, k);
-    reply(StatusCode::OK, "application/json", json_bytes(&body))
+    json(StatusCode::OK, &body)
 }
 
 /// One change in force on a key, as the admin API and the page show it.

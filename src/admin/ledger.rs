@@ -11,7 +11,9 @@
 use http::{Response, StatusCode};
 use serde_json::{Map, Value};
 
-use super::{json_bytes, problem, reply, Admin};
+use super::codes::AdminCode;
+use super::reply::{json, problem, reply};
+use super::Admin;
 use crate::ledger::book::Row;
 use crate::ledger::code_columns;
 use crate::metering::{day_str, parse_day, UPSTREAM_COLUMNS};
@@ -28,12 +30,7 @@ pub(crate) fn header() -> Vec<&'static str> {
 }
 
 fn bad_query(detail: &str) -> Response<Vec<u8>> {
-    problem(
-        StatusCode::BAD_REQUEST,
-        "invalid_query",
-        "Invalid query",
-        detail,
-    )
+    problem(AdminCode::InvalidQuery, detail)
 }
 
 /// The answer to `GET /api/ledger?query`, as CSV when `csv`.
@@ -72,14 +69,7 @@ pub(crate) async fn answer(admin: &Admin, query: Option<&str>, csv: bool) -> Res
     }
     let rows = match admin.ledger.rows(from, to, key.as_deref()).await {
         Ok(r) => r,
-        Err(e) => {
-            return problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ledger_unavailable",
-                "The ledger cannot be read",
-                &e.to_string(),
-            )
-        }
+        Err(e) => return problem(AdminCode::LedgerUnavailable, &e.to_string()),
     };
     if csv {
         reply(StatusCode::OK, "text/csv; charset=utf-8", to_csv(&rows))
@@ -90,7 +80,7 @@ pub(crate) async fn answer(admin: &Admin, query: Option<&str>, csv: bool) -> Res
             "to": day_str(to),
             "rows": rows,
         });
-        reply(StatusCode::OK, "application/json", json_bytes(&body))
+        json(StatusCode::OK, &body)
     }
 }
 

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod blocks;
+mod codes;
 pub(crate) mod guard;
 pub(crate) mod keys;
 pub(crate) mod ledger;
@@ -31,8 +32,10 @@ mod reply;
 mod usage;
 pub(crate) mod view;
 
+use codes::AdminCode;
 use reply::{
-    bearer_matches, conn_of, json_bytes, not_allowed, page, percent_decode, problem, reply, text,
+    bearer_matches, conn_of, json, no_content, not_allowed, page, percent_decode, problem,
+    problem_with, reply, text,
 };
 
 use async_trait::async_trait;
@@ -46,7 +49,6 @@ use crate::limit::SharedStore;
 use crate::overrides::PlanOverrides;
 use crate::policy::blocking::FailureTable;
 use crate::policy::client::ClientKey;
-use crate::refusal;
 use crate::runtime::lifecycle::{Health, Readiness};
 use crate::runtime::live::LivePolicy;
 
@@ -94,7 +96,7 @@ impl Admin {
             "/api/blocks" | "/api/ledger" if !get => not_allowed("GET, HEAD"),
             "/api/blocks" => {
                 let body = serde_json::json!({ "blocks": self.blocks() });
-                reply(StatusCode::OK, "application/json", json_bytes(&body))
+                json(StatusCode::OK, &body)
             }
             p if p.starts_with("/api/blocks/") && method != Method::DELETE => not_allowed("DELETE"),
             "/api/usage" => {
@@ -110,7 +112,7 @@ impl Admin {
                     search.as_deref(),
                     self.blocks(),
                 );
-                reply(StatusCode::OK, "application/json", json_bytes(&body))
+                json(StatusCode::OK, &body)
             }
             "/metrics" | "/healthz" | "/readyz" if !get => not_allowed("GET, HEAD"),
             "/metrics" => reply(
@@ -137,7 +139,7 @@ impl Admin {
                 let snap = self.live.load();
                 let shown = PlanOverrides::shown(&self.live, &snap.policy);
                 let body = serde_json::json!({ "overrides": shown });
-                reply(StatusCode::OK, "application/json", json_bytes(&body))
+                json(StatusCode::OK, &body)
             }
             p if p.starts_with("/api/overrides/") && method != Method::DELETE => {
                 not_allowed("DELETE")
@@ -158,24 +160,17 @@ impl Admin {
                     "routes": p.config.catalogue.routes().len() - 1,
                     "restart_required": r.restart_required,
                 });
-                reply(StatusCode::OK, "application/json", json_bytes(&body))
+                json(StatusCode::OK, &body)
             }
-            Err(e) => {
-                let mut body = refusal::problem(
-                    422,
-                    "config_refused",
-                    "The config was refused; the previous one keeps serving",
-                    &e.to_string(),
-                );
-                body["file"] = e.file.display().to_string().into();
-                body["line"] = e.line.into();
-                body["field"] = e.field.clone().into();
-                reply(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "application/problem+json",
-                    json_bytes(&body),
-                )
-            }
+            Err(e) => problem_with(
+                AdminCode::ConfigRefused,
+                &e.to_string(),
+                serde_json::json!({
+                    "file": e.file.display().to_string(),
+                    "line": e.line,
+                    "field": e.field,
+                }),
+            ),
         }
     }
 }
@@ -185,23 +180,12 @@ impl Admin {
     async fn delete_override(&self, name: &str) -> Response<Vec<u8>> {
         let name = percent_decode(name);
         match self.overrides.remove(&self.live, &name).await {
-            Ok(true) => {
-                let mut r = Response::new(Vec::new());
-                *r.status_mut() = StatusCode::NO_CONTENT;
-                r
-            }
+            Ok(true) => no_content(),
             Ok(false) => problem(
-                StatusCode::NOT_FOUND,
-                "no_override",
-                "No plan override for that key",
+                AdminCode::NoOverride,
                 &format!("no key named `{name}` has a plan override"),
             ),
-            Err(why) => problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "override_not_kept",
-                "The override was removed here but not from where overrides are kept",
-                &why.to_string(),
-            ),
+            Err(why) => problem(AdminCode::OverrideNotKept, &why.to_string()),
         }
     }
 }
@@ -249,17 +233,11 @@ impl pingora::apps::http_app::ServeHttp for Admin {
         let open = matches!(path.as_str(), "/healthz" | "/readyz");
         let mut r = if !open && !guard::host_allowed(&req.headers, &config.admin_hosts) {
             problem(
-                StatusCode::FORBIDDEN,
-                "host_not_allowed",
-                "The admin listener does not answer to that host name",
+                AdminCode::HostNotAllowed,
                 "call it by an address, `localhost`, or a name listed in `admin_hosts`",
             )
         } else if guard::cross_origin(&method, &req.headers) {
-            problem(
-                StatusCode::FORBIDDEN,
-                "cross_origin",
-                "A cross-site request cannot change the gateway",
-                "state-changing requests are refused when they come from another site (Origin, Sec-Fetch-Site)",
+            problem(AdminCode::CrossOrigin, "state-changing requests are refused when they come from another site (Origin, Sec-Fetch-Site)",
             )
         } else {
             match config.admin_token {
@@ -306,9 +284,7 @@ impl Admin {
         if let Some(rest) = path.strip_prefix("/api/keys/") {
             if too_large {
                 return problem(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body_too_large",
-                    "The body is too large",
+                    AdminCode::BodyTooLarge,
                     &format!("the admin listener reads at most {MAX_ADMIN_BODY} bytes"),
                 );
             }
@@ -338,9 +314,7 @@ impl Admin {
         let now = self.clock.now();
         if let Some(secs) = client.and_then(|c| self.failures.blocked(c, now)) {
             let mut r = problem(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_auth_failures",
-                "Too many wrong admin tokens from this address",
+                AdminCode::TooManyAuthFailures,
                 &format!("retry in {secs} s"),
             );
             r.headers_mut()
@@ -372,9 +346,7 @@ impl Admin {
             page(StatusCode::UNAUTHORIZED)
         } else {
             problem(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "The admin listener needs its bearer token",
+                AdminCode::Unauthorized,
                 "send `Authorization: Bearer <token>` (admin_token_sha256 is set)",
             )
         };
