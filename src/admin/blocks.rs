@@ -9,8 +9,6 @@
 //! address's failures: its next wrong key is its first. Blocks are in memory, per process:
 //! they outlive a reload (a reload is not a way to clear them), not a restart.
 
-use serde::{Deserialize, Serialize};
-
 use crate::clock::{rfc3339, Nanos};
 use crate::policy::blocking::{Block, FailureTable};
 use crate::policy::client::ClientKey;
@@ -19,22 +17,8 @@ use http::Response;
 
 use super::codes::AdminCode;
 use super::reply::{no_content, percent_decode, problem};
+use super::view::BlockRow;
 use super::Admin;
-
-/// One blocked address, as `GET /api/blocks`, the usage page and `tollgate top` show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct BlockRow {
-    /// The address, or the IPv6 /64 it stands for (`2001:db8:1:2::/64`).
-    pub address: String,
-    /// When the block began, RFC 3339 UTC.
-    pub since: String,
-    /// When it ends unless released, RFC 3339 UTC.
-    pub until: String,
-    /// Failed authentications counted from the address (those that started the block).
-    pub failures: u32,
-    /// `gateway` (wrong API keys) or `admin` (wrong admin tokens).
-    pub listener: String,
-}
 
 /// The blocks in force at `now` (the tables' clock), longest-held first; `now_ms` is the same
 /// instant in ms since the Unix epoch, to date them.

@@ -2,7 +2,7 @@
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /api/keys/{name}` | 200, the key's state ([`key_json`]); never a digest |
+//! | `GET /api/keys/{name}` | 200, the key's state ([`KeyView`]); never a digest |
 //! | `POST /api/keys/{name}/suspend` (body optional: `{"reason": "..."}`) | 200, the key's state |
 //! | `POST /api/keys/{name}/resume` | 200 (409 `key_revoked` for a revoked key) |
 //! | `POST /api/keys/{name}/revoke` | 200: every digest of the key in force, refused for good |
@@ -17,11 +17,14 @@
 //! The secret of the leak path is hashed at once and never logged or echoed.
 
 use http::{Method, Response, StatusCode};
-use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::codes::AdminCode;
 use super::reply::{json, not_allowed, percent_decode, problem, problem_with};
+use super::view::{
+    ChangeRow, FieldErrorView, FieldErrors, KeyQuotaView, KeyView, OverrideView, PreviousView,
+    RevokedView,
+};
 use super::Admin;
 use crate::clock::rfc3339;
 use crate::config::{Period, QuotaSpec};
@@ -168,7 +171,12 @@ fn invalid(pointer: &str, detail: &str) -> Refused {
     Box::new(problem_with(
         AdminCode::InvalidBody,
         &format!("`{pointer}` {detail}"),
-        json!({ "errors": [{ "pointer": pointer, "detail": detail }] }),
+        FieldErrors {
+            errors: vec![FieldErrorView {
+                pointer: pointer.into(),
+                detail: detail.into(),
+            }],
+        },
     ))
 }
 
@@ -234,7 +242,10 @@ async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8>> {
     match done {
         Ok(name) => json(
             StatusCode::OK,
-            &serde_json::json!({ "name": name, "state": "revoked" }),
+            &RevokedView {
+                name,
+                state: "revoked".into(),
+            },
         ),
         Err(ChangeError::NotFound) => problem(
             AdminCode::UnknownSecret,
@@ -268,23 +279,7 @@ fn show(live: &LivePolicy, name: &str) -> Response<Vec<u8>> {
     let Some(k) = snap.policy.keys.find_by_name(name) else {
         return unknown_key(name);
     };
-    let body = key_json(live, &snap.policy, k);
-    json(StatusCode::OK, &body)
-}
-
-/// One change in force on a key, as the admin API and the page show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub(crate) struct ChangeRow {
-    /// The key's name.
-    pub key: String,
-    /// `suspended`, `revoked`, `limit`, `quota`, `upgrade`, or `expired` (its `expires_at`).
-    pub change: String,
-    /// What it sets, in words (`500 per window`, `pro (was basic)`, the operator's reason).
-    pub detail: Option<String>,
-    /// When, as RFC 3339 (UTC).
-    pub since: String,
-    /// `admin`, `partner:<name>`, or `config`.
-    pub by: String,
+    json(StatusCode::OK, &key_view(live, &snap.policy, k))
 }
 
 /// The changes of `record` on the key `key`.
@@ -352,7 +347,7 @@ pub(crate) fn changes(live: &LivePolicy, policy: &Policy) -> Vec<ChangeRow> {
 }
 
 /// The state of the key `k` as `GET /api/keys/{name}` answers it.
-pub(crate) fn key_json(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> Value {
+pub(crate) fn key_view(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> KeyView {
     let e = policy.keys.get(k);
     let live_word = e.live();
     let credential = e.credential_with(live_word);
@@ -372,41 +367,47 @@ pub(crate) fn key_json(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> Value {
     // with the requests charged in the period now.
     let quota = policy.quota_state(k, credential).map(|q| {
         let now_ms = policy.metering.calendar.now_ms();
-        json!({
-            "requests": q.spec.requests,
-            "per": q.spec.per.as_str(),
-            "own": q.own,
-            "used": q.used,
-            "remaining": q.remaining,
-            "resets_at": rfc3339(q.spec.per.end_after(now_ms)),
-        })
+        KeyQuotaView {
+            requests: q.spec.requests,
+            per: q.spec.per.as_str().into(),
+            own: q.own,
+            used: q.used,
+            remaining: q.remaining,
+            resets_at: rfc3339(q.spec.per.end_after(now_ms)),
+        }
     });
-    let previous: Vec<Value> = policy
+    let previous = policy
         .keys
         .aliases_of(k)
-        .map(|a| {
-            let state = match a.refused() {
+        .map(|a| PreviousView {
+            until: rfc3339(a.until_ms),
+            state: match a.refused() {
                 Some(crate::policy::keys::KeyRefusal::Revoked) => "revoked",
                 Some(_) => "expired",
                 None => "active",
-            };
-            json!({ "until": rfc3339(a.until_ms), "state": state })
+            }
+            .into(),
         })
         .collect();
-    let overrides: Vec<Value> = record
+    let overrides = record
         .iter()
         .flat_map(|o| rows(e.name.as_str(), o, policy))
-        .map(|r| json!({ "change": r.change, "detail": r.detail, "since": r.since, "by": r.by }))
+        .map(|r| OverrideView {
+            change: r.change,
+            detail: r.detail,
+            since: r.since,
+            by: r.by,
+        })
         .collect();
-    json!({
-        "name": e.name.as_str(),
-        "plan": plan,
-        "partner": partner,
-        "state": live_word.state().as_str(),
-        "expires_at": extra.and_then(|x| x.expires_ms).map(rfc3339),
-        "requests_per_window": policy.rate(credential).limit(),
-        "quota": quota,
-        "previous": previous,
-        "overrides": overrides,
-    })
+    KeyView {
+        name: e.name.as_str().to_string(),
+        plan,
+        partner,
+        state: live_word.state().as_str().into(),
+        expires_at: extra.and_then(|x| x.expires_ms).map(rfc3339),
+        requests_per_window: policy.rate(credential).limit(),
+        quota,
+        previous,
+        overrides,
+    }
 }

@@ -37,6 +37,7 @@ use reply::{
     bearer_matches, conn_of, json, no_content, not_allowed, page, percent_decode, problem,
     problem_with, reply, text,
 };
+use view::{BlocksView, ConfigRefusedAt, OverridesView, ReloadView};
 
 use async_trait::async_trait;
 use http::header::{AUTHORIZATION, CONTENT_LENGTH, WWW_AUTHENTICATE};
@@ -94,10 +95,12 @@ impl Admin {
             "/" | "/api/usage" if !get => not_allowed("GET, HEAD"),
             "/" => page(StatusCode::OK),
             "/api/blocks" | "/api/ledger" if !get => not_allowed("GET, HEAD"),
-            "/api/blocks" => {
-                let body = serde_json::json!({ "blocks": self.blocks() });
-                json(StatusCode::OK, &body)
-            }
+            "/api/blocks" => json(
+                StatusCode::OK,
+                &BlocksView {
+                    blocks: self.blocks(),
+                },
+            ),
             p if p.starts_with("/api/blocks/") && method != Method::DELETE => not_allowed("DELETE"),
             "/api/usage" => {
                 let search = query.and_then(|q| {
@@ -137,9 +140,8 @@ impl Admin {
             "/api/overrides" if !get => not_allowed("GET, HEAD"),
             "/api/overrides" => {
                 let snap = self.live.load();
-                let shown = PlanOverrides::shown(&self.live, &snap.policy);
-                let body = serde_json::json!({ "overrides": shown });
-                json(StatusCode::OK, &body)
+                let overrides = PlanOverrides::shown(&self.live, &snap.policy);
+                json(StatusCode::OK, &OverridesView { overrides })
             }
             p if p.starts_with("/api/overrides/") && method != Method::DELETE => {
                 not_allowed("DELETE")
@@ -152,24 +154,24 @@ impl Admin {
         match self.live.reload() {
             Ok(r) => {
                 let p = &r.snapshot.policy;
-                let body = serde_json::json!({
-                    "status": "reloaded",
-                    "file": self.live.path().display().to_string(),
-                    "keys": p.keys.len(),
-                    "plans": p.config.plans.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
-                    "routes": p.config.catalogue.routes().len() - 1,
-                    "restart_required": r.restart_required,
-                });
+                let body = ReloadView {
+                    status: "reloaded".into(),
+                    file: self.live.path().display().to_string(),
+                    keys: p.keys.len(),
+                    plans: p.config.plans.iter().map(|p| p.name.clone()).collect(),
+                    routes: p.config.catalogue.routes().len() - 1,
+                    restart_required: r.restart_required,
+                };
                 json(StatusCode::OK, &body)
             }
             Err(e) => problem_with(
                 AdminCode::ConfigRefused,
                 &e.to_string(),
-                serde_json::json!({
-                    "file": e.file.display().to_string(),
-                    "line": e.line,
-                    "field": e.field,
-                }),
+                ConfigRefusedAt {
+                    file: e.file.display().to_string(),
+                    line: e.line,
+                    field: e.field.clone(),
+                },
             ),
         }
     }

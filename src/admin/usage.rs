@@ -4,8 +4,8 @@
 //! key, a digest or a body.
 
 use super::view::{
-    AllowView, BlockRow, ClusterView, ConfigView, KeyRefusals, KeyRow, PlanView, RefusalRow,
-    ReloadView, TimelinePoint, UsageView,
+    AllowView, BlockRow, ClusterView, ConfigView, KeyRefusals, KeyRow, LastReloadView, PlanView,
+    RefusalRow, TimelinePoint, UsageView,
 };
 use crate::clock::Clock;
 use crate::config::Allow;
@@ -135,7 +135,7 @@ fn config_view(live: &LivePolicy, policy: &Policy) -> ConfigView {
     ConfigView {
         file: live.path().display().to_string(),
         started_at_ms: started_ms,
-        last_reload: last.map(|r| ReloadView {
+        last_reload: last.map(|r| LastReloadView {
             at_ms: r.at_ms,
             result: if r.error.is_none() {
                 "success"
