@@ -17,20 +17,14 @@
 //! The secret of the leak path is hashed at once and never logged or echoed.
 
 use http::{Method, Response, StatusCode};
-use serde_json::Value;
 
+use super::body::{read, LimitBody, QuotaBody, Refused, SecretBody, SuspendBody};
 use super::codes::AdminCode;
-use super::reply::{json, not_allowed, percent_decode, problem, problem_with};
-use super::view::{
-    ChangeRow, FieldErrorView, FieldErrors, KeyQuotaView, KeyView, OverrideView, PreviousView,
-    RevokedView,
-};
+use super::reply::{json, not_allowed, percent_decode, problem};
+use super::view::{ChangeRow, KeyQuotaView, KeyView, OverrideView, PreviousView, RevokedView};
 use super::Admin;
 use crate::clock::rfc3339;
-use crate::config::{Period, QuotaSpec};
-use crate::digest::Digest;
 use crate::overrides::{ChangeError, KeepError, Target};
-use crate::policy::authenticate::bearer_token;
 use crate::policy::keys::{Credential, KeyIdx};
 use crate::policy::overrides::{Action, ChangeRefused, Override};
 use crate::policy::Policy;
@@ -77,107 +71,24 @@ fn label(segment: &str) -> Option<&'static str> {
         .find(|&l| l == segment)
 }
 
-/// The action a path segment and body ask for, or the 400/404 answer.
-/// A refusal of the admin API, boxed (a `Response` is large for an `Err`).
-type Refused = Box<Response<Vec<u8>>>;
-
+/// The action a path segment and body ask for ([`super::body`]), or the 400/404 answer.
 fn parse_action(segment: &str, method: &Method, body: &[u8]) -> Result<Action, Refused> {
     let delete = method == Method::DELETE;
     match segment {
-        "suspend" => {
-            let v = optional_object(body)?;
-            let reason = match v.get("reason") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) if s.chars().count() <= 200 => Some(s.clone()),
-                Some(_) => {
-                    return Err(invalid(
-                        "/reason",
-                        "must be a string of at most 200 characters",
-                    ))
-                }
-            };
-            Ok(Action::Suspend(reason))
-        }
+        "suspend" => Ok(Action::Suspend(SuspendBody::read_optional(body)?.reason()?)),
         "resume" => Ok(Action::Resume),
         "revoke" => Ok(Action::Revoke),
         "limit" if delete => Ok(Action::Limit(None)),
-        "limit" => {
-            let v = object(body)?;
-            let max = crate::config::MAX_REQUESTS_PER_WINDOW;
-            let n = v
-                .get("requests_per_window")
-                .and_then(Value::as_u64)
-                .filter(|&n| (1..=u64::from(max)).contains(&n))
-                .ok_or_else(|| {
-                    invalid(
-                        "/requests_per_window",
-                        &format!("is required: an integer from 1 to {max}, as a plan's"),
-                    )
-                })?;
-            Ok(Action::Limit(Some(n as u32)))
-        }
+        "limit" => Ok(Action::Limit(Some(
+            read::<LimitBody>(body)?.requests_per_window()?,
+        ))),
         "quota" if delete => Ok(Action::Quota(None)),
-        "quota" => {
-            let v = object(body)?;
-            let requests = v
-                .get("requests")
-                .and_then(Value::as_u64)
-                .filter(|&n| (1..=crate::config::MAX_QUOTA_REQUESTS).contains(&n))
-                .ok_or_else(|| {
-                    invalid(
-                        "/requests",
-                        &format!(
-                            "is required: an integer from 1 to {}, as a plan's",
-                            crate::config::MAX_QUOTA_REQUESTS
-                        ),
-                    )
-                })?;
-            let per = match v.get("per").and_then(Value::as_str) {
-                Some("day") => Period::Day,
-                Some("month") => Period::Month,
-                _ => return Err(invalid("/per", "is required: `day` or `month`")),
-            };
-            Ok(Action::Quota(Some(QuotaSpec { requests, per })))
-        }
+        "quota" => Ok(Action::Quota(Some(read::<QuotaBody>(body)?.quota()?))),
         _ => Err(Box::new(problem(
             AdminCode::NoKeyOperation,
             "the operations are suspend, resume, revoke, limit and quota",
         ))),
     }
-}
-
-/// The body as a JSON object (required).
-fn object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Refused> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(invalid("", "must be a JSON object")),
-        Err(_) => Err(Box::new(problem(
-            AdminCode::InvalidJson,
-            "send a JSON object",
-        ))),
-    }
-}
-
-/// The body as a JSON object, or an empty one when there is no body.
-fn optional_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Refused> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(serde_json::Map::new());
-    }
-    object(body)
-}
-
-/// 400 `invalid_body` with one field error.
-fn invalid(pointer: &str, detail: &str) -> Refused {
-    Box::new(problem_with(
-        AdminCode::InvalidBody,
-        &format!("`{pointer}` {detail}"),
-        FieldErrors {
-            errors: vec![FieldErrorView {
-                pointer: pointer.into(),
-                detail: detail.into(),
-            }],
-        },
-    ))
 }
 
 fn unknown_key(name: &str) -> Response<Vec<u8>> {
@@ -221,7 +132,7 @@ fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
 /// `POST /api/keys/revoke` with `{"key": "<the secret>"}`: the leak path. The secret is
 /// hashed here and dropped; it is never logged, echoed or kept.
 async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8>> {
-    let digest = match object(body).and_then(|v| secret_digest(&v)) {
+    let digest = match read::<SecretBody>(body).and_then(|b| b.digest()) {
         Ok(d) => d,
         Err(r) => {
             admin.live.metrics().admin_change("revoke", false);
@@ -253,24 +164,6 @@ async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8>> {
         ),
         Err(e) => change_error(e, "(by secret)"),
     }
-}
-
-/// The digest of the `key` field (a bare secret, or `Bearer <secret>` as it was leaked).
-fn secret_digest(v: &serde_json::Map<String, Value>) -> Result<Digest, Refused> {
-    let Some(Value::String(s)) = v.get("key") else {
-        return Err(invalid(
-            "/key",
-            "is required: the secret itself, as a string",
-        ));
-    };
-    // As it was found: bare, or as an `Authorization` value; spaces around it (a paste) are
-    // not part of it (a key is a token68: it has none).
-    let s = s.trim_matches(|c: char| c.is_ascii_whitespace());
-    let token = bearer_token(s.as_bytes()).unwrap_or(s.as_bytes());
-    if token.is_empty() {
-        return Err(invalid("/key", "must not be empty"));
-    }
-    Ok(Digest::of(token))
 }
 
 /// `GET /api/keys/{name}`.

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod blocks;
+mod body;
 mod codes;
 pub(crate) mod guard;
 pub(crate) mod keys;
