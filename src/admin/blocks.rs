@@ -16,7 +16,7 @@ use crate::policy::client::ClientKey;
 use http::Response;
 
 use super::codes::AdminCode;
-use super::reply::{no_content, percent_decode, problem};
+use super::reply::{no_content, problem};
 use super::view::BlockRow;
 use super::Admin;
 
@@ -101,12 +101,12 @@ impl Admin {
         )
     }
 
-    /// `DELETE /api/blocks/{address}`: the address served again at once.
+    /// `DELETE /api/blocks/{address}` (`address` percent-decoded): the address served again
+    /// at once.
     pub(super) fn release_block(&self, address: &str) -> Response<Vec<u8>> {
-        let address = percent_decode(address);
         let snap = self.live.load();
         let gateway = &snap.policy.failures;
-        match release(gateway, &self.failures, &address, self.clock.now()) {
+        match release(gateway, &self.failures, address, self.clock.now()) {
             Released::Freed(key, listeners) => {
                 self.live
                     .metrics()
