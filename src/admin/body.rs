@@ -193,7 +193,7 @@ mod tests {
     use super::*;
 
     /// The code, the pointer and the detail of a refusal.
-    fn refused(r: Refused) -> (String, String, String) {
+    fn refused(r: &http::Response<Vec<u8>>) -> (String, String, String) {
         let v: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
         let e = &v["errors"][0];
         (
@@ -206,7 +206,7 @@ mod tests {
     fn limit(body: &str) -> Result<u32, (String, String, String)> {
         read::<LimitBody>(body.as_bytes())
             .and_then(|b| b.requests_per_window())
-            .map_err(refused)
+            .map_err(|r| refused(&r))
     }
 
     #[test]
@@ -247,7 +247,7 @@ mod tests {
         let quota = |body: &str| {
             read::<QuotaBody>(body.as_bytes())
                 .and_then(|b| b.quota())
-                .map_err(|r| refused(r).1)
+                .map_err(|r| refused(&r).1)
         };
         assert_eq!(
             quota(r#"{"requests":5,"per":"day"}"#),
@@ -268,7 +268,7 @@ mod tests {
         let suspend = |body: &str| {
             SuspendBody::read_optional(body.as_bytes())
                 .and_then(SuspendBody::reason)
-                .map_err(|r| refused(r).1)
+                .map_err(|r| refused(&r).1)
         };
         assert_eq!(suspend(" \n"), Ok(None));
         assert_eq!(suspend(r#"{"reason":null}"#), Ok(None));
@@ -281,7 +281,7 @@ mod tests {
         let secret = |body: &str| {
             read::<SecretBody>(body.as_bytes())
                 .and_then(|b| b.digest())
-                .map_err(refused)
+                .map_err(|r| refused(&r))
         };
         assert_eq!(
             secret(r#"{"key":" Bearer abc "}"#).ok(),
