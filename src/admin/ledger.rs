@@ -12,7 +12,7 @@ use http::{Response, StatusCode};
 
 use super::codes::AdminCode;
 use super::reply::{json, problem, reply};
-use super::view::{Counts, LedgerRow, LedgerView};
+use super::view::{LedgerRow, LedgerView};
 use super::Admin;
 use crate::ledger::book::Row;
 use crate::ledger::code_columns;
@@ -97,9 +97,9 @@ fn row_view(day: u32, key: &str, r: &Row) -> LedgerRow {
     LedgerRow {
         day: day_str(day),
         key: key.into(),
-        plan: r.plan.clone(),
         partner: r.partner.clone(),
-        counts: Counts(header()[4..].iter().copied().zip(numbers(r)).collect()),
+        plan: r.plan.clone(),
+        counts: header()[4..].iter().copied().zip(numbers(r)).collect(),
     }
 }
 

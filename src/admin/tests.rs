@@ -1,5 +1,5 @@
 //! The admin listener's answers, end to end without a socket: methods and paths, readiness,
-//! reload, and the usage view's round trip through its JSON.
+//! reload, the usage view's round trip through its JSON, and the other answers' bytes.
 
 use std::sync::Arc;
 
@@ -33,11 +33,22 @@ fn admin(dir: &tempfile::TempDir) -> (Admin, std::path::PathBuf) {
 
 /// The answer to `method path?query` without a body, past the guards.
 fn answer(a: &Admin, method: &Method, path: &str, query: Option<&str>) -> Response<Vec<u8>> {
+    sent(a, method, path, query, b"")
+}
+
+/// The answer to `method path?query` with `body`, past the guards.
+fn sent(
+    a: &Admin,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    body: &[u8],
+) -> Response<Vec<u8>> {
     let req = AdminRequest {
         method,
         path,
         query,
-        body: &[],
+        body,
         too_large: false,
         csv: false,
     };
@@ -138,4 +149,43 @@ fn reload_answers_200_or_422_with_the_place_of_the_error() {
     assert_eq!(v["field"], "keys[2].key", "{v}");
     assert!(v["line"].as_u64().is_some(), "{v}");
     assert!(!body(&r).contains("secret"), "{}", body(&r));
+}
+
+#[test]
+fn answers_that_were_json_maps_keep_their_members_in_name_order() {
+    // These answers were `serde_json::Value` maps (sorted by name) before they had views, and
+    // the README shows one: their bytes are those of the same JSON written through a Value.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _) = admin(&dir);
+    let address = crate::policy::client::ClientKey::parse("192.0.2.7").unwrap();
+    for _ in 0..10 {
+        a.failures
+            .failed(address, a.clock.now(), &super::guard::TOKEN_FAILURES);
+    }
+    let (get, post, put) = (&Method::GET, &Method::POST, &Method::PUT);
+    let quota = br#"{"requests":100,"per":"day"}"#;
+    for (method, path, body) in [
+        (post, "/reload", &b""[..]),
+        (put, "/api/keys/basic-1/quota", quota),
+        (post, "/api/keys/basic-1/suspend", br#"{"reason":"late"}"#),
+        (get, "/api/keys/basic-1", b""),
+        (get, "/api/blocks", b""),
+        (get, "/api/overrides", b""),
+        (get, "/api/ledger", b""),
+        (post, "/api/keys/revoke", br#"{"key":"basic-key-1"}"#),
+    ] {
+        let r = sent(&a, method, path, None, body);
+        assert_eq!(r.status(), 200, "{method} {path}: {}", self::body(&r));
+        let v: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
+        let mut sorted = serde_json::to_vec(&v).unwrap();
+        sorted.push(b'\n');
+        assert_eq!(self::body(&r), String::from_utf8(sorted).unwrap(), "{path}");
+        if path == "/api/keys/basic-1" {
+            assert_eq!(v["overrides"].as_array().map(Vec::len), Some(2), "{v}");
+            assert_eq!(v["quota"]["own"], true, "{v}");
+        }
+        if path == "/api/blocks" {
+            assert_eq!(v["blocks"][0]["listener"], "admin", "{v}");
+        }
+    }
 }

@@ -3,7 +3,9 @@
 //! /api/ledger` as JSON ([`LedgerView`]); and the members some problems add to the core's
 //! problem object ([`ConfigRefusedAt`], [`FieldErrors`]).
 
-use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::overrides::Shown;
 
@@ -22,30 +24,33 @@ pub(crate) struct BlockRow {
     pub listener: String,
 }
 
-/// `POST /reload`, when the new config is in force.
+/// `POST /reload`, when the new config is in force. Fields in name order, as on the wire
+/// (the README shows this answer).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ReloadView {
-    /// Always `reloaded`.
-    pub status: String,
     pub file: String,
     /// Keys, partner keys included.
     pub keys: usize,
     pub plans: Vec<String>,
-    /// Routes of the catalogue (the catch-all not counted).
-    pub routes: usize,
     /// The process settings that changed and take a restart.
     pub restart_required: Vec<String>,
+    /// Routes of the catalogue (the catch-all not counted).
+    pub routes: usize,
+    /// Always `reloaded`.
+    pub status: String,
 }
 
 /// `GET /api/blocks`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct BlocksView {
+    #[serde(serialize_with = "in_name_order")]
     pub blocks: Vec<BlockRow>,
 }
 
 /// `GET /api/overrides`: the partner upgrades in force.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct OverridesView {
+    #[serde(serialize_with = "in_name_order")]
     pub overrides: Vec<Shown>,
 }
 
@@ -54,9 +59,19 @@ pub(crate) struct OverridesView {
 pub(crate) struct LedgerView {
     /// The first day, `YYYY-MM-DD`.
     pub from: String,
+    #[serde(serialize_with = "in_name_order")]
+    pub rows: Vec<LedgerRow>,
     /// The last day, inclusive.
     pub to: String,
-    pub rows: Vec<LedgerRow>,
+}
+
+/// `rows`, each with its members in name order: how these lists have always been written
+/// (through a `serde_json::Value`, whose objects are sorted maps), where `/api/usage` writes
+/// the same rows in the order their structs declare.
+fn in_name_order<T: Serialize, S: Serializer>(rows: &[T], s: S) -> Result<S::Ok, S::Error> {
+    serde_json::to_value(rows)
+        .map_err(serde::ser::Error::custom)?
+        .serialize(s)
 }
 
 /// One key's day in the ledger.
@@ -64,22 +79,12 @@ pub(crate) struct LedgerView {
 pub(crate) struct LedgerRow {
     pub day: String,
     pub key: String,
-    pub plan: String,
     pub partner: Option<String>,
+    pub plan: String,
     /// `forwarded`, the upstream columns, one column per refusal code
-    /// ([`crate::admin::ledger::header`] after `partner`).
+    /// ([`crate::admin::ledger::header`] after `partner`), by name.
     #[serde(flatten)]
-    pub counts: Counts,
-}
-
-/// Named counts, written as members in their order.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub(crate) struct Counts(pub Vec<(&'static str, u64)>);
-
-impl Serialize for Counts {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().map(|(k, v)| (k, v)))
-    }
+    pub counts: BTreeMap<&'static str, u64>,
 }
 
 /// The members a refused reload adds to its `config_refused` problem: where the error is.

@@ -7,6 +7,12 @@
 //! | `view/keys.rs` | `/api/keys/…`: [`KeyView`] (a key's state, also the answer to each change), [`RevokedView`]; [`ChangeRow`] |
 //! | `view/answers.rs` | [`ReloadView`], [`BlocksView`] (and [`BlockRow`]), [`OverridesView`], [`LedgerView`]; the members some problems add ([`ConfigRefusedAt`], [`FieldErrors`]) |
 //!
+//! Member order: the answers that were `serde_json::Value` maps before they had a view
+//! (every one but `/api/usage`) write their members in name order, as they always did (the
+//! README shows `POST /reload`'s); their views declare their fields in that order, and their
+//! lists of rows that `/api/usage` shares are written through [`answers`]' `in_name_order`.
+//! `/api/usage` writes its members in the order its structs declare.
+//!
 //! The operator's view is what `GET /api/usage` serializes, what `tollgate top` deserializes,
 //! and the names the page's script reads. A field renamed here is renamed for all three (a
 //! round-trip test keeps the first two together; the page test reads the served JSON).
@@ -18,8 +24,8 @@ mod keys;
 
 use crate::overrides::Shown;
 pub(crate) use answers::{
-    BlockRow, BlocksView, ConfigRefusedAt, Counts, FieldErrorView, FieldErrors, LedgerRow,
-    LedgerView, OverridesView, ReloadView,
+    BlockRow, BlocksView, ConfigRefusedAt, FieldErrorView, FieldErrors, LedgerRow, LedgerView,
+    OverridesView, ReloadView,
 };
 pub(crate) use keys::{ChangeRow, KeyQuotaView, KeyView, OverrideView, PreviousView, RevokedView};
 
