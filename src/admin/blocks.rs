@@ -9,31 +9,16 @@
 //! address's failures: its next wrong key is its first. Blocks are in memory, per process:
 //! they outlive a reload (a reload is not a way to clear them), not a restart.
 
-use serde::{Deserialize, Serialize};
-
 use crate::clock::{rfc3339, Nanos};
 use crate::policy::blocking::{Block, FailureTable};
 use crate::policy::client::ClientKey;
 
-use http::{Response, StatusCode};
+use http::Response;
 
-use super::reply::{percent_decode, problem};
+use super::codes::AdminCode;
+use super::reply::{no_content, problem};
+use super::view::BlockRow;
 use super::Admin;
-
-/// One blocked address, as `GET /api/blocks`, the usage page and `tollgate top` show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct BlockRow {
-    /// The address, or the IPv6 /64 it stands for (`2001:db8:1:2::/64`).
-    pub address: String,
-    /// When the block began, RFC 3339 UTC.
-    pub since: String,
-    /// When it ends unless released, RFC 3339 UTC.
-    pub until: String,
-    /// Failed authentications counted from the address (those that started the block).
-    pub failures: u32,
-    /// `gateway` (wrong API keys) or `admin` (wrong admin tokens).
-    pub listener: String,
-}
 
 /// The blocks in force at `now` (the tables' clock), longest-held first; `now_ms` is the same
 /// instant in ms since the Unix epoch, to date them.
@@ -116,12 +101,12 @@ impl Admin {
         )
     }
 
-    /// `DELETE /api/blocks/{address}`: the address served again at once.
+    /// `DELETE /api/blocks/{address}` (`address` percent-decoded): the address served again
+    /// at once.
     pub(super) fn release_block(&self, address: &str) -> Response<Vec<u8>> {
-        let address = percent_decode(address);
         let snap = self.live.load();
         let gateway = &snap.policy.failures;
-        match release(gateway, &self.failures, &address, self.clock.now()) {
+        match release(gateway, &self.failures, address, self.clock.now()) {
             Released::Freed(key, listeners) => {
                 self.live
                     .metrics()
@@ -132,22 +117,12 @@ impl Admin {
                     listeners = %listeners.join(","),
                     "auth-failure block released by an operator"
                 );
-                let mut r = Response::new(Vec::new());
-                *r.status_mut() = StatusCode::NO_CONTENT;
-                r
+                no_content()
             }
-            Released::NotBlocked(key) => problem(
-                StatusCode::NOT_FOUND,
-                "not_blocked",
-                "That address is not blocked",
-                &format!("`{}` is not blocked now", key.display()),
+            Released::NotBlocked(key) => problem(AdminCode::NotBlocked, &format!("`{}` is not blocked now", key.display()),
             ),
             // Nothing that is not an address is ever blocked: the same 404, saying why.
-            Released::NotAnAddress => problem(
-                StatusCode::NOT_FOUND,
-                "not_blocked",
-                "That address is not blocked",
-                "not an address: name an IPv4 or IPv6 address, or an IPv6 /64 as `GET /api/blocks` shows it",
+            Released::NotAnAddress => problem(AdminCode::NotBlocked, "not an address: name an IPv4 or IPv6 address, or an IPv6 /64 as `GET /api/blocks` shows it",
             ),
         }
     }

@@ -7,6 +7,9 @@
 //! | `Host`: an IP literal, `localhost` (or a name under it), or a name in `admin_hosts` | 403 `host_not_allowed` | every path but `/healthz` and `/readyz` |
 //! | cross-site: `Sec-Fetch-Site` other than `same-origin` or `none`, else an `Origin` whose host is not the `Host` | 403 `cross_origin` | `POST`, `PUT`, `PATCH`, `DELETE` |
 //! | token guessing: [`TOKEN_FAILURES`] wrong tokens from one address | 429 `too_many_auth_failures`, `Retry-After` (even with the right token) | every path that needs the token |
+//! | the token itself (with `admin_token_sha256`): `Authorization: Bearer <token>` | 401 `unauthorized`, `WWW-Authenticate` (a browser asking for `/` gets the page, which asks for the token) | every path but `/healthz` and `/readyz` |
+//!
+//! [`Admin::refusal`] runs them in the order of the table, before any route is looked up.
 //!
 //! A browser on a page of another site can neither name the listener by a host it controls
 //! (rebinding an attacker's name to 127.0.0.1: its `Host` is that name) nor post a form to it
@@ -18,9 +21,16 @@ use std::net::IpAddr;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
 
-use http::{HeaderMap, Method};
+use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use http::{HeaderMap, Method, Response, StatusCode};
+use pingora::http::RequestHeader;
 
-use crate::config::AuthFailures;
+use super::codes::AdminCode;
+use super::reply::{bearer_matches, page, problem};
+use super::Admin;
+use crate::config::{AuthFailures, Config};
+use crate::digest::Digest;
+use crate::policy::client::ClientKey;
 
 /// Wrong admin tokens from one address: 10 within a minute block it for a minute.
 pub(crate) const TOKEN_FAILURES: AuthFailures = AuthFailures {
@@ -104,6 +114,93 @@ pub(crate) fn cross_origin(method: &Method, headers: &HeaderMap) -> bool {
     match (origin_host, host) {
         (Some(o), Some(h)) => !o.eq_ignore_ascii_case(h),
         _ => true,
+    }
+}
+
+impl Admin {
+    /// The guards, in this order: the host (not for `/healthz` and `/readyz`), a cross-site
+    /// change, the admin token (when `admin_token_sha256` is set; not for `/healthz` and
+    /// `/readyz`). The answer that refuses the request, or `None` to route it.
+    pub(super) fn refusal(
+        &self,
+        req: &RequestHeader,
+        client: Option<ClientKey>,
+        config: &Config,
+    ) -> Option<Response<Vec<u8>>> {
+        let open = matches!(req.uri.path(), "/healthz" | "/readyz");
+        if !open && !host_allowed(&req.headers, &config.admin_hosts) {
+            return Some(problem(
+                AdminCode::HostNotAllowed,
+                "call it by an address, `localhost`, or a name listed in `admin_hosts`",
+            ));
+        }
+        if cross_origin(&req.method, &req.headers) {
+            return Some(problem(
+                AdminCode::CrossOrigin,
+                "state-changing requests are refused when they come from another site \
+                 (Origin, Sec-Fetch-Site)",
+            ));
+        }
+        match config.admin_token {
+            Some(want) if !open => self.token_refusal(req, client, &want),
+            _ => None,
+        }
+    }
+
+    /// The admin token: the answer that refuses the request, or `None` when it carries the
+    /// token. A wrong one counts against the client's address ([`TOKEN_FAILURES`]); a
+    /// blocked address is refused whatever it sends, so a right guess during the block does
+    /// not show.
+    fn token_refusal(
+        &self,
+        req: &RequestHeader,
+        client: Option<ClientKey>,
+        want: &Digest,
+    ) -> Option<Response<Vec<u8>>> {
+        let now = self.clock.now();
+        if let Some(secs) = client.and_then(|c| self.failures.blocked(c, now)) {
+            let mut r = problem(
+                AdminCode::TooManyAuthFailures,
+                &format!("retry in {secs} s"),
+            );
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, secs.into());
+            return Some(r);
+        }
+        let presented = req.headers.get(AUTHORIZATION);
+        if bearer_matches(presented, want) {
+            return None;
+        }
+        if let (Some(c), Some(_)) = (client, presented) {
+            if let Some(b) = self.failures.failed(c, now, &TOKEN_FAILURES) {
+                tracing::warn!(
+                    target: "tollgate::admin",
+                    client = %b.key.display(),
+                    seconds = b.duration.as_secs(),
+                    "admin listener: address blocked after repeated wrong tokens"
+                );
+            }
+        }
+        // The page itself holds no data: a browser (one that asks for HTML) gets it, and it
+        // asks for the token; every other client gets problem+json.
+        let browser = req
+            .headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/html"));
+        let mut r = if req.uri.path() == "/" && browser {
+            page(StatusCode::UNAUTHORIZED)
+        } else {
+            problem(
+                AdminCode::Unauthorized,
+                "send `Authorization: Bearer <token>` (admin_token_sha256 is set)",
+            )
+        };
+        r.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer realm=\"tollgate-admin\""),
+        );
+        Some(r)
     }
 }
 

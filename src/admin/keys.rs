@@ -1,8 +1,8 @@
-//! `/api/keys`: keys that change live, by the operator (`admin/mod.rs` routes here).
+//! `/api/keys/…`: keys that change live, by the operator (the router hands these here).
 //!
 //! | request | answer |
 //! |---|---|
-//! | `GET /api/keys/{name}` | 200, the key's state ([`key_json`]); never a digest |
+//! | `GET /api/keys/{name}` | 200, the key's state ([`KeyView`](super::view::KeyView)); never a digest |
 //! | `POST /api/keys/{name}/suspend` (body optional: `{"reason": "..."}`) | 200, the key's state |
 //! | `POST /api/keys/{name}/resume` | 200 (409 `key_revoked` for a revoked key) |
 //! | `POST /api/keys/{name}/revoke` | 200: every digest of the key in force, refused for good |
@@ -11,244 +11,124 @@
 //! | `PUT /api/keys/{name}/quota` with `{"requests": N, "per": "day"\|"month"}`, `DELETE` | 200 |
 //!
 //! Unknown name: 404 `unknown_key`. A bad body: 400 `invalid_body` with `errors`
-//! (`{pointer, detail}`), as the gateway's own refusals. A change the store cannot keep: 503
-//! `change_not_kept`, and nothing is applied anywhere. Every change is counted in
+//! (`{pointer, detail}`), as the gateway's own refusals ([`super::body`]); it is checked
+//! before the name is looked up. A change the store cannot keep: 503 `change_not_kept`, and
+//! nothing is applied anywhere. Every change is counted in
 //! `tollgate_admin_changes_total{action,result}` and logged once (by `admin`; never a key).
 //! The secret of the leak path is hashed at once and never logged or echoed.
 
-use http::{Method, Response, StatusCode};
-use serde::Serialize;
-use serde_json::{json, Value};
+use http::{Response, StatusCode};
 
-use super::{json_bytes, not_allowed, percent_decode, problem, reply, Admin};
-use crate::clock::rfc3339;
-use crate::config::{Period, QuotaSpec};
-use crate::digest::Digest;
+use super::body::{read, LimitBody, QuotaBody, Refused, SecretBody, SuspendBody};
+use super::codes::AdminCode;
+use super::record::key_view;
+use super::reply::{json, problem};
+use super::view::RevokedView;
+use super::Admin;
 use crate::fleet_store::StoreError;
 use crate::overrides::{ChangeError, KeepError, KeyRef};
-use crate::policy::authenticate::bearer_token;
-use crate::policy::keys::{Credential, KeyIdx};
-use crate::policy::overrides::{Action, ChangeRefused, Override};
-use crate::policy::Policy;
+use crate::policy::overrides::{Action, ChangeRefused};
 use crate::runtime::live::LivePolicy;
 
-/// The answer to a request under `/api/keys/` (`rest` is the path after it).
-pub(crate) async fn route(
-    admin: &Admin,
-    method: &Method,
-    rest: &str,
-    body: &[u8],
-) -> Response<Vec<u8>> {
-    let mut parts = rest.splitn(2, '/');
-    let name = percent_decode(parts.next().unwrap_or(""));
-    let action = parts.next();
-    match (action, method) {
-        (None, m) if name == "revoke" && m == Method::POST => revoke_secret(admin, body).await,
-        (None, m) if m == Method::GET || m == Method::HEAD => show(&admin.live, &name),
-        (None, _) => not_allowed("GET, HEAD"),
-        (Some("suspend" | "resume" | "revoke"), m) if m != Method::POST => not_allowed("POST"),
-        (Some("limit" | "quota"), m) if m != Method::PUT && m != Method::DELETE => {
-            not_allowed("PUT, DELETE")
+/// A change to a key, as its path and method name it; its body, when it takes one, is read by
+/// [`KeyOp::action`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KeyOp {
+    /// `POST …/suspend`, body optional.
+    Suspend,
+    /// `POST …/resume`.
+    Resume,
+    /// `POST …/revoke`.
+    Revoke,
+    /// `PUT …/limit`, with a [`LimitBody`].
+    SetLimit,
+    /// `DELETE …/limit`.
+    ClearLimit,
+    /// `PUT …/quota`, with a [`QuotaBody`].
+    SetQuota,
+    /// `DELETE …/quota`.
+    ClearQuota,
+}
+
+impl KeyOp {
+    /// The `action` label of `tollgate_admin_changes_total`: the path's last segment.
+    fn label(self) -> &'static str {
+        match self {
+            KeyOp::Suspend => "suspend",
+            KeyOp::Resume => "resume",
+            KeyOp::Revoke => "revoke",
+            KeyOp::SetLimit | KeyOp::ClearLimit => "limit",
+            KeyOp::SetQuota | KeyOp::ClearQuota => "quota",
         }
-        (Some(a), m) => {
-            let action = match parse_action(a, m, body) {
-                Ok(action) => action,
-                Err(r) => {
-                    if let Some(label) = label(a) {
-                        admin.live.metrics().admin_change(label, false);
-                    }
-                    return *r;
-                }
-            };
-            change(admin, &name, action).await
+    }
+
+    /// The change the operation and its body ask for, or the 400. `resume`, `revoke` and the
+    /// `DELETE`s read no body.
+    fn action(self, body: &[u8]) -> Result<Action, Refused> {
+        Ok(match self {
+            KeyOp::Suspend => Action::Suspend(SuspendBody::read_optional(body)?.reason()?),
+            KeyOp::Resume => Action::Resume,
+            KeyOp::Revoke => Action::Revoke,
+            KeyOp::SetLimit => Action::Limit(Some(read::<LimitBody>(body)?.requests_per_window()?)),
+            KeyOp::ClearLimit => Action::Limit(None),
+            KeyOp::SetQuota => Action::Quota(Some(read::<QuotaBody>(body)?.quota()?)),
+            KeyOp::ClearQuota => Action::Quota(None),
+        })
+    }
+
+    /// Its row of the router's `ROUTES`.
+    #[cfg(test)]
+    pub(crate) fn row(self) -> (&'static str, &'static str) {
+        match self {
+            KeyOp::Suspend => ("POST", "/api/keys/{name}/suspend"),
+            KeyOp::Resume => ("POST", "/api/keys/{name}/resume"),
+            KeyOp::Revoke => ("POST", "/api/keys/{name}/revoke"),
+            KeyOp::SetLimit => ("PUT", "/api/keys/{name}/limit"),
+            KeyOp::ClearLimit => ("DELETE", "/api/keys/{name}/limit"),
+            KeyOp::SetQuota => ("PUT", "/api/keys/{name}/quota"),
+            KeyOp::ClearQuota => ("DELETE", "/api/keys/{name}/quota"),
         }
     }
 }
 
-/// The metric label of an action path segment; other paths are 404 and count nowhere.
-fn label(segment: &str) -> Option<&'static str> {
-    ["suspend", "resume", "revoke", "limit", "quota"]
-        .into_iter()
-        .find(|&l| l == segment)
+/// `GET /api/keys/{name}`.
+pub(super) fn show(live: &LivePolicy, name: &str) -> Response<Vec<u8>> {
+    let snap = live.load();
+    let Some(k) = snap.policy.keys.find_by_name(name) else {
+        return unknown_key(name);
+    };
+    json(StatusCode::OK, &key_view(live, &snap.policy, k))
 }
 
-/// The action a path segment and body ask for, or the 400/404 answer.
-/// A refusal of the admin API, boxed (a `Response` is large for an `Err`).
-type Refused = Box<Response<Vec<u8>>>;
-
-fn parse_action(segment: &str, method: &Method, body: &[u8]) -> Result<Action, Refused> {
-    let delete = method == Method::DELETE;
-    match segment {
-        "suspend" => {
-            let v = optional_object(body)?;
-            let reason = match v.get("reason") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) if s.chars().count() <= 200 => Some(s.clone()),
-                Some(_) => {
-                    return Err(invalid(
-                        "/reason",
-                        "must be a string of at most 200 characters",
-                    ))
-                }
-            };
-            Ok(Action::Suspend(reason))
+/// `op` on the key named `name`, by the operator: its body read, then the change made where
+/// it is kept, then the key's state.
+pub(super) async fn change(admin: &Admin, name: &str, op: KeyOp, body: &[u8]) -> Response<Vec<u8>> {
+    let action = match op.action(body) {
+        Ok(action) => action,
+        Err(refused) => {
+            admin.live.metrics().admin_change(op.label(), false);
+            return *refused;
         }
-        "resume" => Ok(Action::Resume),
-        "revoke" => Ok(Action::Revoke),
-        "limit" if delete => Ok(Action::Limit(None)),
-        "limit" => {
-            let v = object(body)?;
-            let max = crate::config::MAX_REQUESTS_PER_WINDOW;
-            let n = v
-                .get("requests_per_window")
-                .and_then(Value::as_u64)
-                .filter(|&n| (1..=u64::from(max)).contains(&n))
-                .ok_or_else(|| {
-                    invalid(
-                        "/requests_per_window",
-                        &format!("is required: an integer from 1 to {max}, as a plan's"),
-                    )
-                })?;
-            Ok(Action::Limit(Some(n as u32)))
-        }
-        "quota" if delete => Ok(Action::Quota(None)),
-        "quota" => {
-            let v = object(body)?;
-            let requests = v
-                .get("requests")
-                .and_then(Value::as_u64)
-                .filter(|&n| (1..=crate::config::MAX_QUOTA_REQUESTS).contains(&n))
-                .ok_or_else(|| {
-                    invalid(
-                        "/requests",
-                        &format!(
-                            "is required: an integer from 1 to {}, as a plan's",
-                            crate::config::MAX_QUOTA_REQUESTS
-                        ),
-                    )
-                })?;
-            let per = match v.get("per").and_then(Value::as_str) {
-                Some("day") => Period::Day,
-                Some("month") => Period::Month,
-                _ => return Err(invalid("/per", "is required: `day` or `month`")),
-            };
-            Ok(Action::Quota(Some(QuotaSpec { requests, per })))
-        }
-        _ => Err(Box::new(problem(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "No such key operation",
-            "the operations are suspend, resume, revoke, limit and quota",
-        ))),
-    }
-}
-
-/// The body as a JSON object (required).
-fn object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Refused> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(invalid("", "must be a JSON object")),
-        Err(_) => Err(Box::new(problem(
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-            "The body is not JSON",
-            "send a JSON object",
-        ))),
-    }
-}
-
-/// The body as a JSON object, or an empty one when there is no body.
-fn optional_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Refused> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(serde_json::Map::new());
-    }
-    object(body)
-}
-
-/// 400 `invalid_body` with one field error.
-fn invalid(pointer: &str, detail: &str) -> Refused {
-    let mut body = crate::refusal::problem(
-        400,
-        "invalid_body",
-        "A field of the body is invalid",
-        &format!("`{pointer}` {detail}"),
-    );
-    body["errors"] = json!([{ "pointer": pointer, "detail": detail }]);
-    Box::new(reply(
-        StatusCode::BAD_REQUEST,
-        "application/problem+json",
-        json_bytes(&body),
-    ))
-}
-
-fn unknown_key(name: &str) -> Response<Vec<u8>> {
-    problem(
-        StatusCode::NOT_FOUND,
-        "unknown_key",
-        "No key has that name",
-        &format!("no key or partner is named `{name}` in the config in force"),
-    )
-}
-
-/// Make `action` on the key named `name`, by the operator.
-async fn change(admin: &Admin, name: &str, action: Action) -> Response<Vec<u8>> {
-    let label = action.name();
+    };
     let done = admin
         .overrides
         .change(&admin.live, KeyRef::Name(name), action, "admin", false)
         .await;
-    admin.live.metrics().admin_change(label, done.is_ok());
+    admin.live.metrics().admin_change(op.label(), done.is_ok());
     match done {
         Ok(name) => show(&admin.live, &name),
         Err(e) => change_error(e, name),
     }
 }
 
-fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
-    match e {
-        ChangeError::NotFound => unknown_key(name),
-        ChangeError::Refused(r @ ChangeRefused::Revoked) => problem(
-            StatusCode::CONFLICT,
-            "key_revoked",
-            "The key is revoked",
-            &r.to_string(),
-        ),
-        ChangeError::Refused(r @ ChangeRefused::NotACustomerKey) => problem(
-            StatusCode::BAD_REQUEST,
-            "not_a_customer_key",
-            "Partner keys have no limit or quota of their own",
-            &r.to_string(),
-        ),
-        // Only a partner's resume meets it; the operator's own changes never do.
-        ChangeError::Refused(r @ ChangeRefused::SuspendedByOperator) => problem(
-            StatusCode::CONFLICT,
-            "suspended_by_operator",
-            "The operator suspended the key",
-            &r.to_string(),
-        ),
-        ChangeError::NotKept(KeepError::Redis(StoreError::NotReplicated)) => problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "change_not_kept",
-            "The change could not be kept, and was not made",
-            "the Redis master took the change but no replica confirmed it within timeout_ms, so a failover could lose it: it may still take effect; retry it (repeating a change that took effect changes nothing more)",
-        ),
-        ChangeError::NotKept(why) => problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "change_not_kept",
-            "The change could not be kept, and was not made",
-            &format!("{why}; nothing was changed, on this replica or any other: retry when the store is back"),
-        ),
-    }
-}
-
 /// `POST /api/keys/revoke` with `{"key": "<the secret>"}`: the leak path. The secret is
 /// hashed here and dropped; it is never logged, echoed or kept.
-async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8>> {
-    let digest = match object(body).and_then(|v| secret_digest(&v)) {
+pub(super) async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8>> {
+    let digest = match read::<SecretBody>(body).and_then(|b| b.digest()) {
         Ok(d) => d,
-        Err(r) => {
+        Err(refused) => {
             admin.live.metrics().admin_change("revoke", false);
-            return *r;
+            return *refused;
         }
     };
     let done = admin
@@ -263,184 +143,55 @@ async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8>> {
         .await;
     admin.live.metrics().admin_change("revoke", done.is_ok());
     match done {
-        Ok(name) => reply(
+        Ok(name) => json(
             StatusCode::OK,
-            "application/json",
-            json_bytes(&json!({ "name": name, "state": "revoked" })),
+            &RevokedView {
+                name,
+                state: "revoked".into(),
+            },
         ),
         Err(ChangeError::NotFound) => problem(
-            StatusCode::NOT_FOUND,
-            "unknown_key",
-            "No key is that secret",
+            AdminCode::UnknownSecret,
             "no key in the config in force has that secret (nor had it as a previous one)",
         ),
         Err(e) => change_error(e, "(by secret)"),
     }
 }
 
-/// The digest of the `key` field (a bare secret, or `Bearer <secret>` as it was leaked).
-fn secret_digest(v: &serde_json::Map<String, Value>) -> Result<Digest, Refused> {
-    let Some(Value::String(s)) = v.get("key") else {
-        return Err(invalid(
-            "/key",
-            "is required: the secret itself, as a string",
-        ));
-    };
-    // As it was found: bare, or as an `Authorization` value; spaces around it (a paste) are
-    // not part of it (a key is a token68: it has none).
-    let s = s.trim_matches(|c: char| c.is_ascii_whitespace());
-    let token = bearer_token(s.as_bytes()).unwrap_or(s.as_bytes());
-    if token.is_empty() {
-        return Err(invalid("/key", "must not be empty"));
-    }
-    Ok(Digest::of(token))
+fn unknown_key(name: &str) -> Response<Vec<u8>> {
+    problem(
+        AdminCode::UnknownKey,
+        &format!("no key or partner is named `{name}` in the config in force"),
+    )
 }
 
-/// `GET /api/keys/{name}`.
-fn show(live: &LivePolicy, name: &str) -> Response<Vec<u8>> {
-    let snap = live.load();
-    let Some(k) = snap.policy.keys.find_by_name(name) else {
-        return unknown_key(name);
-    };
-    let body = key_json(live, &snap.policy, k);
-    reply(StatusCode::OK, "application/json", json_bytes(&body))
-}
-
-/// One change in force on a key, as the admin API and the page show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub(crate) struct ChangeRow {
-    /// The key's name.
-    pub key: String,
-    /// `suspended`, `revoked`, `limit`, `quota`, `upgrade`, or `expired` (its `expires_at`).
-    pub change: String,
-    /// What it sets, in words (`500 per window`, `pro (was basic)`, the operator's reason).
-    pub detail: Option<String>,
-    /// When, as RFC 3339 (UTC).
-    pub since: String,
-    /// `admin`, `partner:<name>`, or `config`.
-    pub by: String,
-}
-
-/// The changes of `record` on the key `key`.
-fn rows(key: &str, o: &Override, policy: &Policy) -> Vec<ChangeRow> {
-    let row = |change: &str, detail: Option<String>, since_ms: u64, by: &str| ChangeRow {
-        key: key.to_string(),
-        change: change.into(),
-        detail,
-        since: rfc3339(since_ms),
-        by: by.into(),
-    };
-    let mut v = Vec::new();
-    if let Some(c) = &o.revoked {
-        v.push(row("revoked", c.reason.clone(), c.since_ms, &c.by));
-    }
-    if let Some(c) = &o.suspended {
-        v.push(row("suspended", c.reason.clone(), c.since_ms, &c.by));
-    }
-    if let Some(l) = &o.limit {
-        let detail = format!("{} per window", l.requests_per_window);
-        v.push(row("limit", Some(detail), l.change.since_ms, &l.change.by));
-    }
-    if let Some(q) = &o.quota {
-        let detail = format!("{} per {}", q.quota.requests, q.quota.per.as_str());
-        v.push(row("quota", Some(detail), q.change.since_ms, &q.change.by));
-    }
-    if let Some(id) = o.plan_id {
-        let name = |id: Option<u32>| {
-            id.and_then(|id| policy.plan_by_id(id))
-                .map_or_else(|| "?".into(), |p| policy.config.plans[p].name.clone())
-        };
-        let detail = format!("{} (was {})", name(Some(id)), name(o.replaced));
-        let by = o
-            .partner
-            .as_ref()
-            .map_or_else(|| "partner".to_string(), |p| format!("partner:{p}"));
-        v.push(row("upgrade", Some(detail), o.at_ms, &by));
-    }
-    v
-}
-
-/// Every change in force, and every key refused by its `expires_at`, for the page and `top`.
-pub(crate) fn changes(live: &LivePolicy, policy: &Policy) -> Vec<ChangeRow> {
-    let mut v: Vec<ChangeRow> = live.with_overrides(|set| {
-        set.iter()
-            .filter_map(|(d, o)| policy.keys.lookup(d).map(|_| (o.key.clone(), o)))
-            .flat_map(|(key, o)| rows(&key, o, policy))
-            .collect()
-    });
-    for (k, e) in policy.keys.iter() {
-        if e.live().state() == crate::policy::keys::KeyState::Expired {
-            let at = policy.keys.extra(k).and_then(|x| x.expires_ms).unwrap_or(0);
-            v.push(ChangeRow {
-                key: e.name.as_str().to_string(),
-                change: "expired".into(),
-                detail: None,
-                since: rfc3339(at),
-                by: "config".into(),
-            });
-        }
-    }
-    v.sort_by(|a, b| b.since.cmp(&a.since).then(a.key.cmp(&b.key)));
-    v.truncate(100);
-    v
-}
-
-/// The state of the key `k` as `GET /api/keys/{name}` answers it.
-pub(crate) fn key_json(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> Value {
-    let e = policy.keys.get(k);
-    let live_word = e.live();
-    let credential = e.credential_with(live_word);
-    let extra = policy.keys.extra(k);
-    let (plan, partner) = match credential {
-        Credential::Customer { plan, partner, .. } => (
-            policy.config.plans[plan].name.clone(),
-            partner.map(|p| policy.config.partners[p].name.clone()),
+/// The answer to a change that was not made.
+fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
+    let (code, detail) = match e {
+        ChangeError::NotFound => return unknown_key(name),
+        ChangeError::Refused(r) => (
+            match r {
+                ChangeRefused::Revoked => AdminCode::KeyRevoked,
+                ChangeRefused::NotACustomerKey => AdminCode::NotACustomerKey,
+                // Only a partner's resume meets it; the operator's own changes never do.
+                ChangeRefused::SuspendedByOperator => AdminCode::SuspendedByOperator,
+            },
+            r.to_string(),
         ),
-        Credential::Partner { partner } => (
-            "partner".to_string(),
-            Some(policy.config.partners[partner].name.clone()),
+        ChangeError::NotKept(KeepError::Redis(StoreError::NotReplicated)) => (
+            AdminCode::ChangeNotKept,
+            "the Redis master took the change but no replica confirmed it within timeout_ms, so \
+             a failover could lose it: it may still take effect; retry it (repeating a change \
+             that took effect changes nothing more)"
+                .to_string(),
+        ),
+        ChangeError::NotKept(why) => (
+            AdminCode::ChangeNotKept,
+            format!(
+                "{why}; nothing was changed, on this replica or any other: retry when the store \
+                 is back"
+            ),
         ),
     };
-    let record = live.with_overrides(|set| set.get(&e.digest).cloned());
-    // The quota in force (the key's own, live or YAML, else its plan's or the partners'),
-    // with the requests charged in the period now.
-    let quota = policy.quota_state(k, credential).map(|q| {
-        let now_ms = policy.metering.calendar.now_ms();
-        json!({
-            "requests": q.spec.requests,
-            "per": q.spec.per.as_str(),
-            "own": q.own,
-            "used": q.used,
-            "remaining": q.remaining,
-            "resets_at": rfc3339(q.spec.per.end_after(now_ms)),
-        })
-    });
-    let previous: Vec<Value> = policy
-        .keys
-        .aliases_of(k)
-        .map(|a| {
-            let state = match a.refused() {
-                Some(crate::policy::keys::KeyRefusal::Revoked) => "revoked",
-                Some(_) => "expired",
-                None => "active",
-            };
-            json!({ "until": rfc3339(a.until_ms), "state": state })
-        })
-        .collect();
-    let overrides: Vec<Value> = record
-        .iter()
-        .flat_map(|o| rows(e.name.as_str(), o, policy))
-        .map(|r| json!({ "change": r.change, "detail": r.detail, "since": r.since, "by": r.by }))
-        .collect();
-    json!({
-        "name": e.name.as_str(),
-        "plan": plan,
-        "partner": partner,
-        "state": live_word.state().as_str(),
-        "expires_at": extra.and_then(|x| x.expires_ms).map(rfc3339),
-        "requests_per_window": policy.rate(credential).limit(),
-        "quota": quota,
-        "previous": previous,
-        "overrides": overrides,
-    })
+    problem(code, &detail)
 }

@@ -9,9 +9,11 @@
 //! (never a key's) and the upstream failures' two (counted in `upstream_failed`).
 
 use http::{Response, StatusCode};
-use serde_json::{Map, Value};
 
-use super::{json_bytes, problem, reply, Admin};
+use super::codes::AdminCode;
+use super::reply::{json, problem, reply};
+use super::view::{LedgerRow, LedgerView};
+use super::Admin;
 use crate::ledger::book::Row;
 use crate::ledger::shown_columns;
 use crate::metering::{day_str, parse_day};
@@ -27,12 +29,7 @@ pub(crate) fn header() -> Vec<&'static str> {
 }
 
 fn bad_query(detail: &str) -> Response<Vec<u8>> {
-    problem(
-        StatusCode::BAD_REQUEST,
-        "invalid_query",
-        "Invalid query",
-        detail,
-    )
+    problem(AdminCode::InvalidQuery, detail)
 }
 
 /// The answer to `GET /api/ledger?query`, as CSV when `csv`.
@@ -71,25 +68,17 @@ pub(crate) async fn answer(admin: &Admin, query: Option<&str>, csv: bool) -> Res
     }
     let rows = match admin.ledger.rows(from, to, key.as_deref()).await {
         Ok(r) => r,
-        Err(e) => {
-            return problem(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "ledger_unavailable",
-                "The ledger cannot be read",
-                &e.to_string(),
-            )
-        }
+        Err(e) => return problem(AdminCode::LedgerUnavailable, &e.to_string()),
     };
     if csv {
         reply(StatusCode::OK, "text/csv; charset=utf-8", to_csv(&rows))
     } else {
-        let rows: Vec<Value> = rows.iter().map(|(d, k, r)| to_json(*d, k, r)).collect();
-        let body = serde_json::json!({
-            "from": day_str(from),
-            "to": day_str(to),
-            "rows": rows,
-        });
-        reply(StatusCode::OK, "application/json", json_bytes(&body))
+        let body = LedgerView {
+            from: day_str(from),
+            to: day_str(to),
+            rows: rows.iter().map(|(d, k, r)| row_view(*d, k, r)).collect(),
+        };
+        json(StatusCode::OK, &body)
     }
 }
 
@@ -105,16 +94,14 @@ fn numbers(r: &Row) -> Vec<u64> {
     out
 }
 
-fn to_json(day: u32, key: &str, r: &Row) -> Value {
-    let mut m = Map::new();
-    m.insert("day".into(), day_str(day).into());
-    m.insert("key".into(), key.into());
-    m.insert("plan".into(), r.plan.clone().into());
-    m.insert("partner".into(), r.partner.clone().into());
-    for (name, n) in header()[4..].iter().zip(numbers(r)) {
-        m.insert((*name).into(), n.into());
+fn row_view(day: u32, key: &str, r: &Row) -> LedgerRow {
+    LedgerRow {
+        day: day_str(day),
+        key: key.into(),
+        partner: r.partner.clone(),
+        plan: r.plan.clone(),
+        counts: header()[4..].iter().copied().zip(numbers(r)).collect(),
     }
-    Value::Object(m)
 }
 
 /// A CSV field: quoted when it holds a comma, a quote or a line break.
@@ -162,7 +149,7 @@ mod tests {
         assert!(lines[0].starts_with("day,key,plan,partner,forwarded,upstream_2xx,"));
         assert!(!lines[0].contains("unauthorized") && lines[0].contains("quota_exhausted"));
         assert!(lines[1].starts_with("2025-11-26,k,basic,\"a,b\",4,3,0,0,1,"));
-        let j = to_json(20_418, "k", &r);
+        let j = serde_json::to_value(row_view(20_418, "k", &r)).unwrap();
         assert_eq!(
             (j["forwarded"].as_u64(), j["rate_limited"].as_u64()),
             (Some(4), Some(2))

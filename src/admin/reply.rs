@@ -1,12 +1,16 @@
-//! How the admin listener answers: problems (RFC 9457), JSON, text, the page and its headers,
-//! and the small readings of a request (a bearer token, a path segment).
+//! How the admin listener answers: problems (RFC 9457, each naming an [`AdminCode`]), typed
+//! JSON answers (the views of `view.rs`), text, the page and its headers, and the small
+//! readings of a request (a bearer token, a path segment). Every JSON body the listener sends
+//! is written by [`json`] or [`problem_with`].
 
 use std::sync::Arc;
 
 use http::header::{ALLOW, CACHE_CONTROL, CONTENT_TYPE};
 use http::{Response, StatusCode};
 use pingora::protocols::http::ServerSession;
+use serde::Serialize;
 
+use super::codes::AdminCode;
 use super::PAGE;
 use crate::digest::Digest;
 use crate::edge::stream::EdgeStream;
@@ -47,18 +51,40 @@ pub(super) fn page(status: StatusCode) -> Response<Vec<u8>> {
     r
 }
 
-/// An RFC 9457 problem+json answer of the admin listener (the core's one writer of problems).
-pub(super) fn problem(
-    status: StatusCode,
-    code: &str,
-    title: &str,
+/// The RFC 9457 problem+json answer `code` with `detail` (the core's one writer of problems:
+/// `type`, `title`, `status`, `detail`, `code`).
+pub(super) fn problem(code: AdminCode, detail: &str) -> Response<Vec<u8>> {
+    problem_with(code, detail, NoMembers)
+}
+
+/// No extension members (a plain [`problem`]).
+#[derive(Serialize)]
+struct NoMembers;
+
+/// [`problem`] with extension members: the fields of `members`, a struct (a `ConfigRefused`'s
+/// `file`, `line`, `field`; an `invalid_body`'s `errors`).
+pub(super) fn problem_with(
+    code: AdminCode,
     detail: &str,
+    members: impl Serialize,
 ) -> Response<Vec<u8>> {
-    let body = refusal::problem(status.as_u16(), code, title, detail);
+    let status = code.status();
+    let mut body = refusal::problem(status.as_u16(), code.as_str(), code.title(), detail);
+    if let (Some(b), Ok(serde_json::Value::Object(m))) =
+        (body.as_object_mut(), serde_json::to_value(members))
+    {
+        b.extend(m);
+    }
     reply(status, "application/problem+json", json_bytes(&body))
 }
 
-pub(super) fn json_bytes(v: &impl serde::Serialize) -> Vec<u8> {
+/// A typed answer as `application/json`.
+pub(super) fn json(status: StatusCode, view: &impl Serialize) -> Response<Vec<u8>> {
+    reply(status, "application/json", json_bytes(view))
+}
+
+/// `v` as JSON and a line break.
+fn json_bytes(v: &impl Serialize) -> Vec<u8> {
     let mut b = serde_json::to_vec(v).unwrap_or_default();
     b.push(b'\n');
     b
@@ -72,6 +98,14 @@ pub(super) fn text(status: StatusCode, body: &str) -> Response<Vec<u8>> {
     )
 }
 
+/// 204, no body.
+pub(super) fn no_content() -> Response<Vec<u8>> {
+    let mut r = Response::new(Vec::new());
+    *r.status_mut() = StatusCode::NO_CONTENT;
+    r
+}
+
+/// 405 with `Allow`.
 pub(super) fn not_allowed(allow: &'static str) -> Response<Vec<u8>> {
     let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     r.headers_mut()

@@ -3,10 +3,14 @@
 //! the overrides, the shared budgets' state and the latest refusals. Key *names* only: never a
 //! key, a digest or a body.
 
+use http::{Response, StatusCode};
+
+use super::reply::json;
 use super::view::{
-    AllowView, BlockRow, ClusterView, ConfigView, KeyRefusals, KeyRow, PlanView, RefusalRow,
-    ReloadView, TimelinePoint, UsageView,
+    AllowView, BlockRow, ClusterView, ConfigView, KeyRefusals, KeyRow, LastReloadView, PlanView,
+    RefusalRow, TimelinePoint, UsageView,
 };
+use super::Admin;
 use crate::clock::Clock;
 use crate::config::Allow;
 use crate::limit::SharedStore;
@@ -20,6 +24,23 @@ use crate::usage::KeyCounts;
 const BUSIEST: usize = 20;
 /// Keys listed at most for a search.
 const FOUND: usize = 50;
+
+/// `GET /api/usage?key=…`.
+pub(super) fn answer(admin: &Admin, query: Option<&str>) -> Response<Vec<u8>> {
+    let search = query.and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "key")
+            .map(|(_, v)| v.into_owned())
+    });
+    let view = usage_view(
+        &admin.live,
+        admin.clock.as_ref(),
+        admin.cluster.as_deref(),
+        search.as_deref(),
+        admin.blocks(),
+    );
+    json(StatusCode::OK, &view)
+}
 
 /// The view of `/api/usage`; `search` narrows the keys to names that contain it (any case).
 /// `blocks` are the blocked addresses ([`super::blocks::rows`]).
@@ -49,7 +70,7 @@ pub(crate) fn usage_view(
         cluster: cluster.map(|c| cluster_view(c, policy)),
         refusals: refusals(live, policy),
         blocks,
-        key_changes: super::keys::changes(live, policy),
+        key_changes: super::record::changes(live, policy),
         timeline: timeline(live, now_ms),
     }
 }
@@ -135,7 +156,7 @@ fn config_view(live: &LivePolicy, policy: &Policy) -> ConfigView {
     ConfigView {
         file: live.path().display().to_string(),
         started_at_ms: started_ms,
-        last_reload: last.map(|r| ReloadView {
+        last_reload: last.map(|r| LastReloadView {
             at_ms: r.at_ms,
             result: if r.error.is_none() {
                 "success"

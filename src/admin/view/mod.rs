@@ -1,13 +1,33 @@
-//! The operator's view as one typed schema: what `GET /api/usage` serializes, what
-//! `tollgate top` deserializes, and the names the page's script reads. A field renamed here is
-//! renamed for all three (a round-trip test keeps the first two together; the page test reads
-//! the served JSON).
+//! Every JSON answer of the admin listener as one typed schema, serialized by
+//! [`super::reply::json`]; the fields keep the names (and the nulls) the contract gives them.
+//!
+//! | file | answers |
+//! |---|---|
+//! | `view/mod.rs` | `GET /api/usage`: the operator's view, [`UsageView`] |
+//! | `view/keys.rs` | `/api/keys/…`: [`KeyView`] (a key's state, also the answer to each change), [`RevokedView`]; [`ChangeRow`] |
+//! | `view/answers.rs` | [`ReloadView`], [`BlocksView`] (and [`BlockRow`]), [`OverridesView`], [`LedgerView`]; the members some problems add ([`ConfigRefusedAt`], [`FieldErrors`]) |
+//!
+//! Member order: the answers that were `serde_json::Value` maps before they had a view
+//! (every one but `/api/usage`) write their members in name order, as they always did (the
+//! README shows `POST /reload`'s); their views declare their fields in that order, and their
+//! lists of rows that `/api/usage` shares are written through [`answers`]' `in_name_order`.
+//! `/api/usage` writes its members in the order its structs declare.
+//!
+//! The operator's view is what `GET /api/usage` serializes, what `tollgate top` deserializes,
+//! and the names the page's script reads. A field renamed here is renamed for all three (a
+//! round-trip test keeps the first two together; the page test reads the served JSON).
 
 use serde::{Deserialize, Serialize};
 
-pub(crate) use super::blocks::BlockRow;
-pub(crate) use super::keys::ChangeRow;
+mod answers;
+mod keys;
+
 use crate::overrides::Shown;
+pub(crate) use answers::{
+    BlockRow, BlocksView, ConfigRefusedAt, FieldErrorView, FieldErrors, LedgerRow, LedgerView,
+    OverridesView, ReloadView,
+};
+pub(crate) use keys::{ChangeRow, KeyQuotaView, KeyView, OverrideView, PreviousView, RevokedView};
 
 /// `GET /api/usage`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,7 +74,7 @@ pub(crate) struct TimelinePoint {
 pub(crate) struct ConfigView {
     pub file: String,
     pub started_at_ms: u64,
-    pub last_reload: Option<ReloadView>,
+    pub last_reload: Option<LastReloadView>,
     pub window_seconds: u32,
     /// Customer keys.
     pub keys: usize,
@@ -65,7 +85,7 @@ pub(crate) struct ConfigView {
 
 /// The last reload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ReloadView {
+pub(crate) struct LastReloadView {
     pub at_ms: u64,
     /// `success` or `error`.
     pub result: String,

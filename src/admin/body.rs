@@ -1,0 +1,296 @@
+//! The bodies `/api/keys/…` takes, typed: each is read as JSON, must be an object, and is then
+//! deserialized into its struct through `serde_path_to_error`, so that a 400 names the field
+//! that broke, as the request path's refusals do.
+//!
+//! | body | answer |
+//! |---|---|
+//! | not JSON (empty too, where a body is required) | 400 `invalid_json` |
+//! | JSON, not an object | 400 `invalid_body`, pointer `""` |
+//! | a field of the wrong type, missing, or outside its rule | 400 `invalid_body`, pointer `/field`, the field's rule as `detail` |
+//!
+//! Unknown fields are ignored, and of a repeated field the last counts. With more than one
+//! bad field, the one named is the first of a wrong type (in name order), else the first the
+//! body's checks meet.
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_path_to_error::Segment;
+
+use super::codes::AdminCode;
+use super::reply::{problem, problem_with};
+use super::view::{FieldErrorView, FieldErrors};
+use crate::config::{Period, QuotaSpec, MAX_QUOTA_REQUESTS, MAX_REQUESTS_PER_WINDOW};
+use crate::digest::Digest;
+use crate::policy::authenticate::bearer_token;
+
+/// A refusal of the admin API, boxed (a `Response` is large for an `Err`).
+pub(super) type Refused = Box<http::Response<Vec<u8>>>;
+
+/// A body of the admin API: its struct, and the rule of each field in words.
+pub(super) trait Body: DeserializeOwned {
+    /// What the field at `pointer` must be: the `detail` of the 400 that names it.
+    fn rule(pointer: &str) -> String;
+}
+
+/// `POST /api/keys/{name}/suspend`: optional.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct SuspendBody {
+    /// Why, for the record (at most [`MAX_REASON`] characters).
+    reason: Option<String>,
+}
+
+/// The longest `reason` a suspension keeps, in characters.
+const MAX_REASON: usize = 200;
+
+/// `PUT /api/keys/{name}/limit`.
+#[derive(Debug, Deserialize)]
+pub(super) struct LimitBody {
+    requests_per_window: Option<u64>,
+}
+
+/// `PUT /api/keys/{name}/quota`.
+#[derive(Debug, Deserialize)]
+pub(super) struct QuotaBody {
+    requests: Option<u64>,
+    per: Option<Period>,
+}
+
+/// `POST /api/keys/revoke`: the leak path.
+#[derive(Deserialize)]
+pub(super) struct SecretBody {
+    /// The secret, bare or as `Bearer <secret>`; never logged or echoed.
+    key: Option<String>,
+}
+
+impl Body for SuspendBody {
+    fn rule(_: &str) -> String {
+        format!("must be a string of at most {MAX_REASON} characters")
+    }
+}
+
+impl Body for LimitBody {
+    fn rule(_: &str) -> String {
+        format!("is required: an integer from 1 to {MAX_REQUESTS_PER_WINDOW}, as a plan's")
+    }
+}
+
+impl Body for QuotaBody {
+    fn rule(pointer: &str) -> String {
+        match pointer {
+            "/per" => "is required: `day` or `month`".into(),
+            _ => format!("is required: an integer from 1 to {MAX_QUOTA_REQUESTS}, as a plan's"),
+        }
+    }
+}
+
+impl Body for SecretBody {
+    fn rule(_: &str) -> String {
+        "is required: the secret itself, as a string".into()
+    }
+}
+
+impl SuspendBody {
+    /// The body, or none (an empty body is `{}`).
+    pub(super) fn read_optional(body: &[u8]) -> Result<Self, Refused> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self::default());
+        }
+        read(body)
+    }
+
+    /// The reason, checked.
+    pub(super) fn reason(self) -> Result<Option<String>, Refused> {
+        match self.reason {
+            Some(r) if r.chars().count() > MAX_REASON => Err(broken::<Self>("/reason")),
+            r => Ok(r),
+        }
+    }
+}
+
+impl LimitBody {
+    /// The window limit, checked.
+    pub(super) fn requests_per_window(&self) -> Result<u32, Refused> {
+        self.requests_per_window
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| (1..=MAX_REQUESTS_PER_WINDOW).contains(n))
+            .ok_or_else(|| broken::<Self>("/requests_per_window"))
+    }
+}
+
+impl QuotaBody {
+    /// The quota, checked: `requests`, then `per`.
+    pub(super) fn quota(&self) -> Result<QuotaSpec, Refused> {
+        let requests = self
+            .requests
+            .filter(|n| (1..=MAX_QUOTA_REQUESTS).contains(n))
+            .ok_or_else(|| broken::<Self>("/requests"))?;
+        let per = self.per.ok_or_else(|| broken::<Self>("/per"))?;
+        Ok(QuotaSpec { requests, per })
+    }
+}
+
+impl SecretBody {
+    /// The digest of the secret, as it was found: bare, or as an `Authorization` value;
+    /// spaces around it (a paste) are not part of it (a key is a token68: it has none).
+    pub(super) fn digest(&self) -> Result<Digest, Refused> {
+        let s = self.key.as_deref().ok_or_else(|| broken::<Self>("/key"))?;
+        let s = s.trim_matches(|c: char| c.is_ascii_whitespace());
+        let token = bearer_token(s.as_bytes()).unwrap_or(s.as_bytes());
+        if token.is_empty() {
+            return Err(invalid("/key", "must not be empty"));
+        }
+        Ok(Digest::of(token))
+    }
+}
+
+/// `body` as `B`: JSON, an object, then `B`'s fields, each named when it breaks.
+pub(super) fn read<B: Body>(body: &[u8]) -> Result<B, Refused> {
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|_| Box::new(problem(AdminCode::InvalidJson, "send a JSON object")))?;
+    if !value.is_object() {
+        return Err(invalid("", "must be a JSON object"));
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| broken::<B>(&pointer(e.path())))
+}
+
+/// The JSON Pointer (RFC 6901) of a path serde followed.
+fn pointer(path: &serde_path_to_error::Path) -> String {
+    let mut p = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => p.push_str(&format!("/{index}")),
+            Segment::Map { key } => {
+                p.push('/');
+                p.push_str(&key.replace('~', "~0").replace('/', "~1"));
+            }
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    p
+}
+
+/// 400 `invalid_body`: the field at `pointer` breaks `B`'s rule for it.
+fn broken<B: Body>(pointer: &str) -> Refused {
+    invalid(pointer, &B::rule(pointer))
+}
+
+/// 400 `invalid_body` with one field error.
+fn invalid(pointer: &str, detail: &str) -> Refused {
+    Box::new(problem_with(
+        AdminCode::InvalidBody,
+        &format!("`{pointer}` {detail}"),
+        FieldErrors {
+            errors: vec![FieldErrorView {
+                pointer: pointer.into(),
+                detail: detail.into(),
+            }],
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The code, the pointer and the detail of a refusal.
+    fn refused(r: &http::Response<Vec<u8>>) -> (String, String, String) {
+        let v: serde_json::Value = serde_json::from_slice(r.body()).unwrap();
+        let e = &v["errors"][0];
+        (
+            v["code"].as_str().unwrap().into(),
+            e["pointer"].as_str().unwrap_or("-").into(),
+            e["detail"].as_str().unwrap_or("-").into(),
+        )
+    }
+
+    fn limit(body: &str) -> Result<u32, (String, String, String)> {
+        read::<LimitBody>(body.as_bytes())
+            .and_then(|b| b.requests_per_window())
+            .map_err(|r| refused(&r))
+    }
+
+    #[test]
+    fn a_400_names_the_field_whatever_broke_it() {
+        assert_eq!(limit(r#"{"requests_per_window":3,"x":1}"#), Ok(3));
+        for body in [
+            "{}",
+            r#"{"requests_per_window":null}"#,
+            r#"{"requests_per_window":0}"#,
+            r#"{"requests_per_window":"5"}"#,
+            r#"{"requests_per_window":2.5}"#,
+            r#"{"requests_per_window":-1}"#,
+            r#"{"requests_per_window":1000001}"#,
+            r#"{"requests_per_window":99999999999999999999999}"#,
+        ] {
+            let (code, pointer, detail) = limit(body).unwrap_err();
+            assert_eq!(
+                (code.as_str(), pointer.as_str()),
+                ("invalid_body", "/requests_per_window"),
+                "{body}"
+            );
+            assert!(detail.contains("from 1 to 1000000"), "{detail}");
+        }
+        assert_eq!(limit("[3]").unwrap_err().1, "");
+        assert_eq!(limit("3").unwrap_err().1, "");
+        for body in ["", "{", "{} x"] {
+            assert_eq!(limit(body).unwrap_err().0, "invalid_json", "{body:?}");
+        }
+        // A repeated field: the last counts, as it always did.
+        assert_eq!(
+            limit(r#"{"requests_per_window":0,"requests_per_window":4}"#),
+            Ok(4)
+        );
+    }
+
+    #[test]
+    fn quota_suspend_and_secret_bodies_name_their_fields() {
+        let quota = |body: &str| {
+            read::<QuotaBody>(body.as_bytes())
+                .and_then(|b| b.quota())
+                .map_err(|r| refused(&r).1)
+        };
+        assert_eq!(
+            quota(r#"{"requests":5,"per":"day"}"#),
+            Ok(QuotaSpec {
+                requests: 5,
+                per: Period::Day
+            })
+        );
+        assert_eq!(quota(r#"{"requests":5,"per":"week"}"#), Err("/per".into()));
+        assert_eq!(quota(r#"{"requests":5,"per":7}"#), Err("/per".into()));
+        assert_eq!(quota(r#"{"requests":5}"#), Err("/per".into()));
+        assert_eq!(quota(r#"{"per":"day"}"#), Err("/requests".into()));
+        assert_eq!(
+            quota(r#"{"requests":0,"per":"month"}"#),
+            Err("/requests".into())
+        );
+
+        let suspend = |body: &str| {
+            SuspendBody::read_optional(body.as_bytes())
+                .and_then(SuspendBody::reason)
+                .map_err(|r| refused(&r).1)
+        };
+        assert_eq!(suspend(" \n"), Ok(None));
+        assert_eq!(suspend(r#"{"reason":null}"#), Ok(None));
+        assert_eq!(suspend(r#"{"reason":"late"}"#), Ok(Some("late".into())));
+        assert_eq!(suspend(r#"{"reason":5}"#), Err("/reason".into()));
+        let long = format!(r#"{{"reason":"{}"}}"#, "é".repeat(201));
+        assert_eq!(suspend(&long), Err("/reason".into()));
+        assert_eq!(suspend("null"), Err("".into()));
+
+        let secret = |body: &str| {
+            read::<SecretBody>(body.as_bytes())
+                .and_then(|b| b.digest())
+                .map_err(|r| refused(&r))
+        };
+        assert_eq!(
+            secret(r#"{"key":" Bearer abc "}"#).ok(),
+            Some(Digest::of(b"abc"))
+        );
+        assert_eq!(secret(r#"{"key":"abc"}"#).ok(), Some(Digest::of(b"abc")));
+        for body in [r#"{}"#, r#"{"key":5}"#, r#"{"key":"  "}"#] {
+            assert_eq!(secret(body).unwrap_err().1, "/key", "{body}");
+        }
+        assert_eq!(secret(r#"{"key":""}"#).unwrap_err().2, "must not be empty");
+    }
+}

@@ -1,0 +1,140 @@
+//! A key's live record in words: its state as `GET /api/keys/{name}` answers it
+//! ([`key_view`]), and the changes in force as the page and `tollgate top` list them
+//! ([`changes`]). Key names only, never a digest.
+
+use super::view::{ChangeRow, KeyQuotaView, KeyView, OverrideView, PreviousView};
+use crate::clock::rfc3339;
+use crate::policy::keys::{Credential, KeyIdx};
+use crate::policy::overrides::Override;
+use crate::policy::Policy;
+use crate::runtime::live::LivePolicy;
+
+/// The changes in `o`, the record of the key named `key`.
+fn rows(key: &str, o: &Override, policy: &Policy) -> Vec<ChangeRow> {
+    let row = |change: &str, detail: Option<String>, since_ms: u64, by: &str| ChangeRow {
+        key: key.to_string(),
+        change: change.into(),
+        detail,
+        since: rfc3339(since_ms),
+        by: by.into(),
+    };
+    let mut v = Vec::new();
+    if let Some(c) = &o.revoked {
+        v.push(row("revoked", c.reason.clone(), c.since_ms, &c.by));
+    }
+    if let Some(c) = &o.suspended {
+        v.push(row("suspended", c.reason.clone(), c.since_ms, &c.by));
+    }
+    if let Some(l) = &o.limit {
+        let detail = format!("{} per window", l.requests_per_window);
+        v.push(row("limit", Some(detail), l.change.since_ms, &l.change.by));
+    }
+    if let Some(q) = &o.quota {
+        let detail = format!("{} per {}", q.quota.requests, q.quota.per.as_str());
+        v.push(row("quota", Some(detail), q.change.since_ms, &q.change.by));
+    }
+    if let Some(id) = o.plan_id {
+        let name = |id: Option<u32>| {
+            id.and_then(|id| policy.plan_by_id(id))
+                .map_or_else(|| "?".into(), |p| policy.config.plans[p].name.clone())
+        };
+        let detail = format!("{} (was {})", name(Some(id)), name(o.replaced));
+        let by = o
+            .partner
+            .as_ref()
+            .map_or_else(|| "partner".to_string(), |p| format!("partner:{p}"));
+        v.push(row("upgrade", Some(detail), o.at_ms, &by));
+    }
+    v
+}
+
+/// Every change in force, and every key refused by its `expires_at`, for the page and `top`.
+pub(crate) fn changes(live: &LivePolicy, policy: &Policy) -> Vec<ChangeRow> {
+    let mut v: Vec<ChangeRow> = live.with_overrides(|set| {
+        set.iter()
+            .filter_map(|(d, o)| policy.keys.lookup(d).map(|_| (o.key.clone(), o)))
+            .flat_map(|(key, o)| rows(&key, o, policy))
+            .collect()
+    });
+    for (k, e) in policy.keys.iter() {
+        if e.live().state() == crate::policy::keys::KeyState::Expired {
+            let at = policy.keys.extra(k).and_then(|x| x.expires_ms).unwrap_or(0);
+            v.push(ChangeRow {
+                key: e.name.as_str().to_string(),
+                change: "expired".into(),
+                detail: None,
+                since: rfc3339(at),
+                by: "config".into(),
+            });
+        }
+    }
+    v.sort_by(|a, b| b.since.cmp(&a.since).then(a.key.cmp(&b.key)));
+    v.truncate(100);
+    v
+}
+
+/// The state of the key `k` as `GET /api/keys/{name}` answers it.
+pub(crate) fn key_view(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> KeyView {
+    let e = policy.keys.get(k);
+    let live_word = e.live();
+    let credential = e.credential_with(live_word);
+    let extra = policy.keys.extra(k);
+    let (plan, partner) = match credential {
+        Credential::Customer { plan, partner, .. } => (
+            policy.config.plans[plan].name.clone(),
+            partner.map(|p| policy.config.partners[p].name.clone()),
+        ),
+        Credential::Partner { partner } => (
+            "partner".to_string(),
+            Some(policy.config.partners[partner].name.clone()),
+        ),
+    };
+    let record = live.with_overrides(|set| set.get(&e.digest).cloned());
+    // The quota in force (the key's own, live or YAML, else its plan's or the partners'),
+    // with the requests charged in the period now.
+    let quota = policy.quota_state(k, credential).map(|q| {
+        let now_ms = policy.metering.calendar.now_ms();
+        KeyQuotaView {
+            requests: q.spec.requests,
+            per: q.spec.per.as_str().into(),
+            own: q.own,
+            used: q.used,
+            remaining: q.remaining,
+            resets_at: rfc3339(q.spec.per.end_after(now_ms)),
+        }
+    });
+    let previous = policy
+        .keys
+        .aliases_of(k)
+        .map(|a| PreviousView {
+            until: rfc3339(a.until_ms),
+            state: match a.refused() {
+                Some(crate::policy::keys::KeyRefusal::Revoked) => "revoked",
+                Some(_) => "expired",
+                None => "active",
+            }
+            .into(),
+        })
+        .collect();
+    let overrides = record
+        .iter()
+        .flat_map(|o| rows(e.name.as_str(), o, policy))
+        .map(|r| OverrideView {
+            change: r.change,
+            detail: r.detail,
+            since: r.since,
+            by: r.by,
+        })
+        .collect();
+    KeyView {
+        name: e.name.as_str().to_string(),
+        plan,
+        partner,
+        state: live_word.state().as_str().into(),
+        expires_at: extra.and_then(|x| x.expires_ms).map(rfc3339),
+        requests_per_window: policy.rate(credential).limit(),
+        quota,
+        previous,
+        overrides,
+    }
+}

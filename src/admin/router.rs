@@ -1,0 +1,346 @@
+//! The admin listener's one route table. [`classify`] reads a request's method and path
+//! segments in one `match` and names its [`Route`], or the miss (404, or 405 with `Allow`);
+//! [`Admin::answer`] hands each route to its handler, in the room's other files. [`ROUTES`]
+//! lists what the match answers, so that the docs and an OpenAPI document can be held to it
+//! (a unit test holds the match to the list, both ways).
+
+use http::{Method, Response, StatusCode};
+
+use super::codes::AdminCode;
+use super::keys::{self, KeyOp};
+use super::reply::{json, not_allowed, page, percent_decode, problem, text};
+use super::view::BlocksView;
+use super::{ledger, overrides, usage, Admin, MAX_ADMIN_BODY};
+
+/// Every route the admin listener answers: `(method, path)`, a `{name}` a path segment
+/// (percent-decoded; for `DELETE /api/overrides/{name}` and `/api/blocks/{address}`, the rest
+/// of the path). `HEAD` goes wherever `GET` does. A known path with another method is 405 with
+/// `Allow`; any other path is 404.
+// Read by the router's tests now; the OpenAPI document will be held to it too.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/"),
+    ("GET", "/metrics"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("POST", "/reload"),
+    ("GET", "/api/usage"),
+    ("GET", "/api/overrides"),
+    ("DELETE", "/api/overrides/{name}"),
+    ("GET", "/api/blocks"),
+    ("DELETE", "/api/blocks/{address}"),
+    ("GET", "/api/ledger"),
+    ("GET", "/api/keys/{name}"),
+    ("POST", "/api/keys/revoke"),
+    ("POST", "/api/keys/{name}/suspend"),
+    ("POST", "/api/keys/{name}/resume"),
+    ("POST", "/api/keys/{name}/revoke"),
+    ("PUT", "/api/keys/{name}/limit"),
+    ("DELETE", "/api/keys/{name}/limit"),
+    ("PUT", "/api/keys/{name}/quota"),
+    ("DELETE", "/api/keys/{name}/quota"),
+];
+
+/// A request past the guards: what the router and the handlers read of it.
+pub(crate) struct AdminRequest<'a> {
+    pub method: &'a Method,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    /// The body, as far as it was read.
+    pub body: &'a [u8],
+    /// The body was over [`MAX_ADMIN_BODY`]; the rest of it was not read.
+    pub too_large: bool,
+    /// `Accept` names `text/csv` (`GET /api/ledger`).
+    pub csv: bool,
+}
+
+/// What a request asks for: one variant per row of [`ROUTES`] but the key changes, which
+/// share [`Route::Key`]. Names are percent-decoded.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    Page,
+    Metrics,
+    Healthz,
+    Readyz,
+    Reload,
+    Usage,
+    Overrides,
+    DeleteOverride(String),
+    Blocks,
+    ReleaseBlock(String),
+    Ledger,
+    ShowKey(String),
+    /// `POST /api/keys/revoke`: the leak path, by the secret.
+    RevokeSecret,
+    /// A change to the key named.
+    Key(String, KeyOp),
+}
+
+/// Why no route answers.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Miss {
+    /// 404, `not found` as text.
+    NotFound,
+    /// 405: a known path, another method; `Allow` lists the methods it takes.
+    NotAllowed(&'static str),
+    /// 404 problem `not_found`: `/api/keys/{name}/…` with an operation keys do not have.
+    NoKeyOperation,
+}
+
+/// A request's method as the table reads it: `HEAD` is `GET`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verb {
+    Get,
+    Post,
+    Put,
+    Delete,
+    Other,
+}
+
+impl Verb {
+    fn of(method: &Method) -> Verb {
+        match *method {
+            Method::GET | Method::HEAD => Verb::Get,
+            Method::POST => Verb::Post,
+            Method::PUT => Verb::Put,
+            Method::DELETE => Verb::Delete,
+            _ => Verb::Other,
+        }
+    }
+}
+
+/// The route of `method path`, or the miss: the table.
+pub(crate) fn classify(method: &Method, path: &str) -> Result<Route, Miss> {
+    use Verb::{Delete, Get, Post, Put};
+    let Some(path) = path.strip_prefix('/') else {
+        return Err(Miss::NotFound);
+    };
+    let segments: Vec<&str> = path.split('/').collect();
+    // The path after its first two segments (`/api/overrides/{name}`: a name may hold `/`).
+    let tail = || percent_decode(path.splitn(3, '/').nth(2).unwrap_or(""));
+    let key = |name: &str, op| Ok(Route::Key(percent_decode(name), op));
+    match (Verb::of(method), segments.as_slice()) {
+        (Get, [""]) => Ok(Route::Page),
+        (Get, ["metrics"]) => Ok(Route::Metrics),
+        (Get, ["healthz"]) => Ok(Route::Healthz),
+        (Get, ["readyz"]) => Ok(Route::Readyz),
+        (Post, ["reload"]) => Ok(Route::Reload),
+        (Get, ["api", "usage"]) => Ok(Route::Usage),
+        (Get, ["api", "overrides"]) => Ok(Route::Overrides),
+        (Delete, ["api", "overrides", _, ..]) => Ok(Route::DeleteOverride(tail())),
+        (Get, ["api", "blocks"]) => Ok(Route::Blocks),
+        (Delete, ["api", "blocks", _, ..]) => Ok(Route::ReleaseBlock(tail())),
+        (Get, ["api", "ledger"]) => Ok(Route::Ledger),
+        (Post, ["api", "keys", name]) if percent_decode(name) == "revoke" => {
+            Ok(Route::RevokeSecret)
+        }
+        (Get, ["api", "keys", name]) => Ok(Route::ShowKey(percent_decode(name))),
+        (Post, ["api", "keys", name, "suspend"]) => key(name, KeyOp::Suspend),
+        (Post, ["api", "keys", name, "resume"]) => key(name, KeyOp::Resume),
+        (Post, ["api", "keys", name, "revoke"]) => key(name, KeyOp::Revoke),
+        (Put, ["api", "keys", name, "limit"]) => key(name, KeyOp::SetLimit),
+        (Delete, ["api", "keys", name, "limit"]) => key(name, KeyOp::ClearLimit),
+        (Put, ["api", "keys", name, "quota"]) => key(name, KeyOp::SetQuota),
+        (Delete, ["api", "keys", name, "quota"]) => key(name, KeyOp::ClearQuota),
+        // Known paths, other methods.
+        (_, [""] | ["metrics" | "healthz" | "readyz"])
+        | (_, ["api", "usage" | "overrides" | "blocks" | "ledger"])
+        | (_, ["api", "keys", _]) => Err(Miss::NotAllowed("GET, HEAD")),
+        (_, ["reload"]) => Err(Miss::NotAllowed("POST")),
+        (_, ["api", "overrides" | "blocks", _, ..]) => Err(Miss::NotAllowed("DELETE")),
+        (_, ["api", "keys", _, "suspend" | "resume" | "revoke"]) => Err(Miss::NotAllowed("POST")),
+        (_, ["api", "keys", _, "limit" | "quota"]) => Err(Miss::NotAllowed("PUT, DELETE")),
+        (_, ["api", "keys", _, ..]) => Err(Miss::NoKeyOperation),
+        _ => Err(Miss::NotFound),
+    }
+}
+
+impl Admin {
+    /// The answer to a request past the guards: its route's handler, or the miss.
+    pub(super) async fn answer(&self, req: &AdminRequest<'_>) -> Response<Vec<u8>> {
+        // A body over the cap is refused on the paths that take one, whatever the route.
+        if req.too_large && req.path.starts_with("/api/keys/") {
+            return problem(
+                AdminCode::BodyTooLarge,
+                &format!("the admin listener reads at most {MAX_ADMIN_BODY} bytes"),
+            );
+        }
+        let route = match classify(req.method, req.path) {
+            Ok(route) => route,
+            Err(Miss::NotFound) => return text(StatusCode::NOT_FOUND, "not found\n"),
+            Err(Miss::NotAllowed(allow)) => return not_allowed(allow),
+            Err(Miss::NoKeyOperation) => {
+                return problem(
+                    AdminCode::NoKeyOperation,
+                    "the operations are suspend, resume, revoke, limit and quota",
+                )
+            }
+        };
+        match route {
+            Route::Page => page(StatusCode::OK),
+            Route::Metrics => self.metrics(),
+            Route::Healthz => text(StatusCode::OK, "ok\n"),
+            Route::Readyz => self.readyz(),
+            Route::Reload => self.reload(),
+            Route::Usage => usage::answer(self, req.query),
+            Route::Overrides => overrides::list(self),
+            Route::DeleteOverride(name) => overrides::delete(self, &name).await,
+            Route::Blocks => json(
+                StatusCode::OK,
+                &BlocksView {
+                    blocks: self.blocks(),
+                },
+            ),
+            Route::ReleaseBlock(address) => self.release_block(&address),
+            Route::Ledger => ledger::answer(self, req.query, req.csv).await,
+            Route::ShowKey(name) => keys::show(&self.live, &name),
+            Route::RevokeSecret => keys::revoke_secret(self, req.body).await,
+            Route::Key(name, op) => keys::change(self, &name, op, req.body).await,
+        }
+    }
+}
+
+#[cfg(test)]
+impl Route {
+    /// Its row of [`ROUTES`] (`HEAD` is the `GET` row).
+    fn row(&self) -> (&'static str, &'static str) {
+        match self {
+            Route::Page => ("GET", "/"),
+            Route::Metrics => ("GET", "/metrics"),
+            Route::Healthz => ("GET", "/healthz"),
+            Route::Readyz => ("GET", "/readyz"),
+            Route::Reload => ("POST", "/reload"),
+            Route::Usage => ("GET", "/api/usage"),
+            Route::Overrides => ("GET", "/api/overrides"),
+            Route::DeleteOverride(_) => ("DELETE", "/api/overrides/{name}"),
+            Route::Blocks => ("GET", "/api/blocks"),
+            Route::ReleaseBlock(_) => ("DELETE", "/api/blocks/{address}"),
+            Route::Ledger => ("GET", "/api/ledger"),
+            Route::ShowKey(_) => ("GET", "/api/keys/{name}"),
+            Route::RevokeSecret => ("POST", "/api/keys/revoke"),
+            Route::Key(_, op) => op.row(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const METHODS: [Method; 7] = [
+        Method::GET,
+        Method::HEAD,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::PATCH,
+        Method::OPTIONS,
+    ];
+
+    /// A path of `pattern`, its `{…}` filled in.
+    fn sample(pattern: &str) -> String {
+        pattern
+            .replace("{name}", "shop%2F42")
+            .replace("{address}", "192.0.2.7")
+    }
+
+    /// The row `method` takes on a path of `pattern`, if any.
+    fn row_of(method: &Method, pattern: &str) -> Option<(&'static str, &'static str)> {
+        let m = if method == Method::HEAD {
+            "GET"
+        } else {
+            method.as_str()
+        };
+        ROUTES
+            .iter()
+            .copied()
+            .find(|&(rm, rp)| rm == m && rp == pattern)
+    }
+
+    /// Whether `path` is a path of `pattern` (a `{…}` segment stands for any).
+    fn instance(pattern: &str, path: &str) -> bool {
+        let (p, q): (Vec<_>, Vec<_>) = (pattern.split('/').collect(), path.split('/').collect());
+        p.len() == q.len() && p.iter().zip(&q).all(|(p, q)| p.starts_with('{') || p == q)
+    }
+
+    #[test]
+    fn the_match_answers_every_row_of_routes_and_nothing_else() {
+        for &(_, pattern) in ROUTES {
+            let path = sample(pattern);
+            for method in &METHODS {
+                match (classify(method, &path), row_of(method, pattern)) {
+                    (Ok(route), Some(row)) => assert_eq!(route.row(), row, "{method} {path}"),
+                    // `GET /api/keys/revoke`: the key named `revoke`, another row's path.
+                    (Ok(route), None) => {
+                        let (m, p) = route.row();
+                        assert!(row_of(method, p) == Some((m, p)) && instance(p, &path));
+                    }
+                    (Err(Miss::NotAllowed(allow)), None) => {
+                        // Every method `Allow` names is answered on this path.
+                        for m in allow.split(", ") {
+                            let m = Method::from_bytes(m.as_bytes()).unwrap();
+                            assert!(classify(&m, &path).is_ok(), "{m} {path} ({allow})");
+                        }
+                    }
+                    (got, want) => panic!("{method} {path}: {got:?}, ROUTES has {want:?}"),
+                }
+            }
+        }
+        // Every route names its own row, and the rows are distinct.
+        let mut rows = ROUTES.to_vec();
+        rows.sort_unstable();
+        rows.dedup();
+        assert_eq!(rows.len(), ROUTES.len());
+    }
+
+    #[test]
+    fn names_are_decoded_and_other_paths_are_404() {
+        let get = &Method::GET;
+        assert_eq!(
+            classify(get, "/api/keys/shop%2F42"),
+            Ok(Route::ShowKey("shop/42".into()))
+        );
+        assert_eq!(
+            classify(&Method::POST, "/api/keys/%72evoke"),
+            Ok(Route::RevokeSecret)
+        );
+        assert_eq!(
+            classify(&Method::DELETE, "/api/overrides/a/b%20c"),
+            Ok(Route::DeleteOverride("a/b c".into()))
+        );
+        assert_eq!(
+            classify(&Method::PUT, "/api/keys/k/limit"),
+            Ok(Route::Key("k".into(), KeyOp::SetLimit))
+        );
+        assert_eq!(
+            classify(get, "/api/keys/"),
+            Ok(Route::ShowKey(String::new()))
+        );
+        for path in [
+            "/nothing",
+            "/metrics/",
+            "/api/keys",
+            "/api/usage/",
+            "/api",
+            "*",
+            "",
+        ] {
+            assert_eq!(classify(get, path), Err(Miss::NotFound), "{path}");
+        }
+        for path in [
+            "/api/keys/k/",
+            "/api/keys/k/suspend/x",
+            "/api/keys/k/rotate",
+        ] {
+            assert_eq!(classify(get, path), Err(Miss::NoKeyOperation), "{path}");
+        }
+        assert_eq!(
+            classify(&Method::PUT, "/api/keys/revoke"),
+            Err(Miss::NotAllowed("GET, HEAD"))
+        );
+        assert_eq!(
+            classify(get, "/api/blocks/192.0.2.7"),
+            Err(Miss::NotAllowed("DELETE"))
+        );
+    }
+}
