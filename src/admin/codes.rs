@@ -62,7 +62,6 @@ admin_codes! {
     /// The key has no plan override.
     NoOverride => NOT_FOUND, "no_override", "No plan override for that key";
     /// The store of overrides could not keep the removal.
-    OverrideNotKept => SERVICE_UNAVAILABLE, "override_not_kept", "The override was removed here but not from where overrides are kept";
 
     // `DELETE /api/blocks/{address}`.
     /// The address is not blocked (or is not an address).

@@ -25,6 +25,6 @@ pub(super) async fn delete(admin: &Admin, name: &str) -> Response<Vec<u8>> {
             AdminCode::NoOverride,
             &format!("no key named `{name}` has a plan override"),
         ),
-        Err(why) => problem(AdminCode::OverrideNotKept, &why.to_string()),
+        Err(why) => problem(AdminCode::ChangeNotKept, &why.to_string()),
     }
 }
