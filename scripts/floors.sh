@@ -38,6 +38,7 @@ rules=(
   "src/ledger                           overrides|edge|proxy|admin|server|cli|demo|top"
   "src/overrides                        shared|ledger|edge|proxy|admin|server|cli|demo|top"
   "src/edge                             fleet_store|shared|state|ledger|overrides|proxy|admin|server|cli|demo|top"
+  "src/keys                             proxy|admin|server|cli|demo|top"
   "src/proxy                            admin|server|cli|demo|top"
   "src/admin                            proxy|server|cli|demo|top"
   "src/server.rs                        cli|demo|top"

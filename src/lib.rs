@@ -35,7 +35,7 @@
 //! | 3 | [`runtime`] | the ground of the process: the live snapshot and reload, lifecycle, logging, metrics | the core |
 //! | 4 | [`fleet_store`] | the one room that speaks to Redis | the core, [`runtime`] |
 //! | 5 | [`state`] | the `state.path` file (redb): its disk's faults, the overrides' tables, the backup | the floors below |
-//! | 6 | [`shared`], [`overrides`], [`ledger`], [`edge`] | shared budgets' sync; overrides kept and spread; quota and ledger counts kept and shared; what runs before a request exists | the floors below |
+//! | 6 | [`shared`], [`overrides`], [`ledger`], [`edge`], [`keys`] | shared budgets' sync; overrides kept and spread; quota and ledger counts kept and shared; what runs before a request exists; issued keys' secrets | the floors below |
 //! | 7 | [`proxy`], [`admin`] | the Pingora adapter; the admin listener | the floors below |
 //! | 8 | [`server`] | the roof: assembles everything above the ground | every floor below |
 //! | 9 | [`cli`], [`demo`], [`top`] | the commands | everything |
@@ -76,6 +76,7 @@ pub mod cli;
 pub(crate) mod demo;
 pub(crate) mod edge;
 pub(crate) mod fleet_store;
+pub(crate) mod keys;
 pub(crate) mod ledger;
 pub(crate) mod overrides;
 pub(crate) mod proxy;

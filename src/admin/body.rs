@@ -21,6 +21,7 @@ use super::reply::{problem, problem_with};
 use super::view::{FieldErrorView, FieldErrors};
 use crate::config::{Period, QuotaSpec, MAX_QUOTA_REQUESTS, MAX_REQUESTS_PER_WINDOW};
 use crate::digest::Digest;
+use crate::keys::secret::{self, Shape};
 use crate::policy::authenticate::bearer_token;
 
 /// A refusal of the admin API, boxed (a `Response` is large for an `Err`).
@@ -138,6 +139,16 @@ impl SecretBody {
         let token = bearer_token(s.as_bytes()).unwrap_or(s.as_bytes());
         if token.is_empty() {
             return Err(invalid("/key", "must not be empty"));
+        }
+        // A secret in the gateway's own format that does not check out was cut or mistyped:
+        // said at once, rather than looked up as a secret no key has.
+        if token.starts_with(secret::PREFIX.as_bytes())
+            && std::str::from_utf8(token).map_or(true, |t| secret::shape(t) == Shape::Malformed)
+        {
+            return Err(invalid(
+                "/key",
+                "starts with `tg_` but is not a secret this gateway issued (its length, characters or checksum are wrong)",
+            ));
         }
         Ok(Digest::of(token))
     }
@@ -292,5 +303,26 @@ mod tests {
             assert_eq!(secret(body).unwrap_err().1, "/key", "{body}");
         }
         assert_eq!(secret(r#"{"key":""}"#).unwrap_err().2, "must not be empty");
+
+        // The gateway's own format: an issued secret is looked up; one cut short, or with a
+        // character changed, is refused at once (400, `/key`), and never echoed.
+        let issued = secret::issue().unwrap();
+        let body = |k: &str| format!(r#"{{"key":"{k}"}}"#);
+        assert_eq!(
+            secret(&body(&issued)).ok(),
+            Some(Digest::of(issued.as_bytes()))
+        );
+        assert_eq!(
+            secret(&body(&format!("Bearer {issued}"))).ok(),
+            Some(Digest::of(issued.as_bytes()))
+        );
+        let cut = &issued[..issued.len() - 1];
+        let (code, pointer, detail) = secret(&body(cut)).unwrap_err();
+        assert_eq!((code.as_str(), pointer.as_str()), ("invalid_body", "/key"));
+        assert!(!detail.contains(cut), "the secret is not echoed: {detail}");
+        let mut typo = issued.clone().into_bytes();
+        typo[20] = if typo[20] == b'x' { b'y' } else { b'x' };
+        let typo = String::from_utf8(typo).unwrap();
+        assert_eq!(secret(&body(&typo)).unwrap_err().1, "/key");
     }
 }
