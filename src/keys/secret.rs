@@ -110,7 +110,16 @@ mod tests {
 
     #[test]
     fn base62_agrees_with_u128_arithmetic() {
-        for v in [0u128, 1, 61, 62, 3843, 3844, u128::from(u64::MAX), u128::MAX] {
+        for v in [
+            0u128,
+            1,
+            61,
+            62,
+            3843,
+            3844,
+            u128::from(u64::MAX),
+            u128::MAX,
+        ] {
             let digits = base62::<22>(&v.to_be_bytes());
             let back = digits.iter().fold(0u128, |acc, &c| {
                 let d = ALPHABET.iter().position(|&a| a == c).unwrap() as u128;
