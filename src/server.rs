@@ -296,6 +296,7 @@ fn add_admin(
         failures: Arc::clone(failures),
         overrides: Arc::clone(&rooms.overrides),
         ledger: Arc::clone(&rooms.keeper),
+        names: Default::default(),
     };
     let admin = EdgeApp::admin(
         Arc::new(HttpServer::new_app(admin)),

@@ -14,6 +14,7 @@
 //! | `GET /api/blocks` | 200, `{"blocks": [...]}`: the addresses auth-failure blocking holds now (`address`, `since`, `until`, `failures`, `listener`) |
 //! | `DELETE /api/blocks/{address}` | 204: the address is served again at once, its failures forgotten, with one log line; 404 problem+json when it is not blocked (also when it is not an address, which the detail says) |
 //! | `GET /api/ledger` | 200, the usage ledger as JSON or CSV ([`ledger`]) |
+//! | `GET /api/keys` | 200, one page of keys in name order, filtered, with the next page's cursor ([`list`]) |
 //! | `GET /api/keys/{name}`, `POST /api/keys/{name}/suspend\|resume\|revoke`, `POST /api/keys/revoke`, `PUT\|DELETE /api/keys/{name}/limit\|quota` | keys that change live ([`keys`]) |
 //!
 //! With `admin_token_sha256` set, every path but `/healthz` and `/readyz` needs
@@ -41,6 +42,7 @@
 //! | `blocks.rs` | `GET /api/blocks`, `DELETE /api/blocks/{address}` |
 //! | `ledger.rs` | `GET /api/ledger`, JSON or CSV |
 //! | `keys.rs` | `/api/keys/…`: the handlers of keys that change live |
+//! | `list.rs` | `GET /api/keys`: pages of keys in name order |
 //! | `record.rs` | a key's live record in words: its state, the changes in force |
 //! | `tests.rs` | the listener's answers, end to end without a socket |
 
@@ -53,6 +55,7 @@ mod codes;
 pub(crate) mod guard;
 pub(crate) mod keys;
 pub(crate) mod ledger;
+pub(crate) mod list;
 mod overrides;
 mod process;
 mod record;
@@ -95,6 +98,8 @@ pub(crate) struct Admin {
     pub overrides: Arc<PlanOverrides>,
     /// The quota and ledger counts (`GET /api/ledger`).
     pub ledger: Arc<crate::ledger::Keeper>,
+    /// The keys in name order, for `GET /api/keys` (sorted once per config).
+    pub names: list::NameOrder,
 }
 
 /// The usage page: one file, no external asset (works on an air-gapped host).

@@ -133,6 +133,8 @@ pub(crate) fn key_view(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> KeyView
         state: live_word.state().as_str().into(),
         expires_at: extra.and_then(|x| x.expires_ms).map(rfc3339),
         requests_per_window: policy.rate(credential).limit(),
+        // Every key comes from the YAML until the admin API issues keys.
+        source: "config".into(),
         quota,
         previous,
         overrides,

@@ -10,7 +10,7 @@ use super::codes::AdminCode;
 use super::keys::{self, KeyOp};
 use super::reply::{json, not_allowed, page, percent_decode, problem, text};
 use super::view::BlocksView;
-use super::{ledger, overrides, usage, Admin, MAX_ADMIN_BODY};
+use super::{ledger, list, overrides, usage, Admin, MAX_ADMIN_BODY};
 
 /// Every route the admin listener answers: `(method, path)`, a `{name}` a path segment
 /// (percent-decoded; for `DELETE /api/overrides/{name}` and `/api/blocks/{address}`, the rest
@@ -30,6 +30,7 @@ pub(crate) const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/blocks"),
     ("DELETE", "/api/blocks/{address}"),
     ("GET", "/api/ledger"),
+    ("GET", "/api/keys"),
     ("GET", "/api/keys/{name}"),
     ("POST", "/api/keys/revoke"),
     ("POST", "/api/keys/{name}/suspend"),
@@ -69,6 +70,8 @@ pub(crate) enum Route {
     Blocks,
     ReleaseBlock(String),
     Ledger,
+    /// `GET /api/keys`: a page of keys.
+    ListKeys,
     ShowKey(String),
     /// `POST /api/keys/revoke`: the leak path, by the secret.
     RevokeSecret,
@@ -131,6 +134,7 @@ pub(crate) fn classify(method: &Method, path: &str) -> Result<Route, Miss> {
         (Get, ["api", "blocks"]) => Ok(Route::Blocks),
         (Delete, ["api", "blocks", _, ..]) => Ok(Route::ReleaseBlock(tail())),
         (Get, ["api", "ledger"]) => Ok(Route::Ledger),
+        (Get, ["api", "keys"]) => Ok(Route::ListKeys),
         (Post, ["api", "keys", name]) if percent_decode(name) == "revoke" => {
             Ok(Route::RevokeSecret)
         }
@@ -144,7 +148,7 @@ pub(crate) fn classify(method: &Method, path: &str) -> Result<Route, Miss> {
         (Delete, ["api", "keys", name, "quota"]) => key(name, KeyOp::ClearQuota),
         // Known paths, other methods.
         (_, [""] | ["metrics" | "healthz" | "readyz"])
-        | (_, ["api", "usage" | "overrides" | "blocks" | "ledger"])
+        | (_, ["api", "usage" | "overrides" | "blocks" | "ledger" | "keys"])
         | (_, ["api", "keys", _]) => Err(Miss::NotAllowed("GET, HEAD")),
         (_, ["reload"]) => Err(Miss::NotAllowed("POST")),
         (_, ["api", "overrides" | "blocks", _, ..]) => Err(Miss::NotAllowed("DELETE")),
@@ -193,6 +197,7 @@ impl Admin {
             ),
             Route::ReleaseBlock(address) => self.release_block(&address),
             Route::Ledger => ledger::answer(self, req.query, req.csv).await,
+            Route::ListKeys => list::answer(self, req.query),
             Route::ShowKey(name) => keys::show(&self.live, &name),
             Route::RevokeSecret => keys::revoke_secret(self, req.body).await,
             Route::Key(name, op) => keys::change(self, &name, op, req.body).await,
@@ -216,6 +221,7 @@ impl Route {
             Route::Blocks => ("GET", "/api/blocks"),
             Route::ReleaseBlock(_) => ("DELETE", "/api/blocks/{address}"),
             Route::Ledger => ("GET", "/api/ledger"),
+            Route::ListKeys => ("GET", "/api/keys"),
             Route::ShowKey(_) => ("GET", "/api/keys/{name}"),
             Route::RevokeSecret => ("POST", "/api/keys/revoke"),
             Route::Key(_, op) => op.row(),
@@ -224,123 +230,5 @@ impl Route {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const METHODS: [Method; 7] = [
-        Method::GET,
-        Method::HEAD,
-        Method::POST,
-        Method::PUT,
-        Method::DELETE,
-        Method::PATCH,
-        Method::OPTIONS,
-    ];
-
-    /// A path of `pattern`, its `{…}` filled in.
-    fn sample(pattern: &str) -> String {
-        pattern
-            .replace("{name}", "shop%2F42")
-            .replace("{address}", "192.0.2.7")
-    }
-
-    /// The row `method` takes on a path of `pattern`, if any.
-    fn row_of(method: &Method, pattern: &str) -> Option<(&'static str, &'static str)> {
-        let m = if method == Method::HEAD {
-            "GET"
-        } else {
-            method.as_str()
-        };
-        ROUTES
-            .iter()
-            .copied()
-            .find(|&(rm, rp)| rm == m && rp == pattern)
-    }
-
-    /// Whether `path` is a path of `pattern` (a `{…}` segment stands for any).
-    fn instance(pattern: &str, path: &str) -> bool {
-        let (p, q): (Vec<_>, Vec<_>) = (pattern.split('/').collect(), path.split('/').collect());
-        p.len() == q.len() && p.iter().zip(&q).all(|(p, q)| p.starts_with('{') || p == q)
-    }
-
-    #[test]
-    fn the_match_answers_every_row_of_routes_and_nothing_else() {
-        for &(_, pattern) in ROUTES {
-            let path = sample(pattern);
-            for method in &METHODS {
-                match (classify(method, &path), row_of(method, pattern)) {
-                    (Ok(route), Some(row)) => assert_eq!(route.row(), row, "{method} {path}"),
-                    // `GET /api/keys/revoke`: the key named `revoke`, another row's path.
-                    (Ok(route), None) => {
-                        let (m, p) = route.row();
-                        assert!(row_of(method, p) == Some((m, p)) && instance(p, &path));
-                    }
-                    (Err(Miss::NotAllowed(allow)), None) => {
-                        // Every method `Allow` names is answered on this path.
-                        for m in allow.split(", ") {
-                            let m = Method::from_bytes(m.as_bytes()).unwrap();
-                            assert!(classify(&m, &path).is_ok(), "{m} {path} ({allow})");
-                        }
-                    }
-                    (got, want) => panic!("{method} {path}: {got:?}, ROUTES has {want:?}"),
-                }
-            }
-        }
-        // Every route names its own row, and the rows are distinct.
-        let mut rows = ROUTES.to_vec();
-        rows.sort_unstable();
-        rows.dedup();
-        assert_eq!(rows.len(), ROUTES.len());
-    }
-
-    #[test]
-    fn names_are_decoded_and_other_paths_are_404() {
-        let get = &Method::GET;
-        assert_eq!(
-            classify(get, "/api/keys/shop%2F42"),
-            Ok(Route::ShowKey("shop/42".into()))
-        );
-        assert_eq!(
-            classify(&Method::POST, "/api/keys/%72evoke"),
-            Ok(Route::RevokeSecret)
-        );
-        assert_eq!(
-            classify(&Method::DELETE, "/api/overrides/a/b%20c"),
-            Ok(Route::DeleteOverride("a/b c".into()))
-        );
-        assert_eq!(
-            classify(&Method::PUT, "/api/keys/k/limit"),
-            Ok(Route::Key("k".into(), KeyOp::SetLimit))
-        );
-        assert_eq!(
-            classify(get, "/api/keys/"),
-            Ok(Route::ShowKey(String::new()))
-        );
-        for path in [
-            "/nothing",
-            "/metrics/",
-            "/api/keys",
-            "/api/usage/",
-            "/api",
-            "*",
-            "",
-        ] {
-            assert_eq!(classify(get, path), Err(Miss::NotFound), "{path}");
-        }
-        for path in [
-            "/api/keys/k/",
-            "/api/keys/k/suspend/x",
-            "/api/keys/k/rotate",
-        ] {
-            assert_eq!(classify(get, path), Err(Miss::NoKeyOperation), "{path}");
-        }
-        assert_eq!(
-            classify(&Method::PUT, "/api/keys/revoke"),
-            Err(Miss::NotAllowed("GET, HEAD"))
-        );
-        assert_eq!(
-            classify(get, "/api/blocks/192.0.2.7"),
-            Err(Miss::NotAllowed("DELETE"))
-        );
-    }
-}
+#[path = "router_tests.rs"]
+mod tests;

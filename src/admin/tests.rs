@@ -26,6 +26,7 @@ fn admin(dir: &tempfile::TempDir) -> (Admin, std::path::PathBuf) {
             failures: Arc::default(),
             overrides: Arc::new(PlanOverrides::memory()),
             ledger,
+            names: Default::default(),
         },
         path,
     )

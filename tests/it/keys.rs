@@ -741,3 +741,84 @@ fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis
     assert_eq!(call(lb, "basic-key-1").status, 200);
     drop(p);
 }
+
+/// The names of a `GET /api/keys` page, and its `next`.
+fn page(addr: SocketAddr, query: &str) -> (Vec<String>, Option<String>) {
+    let r = admin(addr, "GET", &format!("/api/keys{query}"));
+    assert_eq!(r.status, 200, "{query}: {}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    let names = v["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["name"].as_str().unwrap().to_string())
+        .collect();
+    (names, v["next"].as_str().map(String::from))
+}
+
+#[test]
+fn the_keys_are_listed_in_name_order_page_by_page_and_filtered() {
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::with(&up);
+    let a = gw.config.process.admin_listen;
+    let all = [
+        "acme",
+        "acme-customer",
+        "basic-1",
+        "globex",
+        "globex-customer",
+        "pro-1",
+        "standard-1",
+    ];
+    // One page: every key, in name order, each as GET /api/keys/{name} gives it (with its
+    // source), and never a digest.
+    let r = admin(a, "GET", "/api/keys");
+    let v = r.json();
+    assert_eq!(v["next"], serde_json::Value::Null);
+    let keys = v["keys"].as_array().unwrap();
+    let names: Vec<&str> = keys.iter().map(|k| k["name"].as_str().unwrap()).collect();
+    assert_eq!(names, all);
+    assert_eq!(keys[2], state(a, "basic-1"));
+    assert!(keys.iter().all(|k| k["source"] == "config"));
+    let body = String::from_utf8_lossy(&r.body);
+    for digest in gw.config.keys.iter().map(|k| k.digest.to_hex()) {
+        assert!(!body.contains(&digest), "a digest in the list");
+    }
+    // Pages of two, each from the `next` of the one before: the same keys, once each.
+    let (mut seen, mut next) = page(a, "?limit=2");
+    while let Some(cursor) = next {
+        let (more, after) = page(a, &format!("?limit=2&cursor={cursor}"));
+        assert!(more.len() <= 2 && !more.is_empty());
+        seen.extend(more);
+        next = after;
+    }
+    assert_eq!(seen, all);
+    // Filters.
+    assert_eq!(page(a, "?plan=basic").0, ["acme-customer", "basic-1"]);
+    assert_eq!(page(a, "?partner=acme").0, ["acme", "acme-customer"]);
+    assert_eq!(page(a, "?plan=pro&limit=1"), (vec!["pro-1".to_string()], None));
+    assert!(page(a, "?source=api").0.is_empty());
+    assert!(page(a, "?state=suspended").0.is_empty());
+    let r = admin_json(a, "POST", "/api/keys/basic-1/suspend", "");
+    assert_eq!(r.status, 200);
+    assert_eq!(page(a, "?state=suspended").0, ["basic-1"]);
+    assert_eq!(page(a, "?state=active&plan=basic").0, ["acme-customer"]);
+    // A filter that names nothing that exists, or a bad page size: 400 naming it.
+    for (query, name) in [
+        ("?plan=gold", "`plan`"),
+        ("?partner=initech", "`partner`"),
+        ("?limit=0", "`limit`"),
+        ("?limit=1001", "`limit`"),
+        ("?state=paused", "`state`"),
+        ("?cursor=not-hex", "`cursor`"),
+        ("?sort=name", "`sort`"),
+    ] {
+        let r = admin(a, "GET", &format!("/api/keys{query}"));
+        assert_eq!(r.status, 400, "{query}");
+        let p = r.json();
+        assert_eq!(p["code"], "invalid_query", "{query}");
+        assert!(p["detail"].as_str().unwrap().contains(name), "{query}: {p}");
+    }
+    let r = admin(a, "DELETE", "/api/keys");
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD")));
+}

@@ -37,8 +37,18 @@ pub(crate) struct KeyView {
     pub quota: Option<KeyQuotaView>,
     /// The window limit in force.
     pub requests_per_window: u32,
+    /// Where the key comes from: `config` (the YAML) or `api` (issued by the admin API).
+    pub source: String,
     /// `active`, `expired`, `suspended` or `revoked`.
     pub state: String,
+}
+
+/// `GET /api/keys`: one page of keys in name order, and the cursor of the next (`null` on
+/// the last page).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct KeyPage {
+    pub keys: Vec<KeyView>,
+    pub next: Option<String>,
 }
 
 /// The quota in force on a key (its own, live or YAML, else its plan's or the partners'),

@@ -4,7 +4,7 @@
 //! | file | answers |
 //! |---|---|
 //! | `view/mod.rs` | `GET /api/usage`: the operator's view, [`UsageView`] |
-//! | `view/keys.rs` | `/api/keys/…`: [`KeyView`] (a key's state, also the answer to each change), [`RevokedView`]; [`ChangeRow`] |
+//! | `view/keys.rs` | `/api/keys/…`: [`KeyView`] (a key's state, also the answer to each change), [`KeyPage`] (`GET /api/keys`), [`RevokedView`]; [`ChangeRow`] |
 //! | `view/answers.rs` | [`ReloadView`], [`BlocksView`] (and [`BlockRow`]), [`OverridesView`], [`LedgerView`]; the members some problems add ([`ConfigRefusedAt`], [`FieldErrors`]) |
 //!
 //! Member order: the answers that were `serde_json::Value` maps before they had a view
@@ -27,7 +27,9 @@ pub(crate) use answers::{
     BlockRow, BlocksView, ConfigRefusedAt, FieldErrorView, FieldErrors, LedgerRow, LedgerView,
     OverridesView, ReloadView,
 };
-pub(crate) use keys::{ChangeRow, KeyQuotaView, KeyView, OverrideView, PreviousView, RevokedView};
+pub(crate) use keys::{
+    ChangeRow, KeyPage, KeyQuotaView, KeyView, OverrideView, PreviousView, RevokedView,
+};
 
 /// `GET /api/usage`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
