@@ -1,4 +1,4 @@
-//! The command line: `run`, `demo`, `stand-in`, `check`, `hash-key`, `top`.
+//! The command line: `run`, `demo`, `stand-in`, `check`, `hash-key`, `top`, `keys`.
 //!
 //! Every flag's help says what it does (`tollgate <command> --help`). `run` takes Pingora's own
 //! flags too (its `Opt`, flattened: `-u/--upgrade`, `-d/--daemon`, `-t/--test`, `-c/--conf` and
@@ -21,6 +21,7 @@ use crate::digest::Digest;
 use crate::runtime::logging::{init_logging, LogWriter};
 use crate::server;
 
+mod keys;
 mod summary;
 
 use summary::overrides_summary;
@@ -140,6 +141,10 @@ pub enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// Keys through the admin listener's API: list, show, suspend, resume, revoke, limit,
+    /// quota, revoke-secret (the token from TOLLGATE_ADMIN_TOKEN; a table, or --json; exit 1
+    /// with the problem's detail on stderr).
+    Keys(keys::KeysArgs),
 }
 
 /// Run a parsed command; the binary's `main` calls this.
@@ -173,6 +178,7 @@ pub fn dispatch(cli: Cli) -> ExitCode {
         } => check(&config, allow_demo_keys, no_resolve),
         Command::HashKey => hash_key(),
         Command::Top { admin, once } => top(&admin, once),
+        Command::Keys(args) => keys::run(args),
     }
 }
 
@@ -323,12 +329,22 @@ mod tests {
     }
 
     /// `(command path, argument)` for every argument of `cmd` and its subcommands, recursively.
-    fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<(String, Arg)>) {
+    /// Every argument, where it is defined (a global one once, not again in each subcommand
+    /// it is propagated to).
+    fn walk(cmd: &clap::Command, path: &str, out: &mut Vec<(String, Arg)>, inherited: &[String]) {
+        let mut globals = inherited.to_vec();
         for a in cmd.get_arguments().filter(|a| !generated(a)) {
+            let id = a.get_id().to_string();
+            if a.is_global_set() && inherited.contains(&id) {
+                continue;
+            }
+            if a.is_global_set() {
+                globals.push(id);
+            }
             out.push((path.to_string(), a.clone()));
         }
         for sub in cmd.get_subcommands() {
-            walk(sub, &format!("{path} {}", sub.get_name()), out);
+            walk(sub, &format!("{path} {}", sub.get_name()), out, &globals);
         }
     }
 
@@ -336,7 +352,7 @@ mod tests {
         let mut cmd = Cli::command();
         cmd.build();
         let mut out = Vec::new();
-        walk(&cmd, "tollgate", &mut out);
+        walk(&cmd, "tollgate", &mut out, &[]);
         out
     }
 
@@ -472,6 +488,7 @@ mod tests {
     fn the_flags_are_those_documented() {
         let mut got: Vec<String> = all_args()
             .iter()
+            .filter(|(_, a)| a.get_long().is_some())
             .map(|(path, a)| {
                 let short = a.get_short().map(|c| format!("-{c}/")).unwrap_or_default();
                 let long = a.get_long().unwrap_or("?");
@@ -496,6 +513,15 @@ mod tests {
             "tollgate check --no-resolve",
             "tollgate top --admin",
             "tollgate top --once",
+            "tollgate keys --admin",
+            "tollgate keys --json",
+            "tollgate keys list --plan",
+            "tollgate keys list --partner",
+            "tollgate keys list --state",
+            "tollgate keys list --source",
+            "tollgate keys suspend --reason",
+            "tollgate keys limit --clear",
+            "tollgate keys quota --clear",
         ];
         want.sort_unstable();
         assert_eq!(got, want);

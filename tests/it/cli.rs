@@ -261,3 +261,111 @@ fn hash_key_prints_the_sha256_of_stdin_without_one_trailing_newline() {
     assert!(err.contains("cannot be sent as a bearer token"), "{err}");
     assert_eq!(hash_key(b"").0, Some(1));
 }
+
+/// `tollgate keys --admin <a> args…` with `TOLLGATE_ADMIN_TOKEN` set to `token` and `stdin`:
+/// (exit code, stdout, stderr).
+fn keys(a: std::net::SocketAddr, token: &str, args: &[&str], stdin: &str) -> (i32, String, String) {
+    use std::io::Write as _;
+    let admin = format!("http://{a}");
+    let mut child = tollgate()
+        .args(["keys", "--admin", &admin])
+        .args(args)
+        .env("TOLLGATE_ADMIN_TOKEN", token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn the_keys_command_drives_a_running_gateway_through_its_admin_api() {
+    use crate::harness::{config_for, Gateway, Mode, Upstream};
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&config_for(&up).admin_token("keys-cli-token"));
+    let a = gw.config.process.admin_listen;
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let (code, out, err) = keys(a, "keys-cli-token", &all, "");
+        assert_eq!(code, 0, "{args:?}: {err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    // A table by default: a header and one row.
+    let (code, out, _) = keys(a, "keys-cli-token", &["show", "basic-1"], "");
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("NAME") && lines[1].starts_with("basic-1 "),
+        "{out}"
+    );
+    assert!(
+        lines[1].contains("active") && lines[1].contains("config"),
+        "{out}"
+    );
+    // --json: the API's own answer.
+    assert_eq!(json(&["show", "basic-1"])["requests_per_window"], 40);
+    // Every verb the API has, and what it changed.
+    assert_eq!(
+        json(&["suspend", "basic-1", "--reason", "late invoices"])["state"],
+        "suspended"
+    );
+    let listed = json(&["list", "--state", "suspended"]);
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["keys"][0]["name"], "basic-1");
+    assert_eq!(json(&["resume", "basic-1"])["state"], "active");
+    assert_eq!(json(&["limit", "basic-1", "5"])["requests_per_window"], 5);
+    assert_eq!(
+        json(&["limit", "basic-1", "--clear"])["requests_per_window"],
+        40
+    );
+    let q = json(&["quota", "basic-1", "100/day"]);
+    assert_eq!(
+        (q["quota"]["requests"].clone(), q["quota"]["per"].clone()),
+        (100.into(), "day".into())
+    );
+    assert_eq!(
+        json(&["quota", "basic-1", "--clear"])["quota"],
+        serde_json::Value::Null
+    );
+    let all = json(&["list"]);
+    assert_eq!(all["keys"].as_array().unwrap().len(), 7, "every page");
+    // The leak path: the secret on stdin, never on the command line.
+    let (code, out, err) = keys(a, "keys-cli-token", &["revoke-secret"], "standard-key-1\n");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("standard-1") && out.contains("revoked"),
+        "{out}"
+    );
+    assert_eq!(json(&["show", "standard-1"])["state"], "revoked");
+    // Failures: exit 1 and the problem's detail on stderr.
+    let (code, _, err) = keys(a, "keys-cli-token", &["show", "nobody"], "");
+    assert_eq!(code, 1);
+    assert!(err.contains("nobody"), "{err}");
+    let (code, _, err) = keys(a, "wrong-token", &["show", "basic-1"], "");
+    assert_eq!(code, 1);
+    assert!(err.starts_with("error: "), "{err}");
+    let (code, _, err) = keys(a, "keys-cli-token", &["list", "--plan", "gold"], "");
+    assert_eq!(code, 1);
+    assert!(err.contains("`plan`"), "{err}");
+    // An admin listener that is not there: said, exit 1.
+    let gone = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (code, _, err) = keys(gone, "t", &["show", "basic-1"], "");
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot reach the admin listener"), "{err}");
+}

@@ -1,0 +1,347 @@
+//! `tollgate keys`: a client of the admin listener's key API for operators and scripts. The
+//! admin token, if the listener needs one, is read from `TOLLGATE_ADMIN_TOKEN`. A table by
+//! default, the API's JSON with `--json`; exit 0 on success, 1 with the problem's `detail` on
+//! stderr otherwise.
+
+use std::io::Read as _;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+/// `tollgate keys …`.
+#[derive(Args, Debug)]
+pub struct KeysArgs {
+    /// The admin listener, http://host:port.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:9091")]
+    admin: String,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Subcommand, Debug)]
+enum Verb {
+    /// Every key (every page), in name order, filtered.
+    List {
+        /// Only keys of this plan (`partner` for partner keys).
+        #[arg(long)]
+        plan: Option<String>,
+        /// Only keys this partner manages (and the partner's own).
+        #[arg(long)]
+        partner: Option<String>,
+        /// Only keys in this state: active, expired, suspended or revoked.
+        #[arg(long)]
+        state: Option<String>,
+        /// Only keys from this source: config (the YAML) or api (issued).
+        #[arg(long)]
+        source: Option<String>,
+    },
+    /// One key's state.
+    Show {
+        /// The key's name.
+        name: String,
+    },
+    /// Refuse the key until it is resumed.
+    Suspend {
+        /// The key's name.
+        name: String,
+        /// Why, in the operator's words (kept with the change).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Lift a suspension.
+    Resume {
+        /// The key's name.
+        name: String,
+    },
+    /// Refuse every digest of the key for good.
+    Revoke {
+        /// The key's name.
+        name: String,
+    },
+    /// Set the key's own window limit, or clear it (back to its plan's).
+    Limit {
+        /// The key's name.
+        name: String,
+        /// Requests per window.
+        #[arg(required_unless_present = "clear", conflicts_with = "clear")]
+        requests: Option<u32>,
+        /// Clear the key's own limit.
+        #[arg(long)]
+        clear: bool,
+    },
+    /// Set the key's own quota (N/day or N/month), or clear it (back to its plan's).
+    Quota {
+        /// The key's name.
+        name: String,
+        /// N/day or N/month.
+        #[arg(required_unless_present = "clear", conflicts_with = "clear", value_parser = quota_arg)]
+        quota: Option<(u64, String)>,
+        /// Clear the key's own quota.
+        #[arg(long)]
+        clear: bool,
+    },
+    /// Revoke the key whose secret is read on stdin (a leak: the name need not be known).
+    RevokeSecret,
+}
+
+/// `N/day` or `N/month`.
+fn quota_arg(s: &str) -> Result<(u64, String), String> {
+    let (n, per) = s
+        .split_once('/')
+        .ok_or_else(|| format!("`{s}`: write N/day or N/month"))?;
+    let n = n
+        .parse()
+        .map_err(|_| format!("`{n}` is not a whole number"))?;
+    match per {
+        "day" | "month" => Ok((n, per.to_string())),
+        _ => Err(format!("`{per}`: the period is day or month")),
+    }
+}
+
+/// What one call of the API came to: its JSON, or the words for stderr.
+type Answer = Result<Value, String>;
+
+/// The admin listener at `base`.
+struct Client {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Client {
+    fn new(base: &str) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_secs(30)))
+            .build()
+            .into();
+        Self {
+            base: base.trim_end_matches('/').to_string(),
+            token: std::env::var("TOLLGATE_ADMIN_TOKEN").ok(),
+            agent,
+        }
+    }
+
+    /// `method path` with `body` (JSON, when given).
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Answer {
+        let url = format!("{}{path}", self.base);
+        let mut req = http::Request::builder().method(method).uri(&url);
+        if let Some(t) = &self.token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let sent = match body {
+            Some(b) => req
+                .header("content-type", "application/json")
+                .body(b.to_string())
+                .map_err(|e| e.to_string())
+                .and_then(|r| self.agent.run(r).map_err(|e| e.to_string())),
+            None => req
+                .body(())
+                .map_err(|e| e.to_string())
+                .and_then(|r| self.agent.run(r).map_err(|e| e.to_string())),
+        };
+        let mut resp =
+            sent.map_err(|e| format!("cannot reach the admin listener at {url}: {e}"))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| format!("{url}: {e}"))?;
+        let value: Option<Value> = serde_json::from_str(&text).ok();
+        if (200..300).contains(&status) {
+            return Ok(value.unwrap_or(Value::Null));
+        }
+        Err(match value.as_ref().and_then(|v| v["detail"].as_str()) {
+            Some(detail) => detail.to_string(),
+            None => format!("{method} {path}: HTTP {status}: {}", text.trim()),
+        })
+    }
+}
+
+/// A path segment with what a URL escapes escaped (a key name may hold `/` or spaces).
+fn segment(name: &str) -> String {
+    percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// Every page of `GET /api/keys` with `filters`, as one list.
+fn list_all(c: &Client, filters: &[(&str, &Option<String>)]) -> Answer {
+    let mut query: Vec<String> = filters
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", segment(v))))
+        .collect();
+    query.push("limit=1000".into());
+    let mut keys = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut q = query.clone();
+        if let Some(c) = &cursor {
+            q.push(format!("cursor={c}"));
+        }
+        let page = c.call("GET", &format!("/api/keys?{}", q.join("&")), None)?;
+        keys.extend(page["keys"].as_array().cloned().unwrap_or_default());
+        match page["next"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => return Ok(json!({ "keys": keys, "next": null })),
+        }
+    }
+}
+
+/// `tollgate keys …`.
+pub(super) fn run(args: KeysArgs) -> ExitCode {
+    let c = Client::new(&args.admin);
+    let key = |name: &str, op: &str| format!("/api/keys/{}/{op}", segment(name));
+    let answer = match &args.verb {
+        Verb::List {
+            plan,
+            partner,
+            state,
+            source,
+        } => list_all(
+            &c,
+            &[
+                ("plan", plan),
+                ("partner", partner),
+                ("state", state),
+                ("source", source),
+            ],
+        ),
+        Verb::Show { name } => c.call("GET", &format!("/api/keys/{}", segment(name)), None),
+        Verb::Suspend { name, reason } => {
+            let body = reason.as_ref().map(|r| json!({ "reason": r }));
+            c.call(
+                "POST",
+                &key(name, "suspend"),
+                Some(&body.unwrap_or(json!({}))),
+            )
+        }
+        Verb::Resume { name } => c.call("POST", &key(name, "resume"), None),
+        Verb::Revoke { name } => c.call("POST", &key(name, "revoke"), None),
+        Verb::Limit {
+            name, clear: true, ..
+        } => c.call("DELETE", &key(name, "limit"), None),
+        Verb::Limit { name, requests, .. } => c.call(
+            "PUT",
+            &key(name, "limit"),
+            Some(&json!({ "requests_per_window": requests })),
+        ),
+        Verb::Quota {
+            name, clear: true, ..
+        } => c.call("DELETE", &key(name, "quota"), None),
+        Verb::Quota { name, quota, .. } => {
+            let (n, per) = quota.clone().unwrap_or_default();
+            c.call(
+                "PUT",
+                &key(name, "quota"),
+                Some(&json!({ "requests": n, "per": per })),
+            )
+        }
+        Verb::RevokeSecret => {
+            let mut secret = String::new();
+            match std::io::stdin().read_to_string(&mut secret) {
+                Ok(_) => c.call(
+                    "POST",
+                    "/api/keys/revoke",
+                    Some(&json!({ "key": secret.trim() })),
+                ),
+                Err(e) => Err(format!("could not read the secret on stdin: {e}")),
+            }
+        }
+    };
+    match answer {
+        Ok(v) if args.json => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            print!("{}", table(&v));
+            ExitCode::SUCCESS
+        }
+        Err(detail) => {
+            eprintln!("error: {detail}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Keys as a table: a list's `keys`, or the one key an answer is.
+fn table(v: &Value) -> String {
+    let one = [v.clone()];
+    let keys: &[Value] = match v["keys"].as_array() {
+        Some(k) => k,
+        None => &one,
+    };
+    let text = |k: &Value, f: &str| match &k[f] {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let quota = |k: &Value| match &k["quota"] {
+        Value::Null => "-".to_string(),
+        q => format!("{}/{} ({} used)", q["requests"], text(q, "per"), q["used"]),
+    };
+    let mut rows = vec![[
+        "NAME", "PLAN", "PARTNER", "STATE", "LIMIT", "QUOTA", "SOURCE",
+    ]
+    .map(String::from)];
+    for k in keys {
+        rows.push([
+            text(k, "name"),
+            text(k, "plan"),
+            text(k, "partner"),
+            text(k, "state"),
+            text(k, "requests_per_window"),
+            quota(k),
+            text(k, "source"),
+        ]);
+    }
+    let widths: Vec<usize> = (0..7)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in &rows {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quota_is_n_per_day_or_month() {
+        assert_eq!(quota_arg("500/day"), Ok((500, "day".into())));
+        assert_eq!(quota_arg("7/month"), Ok((7, "month".into())));
+        for bad in ["500", "x/day", "5/week", "/day"] {
+            assert!(quota_arg(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn keys_print_as_a_table_one_row_each() {
+        let v = json!({"keys": [
+            {"name": "basic-1", "plan": "basic", "partner": null, "state": "active",
+             "requests_per_window": 40, "quota": null, "source": "config"},
+            {"name": "acme-customer", "plan": "basic", "partner": "acme", "state": "suspended",
+             "requests_per_window": 40, "source": "config",
+             "quota": {"requests": 100, "per": "day", "used": 3}}
+        ], "next": null});
+        let t = table(&v);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("NAME"));
+        assert!(lines[1].starts_with("basic-1  "));
+        assert!(lines[2].contains("100/day (3 used)") && lines[2].contains("suspended"));
+        assert_eq!(table(&v["keys"][0]).lines().count(), 2, "one key: one row");
+    }
+}
