@@ -61,14 +61,14 @@ admin_codes! {
     // `DELETE /api/overrides/{name}`.
     /// The key has no plan override.
     NoOverride => NOT_FOUND, "no_override", "No plan override for that key";
-    /// The store of overrides could not keep the removal.
 
     // `DELETE /api/blocks/{address}`.
     /// The address is not blocked (or is not an address).
     NotBlocked => NOT_FOUND, "not_blocked", "That address is not blocked";
 
-    // `GET /api/ledger`.
-    /// A query parameter is not a day, or the days are out of order or too many.
+    // `GET /api/ledger` and `GET /api/keys`.
+    /// A query parameter is not one the route takes, or its value is not one it can be (a
+    /// day out of order, a plan no config has, a page size out of range).
     InvalidQuery => BAD_REQUEST, "invalid_query", "Invalid query";
     /// The store of the ledger cannot be read.
     LedgerUnavailable => SERVICE_UNAVAILABLE, "ledger_unavailable", "The ledger cannot be read";
@@ -92,7 +92,8 @@ admin_codes! {
     NotACustomerKey => BAD_REQUEST, "not_a_customer_key", "Partner keys have no limit or quota of their own";
     /// A partner's resume of a key the operator suspended.
     SuspendedByOperator => CONFLICT, "suspended_by_operator", "The operator suspended the key";
-    /// The store could not keep a change to a key; it was made nowhere.
+    /// The store could not keep an operator's change (to a key, or an override removed); it was
+    /// made nowhere.
     ChangeNotKept => SERVICE_UNAVAILABLE, "change_not_kept", "The change could not be kept, and was not made";
 }
 

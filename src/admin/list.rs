@@ -63,9 +63,13 @@ struct Query {
 }
 
 /// The query read, or the 400 naming the parameter.
-fn read(query: Option<&str>) -> Result<Query, Response<Vec<u8>>> {
-    let bad =
-        |name: &str, rule: &str| problem(AdminCode::InvalidQuery, &format!("`{name}` {rule}"));
+fn read(query: Option<&str>) -> Result<Query, Box<Response<Vec<u8>>>> {
+    let bad = |name: &str, rule: &str| {
+        Box::new(problem(
+            AdminCode::InvalidQuery,
+            &format!("`{name}` {rule}"),
+        ))
+    };
     let mut q = Query {
         limit: DEFAULT_LIMIT,
         ..Query::default()
@@ -124,19 +128,20 @@ fn cursor_name(c: &str) -> Option<String> {
 
 /// Whether `view` passes the filters.
 fn passes(q: &Query, view: &KeyView) -> bool {
-    q.plan.as_ref().is_none_or(|p| *p == view.plan)
-        && q.partner
-            .as_ref()
-            .is_none_or(|p| view.partner.as_ref() == Some(p))
-        && q.state.as_ref().is_none_or(|s| *s == view.state)
-        && q.source.as_ref().is_none_or(|s| *s == view.source)
+    let given = |want: &Option<String>, got: Option<&String>| {
+        want.as_ref().map_or(true, |w| Some(w) == got)
+    };
+    given(&q.plan, Some(&view.plan))
+        && given(&q.partner, view.partner.as_ref())
+        && given(&q.state, Some(&view.state))
+        && given(&q.source, Some(&view.source))
 }
 
 /// `GET /api/keys?query`.
 pub(super) fn answer(admin: &Admin, query: Option<&str>) -> Response<Vec<u8>> {
     let q = match read(query) {
         Ok(q) => q,
-        Err(refusal) => return refusal,
+        Err(refusal) => return *refusal,
     };
     let snap = admin.live.load();
     let policy = &snap.policy;

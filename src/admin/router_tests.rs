@@ -92,14 +92,7 @@ fn names_are_decoded_and_other_paths_are_404() {
         Ok(Route::ShowKey(String::new()))
     );
     assert_eq!(classify(get, "/api/keys"), Ok(Route::ListKeys));
-    for path in [
-        "/nothing",
-        "/metrics/",
-        "/api/usage/",
-        "/api",
-        "*",
-        "",
-    ] {
+    for path in ["/nothing", "/metrics/", "/api/usage/", "/api", "*", ""] {
         assert_eq!(classify(get, path), Err(Miss::NotFound), "{path}");
     }
     for path in [
