@@ -745,7 +745,12 @@ fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis
 /// The names of a `GET /api/keys` page, and its `next`.
 fn page(addr: SocketAddr, query: &str) -> (Vec<String>, Option<String>) {
     let r = admin(addr, "GET", &format!("/api/keys{query}"));
-    assert_eq!(r.status, 200, "{query}: {}", String::from_utf8_lossy(&r.body));
+    assert_eq!(
+        r.status,
+        200,
+        "{query}: {}",
+        String::from_utf8_lossy(&r.body)
+    );
     let v = r.json();
     let names = v["keys"]
         .as_array()
@@ -796,7 +801,10 @@ fn the_keys_are_listed_in_name_order_page_by_page_and_filtered() {
     // Filters.
     assert_eq!(page(a, "?plan=basic").0, ["acme-customer", "basic-1"]);
     assert_eq!(page(a, "?partner=acme").0, ["acme", "acme-customer"]);
-    assert_eq!(page(a, "?plan=pro&limit=1"), (vec!["pro-1".to_string()], None));
+    assert_eq!(
+        page(a, "?plan=pro&limit=1"),
+        (vec!["pro-1".to_string()], None)
+    );
     assert!(page(a, "?source=api").0.is_empty());
     assert!(page(a, "?state=suspended").0.is_empty());
     let r = admin_json(a, "POST", "/api/keys/basic-1/suspend", "");
