@@ -15,6 +15,7 @@
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_path_to_error::Segment;
+use utoipa::ToSchema;
 
 use super::codes::AdminCode;
 use super::reply::{problem, problem_with};
@@ -34,7 +35,7 @@ pub(super) trait Body: DeserializeOwned {
 }
 
 /// `POST /api/keys/{name}/suspend`: optional.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 pub(super) struct SuspendBody {
     /// Why, for the record (at most [`MAX_REASON`] characters).
     reason: Option<String>,
@@ -44,20 +45,21 @@ pub(super) struct SuspendBody {
 const MAX_REASON: usize = 200;
 
 /// `PUT /api/keys/{name}/limit`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(super) struct LimitBody {
     requests_per_window: Option<u64>,
 }
 
 /// `PUT /api/keys/{name}/quota`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 pub(super) struct QuotaBody {
     requests: Option<u64>,
+    #[schema(value_type = Option<super::view::PeriodSchema>)]
     per: Option<Period>,
 }
 
 /// `POST /api/keys/revoke`: the leak path.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub(super) struct SecretBody {
     /// The secret, bare or as `Bearer <secret>`; never logged or echoed.
     key: Option<String>,

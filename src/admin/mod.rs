@@ -16,6 +16,7 @@
 //! | `GET /api/ledger` | 200, the usage ledger as JSON or CSV ([`ledger`]) |
 //! | `GET /api/keys` | 200, one page of keys in name order, filtered, with the next page's cursor ([`list`]) |
 //! | `GET /api/keys/{name}`, `POST /api/keys/{name}/suspend\|resume\|revoke`, `POST /api/keys/revoke`, `PUT\|DELETE /api/keys/{name}/limit\|quota` | keys that change live ([`keys`]) |
+//! | `GET /api/openapi.json` | 200, this table as an OpenAPI 3.1 document: every path, method, parameter, body, answer and problem code ([`openapi`]) |
 //!
 //! With `admin_token_sha256` set, every path but `/healthz` and `/readyz` needs
 //! `Authorization: Bearer <token>` (its SHA-256 compared in constant time): else 401
@@ -44,6 +45,7 @@
 //! | `keys.rs` | `/api/keys/…`: the handlers of keys that change live |
 //! | `list.rs` | `GET /api/keys`: pages of keys in name order |
 //! | `record.rs` | a key's live record in words: its state, the changes in force |
+//! | `openapi.rs` | `GET /api/openapi.json`: the document, from `ROUTES`' operations, the views' and bodies' schemas and the codes |
 //! | `tests.rs` | the listener's answers, end to end without a socket |
 
 use std::sync::Arc;
@@ -56,6 +58,7 @@ pub(crate) mod guard;
 pub(crate) mod keys;
 pub(crate) mod ledger;
 pub(crate) mod list;
+mod openapi;
 mod overrides;
 mod process;
 mod record;

@@ -1,22 +1,22 @@
 //! The admin listener's one route table. [`classify`] reads a request's method and path
 //! segments in one `match` and names its [`Route`], or the miss (404, or 405 with `Allow`);
 //! [`Admin::answer`] hands each route to its handler, in the room's other files. [`ROUTES`]
-//! lists what the match answers, so that the docs and an OpenAPI document can be held to it
-//! (a unit test holds the match to the list, both ways).
+//! lists what the match answers, so that the docs and the OpenAPI document (`openapi.rs`) are
+//! held to it (unit tests hold the match and the document to the list, both ways).
 
 use http::{Method, Response, StatusCode};
 
 use super::codes::AdminCode;
 use super::keys::{self, KeyOp};
-use super::reply::{json, not_allowed, page, percent_decode, problem, text};
+use super::reply::{json, not_allowed, page, percent_decode, problem, reply, text};
 use super::view::BlocksView;
-use super::{ledger, list, overrides, usage, Admin, MAX_ADMIN_BODY};
+use super::{ledger, list, openapi, overrides, usage, Admin, MAX_ADMIN_BODY};
 
 /// Every route the admin listener answers: `(method, path)`, a `{name}` a path segment
 /// (percent-decoded; for `DELETE /api/overrides/{name}` and `/api/blocks/{address}`, the rest
 /// of the path). `HEAD` goes wherever `GET` does. A known path with another method is 405 with
 /// `Allow`; any other path is 404.
-// Read by the router's tests now; the OpenAPI document will be held to it too.
+// Read by the tests: the router's, and the OpenAPI document's.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const ROUTES: &[(&str, &str)] = &[
     ("GET", "/"),
@@ -40,6 +40,7 @@ pub(crate) const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/api/keys/{name}/limit"),
     ("PUT", "/api/keys/{name}/quota"),
     ("DELETE", "/api/keys/{name}/quota"),
+    ("GET", "/api/openapi.json"),
 ];
 
 /// A request past the guards: what the router and the handlers read of it.
@@ -77,6 +78,8 @@ pub(crate) enum Route {
     RevokeSecret,
     /// A change to the key named.
     Key(String, KeyOp),
+    /// `GET /api/openapi.json`: this table as an OpenAPI document.
+    OpenApi,
 }
 
 /// Why no route answers.
@@ -135,6 +138,7 @@ pub(crate) fn classify(method: &Method, path: &str) -> Result<Route, Miss> {
         (Delete, ["api", "blocks", _, ..]) => Ok(Route::ReleaseBlock(tail())),
         (Get, ["api", "ledger"]) => Ok(Route::Ledger),
         (Get, ["api", "keys"]) => Ok(Route::ListKeys),
+        (Get, ["api", "openapi.json"]) => Ok(Route::OpenApi),
         (Post, ["api", "keys", name]) if percent_decode(name) == "revoke" => {
             Ok(Route::RevokeSecret)
         }
@@ -148,7 +152,7 @@ pub(crate) fn classify(method: &Method, path: &str) -> Result<Route, Miss> {
         (Delete, ["api", "keys", name, "quota"]) => key(name, KeyOp::ClearQuota),
         // Known paths, other methods.
         (_, [""] | ["metrics" | "healthz" | "readyz"])
-        | (_, ["api", "usage" | "overrides" | "blocks" | "ledger" | "keys"])
+        | (_, ["api", "usage" | "overrides" | "blocks" | "ledger" | "keys" | "openapi.json"])
         | (_, ["api", "keys", _]) => Err(Miss::NotAllowed("GET, HEAD")),
         (_, ["reload"]) => Err(Miss::NotAllowed("POST")),
         (_, ["api", "overrides" | "blocks", _, ..]) => Err(Miss::NotAllowed("DELETE")),
@@ -201,6 +205,11 @@ impl Admin {
             Route::ShowKey(name) => keys::show(&self.live, &name),
             Route::RevokeSecret => keys::revoke_secret(self, req.body).await,
             Route::Key(name, op) => keys::change(self, &name, op, req.body).await,
+            Route::OpenApi => reply(
+                StatusCode::OK,
+                "application/json",
+                openapi::document().to_vec(),
+            ),
         }
     }
 }
@@ -225,6 +234,7 @@ impl Route {
             Route::ShowKey(_) => ("GET", "/api/keys/{name}"),
             Route::RevokeSecret => ("POST", "/api/keys/revoke"),
             Route::Key(_, op) => op.row(),
+            Route::OpenApi => ("GET", "/api/openapi.json"),
         }
     }
 }

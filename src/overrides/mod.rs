@@ -94,7 +94,7 @@ pub(crate) struct PlanOverrides {
 }
 
 /// What `check`, the admin API and the page show of one upgrade.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub(crate) struct Shown {
     pub key: String,
     pub plan: String,

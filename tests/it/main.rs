@@ -19,6 +19,7 @@ mod fleet_demo;
 mod forgets_nothing;
 mod gateway;
 mod keys;
+mod openapi;
 mod operate;
 mod overrides;
 mod quotas;

@@ -6,11 +6,12 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize, Serializer};
+use utoipa::ToSchema;
 
 use crate::overrides::Shown;
 
 /// One blocked address, as `GET /api/blocks`, the usage page and `tollgate top` show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct BlockRow {
     /// The address, or the IPv6 /64 it stands for (`2001:db8:1:2::/64`).
     pub address: String,
@@ -26,7 +27,7 @@ pub(crate) struct BlockRow {
 
 /// `POST /reload`, when the new config is in force. Fields in name order, as on the wire
 /// (the README shows this answer).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct ReloadView {
     pub file: String,
     /// Keys, partner keys included.
@@ -41,21 +42,21 @@ pub(crate) struct ReloadView {
 }
 
 /// `GET /api/blocks`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct BlocksView {
     #[serde(serialize_with = "in_name_order")]
     pub blocks: Vec<BlockRow>,
 }
 
 /// `GET /api/overrides`: the partner upgrades in force.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct OverridesView {
     #[serde(serialize_with = "in_name_order")]
     pub overrides: Vec<Shown>,
 }
 
 /// `GET /api/ledger` as JSON.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub(crate) struct LedgerView {
     /// The first day, `YYYY-MM-DD`.
     pub from: String,
@@ -75,7 +76,7 @@ fn in_name_order<T: Serialize, S: Serializer>(rows: &[T], s: S) -> Result<S::Ok,
 }
 
 /// One key's day in the ledger.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub(crate) struct LedgerRow {
     pub day: String,
     pub key: String,
@@ -88,7 +89,7 @@ pub(crate) struct LedgerRow {
 }
 
 /// The members a refused reload adds to its `config_refused` problem: where the error is.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub(crate) struct ConfigRefusedAt {
     pub file: String,
     /// 1-based, when the error sits at a line.
@@ -99,13 +100,13 @@ pub(crate) struct ConfigRefusedAt {
 
 /// The member an `invalid_body` problem adds: the fields that broke, as the request path's
 /// refusals list them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub(crate) struct FieldErrors {
     pub errors: Vec<FieldErrorView>,
 }
 
 /// One field that broke: a JSON Pointer (RFC 6901) and what is wrong.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub(crate) struct FieldErrorView {
     pub pointer: String,
     pub detail: String,

@@ -2,9 +2,10 @@
 //! [`RevokedView`], and the change rows the page and `top` list ([`ChangeRow`]).
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// One change in force on a key, as the admin API and the page show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct ChangeRow {
     /// The key's name.
     pub key: String,
@@ -20,7 +21,7 @@ pub(crate) struct ChangeRow {
 
 /// A key's state, as `GET /api/keys/{name}` and every change to a key answer it: never a
 /// digest. Fields in name order, as on the wire (see [`super`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct KeyView {
     /// RFC 3339 (UTC), when the key has one.
     pub expires_at: Option<String>,
@@ -45,7 +46,7 @@ pub(crate) struct KeyView {
 
 /// `GET /api/keys`: one page of keys in name order, and the cursor of the next (`null` on
 /// the last page).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct KeyPage {
     pub keys: Vec<KeyView>,
     pub next: Option<String>,
@@ -53,7 +54,7 @@ pub(crate) struct KeyPage {
 
 /// The quota in force on a key (its own, live or YAML, else its plan's or the partners'),
 /// with the requests charged in the period now.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct KeyQuotaView {
     /// The key's own, not its plan's.
     pub own: bool,
@@ -67,7 +68,7 @@ pub(crate) struct KeyQuotaView {
 }
 
 /// An earlier digest of a key.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct PreviousView {
     /// `active`, `expired` or `revoked`.
     pub state: String,
@@ -76,7 +77,7 @@ pub(crate) struct PreviousView {
 }
 
 /// One change in force on a key ([`ChangeRow`] without the key's name).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct OverrideView {
     pub by: String,
     pub change: String,
@@ -85,7 +86,7 @@ pub(crate) struct OverrideView {
 }
 
 /// `POST /api/keys/revoke`: the key the secret was.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct RevokedView {
     pub name: String,
     /// Always `revoked`.

@@ -18,6 +18,7 @@
 //! round-trip test keeps the first two together; the page test reads the served JSON).
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 mod answers;
 mod keys;
@@ -32,7 +33,7 @@ pub(crate) use keys::{
 };
 
 /// `GET /api/usage`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct UsageView {
     /// When the view was made, in ms since the Unix epoch.
     pub generated_at_ms: u64,
@@ -62,7 +63,7 @@ pub(crate) struct UsageView {
 }
 
 /// Ten seconds of the timeline: when they start, and the requests of each outcome.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct TimelinePoint {
     /// The start of the 10 s, in ms since the Unix epoch.
     pub at_ms: u64,
@@ -72,7 +73,7 @@ pub(crate) struct TimelinePoint {
 }
 
 /// The config in force.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct ConfigView {
     pub file: String,
     pub started_at_ms: u64,
@@ -86,7 +87,7 @@ pub(crate) struct ConfigView {
 }
 
 /// The last reload.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct LastReloadView {
     pub at_ms: u64,
     /// `success` or `error`.
@@ -95,7 +96,7 @@ pub(crate) struct LastReloadView {
 }
 
 /// One plan.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct PlanView {
     pub name: String,
     pub plan_id: u32,
@@ -106,11 +107,12 @@ pub(crate) struct PlanView {
     pub keys: usize,
     /// Its quota (`{requests, per}`), if it has one.
     #[serde(default)]
+    #[schema(value_type = Option<QuotaSpecSchema>)]
     pub quota: Option<crate::config::QuotaSpec>,
 }
 
 /// A plan's allow-list: `"all"`, or the route ids.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub(crate) enum AllowView {
     Keyword(String),
@@ -118,7 +120,7 @@ pub(crate) enum AllowView {
 }
 
 /// One key's last minute.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct KeyRow {
     pub key: String,
     /// Its plan (or `partner`) now.
@@ -147,7 +149,7 @@ pub(crate) struct KeyRow {
 }
 
 /// A key's quota as the operator's view shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct QuotaView {
     pub requests: u64,
     /// `day` or `month`.
@@ -157,7 +159,7 @@ pub(crate) struct QuotaView {
 }
 
 /// A key's refusals of the last minute, by outcome.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct KeyRefusals {
     pub rate_limited: u64,
     pub forbidden: u64,
@@ -165,7 +167,7 @@ pub(crate) struct KeyRefusals {
 }
 
 /// Shared budgets' state.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct ClusterView {
     pub store_up: bool,
     pub replicas: u32,
@@ -176,7 +178,7 @@ pub(crate) struct ClusterView {
 }
 
 /// One refusal.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct RefusalRow {
     pub at_ms: u64,
     /// The key's name, when the caller was known.
@@ -184,4 +186,24 @@ pub(crate) struct RefusalRow {
     pub route: Option<String>,
     pub code: Option<String>,
     pub status: Option<u16>,
+}
+
+/// A quota (`{requests, per}`), as a plan's and a key's are written (the core's `QuotaSpec`,
+/// whose crate derives no schemas): its schema only.
+#[derive(ToSchema)]
+#[schema(as = QuotaSpec)]
+#[allow(dead_code)]
+pub(crate) struct QuotaSpecSchema {
+    requests: u64,
+    per: PeriodSchema,
+}
+
+/// A calendar period in UTC (the core's `Period`).
+#[derive(ToSchema)]
+#[schema(as = Period)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub(crate) enum PeriodSchema {
+    Day,
+    Month,
 }
