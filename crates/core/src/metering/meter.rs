@@ -30,7 +30,7 @@ pub struct Meter {
     /// request is charged again.
     exhausted: AtomicU32,
     /// Whether the meter waits in [`Metering`]'s queue of meters changed since the keeper
-    /// last visited them ([`Metering::touched`]).
+    /// last visited them ([`Metering::touched`](super::Metering::touched)).
     pub(super) queued: AtomicBool,
     /// Who the key was when last counted: the policy generation (high 32 bits) and the
     /// credential's plan index + 1, or partner index + 1 with bit 31.
@@ -80,7 +80,7 @@ impl Meter {
     /// How the next request is charged to `quota` in `period`, with the fleet `fleet`; the
     /// key's window limit is `limit`, the wall clock `now_ms`; `wait`: the request may still
     /// wait for the store ([`fleet`]'s table). A [`Ticket::Park`] is the caller's to count
-    /// ([`Metering::park`]); a ticket of a request the window then refuses is handed back
+    /// ([`Metering::park`](super::Metering::park)); a ticket of a request the window then refuses is handed back
     /// ([`Meter::undo`]).
     #[inline]
     pub fn ticket(
@@ -334,7 +334,7 @@ impl Meter {
     /// each with its counts by column (empty when there were none). Each cell is read, and
     /// swapped to 0 only when it holds a count: a request counts in one cell or two, and a
     /// swap is a locked instruction where a read is not. A count added after its cell was
-    /// read is left for the next take (its meter is queued again: [`Metering::touched`]).
+    /// read is left for the next take (its meter is queued again: [`Metering::touched`](super::Metering::touched)).
     pub fn take(&self, today: u32) -> [(u32, Option<[u32; COLUMNS]>); 2] {
         let mut out = [(today, None), (today.wrapping_sub(1), None)];
         for (day, counts) in &mut out {

@@ -52,7 +52,7 @@ impl Metering {
     }
 
     /// A request of the key whose rate state is `state` waits for the store to reserve it
-    /// within `quota` ([`Ticket::Park`]): counted, and the meter queued for the keeper's next
+    /// within `quota` ([`Ticket::Park`](super::Ticket::Park)): counted, and the meter queued for the keeper's next
     /// exchange.
     pub fn park<H: MeterHolder + 'static>(&self, state: &Arc<H>, quota: u64) {
         if let Some(m) = state.meter_cell().get() {
