@@ -51,8 +51,8 @@ for rule in "${rules[@]}"; do
   read -r path forbidden <<<"$rule"
   [ -e "$path" ] || { echo "floors: no $path (update scripts/floors.sh)" >&2; exit 1; }
   # Code lines only: not `//`, `//!`, `///` comments, nor a file's unit tests (from its
-  # `#[cfg(test)]` on, or a whole `*_tests.rs` module, or a folder's `tests.rs` module: tests
-  # may build what they test with the helpers above it).
+  # `#[cfg(test)]` on, or a whole `*_tests.rs` or `tests.rs` module: tests may build what they
+  # test with the helpers above it).
   hits=$(grep -rnHE "crate::(($forbidden)\b|\{[^}]*\b($forbidden)\b)" "$path" --include='*.rs' --exclude='*_tests.rs' --exclude='tests.rs' |
     grep -vE '^[^:]+:[0-9]+:\s*//' | while IFS=: read -r file line text; do
       tests=$(grep -n -m1 '^#\[cfg(test)\]' "$file" | cut -d: -f1)
