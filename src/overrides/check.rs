@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::{redis_set, show, Shown};
+use super::redis_set;
+use super::shown::{show, Shown};
 use crate::config::{Cluster, Plan};
 use crate::fleet_store::{connect, within, StoreError};
 use crate::policy::overrides::Override;

@@ -19,26 +19,35 @@
 //! upgrade or lifecycle operation the upstream accepted is written before its answer goes
 //! back to the partner; a write that fails is logged, and the change still applies in this
 //! process. `tollgate check` reads what is kept through [`check`].
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | [`PlanOverrides`]: the store opened, a change made (kept, then applied), an upgrade, a partner's lifecycle operation, a removal |
+//! | `keep.rs` | the writes: a change kept before it applies, what a reload dropped forgotten |
+//! | `shown.rs` | what `check`, the admin API and the page show of the upgrades ([`Shown`]) |
+//! | `fleet.rs`, [`redis_set`], [`sync`] | with `cluster`: this replica's copy, the set in Redis, the poll that spreads it |
+//! | [`check`] | what `tollgate check` reads, read-only |
 
 pub(crate) mod check;
 mod fleet;
+mod keep;
 pub(crate) mod redis_set;
+mod shown;
 pub(crate) mod sync;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::routes::Effect;
-use crate::config::{Cluster, Plan};
+use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::policy::keys::{Found, KeyIdx};
-use crate::policy::overrides::{Action, ChangeRefused, Drop, Override, Overrides, Part, Upgrade};
+use crate::policy::overrides::{Action, ChangeRefused, Override, Overrides, Part, Upgrade};
 use crate::policy::Policy;
-use crate::runtime::live::{unix_ms, Forget, LivePolicy};
+use crate::runtime::live::{unix_ms, LivePolicy};
 use crate::state::disk;
 use crate::state::StateFile;
+pub(crate) use shown::Shown;
 pub(crate) use sync::OverrideSync;
 
 /// Where the overrides are kept.
@@ -91,18 +100,6 @@ pub(crate) struct PlanOverrides {
     /// Changes made here, one at a time (each reads the records in force, keeps the new ones,
     /// then applies them), and (with Redis) the polls of the fleet's set.
     serial: tokio::sync::Mutex<()>,
-}
-
-/// What `check`, the admin API and the page show of one upgrade.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct Shown {
-    pub key: String,
-    pub plan: String,
-    pub plan_id: u32,
-    pub replaced: String,
-    pub replaced_plan_id: u32,
-    pub partner: Option<String>,
-    pub at_ms: u64,
 }
 
 impl PlanOverrides {
@@ -300,29 +297,6 @@ impl PlanOverrides {
         }
     }
 
-    /// Keep the records `changes` name (each digest's whole record, the part changed named)
-    /// where overrides are kept; returns when they are, all of them or none.
-    async fn keep(&self, changes: &[(Digest, Part, Override)]) -> Result<(), KeepError> {
-        match &self.backend {
-            Backend::Memory => Ok(()),
-            Backend::Disk(db) => {
-                let db = Arc::clone(db);
-                let records: Vec<(Digest, Option<Override>)> = changes
-                    .iter()
-                    .map(|(d, _, o)| (*d, (!o.is_empty()).then(|| o.clone())))
-                    .collect();
-                tokio::task::spawn_blocking(move || {
-                    db.write_kept(|db| disk::write_all(db, &records))
-                })
-                .await
-                .map_err(|e| KeepError::Task(e.to_string()))?
-                .map_err(KeepError::from)
-            }
-            // Boxed: the write's future is deep, and every admin route awaits this one.
-            Backend::Redis(fleet) => Ok(Box::pin(fleet.keep(changes)).await?),
-        }
-    }
-
     /// `DELETE /api/overrides/{name}`: the key back on its YAML plan. Whether it had one.
     pub(crate) async fn remove(&self, live: &LivePolicy, name: &str) -> Result<bool, KeepError> {
         let _one = self.serial.lock().await;
@@ -345,59 +319,8 @@ impl PlanOverrides {
         Ok(true)
     }
 
-    /// The upgrades in force, for the admin API and the page.
-    pub(crate) fn shown(live: &LivePolicy, policy: &Policy) -> Vec<Shown> {
-        live.with_overrides(|set| show(set.values(), &policy.config.plans))
-    }
-
     /// Whether overrides are shared through Redis (and [`OverrideSync`] must run).
     pub(crate) fn shared(&self) -> bool {
         matches!(self.backend, Backend::Redis(..))
     }
-}
-
-impl Forget for PlanOverrides {
-    /// Rewrite what a reload dropped where it is kept: the disk at once; Redis through the
-    /// next poll (a reload is not async): forgetting the version makes it read the whole set
-    /// again, apply it to this config, and delete what this config drops.
-    fn forget(&self, drops: &[Drop]) {
-        match &self.backend {
-            Backend::Memory => {}
-            Backend::Disk(db) => {
-                let records: Vec<(Digest, Option<Override>)> =
-                    drops.iter().map(|d| (d.digest, d.after.clone())).collect();
-                if let Err(e) = db.write_kept(|db| disk::write_all(db, &records)) {
-                    tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
-                }
-            }
-            Backend::Redis(fleet) => fleet.forget_version(),
-        }
-    }
-}
-
-/// The upgrades among `records`, as shown, sorted by key name; a plan no plan has any more is
-/// shown by its id.
-fn show<'o>(records: impl Iterator<Item = &'o Override>, plans: &[Plan]) -> Vec<Shown> {
-    let name = |id: u32| {
-        plans
-            .iter()
-            .find(|p| p.plan_id == id)
-            .map_or_else(|| format!("plan_id {id}"), |p| p.name.clone())
-    };
-    let mut v: Vec<Shown> = records
-        .filter_map(|o| {
-            let (plan_id, replaced) = (o.plan_id?, o.replaced.unwrap_or(0));
-            Some(Shown {
-                key: o.key.clone(),
-                plan: name(plan_id),
-                plan_id,
-                replaced: name(replaced),
-                replaced_plan_id: replaced,
-                partner: o.partner.clone(),
-                at_ms: o.at_ms,
-            })
-        })
-        .collect();
-    v.sort_by(|a, b| a.key.cmp(&b.key));
-    v
 }

@@ -1,0 +1,310 @@
+//! The immutable digest → key table ([`KeyTable`]): built per config, indexed by a hash of
+//! the whole digest, and handed each remaining key's rate state on a reload (`Carry`).
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+
+use super::credential::Credential;
+use super::entry::{Alias, Found, KeyEntry, KeyIdx};
+use super::flags::EXPIRED;
+use crate::config::keyname::KeyName;
+use crate::config::{Config, KeyExtra};
+use crate::digest::Digest;
+use crate::limit::RateState;
+
+/// Immutable digest → key table, built per config: customer keys in config order, then
+/// partner keys.
+#[derive(Debug, Default)]
+pub struct KeyTable {
+    entries: Box<[KeyEntry]>,
+    /// The `previous` digests, looked up only when a digest is no key's in force (so keys
+    /// without them cost nothing more).
+    aliases: Box<[Alias]>,
+    alias_index: HashTable<u32>,
+    /// What the YAML gives beyond digest, plan and partner, by entry.
+    extras: HashMap<KeyIdx, Box<KeyExtra>>,
+    /// Instants at which an entry expires or an alias stops, sorted.
+    deadlines: Box<[(u64, Found)]>,
+    /// Entry positions by a hash of the whole digest ([`Digest::folded`]). (Not of its first
+    /// bytes alone: digests written by hand or by a test generator, such as `000…001`,
+    /// `000…002`, share those.)
+    index: HashTable<KeyIdx>,
+    /// Seeded per table.
+    hasher: foldhash::fast::RandomState,
+    /// Whether any key has (or had, since the table was built) a quota of its own: when none
+    /// has, the quota step reads the plan's alone.
+    own_quotas: std::sync::atomic::AtomicBool,
+}
+
+impl KeyTable {
+    /// Build the table for `config`. Rate state is taken over from `previous` for every digest
+    /// that is in both, so a reload does not reset anyone's budget.
+    pub fn build(config: &Config, previous: Option<&KeyTable>) -> Self {
+        let mut carry = Carry { previous, shift: 0 };
+        let mut entries = Vec::with_capacity(config.keys.len() + config.partners.len());
+        let mut extras = HashMap::new();
+        let mut aliases = Vec::new();
+        let mut deadlines = Vec::new();
+        for (i, k) in config.keys.iter().enumerate() {
+            let extra = k.extra.as_deref();
+            entries.push(KeyEntry {
+                name: k.name.clone(),
+                configured: Credential::Customer {
+                    plan: k.plan,
+                    partner: k.partner,
+                    limit: extra.and_then(|e| e.limit).map_or(0, |n| n.get()),
+                },
+                digest: k.digest,
+                rate: carry.rate(i, &k.digest, extra),
+                live: AtomicU64::new(0),
+                quota: AtomicU64::new(crate::metering::pack_quota(extra.and_then(|e| e.quota))),
+            });
+            if let Some(e) = extra {
+                let at = i as KeyIdx;
+                if let Some(ms) = e.expires_ms {
+                    deadlines.push((ms, Found::Key(at)));
+                }
+                for &(digest, until_ms) in &e.previous {
+                    deadlines.push((until_ms, Found::Alias(aliases.len() as u32)));
+                    aliases.push(Alias {
+                        digest,
+                        key: at,
+                        until_ms,
+                        flags: AtomicU8::new(0),
+                    });
+                }
+                extras.insert(at, Box::new(e.clone()));
+            }
+        }
+        for (i, p) in config.partners.iter().enumerate() {
+            let at = entries.len();
+            entries.push(KeyEntry {
+                name: KeyName::new(&p.name),
+                configured: Credential::Partner { partner: i },
+                digest: p.digest,
+                rate: carry.rate(at, &p.digest, None),
+                live: AtomicU64::new(0),
+                quota: AtomicU64::new(0),
+            });
+        }
+        deadlines.sort_unstable_by_key(|d| d.0);
+        let entries = entries.into_boxed_slice();
+        let hasher = foldhash::fast::RandomState::default();
+        let alias_index = index_by_digest(aliases.len(), |i| &aliases[i].digest, &hasher);
+        let index = index_by_digest(entries.len(), |i| &entries[i].digest, &hasher);
+        Self {
+            entries,
+            aliases: aliases.into_boxed_slice(),
+            alias_index,
+            extras,
+            deadlines: deadlines.into_boxed_slice(),
+            index,
+            hasher,
+            own_quotas: std::sync::atomic::AtomicBool::new(
+                config
+                    .keys
+                    .iter()
+                    .any(|k| k.extra.as_ref().is_some_and(|x| x.quota.is_some())),
+            ),
+        }
+    }
+
+    /// What `d` names: a key's digest in force, else a `previous` digest (constant-time
+    /// comparisons throughout).
+    pub fn resolve(&self, d: &Digest) -> Option<Found> {
+        if let Some(k) = self.lookup(d) {
+            return Some(Found::Key(k));
+        }
+        if self.aliases.is_empty() {
+            return None;
+        }
+        find_by_digest(&self.alias_index, &self.hasher, d, |i| {
+            &self.aliases[i].digest
+        })
+        .map(Found::Alias)
+    }
+
+    /// The alias at `i` (an index from this table).
+    pub fn alias(&self, i: u32) -> &Alias {
+        &self.aliases[i as usize]
+    }
+
+    /// Every alias, with its index.
+    pub fn aliases(&self) -> impl ExactSizeIterator<Item = (u32, &Alias)> + '_ {
+        self.aliases.iter().enumerate().map(|(i, a)| (i as u32, a))
+    }
+
+    /// The aliases of the key `k`.
+    pub fn aliases_of(&self, k: KeyIdx) -> impl Iterator<Item = &Alias> + '_ {
+        self.aliases.iter().filter(move |a| a.key == k)
+    }
+
+    /// What the YAML gives the entry `k` beyond digest, plan and partner.
+    pub fn extra(&self, k: KeyIdx) -> Option<&KeyExtra> {
+        self.extras.get(&k).map(|b| &**b)
+    }
+
+    /// Mark what has expired at `wall_ms` (ms since the Unix epoch), and clear what has not
+    /// (the wall clock may step back): whether anything changed, and the next instant at which
+    /// something expires.
+    pub fn expire(&self, wall_ms: u64) -> (bool, Option<u64>) {
+        let mut changed = false;
+        for &(at, target) in self.deadlines.iter() {
+            let past = at <= wall_ms;
+            changed |= match target {
+                Found::Key(k) => self.get(k).set_flag(EXPIRED, past),
+                Found::Alias(a) => self.alias(a).set_flag(EXPIRED, past),
+            };
+        }
+        let next = self.deadlines.partition_point(|d| d.0 <= wall_ms);
+        (changed, self.deadlines.get(next).map(|d| d.0))
+    }
+
+    /// How many customer and partner keys are in each state, in
+    /// [`KeyState::ALL`](super::KeyState::ALL)'s order.
+    pub fn states(&self) -> [usize; 4] {
+        let mut n = [0; 4];
+        for e in self.entries.iter() {
+            n[e.live().state() as usize] += 1;
+        }
+        n
+    }
+
+    /// The entry with this digest; every digest comparison is constant-time.
+    pub fn lookup(&self, d: &Digest) -> Option<KeyIdx> {
+        find_by_digest(&self.index, &self.hasher, d, |i| &self.entries[i].digest)
+    }
+
+    /// The entry at `i` (an index from this table; panics past its end).
+    pub fn get(&self, i: KeyIdx) -> &KeyEntry {
+        &self.entries[i as usize]
+    }
+
+    /// Entries: customer keys and partner keys.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the table has no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Every entry with its index, in table order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (KeyIdx, &KeyEntry)> + '_ {
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i as KeyIdx, e))
+    }
+
+    /// Whether a key has (or had, since the table was built) a quota of its own, in the YAML
+    /// or set live.
+    #[inline]
+    pub fn has_own_quotas(&self) -> bool {
+        self.own_quotas.load(Ordering::Relaxed)
+    }
+
+    /// Put the quota `quota` on the key `k` as its own (`None`: its plan's again).
+    pub fn set_own_quota(&self, k: KeyIdx, quota: Option<crate::config::QuotaSpec>) {
+        if quota.is_some() {
+            self.own_quotas.store(true, Ordering::Relaxed);
+        }
+        self.get(k).set_own_quota(quota);
+    }
+
+    /// The entry named `name` (a scan: for the admin API and the overrides' sync, not for the
+    /// request path).
+    pub fn find_by_name(&self, name: &str) -> Option<KeyIdx> {
+        self.iter()
+            .find(|(_, e)| e.name.as_str() == name)
+            .map(|(k, _)| k)
+    }
+}
+
+/// Positions `0..n` by a hash of the whole digest at each (`digest_at`). The config refuses a
+/// digest given twice; should one slip through, the first wins.
+fn index_by_digest<'d>(
+    n: usize,
+    digest_at: impl Fn(usize) -> &'d Digest,
+    hasher: &foldhash::fast::RandomState,
+) -> HashTable<u32> {
+    let hash = |d: &Digest| hasher.hash_one(d.folded());
+    let mut index = HashTable::with_capacity(n);
+    for i in 0..n {
+        let d = digest_at(i);
+        index
+            .entry(
+                hash(d),
+                |&j| digest_at(j as usize) == d,
+                |&j| hash(digest_at(j as usize)),
+            )
+            .or_insert(i as u32);
+    }
+    index
+}
+
+/// The position in `index` ([`index_by_digest`]) whose digest is `d`, compared in constant
+/// time.
+#[inline]
+fn find_by_digest<'d>(
+    index: &HashTable<u32>,
+    hasher: &foldhash::fast::RandomState,
+    d: &Digest,
+    digest_at: impl Fn(usize) -> &'d Digest,
+) -> Option<u32> {
+    index
+        .find(hasher.hash_one(d.folded()), |&i| {
+            digest_at(i as usize).ct_eq(d)
+        })
+        .copied()
+}
+
+/// Hands each key's rate state from the previous table to the new one.
+///
+/// Between two reloads most keys stay where they were, or move by the keys added or removed
+/// before them: the entry at the new position plus the last offset seen is tried first (one
+/// sequential read; the digest decides), and only when it is another key is the digest looked
+/// up (a random read, the cost of a reload with a million keys). Either way the state handed
+/// over is that of the entry with the same digest, so the result is the same as looking every
+/// key up.
+struct Carry<'p> {
+    previous: Option<&'p KeyTable>,
+    /// Position in the previous table minus position in the new one, at the last key found.
+    shift: isize,
+}
+
+impl Carry<'_> {
+    /// The state of the key at `at` with digest `d`: the previous table's for the same
+    /// digest, else (a rotation: the key's digest in force before is now one of its
+    /// `previous`) the state of the key that had one of those digests.
+    fn rate(&mut self, at: usize, d: &Digest, extra: Option<&KeyExtra>) -> Arc<RateState> {
+        let Some(prev) = self.previous else {
+            return Arc::default();
+        };
+        if let Some(x) = extra.filter(|x| !x.previous.is_empty()) {
+            if prev.lookup(d).is_none() {
+                if let Some(j) = x.previous.iter().find_map(|(p, _)| prev.lookup(p)) {
+                    return Arc::clone(&prev.get(j).rate);
+                }
+            }
+        }
+        let guess = at
+            .checked_add_signed(self.shift)
+            .and_then(|g| prev.entries.get(g));
+        if let Some(e) = guess.filter(|e| e.digest.ct_eq(d)) {
+            return Arc::clone(&e.rate);
+        }
+        match prev.lookup(d) {
+            Some(j) => {
+                self.shift = j as isize - at as isize;
+                Arc::clone(&prev.get(j).rate)
+            }
+            None => Arc::default(),
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! How changes are applied to the key table: an upgrade checked and applied, the records
+//! kept put on a config's keys (and what no longer applies dropped), an operator's change
+//! turned into the records to keep.
+
+use sha2::Digest as _;
+
+use super::action::{Action, ChangeRefused, Drop, Dropped, Upgrade};
+use super::record::{Change, LimitChange, Override, Overrides, Part, QuotaChange};
+use crate::digest::Digest;
+use crate::policy::keys::{Credential, Found, KeyIdx, REVOKED, SUSPENDED};
+use crate::policy::Policy;
+use crate::refusal::{Code, FieldError, Refusal};
+
+impl Policy {
+    /// The plan (an index) whose `plan_id` is `plan_id`.
+    pub fn plan_by_id(&self, plan_id: u32) -> Option<usize> {
+        self.config.plans.iter().position(|p| p.plan_id == plan_id)
+    }
+
+    /// Step 5 for `service_upgrade`: the plan asked for must exist (else `400 invalid_body` at
+    /// `/planID`, and nothing is forwarded).
+    pub fn upgrade(&self, target: Digest, plan_id: i128) -> Result<Upgrade, Refusal> {
+        let plan = u32::try_from(plan_id)
+            .ok()
+            .and_then(|id| self.plan_by_id(id))
+            .ok_or_else(|| {
+                let mut r = Refusal::new(
+                    Code::InvalidBody,
+                    "1 field of the service_upgrade body breaks the gateway's plans",
+                );
+                r.errors.push(FieldError::new(
+                    "/planID",
+                    format!("no plan has plan_id {plan_id}"),
+                ));
+                r
+            })?;
+        let key = self
+            .keys
+            .lookup(&target)
+            .filter(|&k| matches!(self.keys.get(k).configured, Credential::Customer { .. }));
+        Ok(Upgrade { target, plan, key })
+    }
+
+    /// The upstream accepted `upgrade`, asked for by the key `by`: put the customer key on
+    /// the plan from the next request, and return what to keep (`None`: the key is unknown
+    /// here, or back on its YAML plan, so there is nothing to keep), with the plan it was on.
+    pub fn apply_upgrade(
+        &self,
+        upgrade: &Upgrade,
+        by: KeyIdx,
+        at_ms: u64,
+    ) -> Option<(Option<Override>, usize)> {
+        let k = upgrade.key?;
+        let entry = self.keys.get(k);
+        let yaml = entry.configured_plan()?;
+        let before = entry.plan_override().unwrap_or(yaml);
+        if upgrade.plan == yaml {
+            entry.set_plan_override(None);
+            return Some((None, before));
+        }
+        entry.set_plan_override(Some(upgrade.plan));
+        let partner = match self.keys.get(by).configured {
+            Credential::Partner { partner } => Some(self.config.partners[partner].name.clone()),
+            Credential::Customer { .. } => None,
+        };
+        Some((
+            Some(Override {
+                plan_id: Some(self.config.plans[upgrade.plan].plan_id),
+                replaced: Some(self.config.plans[yaml].plan_id),
+                partner,
+                at_ms,
+                ..Override::named(entry.name.as_str())
+            }),
+            before,
+        ))
+    }
+
+    /// A fingerprint of what the YAML says of the key `k`: its digests, plan, limit, quota
+    /// and expiry (a hash, never a digest).
+    pub fn fingerprint(&self, k: KeyIdx) -> String {
+        let e = self.keys.get(k);
+        let mut h = sha2::Sha256::new();
+        h.update(b"tollgate-key-yaml:");
+        h.update(e.digest.0);
+        if let Credential::Customer { plan, limit, .. } = e.configured {
+            h.update(self.config.plans[plan].name.as_bytes());
+            h.update(b"\0");
+            h.update(limit.to_be_bytes());
+        }
+        if let Some(x) = self.keys.extra(k) {
+            for (d, until) in &x.previous {
+                h.update(d.0);
+                h.update(until.to_be_bytes());
+            }
+            h.update(x.expires_ms.unwrap_or(0).to_be_bytes());
+            if let Some(q) = x.quota {
+                h.update(q.requests.to_be_bytes());
+                h.update(q.per.as_str().as_bytes());
+            }
+        }
+        hex::encode(&h.finalize()[..8])
+    }
+
+    /// Put the overrides in `set` on this config's keys, and take off the ones not in it
+    /// (another replica's resume, say); what no longer applies is returned, to be logged and
+    /// rewritten where it is kept.
+    ///
+    /// A revocation is of a digest: it holds whatever the YAML says, even for a digest no key
+    /// has now (kept, so that the digest never authenticates again). A suspension, a live
+    /// limit or quota hold until the YAML changes the key ([`Policy::fingerprint`]); an
+    /// upgrade until the YAML moves the key to another plan.
+    pub fn apply_overrides(&self, set: &Overrides) -> Vec<Drop> {
+        let mut drops = Vec::new();
+        let mut touched = vec![false; self.keys.len()];
+        let mut touched_alias = vec![false; self.keys.aliases().len()];
+        for (digest, o) in set {
+            match self.keys.resolve(digest) {
+                Some(Found::Key(k)) => touched[k as usize] = true,
+                Some(Found::Alias(a)) => touched_alias[a as usize] = true,
+                None => {}
+            }
+            drops.extend(self.apply_record(digest, o));
+        }
+        // What is in force here but no longer in the set: gone.
+        for (k, e) in self.keys.iter() {
+            if touched[k as usize] {
+                continue;
+            }
+            if e.live().changed_beyond_expiry() {
+                e.set_plan_override(None);
+                e.set_flag(SUSPENDED | REVOKED, false);
+                e.set_live_limit(None);
+            }
+            let yaml = self.keys.extra(k).and_then(|x| x.quota);
+            if e.own_quota() != yaml {
+                self.keys.set_own_quota(k, yaml);
+            }
+        }
+        for (a, alias) in self.keys.aliases() {
+            if !touched_alias[a as usize] {
+                alias.set_flag(REVOKED, false);
+            }
+        }
+        drops
+    }
+
+    /// Put the record `o` kept under `digest` on this config's keys (leaving the others as
+    /// they are); what of it no longer applies ([`Policy::apply_overrides`]).
+    pub fn apply_record(&self, digest: &Digest, o: &Override) -> Option<Drop> {
+        let mut after = o.clone();
+        let mut parts = Vec::new();
+        let mut why = Dropped::KeyGone;
+        let mut drop = |after: &mut Override, part: Part, w: Dropped| {
+            if after.has(part) {
+                after.clear(part);
+                parts.push(part);
+                why = w;
+            }
+        };
+        let not_revoked = [Part::Plan, Part::Suspended, Part::Limit, Part::Quota];
+        match self.keys.resolve(digest) {
+            None => {
+                for part in not_revoked {
+                    drop(&mut after, part, Dropped::KeyGone);
+                }
+            }
+            Some(Found::Alias(a)) => {
+                // An earlier digest of a key now: only its revocation still applies.
+                for part in not_revoked {
+                    drop(&mut after, part, Dropped::YamlChanged);
+                }
+                self.keys
+                    .alias(a)
+                    .set_flag(REVOKED, after.revoked.is_some());
+            }
+            Some(Found::Key(k)) => {
+                let entry = self.keys.get(k);
+                match (entry.configured_plan(), o.plan_id, o.replaced) {
+                    (_, None, _) => {}
+                    (None, Some(_), _) => drop(&mut after, Part::Plan, Dropped::KeyGone),
+                    (Some(yaml), Some(_), replaced)
+                        if Some(self.config.plans[yaml].plan_id) != replaced =>
+                    {
+                        drop(&mut after, Part::Plan, Dropped::YamlChanged);
+                    }
+                    (Some(_), Some(id), _) if self.plan_by_id(id).is_none() => {
+                        drop(&mut after, Part::Plan, Dropped::PlanGone);
+                    }
+                    _ => {}
+                }
+                let admin = [Part::Suspended, Part::Limit, Part::Quota];
+                if admin.iter().any(|&p| o.has(p))
+                    && o.yaml.as_deref() != Some(self.fingerprint(k).as_str())
+                {
+                    for part in admin {
+                        drop(&mut after, part, Dropped::YamlChanged);
+                    }
+                }
+                entry.set_plan_override(after.plan_id.and_then(|id| self.plan_by_id(id)));
+                entry.set_flag(SUSPENDED, after.suspended.is_some());
+                entry.set_flag(REVOKED, after.revoked.is_some());
+                entry.set_live_limit(after.limit.as_ref().map(|l| l.requests_per_window));
+                let yaml = self.keys.extra(k).and_then(|x| x.quota);
+                self.keys
+                    .set_own_quota(k, after.quota.as_ref().map(|q| q.quota).or(yaml));
+            }
+        }
+        (!parts.is_empty()).then(|| Drop {
+            digest: *digest,
+            before: o.clone(),
+            after: (!after.is_empty()).then_some(after),
+            parts,
+            why,
+        })
+    }
+
+    /// What to keep for `action` on the key `k`, by `by` (`admin` or `partner:<name>`) at
+    /// `now_ms`, given the records in force: each digest's record after the change, with the
+    /// part changed (a part absent from the record is one to remove). Nothing is applied:
+    /// the caller keeps the records first, then applies them ([`Policy::apply_record`]).
+    pub fn change(
+        &self,
+        k: KeyIdx,
+        action: &Action,
+        by: &str,
+        now_ms: u64,
+        in_force: &Overrides,
+    ) -> Result<Vec<(Digest, Part, Override)>, ChangeRefused> {
+        let entry = self.keys.get(k);
+        let name = entry.name.as_str();
+        let record = |d: &Digest| {
+            let mut o = in_force
+                .get(d)
+                .cloned()
+                .unwrap_or_else(|| Override::named(name));
+            o.key = name.to_string();
+            o
+        };
+        let stamp = |reason: Option<String>| Change {
+            since_ms: now_ms,
+            by: by.to_string(),
+            reason,
+        };
+        let customer = matches!(entry.configured, Credential::Customer { .. });
+        let mut o = record(&entry.digest);
+        let part = match action {
+            Action::Revoke => {
+                let mut out = Vec::new();
+                let digests =
+                    std::iter::once(entry.digest).chain(self.keys.aliases_of(k).map(|a| a.digest));
+                for d in digests {
+                    let mut o = record(&d);
+                    o.revoked.get_or_insert_with(|| stamp(None));
+                    out.push((d, Part::Revoked, o));
+                }
+                return Ok(out);
+            }
+            _ if o.revoked.is_some() => return Err(ChangeRefused::Revoked),
+            Action::Suspend(reason) => {
+                o.suspended = Some(stamp(reason.clone()));
+                Part::Suspended
+            }
+            Action::Resume
+                if by.starts_with("partner:")
+                    && o.suspended
+                        .as_ref()
+                        .is_some_and(|s| !s.by.starts_with("partner:")) =>
+            {
+                // The operator's suspension outranks a partner's resume.
+                return Err(ChangeRefused::SuspendedByOperator);
+            }
+            Action::Resume => {
+                o.suspended = None;
+                Part::Suspended
+            }
+            Action::Limit(_) | Action::Quota(_) if !customer => {
+                return Err(ChangeRefused::NotACustomerKey)
+            }
+            Action::Limit(n) => {
+                o.limit = n.map(|requests_per_window| LimitChange {
+                    requests_per_window,
+                    change: stamp(None),
+                });
+                Part::Limit
+            }
+            Action::Quota(q) => {
+                o.quota = q.map(|quota| QuotaChange {
+                    quota,
+                    change: stamp(None),
+                });
+                Part::Quota
+            }
+        };
+        if o.has(Part::Suspended) || o.has(Part::Limit) || o.has(Part::Quota) {
+            o.yaml = Some(self.fingerprint(k));
+        } else {
+            o.yaml = None;
+        }
+        Ok(vec![(entry.digest, part, o)])
+    }
+
+    /// Keys with an upgrade in force.
+    pub fn overrides_in_force(&self) -> usize {
+        self.keys
+            .iter()
+            .filter(|(_, e)| e.plan_override().is_some())
+            .count()
+    }
+}

@@ -1,0 +1,224 @@
+//! What is kept of the changes to one key: the record ([`Override`]), its parts ([`Part`],
+//! [`Change`], [`LimitChange`], [`QuotaChange`]), and every record by digest ([`Overrides`]).
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::QuotaSpec;
+use crate::digest::Digest;
+
+/// The changes in force for one digest, as they are kept: a partner's upgrade (`plan_id`,
+/// `replaced`, `partner`, `at_ms`: the record of part two, read as it was written then), and
+/// the changes of part three, each with when and by whom.
+///
+/// Each part is kept on its own ([`Part`]): with Redis, replicas that change two parts of one
+/// key at once never overwrite each other.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Override {
+    /// The key's name when the change was made (for the admin API and logs; never the key).
+    pub key: String,
+    /// The `plan_id` of the plan in force for the key (an upgrade).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_id: Option<u32>,
+    /// The `plan_id` of the plan the YAML gave the key when the upgrade was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<u32>,
+    /// The partner whose upgrade it was, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partner: Option<String>,
+    /// When the upgrade was made, in ms since the Unix epoch.
+    #[serde(default)]
+    pub at_ms: u64,
+    /// Suspended, until resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<Change>,
+    /// Revoked for good: this digest never authenticates again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked: Option<Change>,
+    /// The key's own window limit, set live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<LimitChange>,
+    /// The key's own quota, set live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaChange>,
+    /// The key's YAML when the suspension, limit or quota was set
+    /// ([`Policy::fingerprint`](crate::policy::Policy::fingerprint)): a reload that changes it
+    /// drops them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub yaml: Option<String>,
+}
+
+/// When a change was made, and by whom: `admin`, or `partner:<name>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// ms since the Unix epoch.
+    pub since_ms: u64,
+    /// `admin` or `partner:<name>`.
+    pub by: String,
+    /// The operator's words, if any (`{"reason": "..."}` on a suspension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A live window limit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitChange {
+    /// Requests per window.
+    pub requests_per_window: u32,
+    /// When and by whom.
+    #[serde(flatten)]
+    pub change: Change,
+}
+
+/// A live quota.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaChange {
+    /// The quota.
+    #[serde(flatten)]
+    pub quota: QuotaSpec,
+    /// When and by whom.
+    #[serde(flatten)]
+    pub change: Change,
+}
+
+/// One part of an [`Override`], kept on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// A partner's upgrade.
+    Plan,
+    /// A suspension.
+    Suspended,
+    /// A revocation.
+    Revoked,
+    /// A live window limit.
+    Limit,
+    /// A live quota.
+    Quota,
+}
+
+impl Part {
+    /// Every part.
+    pub const ALL: [Part; 5] = [
+        Part::Plan,
+        Part::Suspended,
+        Part::Revoked,
+        Part::Limit,
+        Part::Quota,
+    ];
+
+    /// What is appended to a digest's name for this part (the upgrade's name is the digest's
+    /// own, as in part two).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Part::Plan => "",
+            Part::Suspended => ":s",
+            Part::Revoked => ":r",
+            Part::Limit => ":l",
+            Part::Quota => ":q",
+        }
+    }
+
+    /// The part in words (`upgrade`, `suspended`, `revoked`, `limit`, `quota`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Plan => "upgrade",
+            Part::Suspended => "suspended",
+            Part::Revoked => "revoked",
+            Part::Limit => "limit",
+            Part::Quota => "quota",
+        }
+    }
+
+    /// The part a suffix names.
+    pub fn of_suffix(suffix: &str) -> Option<Part> {
+        Part::ALL.into_iter().find(|p| p.suffix() == suffix)
+    }
+}
+
+impl Override {
+    /// A record for the key named `key` with nothing in it yet.
+    pub fn named(key: &str) -> Self {
+        Self {
+            key: key.to_string(),
+            ..Self::default()
+        }
+    }
+
+    /// Whether `part` is in the record.
+    pub fn has(&self, part: Part) -> bool {
+        match part {
+            Part::Plan => self.plan_id.is_some(),
+            Part::Suspended => self.suspended.is_some(),
+            Part::Revoked => self.revoked.is_some(),
+            Part::Limit => self.limit.is_some(),
+            Part::Quota => self.quota.is_some(),
+        }
+    }
+
+    /// Whether nothing is in it.
+    pub fn is_empty(&self) -> bool {
+        Part::ALL.into_iter().all(|p| !self.has(p))
+    }
+
+    /// Take `part` out.
+    pub fn clear(&mut self, part: Part) {
+        match part {
+            Part::Plan => {
+                self.plan_id = None;
+                self.replaced = None;
+                self.partner = None;
+                self.at_ms = 0;
+            }
+            Part::Suspended => self.suspended = None,
+            Part::Revoked => self.revoked = None,
+            Part::Limit => self.limit = None,
+            Part::Quota => self.quota = None,
+        }
+        if !self.has(Part::Suspended) && !self.has(Part::Limit) && !self.has(Part::Quota) {
+            self.yaml = None;
+        }
+    }
+
+    /// The record holding `part` alone (with the key's name, and the YAML's fingerprint for
+    /// the parts a reload may drop): what is kept under the part's own name. `None` when the
+    /// part is not in the record.
+    pub fn only(&self, part: Part) -> Option<Override> {
+        if !self.has(part) {
+            return None;
+        }
+        let mut o = self.clone();
+        for other in Part::ALL {
+            if other != part {
+                o.clear(other);
+            }
+        }
+        if matches!(part, Part::Suspended | Part::Limit | Part::Quota) {
+            o.yaml.clone_from(&self.yaml);
+        }
+        Some(o)
+    }
+
+    /// Add what `other` holds (one part, as kept) to this record.
+    pub fn merge(&mut self, other: Override) {
+        if other.plan_id.is_some() {
+            self.plan_id = other.plan_id;
+            self.replaced = other.replaced;
+            self.partner = other.partner;
+            self.at_ms = other.at_ms;
+        }
+        self.suspended = other.suspended.or(self.suspended.take());
+        self.revoked = other.revoked.or(self.revoked.take());
+        self.limit = other.limit.or(self.limit.take());
+        self.quota = other.quota.or(self.quota.take());
+        if other.yaml.is_some() {
+            self.yaml = other.yaml;
+        }
+        if self.key.is_empty() {
+            self.key = other.key;
+        }
+    }
+}
+
+/// Every override kept, by the key's digest.
+pub type Overrides = HashMap<Digest, Override>;

@@ -1,0 +1,54 @@
+//! Writing where the overrides are kept: a change before it applies ([`PlanOverrides::keep`]),
+//! and what a reload dropped ([`Forget`]).
+
+use std::sync::Arc;
+
+use super::{Backend, KeepError, PlanOverrides};
+use crate::digest::Digest;
+use crate::policy::overrides::{Drop, Override, Part};
+use crate::runtime::live::Forget;
+use crate::state::disk;
+
+impl PlanOverrides {
+    /// Keep the records `changes` name (each digest's whole record, the part changed named)
+    /// where overrides are kept; returns when they are, all of them or none.
+    pub(super) async fn keep(&self, changes: &[(Digest, Part, Override)]) -> Result<(), KeepError> {
+        match &self.backend {
+            Backend::Memory => Ok(()),
+            Backend::Disk(db) => {
+                let db = Arc::clone(db);
+                let records: Vec<(Digest, Option<Override>)> = changes
+                    .iter()
+                    .map(|(d, _, o)| (*d, (!o.is_empty()).then(|| o.clone())))
+                    .collect();
+                tokio::task::spawn_blocking(move || {
+                    db.write_kept(|db| disk::write_all(db, &records))
+                })
+                .await
+                .map_err(|e| KeepError::Task(e.to_string()))?
+                .map_err(KeepError::from)
+            }
+            // Boxed: the write's future is deep, and every admin route awaits this one.
+            Backend::Redis(fleet) => Ok(Box::pin(fleet.keep(changes)).await?),
+        }
+    }
+}
+
+impl Forget for PlanOverrides {
+    /// Rewrite what a reload dropped where it is kept: the disk at once; Redis through the
+    /// next poll (a reload is not async): forgetting the version makes it read the whole set
+    /// again, apply it to this config, and delete what this config drops.
+    fn forget(&self, drops: &[Drop]) {
+        match &self.backend {
+            Backend::Memory => {}
+            Backend::Disk(db) => {
+                let records: Vec<(Digest, Option<Override>)> =
+                    drops.iter().map(|d| (d.digest, d.after.clone())).collect();
+                if let Err(e) = db.write_kept(|db| disk::write_all(db, &records)) {
+                    tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
+                }
+            }
+            Backend::Redis(fleet) => fleet.forget_version(),
+        }
+    }
+}

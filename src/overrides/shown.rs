@@ -1,0 +1,55 @@
+//! What `check`, the admin API and the page show of the upgrades in force ([`Shown`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::PlanOverrides;
+use crate::config::Plan;
+use crate::policy::overrides::Override;
+use crate::policy::Policy;
+use crate::runtime::live::LivePolicy;
+
+/// What `check`, the admin API and the page show of one upgrade.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub(crate) struct Shown {
+    pub key: String,
+    pub plan: String,
+    pub plan_id: u32,
+    pub replaced: String,
+    pub replaced_plan_id: u32,
+    pub partner: Option<String>,
+    pub at_ms: u64,
+}
+
+impl PlanOverrides {
+    /// The upgrades in force, for the admin API and the page.
+    pub(crate) fn shown(live: &LivePolicy, policy: &Policy) -> Vec<Shown> {
+        live.with_overrides(|set| show(set.values(), &policy.config.plans))
+    }
+}
+
+/// The upgrades among `records`, as shown, sorted by key name; a plan no plan has any more is
+/// shown by its id.
+pub(super) fn show<'o>(records: impl Iterator<Item = &'o Override>, plans: &[Plan]) -> Vec<Shown> {
+    let name = |id: u32| {
+        plans
+            .iter()
+            .find(|p| p.plan_id == id)
+            .map_or_else(|| format!("plan_id {id}"), |p| p.name.clone())
+    };
+    let mut v: Vec<Shown> = records
+        .filter_map(|o| {
+            let (plan_id, replaced) = (o.plan_id?, o.replaced.unwrap_or(0));
+            Some(Shown {
+                key: o.key.clone(),
+                plan: name(plan_id),
+                plan_id,
+                replaced: name(replaced),
+                replaced_plan_id: replaced,
+                partner: o.partner.clone(),
+                at_ms: o.at_ms,
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| a.key.cmp(&b.key));
+    v
+}
