@@ -25,6 +25,7 @@
 //! | `column` | [`Column`]: the ledger's columns, one list |
 //! | `meter` | [`Meter`]: a key's quota word and ledger counts |
 //! | `queue` | [`Metering`]: the calendar and the queues of meters for the keeper |
+//! | `who` | [`who`]: the plan and partner a meter's key was counted under, in one word |
 //! | [`fleet`] | [`FleetQuotas`]: the fleet's side of a quota decision |
 
 use std::fmt;
@@ -43,14 +44,16 @@ mod meter;
 mod queue;
 #[cfg(test)]
 mod tests;
+mod who;
 
 pub use calendar::{
     civil_from_days, day_of, day_str, days_from_civil, parse_day, Calendar, PeriodAt, DAY_MS,
     MONTH_BIT,
 };
 pub use column::{Column, COLUMNS};
-pub use meter::{who, who_parts, Meter};
+pub use meter::Meter;
 pub use queue::Metering;
+pub use who::{who, who_parts};
 
 /// A quota in force, as a decision read it: for the answer's headers, and the charge to give
 /// back.
