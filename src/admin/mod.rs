@@ -47,6 +47,7 @@
 //! | `record.rs` | a key's live record in words: its state, the changes in force |
 //! | `openapi.rs` | `GET /api/openapi.json`: the document, from `ROUTES`' operations, the views' and bodies' schemas and the codes |
 //! | `tests.rs` | the listener's answers, end to end without a socket |
+//! | `router_tests.rs`, `openapi_tests.rs` | the route table held to `ROUTES`, and the document to both |
 
 use std::sync::Arc;
 use std::time::Instant;
