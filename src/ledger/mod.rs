@@ -268,7 +268,7 @@ mod tests {
                 .count(day, Column::Upstream2xx, 1);
             p.metering.touched(&e.rate);
         };
-        let keys = p.keys.iter().len();
+        let keys = p.keys.iter().count();
         assert!(keys >= 3);
         for i in 0..keys {
             count(i);

@@ -26,11 +26,13 @@
 //! | `flags.rs` | what changes while a key serves, in one word ([`KeyFlags`], [`EXPIRED`], [`SUSPENDED`], [`REVOKED`]) |
 //! | `entry.rs` | one key ([`KeyEntry`]), a `previous` digest ([`Alias`]), what a digest names ([`Found`], [`KeyIdx`]) |
 //! | `table.rs` | the [`KeyTable`]: built per config, its digest index, the rate state carried over a reload |
+//! | [`issued`] | the keys issued through the admin API, a segment of the table that changes one key at a time ([`Issued`]) |
 //! | `tests.rs` | lookups by the full digest, at scale, and the carry-over |
 
 mod credential;
 mod entry;
 mod flags;
+pub mod issued;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -39,4 +41,5 @@ pub use crate::digest::Digest;
 pub use credential::{Credential, KeyRefusal, KeyState};
 pub use entry::{Alias, Found, KeyEntry, KeyIdx};
 pub use flags::{KeyFlags, EXPIRED, REVOKED, SUSPENDED};
+pub use issued::{Issued, NewIssued};
 pub use table::KeyTable;

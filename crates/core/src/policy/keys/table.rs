@@ -11,13 +11,15 @@ use hashbrown::HashTable;
 use super::credential::Credential;
 use super::entry::{Alias, Found, KeyEntry, KeyIdx};
 use super::flags::EXPIRED;
+use super::issued::{Issued, NewIssued, Slot};
 use crate::config::keyname::KeyName;
 use crate::config::{Config, KeyExtra};
 use crate::digest::Digest;
 use crate::limit::RateState;
 
-/// Immutable digest → key table, built per config: customer keys in config order, then
-/// partner keys.
+/// Digest → key table, built per config: customer keys in config order, then partner keys
+/// (immutable), then the keys issued through the admin API ([`Issued`], which grows and
+/// shrinks one key at a time; its key at slot `s` is at index `entries + s`).
 #[derive(Debug, Default)]
 pub struct KeyTable {
     entries: Box<[KeyEntry]>,
@@ -38,6 +40,10 @@ pub struct KeyTable {
     /// Whether any key has (or had, since the table was built) a quota of its own: when none
     /// has, the quota step reads the plan's alone.
     own_quotas: std::sync::atomic::AtomicBool,
+    /// Keys issued through the admin API.
+    issued: Issued,
+    /// The YAML's entries by a hash of their names (the admin API's lookups).
+    names: HashTable<KeyIdx>,
 }
 
 impl KeyTable {
@@ -96,6 +102,17 @@ impl KeyTable {
         let hasher = foldhash::fast::RandomState::default();
         let alias_index = index_by_digest(aliases.len(), |i| &aliases[i].digest, &hasher);
         let index = index_by_digest(entries.len(), |i| &entries[i].digest, &hasher);
+        let mut names = HashTable::with_capacity(entries.len());
+        for (i, e) in entries.iter().enumerate() {
+            let h = hasher.hash_one(e.name.as_str());
+            names
+                .entry(
+                    h,
+                    |&j: &u32| entries[j as usize].name == e.name,
+                    |&j| hasher.hash_one(entries[j as usize].name.as_str()),
+                )
+                .or_insert(i as u32);
+        }
         Self {
             entries,
             aliases: aliases.into_boxed_slice(),
@@ -110,6 +127,36 @@ impl KeyTable {
                     .iter()
                     .any(|k| k.extra.as_ref().is_some_and(|x| x.quota.is_some())),
             ),
+            issued: Issued::after(previous.map(|p| &p.issued)),
+            names,
+        }
+    }
+
+    /// The keys issued through the admin API.
+    pub fn issued(&self) -> &Issued {
+        &self.issued
+    }
+
+    /// The issued key at `k`, if `k` is one's.
+    #[inline]
+    pub fn issued_slot(&self, k: KeyIdx) -> Option<&Slot> {
+        (k as usize)
+            .checked_sub(self.entries.len())
+            .and_then(|s| self.issued.slot(s as u32))
+    }
+
+    /// Put an issued key in the table (or bring it up to date: [`Issued::put`]); its index.
+    pub fn put_issued(&self, key: NewIssued<'_>) -> KeyIdx {
+        if key.extra.as_ref().is_some_and(|x| x.quota.is_some()) {
+            self.own_quotas.store(true, Ordering::Relaxed);
+        }
+        self.entries.len() as KeyIdx + self.issued.put(key)
+    }
+
+    /// Delete the issued key at `k` (nothing for a YAML key).
+    pub fn remove_issued(&self, k: KeyIdx) {
+        if let Some(s) = (k as usize).checked_sub(self.entries.len()) {
+            self.issued.remove(s as u32);
         }
     }
 
@@ -145,7 +192,10 @@ impl KeyTable {
 
     /// What the YAML gives the entry `k` beyond digest, plan and partner.
     pub fn extra(&self, k: KeyIdx) -> Option<&KeyExtra> {
-        self.extras.get(&k).map(|b| &**b)
+        match self.issued_slot(k) {
+            Some(s) => s.extra.as_deref(),
+            None => self.extras.get(&k).map(|b| &**b),
+        }
     }
 
     /// Mark what has expired at `wall_ms` (ms since the Unix epoch), and clear what has not
@@ -161,45 +211,70 @@ impl KeyTable {
             };
         }
         let next = self.deadlines.partition_point(|d| d.0 <= wall_ms);
-        (changed, self.deadlines.get(next).map(|d| d.0))
+        let next = self.deadlines.get(next).map(|d| d.0);
+        let (lapsed, issued_next) = self.issued.lapse(wall_ms);
+        let next = match (next, issued_next) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        (changed | lapsed, next)
     }
 
     /// How many customer and partner keys are in each state, in
     /// [`KeyState::ALL`](super::KeyState::ALL)'s order.
     pub fn states(&self) -> [usize; 4] {
         let mut n = [0; 4];
-        for e in self.entries.iter() {
+        for (_, e) in self.iter() {
             n[e.live().state() as usize] += 1;
         }
         n
     }
 
     /// The entry with this digest; every digest comparison is constant-time.
+    #[inline]
     pub fn lookup(&self, d: &Digest) -> Option<KeyIdx> {
-        find_by_digest(&self.index, &self.hasher, d, |i| &self.entries[i].digest)
+        let found = find_by_digest(&self.index, &self.hasher, d, |i| &self.entries[i].digest);
+        if found.is_some() || self.issued.is_empty() {
+            return found;
+        }
+        self.issued
+            .lookup(d)
+            .map(|s| self.entries.len() as KeyIdx + s)
     }
 
     /// The entry at `i` (an index from this table; panics past its end).
+    #[inline]
     pub fn get(&self, i: KeyIdx) -> &KeyEntry {
-        &self.entries[i as usize]
+        match self.entries.get(i as usize) {
+            Some(e) => e,
+            None => &self.issued_slot(i).expect("an index of this table").entry,
+        }
     }
 
-    /// Entries: customer keys and partner keys.
+    /// Indexes in use: customer and partner keys of the YAML, and every issued key's slot
+    /// (deleted ones included: an index below this is one [`KeyTable::get`] answers).
     pub fn len(&self) -> usize {
+        self.entries.len() + self.issued.slots()
+    }
+
+    /// Keys of the YAML (customer and partner keys).
+    pub fn configured(&self) -> usize {
         self.entries.len()
     }
 
     /// Whether the table has no entry.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.issued.is_empty()
     }
 
-    /// Every entry with its index, in table order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (KeyIdx, &KeyEntry)> + '_ {
+    /// Every key with its index: the YAML's in table order, then the issued ones not deleted.
+    pub fn iter(&self) -> impl Iterator<Item = (KeyIdx, &KeyEntry)> + '_ {
+        let base = self.entries.len() as KeyIdx;
         self.entries
             .iter()
             .enumerate()
             .map(|(i, e)| (i as KeyIdx, e))
+            .chain(self.issued.iter().map(move |(s, x)| (base + s, &x.entry)))
     }
 
     /// Whether a key has (or had, since the table was built) a quota of its own, in the YAML
@@ -217,12 +292,20 @@ impl KeyTable {
         self.get(k).set_own_quota(quota);
     }
 
-    /// The entry named `name` (a scan: for the admin API and the overrides' sync, not for the
-    /// request path).
+    /// The key named `name` (for the admin API and the overrides' sync, not for the request
+    /// path).
     pub fn find_by_name(&self, name: &str) -> Option<KeyIdx> {
-        self.iter()
-            .find(|(_, e)| e.name.as_str() == name)
-            .map(|(k, _)| k)
+        let yaml = self
+            .names
+            .find(self.hasher.hash_one(name), |&i| {
+                self.entries[i as usize].name.as_str() == name
+            })
+            .copied();
+        yaml.or_else(|| {
+            self.issued
+                .find(name)
+                .map(|s| self.entries.len() as KeyIdx + s)
+        })
     }
 }
 

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Creates a second through the admin API (`POST /api/keys`), on one replica.
+
+Starts the release binary (target/release/tollgate) on free loopback ports with the keys kept
+in memory, at `state.path`, or in a Redis this script starts (`--store memory|disk|redis`),
+then posts new keys from `--clients` connections (keep-alive) for `--seconds`, and prints
+creates a second, the p50/p99 of a create, and the gateway's RSS per issued key.
+
+    python3 benches/load/issue.py --store disk --seconds 10
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, limit=30):
+    end = time.time() + limit
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"nothing listens on {port} after {limit} s")
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--store", choices=["memory", "disk", "redis"], default="memory")
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/tollgate"))
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="tg-issue-")
+    listen, admin = free_port(), free_port()
+    extra = ""
+    redis = None
+    if args.store == "disk":
+        extra = f"state: {{ path: \"{work}/state.db\" }}\n"
+    elif args.store == "redis":
+        rport = free_port()
+        redis = subprocess.Popen(["redis-server", "--port", str(rport), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+        wait_port(rport)
+        extra = f"cluster: {{ redis_url: \"redis://127.0.0.1:{rport}\", key_prefix: \"issue\" }}\n"
+    config = f"""listen: "127.0.0.1:{listen}"
+admin_listen: "127.0.0.1:{admin}"
+upstream: {{ base_url: "http://127.0.0.1:9" }}
+plans:
+  basic: {{ plan_id: 1, requests_per_window: 40, allow: all }}
+{extra}"""
+    path = os.path.join(work, "gw.yaml")
+    with open(path, "w") as f:
+        f.write(config)
+    env = dict(os.environ, TOLLGATE_LOG="warn")
+    gw = subprocess.Popen([args.binary, "run", "--config", path], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(admin)
+        base_rss = rss_kb(gw.pid)
+        done, lat, errors = [0], [], []
+        lock = threading.Lock()
+        stop = time.time() + args.seconds
+
+        def client(c):
+            conn = http.client.HTTPConnection("127.0.0.1", admin, timeout=10)
+            i = 0
+            mine = []
+            while time.time() < stop:
+                body = json.dumps({"name": f"c{c}-{i:08d}", "plan": "basic"})
+                t = time.perf_counter()
+                conn.request("POST", "/api/keys", body, {"Content-Type": "application/json"})
+                r = conn.getresponse()
+                r.read()
+                mine.append(time.perf_counter() - t)
+                if r.status != 201:
+                    errors.append(r.status)
+                i += 1
+            with lock:
+                done[0] += len(mine) - 0
+                lat.extend(mine)
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(args.clients)]
+        t0 = time.time()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        took = time.time() - t0
+        lat.sort()
+        n = len(lat) - len(errors)
+        rss = rss_kb(gw.pid)
+        print(json.dumps({
+            "store": args.store,
+            "clients": args.clients,
+            "creates": n,
+            "errors": len(errors),
+            "creates_per_s": round(n / took),
+            "p50_ms": round(lat[len(lat) // 2] * 1000, 2) if lat else None,
+            "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2) if lat else None,
+            "rss_bytes_per_key": round((rss - base_rss) * 1024 / n) if n else None,
+        }))
+    finally:
+        gw.terminate()
+        gw.wait()
+        if redis:
+            redis.terminate()
+            redis.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+//! Keys issued through the admin API ([`Issued`]): a segment beside the YAML's compiled table
+//! that grows and shrinks one key at a time, so that a sign-up, a rotation or a deletion costs
+//! the same with ten keys as with a million (no rebuild of the table, no walk of every key).
+//!
+//! Each issued key is a [`KeyEntry`] like a YAML key's (the same rate state, meter, flags and
+//! quota word: the request path cannot tell them apart), in a slot of an append-only vector
+//! ([`boxcar::Vec`]: a slot never moves, so a reader holds `&KeyEntry` without a lock).
+//! Digests find their slot through a lock-free concurrent map ([`papaya::HashMap`]): readers
+//! never wait on a writer, and a writer changes one entry. A deleted key's slot stays (marked
+//! gone and revoked; its digests leave the map) until the table is next built, at a reload or
+//! a restart.
+//!
+//! Names and the instants at which something lapses (an `expires_at`, the end of a rotation's
+//! overlap) are for writers and the admin API only, under one mutex.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::credential::Credential;
+use super::entry::KeyEntry;
+use super::flags::{EXPIRED, REVOKED};
+use crate::config::keyname::KeyName;
+use crate::config::KeyExtra;
+use crate::digest::Digest;
+use crate::limit::RateState;
+
+/// A digest as a map key: hashed by its fold, compared in constant time.
+#[derive(Clone, Copy)]
+struct CtDigest(Digest);
+
+impl PartialEq for CtDigest {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.ct_eq(&other.0)
+    }
+}
+
+impl Eq for CtDigest {}
+
+impl Hash for CtDigest {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0.folded());
+    }
+}
+
+/// One issued key.
+#[derive(Debug)]
+pub struct Slot {
+    /// The key, as the request path reads it. Its `digest` is the one it was issued with (its
+    /// id in every store), which after a rotation no longer authenticates.
+    pub entry: KeyEntry,
+    /// What it was issued with beyond plan and partner (expiry, limit, quota).
+    pub extra: Option<Box<KeyExtra>>,
+    /// Deleted: no digest finds it any more.
+    gone: AtomicBool,
+}
+
+impl Slot {
+    /// Whether the key was deleted.
+    pub fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
+    }
+}
+
+/// What an issued key is made of when it is put in the segment.
+#[derive(Debug)]
+pub struct NewIssued<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// The digest it was issued with.
+    pub id: Digest,
+    /// Its plan and partner (indexes into this config's), and its own limit (0: its plan's).
+    pub credential: Credential,
+    /// Expiry, own limit, own quota.
+    pub extra: Option<KeyExtra>,
+    /// The digests that authenticate now, each until when (`u64::MAX`: for good).
+    pub digests: Vec<(Digest, u64)>,
+}
+
+/// Something that lapses at an instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Lapse {
+    /// The key expires.
+    Key(u32),
+    /// An earlier digest stops authenticating.
+    Digest(u32, [u8; 32]),
+}
+
+/// What writers share.
+#[derive(Default)]
+struct Book {
+    /// Names of the keys not deleted, in order (the admin API's pages).
+    names: BTreeMap<Box<str>, u32>,
+    /// The digests each key has in the map.
+    digests: HashMap<u32, Vec<Digest>>,
+    /// What lapses when, in order.
+    lapses: BTreeSet<(u64, Lapse)>,
+}
+
+/// The keys issued through the admin API (see the module's docs).
+pub struct Issued {
+    slots: boxcar::Vec<Slot>,
+    by_digest: papaya::HashMap<CtDigest, u32, foldhash::fast::RandomState>,
+    /// Keys not deleted.
+    live: AtomicU64,
+    book: Mutex<Book>,
+    /// The rate state of the previous table's issued keys, by id, for the keys put here
+    /// again (a reload keeps every issued key's budget).
+    inherited: Mutex<HashMap<Digest, Arc<RateState>>>,
+}
+
+impl std::fmt::Debug for Issued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Issued")
+            .field("slots", &self.slots.count())
+            .field("live", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Issued {
+    fn default() -> Self {
+        Self {
+            slots: boxcar::Vec::new(),
+            by_digest: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
+            live: AtomicU64::new(0),
+            book: Mutex::default(),
+            inherited: Mutex::default(),
+        }
+    }
+}
+
+impl Issued {
+    /// An empty segment that hands each key of `previous` put here again its rate state.
+    pub fn after(previous: Option<&Issued>) -> Self {
+        let me = Self::default();
+        if let Some(p) = previous.filter(|p| !p.is_empty()) {
+            let mut carry = me.inherited_mut();
+            for (_, s) in p.slots.iter().filter(|(_, s)| !s.is_gone()) {
+                carry.insert(s.entry.digest, Arc::clone(&s.entry.rate));
+            }
+        }
+        me
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn inherited_mut(&self) -> MutexGuard<'_, HashMap<Digest, Arc<RateState>>> {
+        self.inherited
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keys not deleted.
+    pub fn len(&self) -> usize {
+        self.live.load(Ordering::Relaxed) as usize
+    }
+
+    /// Whether no key was ever put here (one load: the request path asks this first).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.slots.count() == 0
+    }
+
+    /// Slots, deleted ones included (an issued key's index in its table is the YAML's
+    /// entries plus its slot).
+    #[inline]
+    pub fn slots(&self) -> usize {
+        self.slots.count()
+    }
+
+    /// The slot at `i`.
+    #[inline]
+    pub fn slot(&self, i: u32) -> Option<&Slot> {
+        self.slots.get(i as usize)
+    }
+
+    /// The slot a digest authenticates as, if any.
+    #[inline]
+    pub fn lookup(&self, d: &Digest) -> Option<u32> {
+        self.by_digest.pin().get(&CtDigest(*d)).copied()
+    }
+
+    /// The slot of the key named `name` (not deleted).
+    pub fn find(&self, name: &str) -> Option<u32> {
+        self.book().names.get(name).copied()
+    }
+
+    /// Up to `n` slots in name order, from the first name after `after` (from the first with
+    /// `None`).
+    pub fn names_after(&self, after: Option<&str>, n: usize) -> Vec<u32> {
+        use std::ops::Bound;
+        let book = self.book();
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        book.names
+            .range::<str, _>((from, Bound::Unbounded))
+            .take(n)
+            .map(|(_, &s)| s)
+            .collect()
+    }
+
+    /// Every slot not deleted, with its index.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Slot)> + '_ {
+        self.slots
+            .iter()
+            .filter(|(_, s)| !s.is_gone())
+            .map(|(i, s)| (i as u32, s))
+    }
+
+    /// Put the key `key` here, or bring the key of that name up to date with it (its digests
+    /// and what lapses: a rotation); its slot. What a slot was issued with (plan, partner,
+    /// expiry, limit, quota, id) does not change: a key of the same name with another id is
+    /// a new slot (the old one deleted).
+    pub fn put(&self, key: NewIssued<'_>) -> u32 {
+        let mut book = self.book();
+        let at = match book.names.get(key.name).copied() {
+            Some(s) if self.slots[s as usize].entry.digest == key.id => s,
+            held => {
+                if let Some(old) = held {
+                    self.forget(&mut book, old);
+                }
+                let rate = self.inherited_mut().remove(&key.id).unwrap_or_default();
+                let quota = crate::metering::pack_quota(key.extra.as_ref().and_then(|x| x.quota));
+                let s = self.slots.push(Slot {
+                    entry: KeyEntry {
+                        name: KeyName::new(key.name),
+                        configured: key.credential,
+                        digest: key.id,
+                        rate,
+                        live: AtomicU64::new(0),
+                        quota: AtomicU64::new(quota),
+                    },
+                    extra: key.extra.map(Box::new),
+                    gone: AtomicBool::new(false),
+                }) as u32;
+                book.names.insert(key.name.into(), s);
+                self.live.fetch_add(1, Ordering::Relaxed);
+                if let Some(ms) = self.slots[s as usize]
+                    .extra
+                    .as_ref()
+                    .and_then(|x| x.expires_ms)
+                {
+                    book.lapses.insert((ms, Lapse::Key(s)));
+                }
+                s
+            }
+        };
+        let map = self.by_digest.pin();
+        let before = book.digests.remove(&at).unwrap_or_default();
+        for d in &before {
+            if !key.digests.iter().any(|(n, _)| n == d) {
+                map.remove(&CtDigest(*d));
+            }
+        }
+        for &(d, until) in &key.digests {
+            map.insert(CtDigest(d), at);
+            if until != u64::MAX {
+                book.lapses.insert((until, Lapse::Digest(at, d.0)));
+            }
+        }
+        book.digests
+            .insert(at, key.digests.iter().map(|&(d, _)| d).collect());
+        at
+    }
+
+    /// Delete the key in slot `s`: no digest finds it, its name is free again; it stays
+    /// revoked for whoever still holds its entry.
+    pub fn remove(&self, s: u32) {
+        let mut book = self.book();
+        self.forget(&mut book, s);
+    }
+
+    fn forget(&self, book: &mut Book, s: u32) {
+        let slot = &self.slots[s as usize];
+        if slot.gone.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        slot.entry.set_flag(REVOKED, true);
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        let map = self.by_digest.pin();
+        for d in book.digests.remove(&s).unwrap_or_default() {
+            map.remove(&CtDigest(d));
+        }
+        book.names.remove(slot.entry.name.as_str());
+    }
+
+    /// Apply what has lapsed at `wall_ms` (an expiry, an overlap's end); whether anything
+    /// did, and the next instant at which something lapses. Each lapse is applied once, in
+    /// order: the work is what lapsed, whatever the number of keys.
+    pub fn lapse(&self, wall_ms: u64) -> (bool, Option<u64>) {
+        let mut book = self.book();
+        let mut changed = false;
+        while let Some(&(at, what)) = book.lapses.first() {
+            if at > wall_ms {
+                break;
+            }
+            book.lapses.pop_first();
+            match what {
+                Lapse::Key(s) => changed |= self.slots[s as usize].entry.set_flag(EXPIRED, true),
+                Lapse::Digest(s, bytes) => {
+                    let d = Digest(bytes);
+                    let map = self.by_digest.pin();
+                    if map.get(&CtDigest(d)) == Some(&s) {
+                        map.remove(&CtDigest(d));
+                        changed = true;
+                    }
+                    if let Some(held) = book.digests.get_mut(&s) {
+                        held.retain(|h| *h != d);
+                    }
+                }
+            }
+        }
+        (changed, book.lapses.first().map(|l| l.0))
+    }
+
+    /// The rate states handed over by the previous table and not taken (keys deleted since)
+    /// are let go.
+    pub fn settle(&self) {
+        self.inherited_mut().clear();
+    }
+}
