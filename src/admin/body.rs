@@ -53,9 +53,9 @@ pub(super) struct LimitBody {
 /// `PUT /api/keys/{name}/quota`.
 #[derive(Debug, Deserialize, ToSchema)]
 pub(super) struct QuotaBody {
-    requests: Option<u64>,
+    pub(super) requests: Option<u64>,
     #[schema(value_type = Option<super::view::PeriodSchema>)]
-    per: Option<Period>,
+    pub(super) per: Option<Period>,
 }
 
 /// `POST /api/keys/revoke`: the leak path.
@@ -183,12 +183,12 @@ fn pointer(path: &serde_path_to_error::Path) -> String {
 }
 
 /// 400 `invalid_body`: the field at `pointer` breaks `B`'s rule for it.
-fn broken<B: Body>(pointer: &str) -> Refused {
+pub(super) fn broken<B: Body>(pointer: &str) -> Refused {
     invalid(pointer, &B::rule(pointer))
 }
 
 /// 400 `invalid_body` with one field error.
-fn invalid(pointer: &str, detail: &str) -> Refused {
+pub(super) fn invalid(pointer: &str, detail: &str) -> Refused {
     Box::new(problem_with(
         AdminCode::InvalidBody,
         &format!("`{pointer}` {detail}"),

@@ -92,6 +92,12 @@ admin_codes! {
     NotACustomerKey => BAD_REQUEST, "not_a_customer_key", "Partner keys have no limit or quota of their own";
     /// A partner's resume of a key the operator suspended.
     SuspendedByOperator => CONFLICT, "suspended_by_operator", "The operator suspended the key";
+    /// A new key's name, or its digest, is a key's (in the YAML or issued), or was (a revoked
+    /// digest never authenticates again).
+    KeyExists => CONFLICT, "key_exists", "A key with that name or digest exists";
+    /// `rotate` or `DELETE` of a key the YAML defines: it rotates (with `previous`) and leaves
+    /// in the YAML.
+    DefinedInConfig => CONFLICT, "defined_in_config", "The key is defined in the config";
     /// The store could not keep an operator's change (to a key, or an override removed); it was
     /// made nowhere.
     ChangeNotKept => SERVICE_UNAVAILABLE, "change_not_kept", "The change could not be kept, and was not made";

@@ -27,7 +27,7 @@ use super::view::RevokedView;
 use super::Admin;
 use crate::fleet_store::StoreError;
 use crate::overrides::{ChangeError, KeepError, KeyRef};
-use crate::policy::overrides::{Action, ChangeRefused};
+use crate::policy::overrides::{Action, ChangeKind, ChangeRefused};
 use crate::runtime::live::LivePolicy;
 
 /// A change to a key, as its path and method name it; its body, when it takes one, is read by
@@ -51,14 +51,15 @@ pub(crate) enum KeyOp {
 }
 
 impl KeyOp {
-    /// The `action` label of `tollgate_admin_changes_total`: the path's last segment.
-    fn label(self) -> &'static str {
+    /// Its kind of change (the `action` label of `tollgate_admin_changes_total`: the path's
+    /// last segment).
+    fn kind(self) -> ChangeKind {
         match self {
-            KeyOp::Suspend => "suspend",
-            KeyOp::Resume => "resume",
-            KeyOp::Revoke => "revoke",
-            KeyOp::SetLimit | KeyOp::ClearLimit => "limit",
-            KeyOp::SetQuota | KeyOp::ClearQuota => "quota",
+            KeyOp::Suspend => ChangeKind::Suspend,
+            KeyOp::Resume => ChangeKind::Resume,
+            KeyOp::Revoke => ChangeKind::Revoke,
+            KeyOp::SetLimit | KeyOp::ClearLimit => ChangeKind::Limit,
+            KeyOp::SetQuota | KeyOp::ClearQuota => ChangeKind::Quota,
         }
     }
 
@@ -106,7 +107,7 @@ pub(super) async fn change(admin: &Admin, name: &str, op: KeyOp, body: &[u8]) ->
     let action = match op.action(body) {
         Ok(action) => action,
         Err(refused) => {
-            admin.live.metrics().admin_change(op.label(), false);
+            admin.live.metrics().admin_change(op.kind(), false);
             return *refused;
         }
     };
@@ -114,7 +115,7 @@ pub(super) async fn change(admin: &Admin, name: &str, op: KeyOp, body: &[u8]) ->
         .overrides
         .change(&admin.live, KeyRef::Name(name), action, "admin", false)
         .await;
-    admin.live.metrics().admin_change(op.label(), done.is_ok());
+    admin.live.metrics().admin_change(op.kind(), done.is_ok());
     match done {
         Ok(name) => show(&admin.live, &name),
         Err(e) => change_error(e, name),
@@ -127,7 +128,7 @@ pub(super) async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8
     let digest = match read::<SecretBody>(body).and_then(|b| b.digest()) {
         Ok(d) => d,
         Err(refused) => {
-            admin.live.metrics().admin_change("revoke", false);
+            admin.live.metrics().admin_change(ChangeKind::Revoke, false);
             return *refused;
         }
     };
@@ -141,7 +142,10 @@ pub(super) async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8
             false,
         )
         .await;
-    admin.live.metrics().admin_change("revoke", done.is_ok());
+    admin
+        .live
+        .metrics()
+        .admin_change(ChangeKind::Revoke, done.is_ok());
     match done {
         Ok(name) => json(
             StatusCode::OK,
@@ -166,7 +170,7 @@ fn unknown_key(name: &str) -> Response<Vec<u8>> {
 }
 
 /// The answer to a change that was not made.
-fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
+pub(super) fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
     let (code, detail) = match e {
         ChangeError::NotFound => return unknown_key(name),
         ChangeError::Refused(r) => (
@@ -175,6 +179,8 @@ fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
                 ChangeRefused::NotACustomerKey => AdminCode::NotACustomerKey,
                 // Only a partner's resume meets it; the operator's own changes never do.
                 ChangeRefused::SuspendedByOperator => AdminCode::SuspendedByOperator,
+                ChangeRefused::DefinedInConfig => AdminCode::DefinedInConfig,
+                ChangeRefused::KeyExists(_) => AdminCode::KeyExists,
             },
             r.to_string(),
         ),

@@ -2,9 +2,11 @@
 //! filtered by `plan`, `partner`, `state` and `source`, `limit` at a time (1 to 1,000, 100 by
 //! default), from `cursor` (the `next` of the page before). Never a digest.
 //!
-//! The names are sorted once per config in force ([`NameOrder`], rebuilt on a reload), so a
-//! page costs a binary search and the keys it reads, however many the config holds. A filter
-//! reads on from the cursor until the page is full: a filter few keys pass reads further.
+//! The YAML's names are sorted once per config in force ([`NameOrder`], rebuilt on a reload),
+//! and the issued keys' are kept in order as they come and go (`Issued::names_after`): a page
+//! merges the two from the cursor, so it costs two searches and the keys it reads, however
+//! many there are. A filter reads on from the cursor until the page is full: a filter few
+//! keys pass reads further.
 
 use std::sync::{Arc, Mutex};
 
@@ -23,7 +25,8 @@ use crate::sync::Locked;
 const MAX_LIMIT: usize = 1000;
 const DEFAULT_LIMIT: usize = 100;
 
-/// The keys of the config in force in name order, sorted once per config (its generation).
+/// The YAML's keys of the config in force in name order, sorted once per config (its
+/// generation).
 #[derive(Debug, Default)]
 pub(crate) struct NameOrder(Mutex<Option<(u64, Arc<Vec<KeyIdx>>)>>);
 
@@ -35,7 +38,7 @@ impl NameOrder {
                 return Arc::clone(order);
             }
         }
-        let mut order: Vec<KeyIdx> = policy.keys.iter().map(|(k, _)| k).collect();
+        let mut order: Vec<KeyIdx> = (0..policy.keys.configured() as KeyIdx).collect();
         order.sort_unstable_by(|&a, &b| {
             policy
                 .keys
@@ -126,6 +129,56 @@ fn cursor_name(c: &str) -> Option<String> {
     String::from_utf8(hex::decode(c).ok()?).ok()
 }
 
+/// The YAML's keys and the issued ones, merged in name order (names are unique across both).
+struct Merged<'p> {
+    policy: &'p Policy,
+    yaml: &'p [KeyIdx],
+    issued: Option<&'p crate::policy::keys::Issued>,
+    /// Issued keys read ahead, from `at`.
+    batch: Vec<KeyIdx>,
+    at: usize,
+    /// The last issued name read.
+    after: Option<String>,
+}
+
+impl Iterator for Merged<'_> {
+    type Item = KeyIdx;
+
+    fn next(&mut self) -> Option<KeyIdx> {
+        let keys = &self.policy.keys;
+        if self.at == self.batch.len() {
+            if let Some(issued) = self.issued {
+                let base = keys.configured() as KeyIdx;
+                self.batch = issued
+                    .names_after(self.after.as_deref(), 256)
+                    .into_iter()
+                    .map(|s| base + s)
+                    .collect();
+                self.at = 0;
+                if let Some(&last) = self.batch.last() {
+                    self.after = Some(keys.get(last).name.as_str().to_string());
+                }
+            }
+        }
+        let name = |k: KeyIdx| keys.get(k).name.as_str();
+        match (self.yaml.first(), self.batch.get(self.at)) {
+            (Some(&y), Some(&i)) if name(y) < name(i) => {
+                self.yaml = &self.yaml[1..];
+                Some(y)
+            }
+            (_, Some(&i)) => {
+                self.at += 1;
+                Some(i)
+            }
+            (Some(&y), None) => {
+                self.yaml = &self.yaml[1..];
+                Some(y)
+            }
+            (None, None) => None,
+        }
+    }
+}
+
 /// Whether `view` passes the filters.
 fn passes(q: &Query, view: &KeyView) -> bool {
     let given = |want: &Option<String>, got: Option<&String>| {
@@ -167,9 +220,22 @@ pub(super) fn answer(admin: &Admin, query: Option<&str>) -> Response<Vec<u8>> {
     let start = q.after.as_deref().map_or(0, |after| {
         order.partition_point(|&k| policy.keys.get(k).name.as_str() <= after)
     });
+    let yaml: &[KeyIdx] = match q.source.as_deref() {
+        Some("api") => &[],
+        _ => &order[start..],
+    };
+    let issued = (q.source.as_deref() != Some("config")).then(|| policy.keys.issued());
+    let merged = Merged {
+        policy,
+        yaml,
+        issued,
+        batch: Vec::new(),
+        at: 0,
+        after: q.after.clone(),
+    };
     let mut keys = Vec::with_capacity(q.limit.min(order.len()));
     let mut next = None;
-    for &k in &order[start..] {
+    for k in merged {
         let view = key_view(&admin.live, policy, k);
         if !passes(&q, &view) {
             continue;

@@ -15,6 +15,7 @@
 //! | `DELETE /api/blocks/{address}` | 204: the address is served again at once, its failures forgotten, with one log line; 404 problem+json when it is not blocked (also when it is not an address, which the detail says) |
 //! | `GET /api/ledger` | 200, the usage ledger as JSON or CSV ([`ledger`]) |
 //! | `GET /api/keys` | 200, one page of keys in name order, filtered, with the next page's cursor ([`list`]) |
+//! | `POST /api/keys`, `POST /api/keys/{name}/rotate`, `DELETE /api/keys/{name}` | keys issued through the API: the secret shown once, rotated with an overlap, revoked and forgotten ([`issue`]) |
 //! | `GET /api/keys/{name}`, `POST /api/keys/{name}/suspend\|resume\|revoke`, `POST /api/keys/revoke`, `PUT\|DELETE /api/keys/{name}/limit\|quota` | keys that change live ([`keys`]) |
 //! | `GET /api/openapi.json` | 200, this table as an OpenAPI 3.1 document: every path, method, parameter, body, answer and problem code ([`openapi`]) |
 //!
@@ -43,6 +44,7 @@
 //! | `blocks.rs` | `GET /api/blocks`, `DELETE /api/blocks/{address}` |
 //! | `ledger.rs` | `GET /api/ledger`, JSON or CSV |
 //! | `keys.rs` | `/api/keys/…`: the handlers of keys that change live |
+//! | `issue.rs` | `POST /api/keys`, `POST /api/keys/{name}/rotate`, `DELETE /api/keys/{name}`: keys issued through the API |
 //! | `list.rs` | `GET /api/keys`: pages of keys in name order |
 //! | `record.rs` | a key's live record in words: its state, the changes in force |
 //! | `openapi.rs` | `GET /api/openapi.json`: the document, from `ROUTES`' operations, the views' and bodies' schemas and the codes |
@@ -56,6 +58,7 @@ mod blocks;
 mod body;
 mod codes;
 pub(crate) mod guard;
+mod issue;
 pub(crate) mod keys;
 pub(crate) mod ledger;
 pub(crate) mod list;

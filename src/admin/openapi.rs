@@ -20,6 +20,7 @@ use utoipa::ToSchema;
 
 use super::body::{LimitBody, QuotaBody, SecretBody, SuspendBody};
 use super::codes::AdminCode;
+use super::issue::{CreateBody, IssuedView, RotateBody};
 use super::view::{
     BlocksView, ConfigRefusedAt, FieldErrorView, KeyPage, KeyView, LedgerView, OverridesView,
     ReloadView, RevokedView, UsageView,
@@ -32,6 +33,8 @@ enum Answer {
     Json(&'static str),
     /// `200` + text of this media type (`text/plain`, `text/html`).
     Text(&'static str),
+    /// `201` + this schema as `application/json`.
+    Created(&'static str),
     /// `204`, no body.
     NoContent,
 }
@@ -74,7 +77,10 @@ const OPS: &[Op] = &[
     Op { method: "DELETE", path: "/api/blocks/{address}", summary: "Serve the address again at once (an address, or an IPv6 /64 as listed)", query: &[], body: None, answer: Answer::NoContent, codes: &[NotBlocked] },
     Op { method: "GET", path: "/api/ledger", summary: "The usage ledger, per key and day (CSV with `Accept: text/csv`)", query: &[("from", "The first day, YYYY-MM-DD (UTC); default `to`"), ("to", "The last day, inclusive, YYYY-MM-DD (UTC); default today"), ("key", "Only the key of this name")], body: None, answer: Answer::Json("LedgerView"), codes: &[InvalidQuery, LedgerUnavailable] },
     Op { method: "GET", path: "/api/keys", summary: "One page of keys in name order, filtered", query: &[("plan", "Only keys on this plan (`partner`: partner keys)"), ("partner", "Only keys this partner manages"), ("state", "`active`, `expired`, `suspended` or `revoked`"), ("source", "`config` or `api`"), ("limit", "Keys per page, 1 to 1000 (default 100)"), ("cursor", "The `next` of the page before")], body: None, answer: Answer::Json("KeyPage"), codes: &[InvalidQuery] },
+    Op { method: "POST", path: "/api/keys", summary: "Issue a key: its secret, shown this once, beside its state", query: &[], body: Some(("CreateBody", true)), answer: Answer::Created("IssuedView"), codes: &[KeyExists, ChangeNotKept, InvalidJson, InvalidBody, BodyTooLarge] },
     Op { method: "GET", path: "/api/keys/{name}", summary: "A key's state (never a digest)", query: &[], body: None, answer: Answer::Json("KeyView"), codes: &[UnknownKey, BodyTooLarge] },
+    Op { method: "DELETE", path: "/api/keys/{name}", summary: "Revoke and forget an issued key (its ledger rows stay)", query: &[], body: None, answer: Answer::NoContent, codes: &[UnknownKey, DefinedInConfig, ChangeNotKept] },
+    Op { method: "POST", path: "/api/keys/{name}/rotate", summary: "A new secret for an issued key; the one it replaces authenticates for the overlap", query: &[], body: Some(("RotateBody", false)), answer: Answer::Json("IssuedView"), codes: &[UnknownKey, DefinedInConfig, KeyRevoked, KeyExists, ChangeNotKept, InvalidJson, InvalidBody, BodyTooLarge] },
     Op { method: "POST", path: "/api/keys/revoke", summary: "Revoke the key a leaked secret is", query: &[], body: Some(("SecretBody", true)), answer: Answer::Json("RevokedView"), codes: &[UnknownSecret, ChangeNotKept, InvalidJson, InvalidBody, BodyTooLarge] },
     Op { method: "POST", path: "/api/keys/{name}/suspend", summary: "Suspend the key", query: &[], body: Some(("SuspendBody", false)), answer: Answer::Json("KeyView"), codes: KEY_CHANGE },
     Op { method: "POST", path: "/api/keys/{name}/resume", summary: "Resume a suspended key", query: &[], body: None, answer: Answer::Json("KeyView"), codes: KEY_CHANGE_NO_BODY },
@@ -192,6 +198,13 @@ fn operation(op: &Op) -> utoipa::openapi::path::Operation {
                 .content(media, Content::new(Some(string())))
                 .build(),
         ),
+        Answer::Created(schema) => b.response(
+            "201",
+            ResponseBuilder::new()
+                .description("Created")
+                .content("application/json", json_ref(schema))
+                .build(),
+        ),
         Answer::NoContent => b.response("204", ResponseBuilder::new().description("Done").build()),
     };
     if op.path == "/readyz" {
@@ -288,6 +301,9 @@ fn build() -> OpenApi {
     with::<KeyPage>(&mut schemas);
     with::<KeyView>(&mut schemas);
     with::<RevokedView>(&mut schemas);
+    with::<IssuedView>(&mut schemas);
+    with::<CreateBody>(&mut schemas);
+    with::<RotateBody>(&mut schemas);
     with::<SuspendBody>(&mut schemas);
     with::<LimitBody>(&mut schemas);
     with::<QuotaBody>(&mut schemas);

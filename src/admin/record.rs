@@ -5,7 +5,7 @@
 use super::view::{ChangeRow, KeyQuotaView, KeyView, OverrideView, PreviousView};
 use crate::clock::rfc3339;
 use crate::policy::keys::{Credential, KeyIdx};
-use crate::policy::overrides::Override;
+use crate::policy::overrides::{Override, Part};
 use crate::policy::Policy;
 use crate::runtime::live::LivePolicy;
 
@@ -20,18 +20,38 @@ fn rows(key: &str, o: &Override, policy: &Policy) -> Vec<ChangeRow> {
     };
     let mut v = Vec::new();
     if let Some(c) = &o.revoked {
-        v.push(row("revoked", c.reason.clone(), c.since_ms, &c.by));
+        v.push(row(
+            Part::Revoked.name(),
+            c.reason.clone(),
+            c.since_ms,
+            &c.by,
+        ));
     }
     if let Some(c) = &o.suspended {
-        v.push(row("suspended", c.reason.clone(), c.since_ms, &c.by));
+        v.push(row(
+            Part::Suspended.name(),
+            c.reason.clone(),
+            c.since_ms,
+            &c.by,
+        ));
     }
     if let Some(l) = &o.limit {
         let detail = format!("{} per window", l.requests_per_window);
-        v.push(row("limit", Some(detail), l.change.since_ms, &l.change.by));
+        v.push(row(
+            Part::Limit.name(),
+            Some(detail),
+            l.change.since_ms,
+            &l.change.by,
+        ));
     }
     if let Some(q) = &o.quota {
         let detail = format!("{} per {}", q.quota.requests, q.quota.per.as_str());
-        v.push(row("quota", Some(detail), q.change.since_ms, &q.change.by));
+        v.push(row(
+            Part::Quota.name(),
+            Some(detail),
+            q.change.since_ms,
+            &q.change.by,
+        ));
     }
     if let Some(id) = o.plan_id {
         let name = |id: Option<u32>| {
@@ -43,7 +63,7 @@ fn rows(key: &str, o: &Override, policy: &Policy) -> Vec<ChangeRow> {
             .partner
             .as_ref()
             .map_or_else(|| "partner".to_string(), |p| format!("partner:{p}"));
-        v.push(row("upgrade", Some(detail), o.at_ms, &by));
+        v.push(row(Part::Plan.name(), Some(detail), o.at_ms, &by));
     }
     v
 }
@@ -52,7 +72,8 @@ fn rows(key: &str, o: &Override, policy: &Policy) -> Vec<ChangeRow> {
 pub(crate) fn changes(live: &LivePolicy, policy: &Policy) -> Vec<ChangeRow> {
     let mut v: Vec<ChangeRow> = live.with_overrides(|set| {
         set.iter()
-            .filter_map(|(d, o)| policy.keys.lookup(d).map(|_| (o.key.clone(), o)))
+            .filter(|(d, o)| o.issued.is_some() || policy.keys.lookup(d).is_some())
+            .map(|(_, o)| (o.key.clone(), o))
             .flat_map(|(key, o)| rows(&key, o, policy))
             .collect()
     });
@@ -103,6 +124,20 @@ pub(crate) fn key_view(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> KeyView
             resets_at: rfc3339(q.spec.per.end_after(now_ms)),
         }
     });
+    let issued = record.as_ref().and_then(|o| o.issued.as_ref());
+    let now_ms = crate::clock::wall_ms();
+    let previous_issued = issued
+        .into_iter()
+        .flat_map(|i| &i.previous)
+        .map(|p| PreviousView {
+            until: rfc3339(p.until_ms),
+            state: match live_word.refused() {
+                Some(crate::policy::keys::KeyRefusal::Revoked) => "revoked",
+                _ if p.until_ms <= now_ms => "expired",
+                _ => "active",
+            }
+            .into(),
+        });
     let previous = policy
         .keys
         .aliases_of(k)
@@ -115,6 +150,7 @@ pub(crate) fn key_view(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> KeyView
             }
             .into(),
         })
+        .chain(previous_issued)
         .collect();
     let overrides = record
         .iter()
@@ -133,8 +169,12 @@ pub(crate) fn key_view(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> KeyView
         state: live_word.state().as_str().into(),
         expires_at: extra.and_then(|x| x.expires_ms).map(rfc3339),
         requests_per_window: policy.rate(credential).limit(),
-        // Every key comes from the YAML until the admin API issues keys.
-        source: "config".into(),
+        source: if policy.keys.issued_slot(k).is_some() {
+            "api"
+        } else {
+            "config"
+        }
+        .into(),
         quota,
         previous,
         overrides,

@@ -10,7 +10,7 @@ use super::codes::AdminCode;
 use super::keys::{self, KeyOp};
 use super::reply::{json, not_allowed, page, percent_decode, problem, reply, text};
 use super::view::BlocksView;
-use super::{ledger, list, openapi, overrides, usage, Admin, MAX_ADMIN_BODY};
+use super::{issue, ledger, list, openapi, overrides, usage, Admin, MAX_ADMIN_BODY};
 
 /// Every route the admin listener answers: `(method, path)`, a `{name}` a path segment
 /// (percent-decoded; for `DELETE /api/overrides/{name}` and `/api/blocks/{address}`, the rest
@@ -31,7 +31,10 @@ pub(crate) const ROUTES: &[(&str, &str)] = &[
     ("DELETE", "/api/blocks/{address}"),
     ("GET", "/api/ledger"),
     ("GET", "/api/keys"),
+    ("POST", "/api/keys"),
     ("GET", "/api/keys/{name}"),
+    ("DELETE", "/api/keys/{name}"),
+    ("POST", "/api/keys/{name}/rotate"),
     ("POST", "/api/keys/revoke"),
     ("POST", "/api/keys/{name}/suspend"),
     ("POST", "/api/keys/{name}/resume"),
@@ -73,7 +76,13 @@ pub(crate) enum Route {
     Ledger,
     /// `GET /api/keys`: a page of keys.
     ListKeys,
+    /// `POST /api/keys`: a new key.
+    CreateKey,
     ShowKey(String),
+    /// `DELETE /api/keys/{name}`: an issued key revoked and forgotten.
+    DeleteKey(String),
+    /// `POST /api/keys/{name}/rotate`: an issued key's new secret.
+    RotateKey(String),
     /// `POST /api/keys/revoke`: the leak path, by the secret.
     RevokeSecret,
     /// A change to the key named.
@@ -138,11 +147,14 @@ pub(crate) fn classify(method: &Method, path: &str) -> Result<Route, Miss> {
         (Delete, ["api", "blocks", _, ..]) => Ok(Route::ReleaseBlock(tail())),
         (Get, ["api", "ledger"]) => Ok(Route::Ledger),
         (Get, ["api", "keys"]) => Ok(Route::ListKeys),
+        (Post, ["api", "keys"]) => Ok(Route::CreateKey),
         (Get, ["api", "openapi.json"]) => Ok(Route::OpenApi),
         (Post, ["api", "keys", name]) if percent_decode(name) == "revoke" => {
             Ok(Route::RevokeSecret)
         }
         (Get, ["api", "keys", name]) => Ok(Route::ShowKey(percent_decode(name))),
+        (Delete, ["api", "keys", name]) => Ok(Route::DeleteKey(percent_decode(name))),
+        (Post, ["api", "keys", name, "rotate"]) => Ok(Route::RotateKey(percent_decode(name))),
         (Post, ["api", "keys", name, "suspend"]) => key(name, KeyOp::Suspend),
         (Post, ["api", "keys", name, "resume"]) => key(name, KeyOp::Resume),
         (Post, ["api", "keys", name, "revoke"]) => key(name, KeyOp::Revoke),
@@ -152,11 +164,16 @@ pub(crate) fn classify(method: &Method, path: &str) -> Result<Route, Miss> {
         (Delete, ["api", "keys", name, "quota"]) => key(name, KeyOp::ClearQuota),
         // Known paths, other methods.
         (_, [""] | ["metrics" | "healthz" | "readyz"])
-        | (_, ["api", "usage" | "overrides" | "blocks" | "ledger" | "keys" | "openapi.json"])
-        | (_, ["api", "keys", _]) => Err(Miss::NotAllowed("GET, HEAD")),
+        | (_, ["api", "usage" | "overrides" | "blocks" | "ledger" | "openapi.json"]) => {
+            Err(Miss::NotAllowed("GET, HEAD"))
+        }
+        (_, ["api", "keys"]) => Err(Miss::NotAllowed("GET, HEAD, POST")),
+        (_, ["api", "keys", _]) => Err(Miss::NotAllowed("GET, HEAD, DELETE")),
         (_, ["reload"]) => Err(Miss::NotAllowed("POST")),
         (_, ["api", "overrides" | "blocks", _, ..]) => Err(Miss::NotAllowed("DELETE")),
-        (_, ["api", "keys", _, "suspend" | "resume" | "revoke"]) => Err(Miss::NotAllowed("POST")),
+        (_, ["api", "keys", _, "suspend" | "resume" | "revoke" | "rotate"]) => {
+            Err(Miss::NotAllowed("POST"))
+        }
         (_, ["api", "keys", _, "limit" | "quota"]) => Err(Miss::NotAllowed("PUT, DELETE")),
         (_, ["api", "keys", _, ..]) => Err(Miss::NoKeyOperation),
         _ => Err(Miss::NotFound),
@@ -167,7 +184,7 @@ impl Admin {
     /// The answer to a request past the guards: its route's handler, or the miss.
     pub(super) async fn answer(&self, req: &AdminRequest<'_>) -> Response<Vec<u8>> {
         // A body over the cap is refused on the paths that take one, whatever the route.
-        if req.too_large && req.path.starts_with("/api/keys/") {
+        if req.too_large && (req.path.starts_with("/api/keys/") || req.path == "/api/keys") {
             return problem(
                 AdminCode::BodyTooLarge,
                 &format!("the admin listener reads at most {MAX_ADMIN_BODY} bytes"),
@@ -180,7 +197,7 @@ impl Admin {
             Err(Miss::NoKeyOperation) => {
                 return problem(
                     AdminCode::NoKeyOperation,
-                    "the operations are suspend, resume, revoke, limit and quota",
+                    "the operations are suspend, resume, revoke, rotate, limit and quota",
                 )
             }
         };
@@ -202,7 +219,10 @@ impl Admin {
             Route::ReleaseBlock(address) => self.release_block(&address),
             Route::Ledger => ledger::answer(self, req.query, req.csv).await,
             Route::ListKeys => list::answer(self, req.query),
+            Route::CreateKey => issue::create(self, req.body).await,
             Route::ShowKey(name) => keys::show(&self.live, &name),
+            Route::DeleteKey(name) => issue::delete(self, &name).await,
+            Route::RotateKey(name) => issue::rotate(self, &name, req.body).await,
             Route::RevokeSecret => keys::revoke_secret(self, req.body).await,
             Route::Key(name, op) => keys::change(self, &name, op, req.body).await,
             Route::OpenApi => reply(
@@ -231,7 +251,10 @@ impl Route {
             Route::ReleaseBlock(_) => ("DELETE", "/api/blocks/{address}"),
             Route::Ledger => ("GET", "/api/ledger"),
             Route::ListKeys => ("GET", "/api/keys"),
+            Route::CreateKey => ("POST", "/api/keys"),
             Route::ShowKey(_) => ("GET", "/api/keys/{name}"),
+            Route::DeleteKey(_) => ("DELETE", "/api/keys/{name}"),
+            Route::RotateKey(_) => ("POST", "/api/keys/{name}/rotate"),
             Route::RevokeSecret => ("POST", "/api/keys/revoke"),
             Route::Key(_, op) => op.row(),
             Route::OpenApi => ("GET", "/api/openapi.json"),

@@ -98,13 +98,13 @@ fn names_are_decoded_and_other_paths_are_404() {
     for path in [
         "/api/keys/k/",
         "/api/keys/k/suspend/x",
-        "/api/keys/k/rotate",
+        "/api/keys/k/promote",
     ] {
         assert_eq!(classify(get, path), Err(Miss::NoKeyOperation), "{path}");
     }
     assert_eq!(
         classify(&Method::PUT, "/api/keys/revoke"),
-        Err(Miss::NotAllowed("GET, HEAD"))
+        Err(Miss::NotAllowed("GET, HEAD, DELETE"))
     );
     assert_eq!(
         classify(get, "/api/blocks/192.0.2.7"),

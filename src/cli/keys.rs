@@ -9,6 +9,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
+use super::admin_client::{list_all, segment, Client};
+
 /// `tollgate keys …`.
 #[derive(Args, Debug)]
 pub struct KeysArgs {
@@ -38,6 +40,44 @@ enum Verb {
         /// Only keys from this source: config (the YAML) or api (issued).
         #[arg(long)]
         source: Option<String>,
+    },
+    /// Issue a key: the gateway draws its secret and prints it this once (none with
+    /// `--sha256`).
+    Create {
+        /// The key's name.
+        name: String,
+        /// The plan it is on (a plan's name).
+        #[arg(long)]
+        plan: String,
+        /// The partner that manages it (a partner's name).
+        #[arg(long)]
+        partner: Option<String>,
+        /// When it expires (RFC 3339, in the future).
+        #[arg(long)]
+        expires_at: Option<String>,
+        /// Its own window limit (requests per window).
+        #[arg(long)]
+        requests_per_window: Option<u32>,
+        /// Its own quota: N/day or N/month.
+        #[arg(long, value_parser = quota_arg)]
+        quota: Option<(u64, String)>,
+        /// The SHA-256 of a secret you keep (64 hex): the gateway draws none.
+        #[arg(long)]
+        sha256: Option<String>,
+    },
+    /// A new secret for an issued key, printed this once; the one it replaces still
+    /// authenticates for the overlap.
+    Rotate {
+        /// The key's name.
+        name: String,
+        /// Seconds the replaced secret still authenticates (default 86400; 0: none).
+        #[arg(long)]
+        overlap: Option<u64>,
+    },
+    /// Revoke an issued key and forget it (its ledger rows stay).
+    Delete {
+        /// The key's name.
+        name: String,
     },
     /// One key's state.
     Show {
@@ -102,94 +142,6 @@ fn quota_arg(s: &str) -> Result<(u64, String), String> {
     }
 }
 
-/// What one call of the API came to: its JSON, or the words for stderr.
-type Answer = Result<Value, String>;
-
-/// The admin listener at `base`.
-struct Client {
-    base: String,
-    token: Option<String>,
-    agent: ureq::Agent,
-}
-
-impl Client {
-    fn new(base: &str) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(std::time::Duration::from_secs(30)))
-            .build()
-            .into();
-        Self {
-            base: base.trim_end_matches('/').to_string(),
-            token: std::env::var("TOLLGATE_ADMIN_TOKEN").ok(),
-            agent,
-        }
-    }
-
-    /// `method path` with `body` (JSON, when given).
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Answer {
-        let url = format!("{}{path}", self.base);
-        let mut req = http::Request::builder().method(method).uri(&url);
-        if let Some(t) = &self.token {
-            req = req.header("authorization", format!("Bearer {t}"));
-        }
-        let sent = match body {
-            Some(b) => req
-                .header("content-type", "application/json")
-                .body(b.to_string())
-                .map_err(|e| e.to_string())
-                .and_then(|r| self.agent.run(r).map_err(|e| e.to_string())),
-            None => req
-                .body(())
-                .map_err(|e| e.to_string())
-                .and_then(|r| self.agent.run(r).map_err(|e| e.to_string())),
-        };
-        let mut resp =
-            sent.map_err(|e| format!("cannot reach the admin listener at {url}: {e}"))?;
-        let status = resp.status().as_u16();
-        let text = resp
-            .body_mut()
-            .read_to_string()
-            .map_err(|e| format!("{url}: {e}"))?;
-        let value: Option<Value> = serde_json::from_str(&text).ok();
-        if (200..300).contains(&status) {
-            return Ok(value.unwrap_or(Value::Null));
-        }
-        Err(match value.as_ref().and_then(|v| v["detail"].as_str()) {
-            Some(detail) => detail.to_string(),
-            None => format!("{method} {path}: HTTP {status}: {}", text.trim()),
-        })
-    }
-}
-
-/// A path segment with what a URL escapes escaped (a key name may hold `/` or spaces).
-fn segment(name: &str) -> String {
-    percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string()
-}
-
-/// Every page of `GET /api/keys` with `filters`, as one list.
-fn list_all(c: &Client, filters: &[(&str, &Option<String>)]) -> Answer {
-    let mut query: Vec<String> = filters
-        .iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", segment(v))))
-        .collect();
-    query.push("limit=1000".into());
-    let mut keys = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut q = query.clone();
-        if let Some(c) = &cursor {
-            q.push(format!("cursor={c}"));
-        }
-        let page = c.call("GET", &format!("/api/keys?{}", q.join("&")), None)?;
-        keys.extend(page["keys"].as_array().cloned().unwrap_or_default());
-        match page["next"].as_str() {
-            Some(next) => cursor = Some(next.to_string()),
-            None => return Ok(json!({ "keys": keys, "next": null })),
-        }
-    }
-}
-
 /// `tollgate keys …`.
 pub(super) fn run(args: KeysArgs) -> ExitCode {
     let c = Client::new(&args.admin);
@@ -209,6 +161,37 @@ pub(super) fn run(args: KeysArgs) -> ExitCode {
                 ("source", source),
             ],
         ),
+        Verb::Create {
+            name,
+            plan,
+            partner,
+            expires_at,
+            requests_per_window,
+            quota,
+            sha256,
+        } => {
+            let mut body = json!({ "name": name, "plan": plan });
+            let mut put = |k: &str, v: Value| {
+                if !v.is_null() {
+                    body[k] = v;
+                }
+            };
+            put("partner", json!(partner));
+            put("expires_at", json!(expires_at));
+            put("requests_per_window", json!(requests_per_window));
+            put("sha256", json!(sha256));
+            if let Some((n, per)) = quota {
+                put("quota", json!({ "requests": n, "per": per }));
+            }
+            c.call("POST", "/api/keys", Some(&body))
+        }
+        Verb::Rotate { name, overlap } => {
+            let body = overlap.map_or(json!({}), |s| json!({ "overlap_seconds": s }));
+            c.call("POST", &key(name, "rotate"), Some(&body))
+        }
+        Verb::Delete { name } => c
+            .call("DELETE", &format!("/api/keys/{}", segment(name)), None)
+            .map(|_| json!({ "deleted": name })),
         Verb::Show { name } => c.call("GET", &format!("/api/keys/{}", segment(name)), None),
         Verb::Suspend { name, reason } => {
             let body = reason.as_ref().map(|r| json!({ "reason": r }));
@@ -257,7 +240,15 @@ pub(super) fn run(args: KeysArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(v) => {
-            print!("{}", table(&v));
+            if let Some(name) = v["deleted"].as_str() {
+                println!("deleted {name}");
+            } else {
+                print!("{}", table(&v));
+            }
+            if let Some(secret) = v["key"].as_str() {
+                // Shown this once: the gateway keeps only its digest.
+                println!("key: {secret}");
+            }
             ExitCode::SUCCESS
         }
         Err(detail) => {

@@ -7,9 +7,11 @@ use std::fmt::{self, Write as _};
 use crate::config::routes::{Family, MethodSel, PathMatch};
 use crate::config::{Allow, Config, Scheme};
 
-/// What `check` says of partner upgrades and keys changed live: where they are kept, those in
-/// force when the store can be read, and a warning when they are kept nowhere.
-pub(super) fn overrides_summary(cfg: &Config) -> String {
+/// What `check` says of partner upgrades, keys changed live and keys issued through the
+/// admin API: where they are kept, those in force when the store can be read, and a warning
+/// when they are kept nowhere. Refused, naming the field, when the file gives a key the name
+/// or a digest of an issued one, or drops a plan or partner one is on (as a reload would be).
+pub(super) fn overrides_summary(cfg: &Config) -> Result<String, crate::config::ConfigError> {
     let mut s = String::new();
     let read = match (&cfg.process.cluster, &cfg.process.state_path) {
         (Some(c), _) => {
@@ -27,9 +29,9 @@ pub(super) fn overrides_summary(cfg: &Config) -> String {
         (None, None) => {
             let _ = writeln!(
                 s,
-                "warning: partner upgrades and keys changed live (suspend, revoke, limit, quota) last until the process stops: set `state.path` (one process) or `cluster` (several)"
+                "warning: partner upgrades, keys changed live (suspend, revoke, limit, quota) and keys issued through the admin API (POST /api/keys) last until the process stops: set `state.path` (one process) or `cluster` (several)"
             );
-            return s;
+            return Ok(s);
         }
     };
     match read {
@@ -37,6 +39,18 @@ pub(super) fn overrides_summary(cfg: &Config) -> String {
             let _ = writeln!(s, "  overrides     none in force");
         }
         Ok(list) => {
+            let issued: crate::policy::overrides::Overrides = list
+                .iter()
+                .filter_map(|o| Some((o.issued.as_ref()?.id, o.clone())))
+                .collect();
+            crate::policy::overrides::check_issued(cfg, &issued)?;
+            if !issued.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  issued keys   {} (through the admin API)",
+                    issued.len()
+                );
+            }
             for o in crate::overrides::check::upgrades(&list, &cfg.plans) {
                 let _ = writeln!(
                     s,
@@ -79,7 +93,7 @@ pub(super) fn overrides_summary(cfg: &Config) -> String {
             let _ = writeln!(s, "  overrides     not read: {e}");
         }
     }
-    s
+    Ok(s)
 }
 
 /// A plan's calendar quota for [`summary`]: `; quota N / month`, or nothing.
@@ -421,7 +435,12 @@ impl fmt::Display for Routes<'_> {
                     Some(crate::config::routes::Effect::Upgrade),
                     Some(crate::config::routes::BodyRule::ServiceUpgrade),
                 ) => String::new(),
-                (Some(e), _) => format!(" effect={}", e.action().trim_start_matches("partner_")),
+                (Some(e), _) => format!(
+                    " effect={}",
+                    crate::policy::overrides::ChangeKind::of_effect(e)
+                        .as_str()
+                        .trim_start_matches("partner_")
+                ),
             };
             let key_field = r
                 .key_field

@@ -42,7 +42,9 @@ use crate::config::routes::Effect;
 use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::policy::keys::{Found, KeyIdx};
-use crate::policy::overrides::{Action, ChangeRefused, Override, Overrides, Part, Upgrade};
+use crate::policy::overrides::{
+    Action, ChangeKind, ChangeRefused, Override, Overrides, Part, Upgrade,
+};
 use crate::policy::Policy;
 use crate::runtime::live::{unix_ms, LivePolicy};
 use crate::state::disk;
@@ -192,7 +194,8 @@ impl PlanOverrides {
         let change = [(upgrade.target, Part::Plan, record)];
         live.put_records(&change);
         let result = self.keep(&change).await;
-        live.metrics().admin_change("upgrade", result.is_ok());
+        live.metrics()
+            .admin_change(ChangeKind::Upgrade, result.is_ok());
         if let Err(why) = result {
             tracing::error!(
                 target: "tollgate::overrides",
@@ -287,11 +290,12 @@ impl PlanOverrides {
         let done = self
             .change(live, KeyRef::Digest(target), action, by, true)
             .await;
-        live.metrics().admin_change(effect.action(), done.is_ok());
+        let kind = ChangeKind::of_effect(effect);
+        live.metrics().admin_change(kind, done.is_ok());
         match done {
-            Ok(_) => Some(effect.action()),
+            Ok(_) => Some(kind.as_str()),
             Err(why) => {
-                tracing::warn!(target: "tollgate::keys", by = %by, action = %effect.action(), error = %why, "partner's change not applied at the edge");
+                tracing::warn!(target: "tollgate::keys", by = %by, action = %kind.as_str(), error = %why, "partner's change not applied at the edge");
                 None
             }
         }

@@ -151,13 +151,21 @@ impl LivePolicy {
         let _ = self.forget.set(keeper);
     }
 
-    /// Read or change the overrides in force (the gauge follows). A change applies to the
-    /// snapshots compiled from now on; putting it on the policy in force is the caller's.
+    /// Read or change the overrides in force. A change applies to the snapshots compiled from
+    /// now on; putting it on the policy in force is the caller's. (The gauges that count them
+    /// are set when the metrics are read: [`LivePolicy::refresh_gauges`].)
     pub fn with_overrides<R>(&self, f: impl FnOnce(&mut Overrides) -> R) -> R {
-        let mut set = self.in_force.locked();
-        let r = f(&mut set);
-        self.metrics.set_plan_overrides(upgrades(&set));
-        r
+        f(&mut self.in_force.locked())
+    }
+
+    /// Set the gauges that count what the keys are (`tollgate_keys`,
+    /// `tollgate_plan_overrides`): when the metrics are read, not at each change, so that a
+    /// change costs the same with a million keys as with ten.
+    pub fn refresh_gauges(&self) {
+        let snap = self.current.load();
+        self.metrics.set_key_states(&snap.policy);
+        let upgrades = upgrades(&self.in_force.locked());
+        self.metrics.set_plan_overrides(upgrades);
     }
 
     /// Put records just kept in force: in the set every later snapshot is compiled with, and
@@ -176,7 +184,6 @@ impl LivePolicy {
                 snap.policy.apply_record(d, o);
             }
         });
-        self.metrics.set_key_states(&snap.policy);
     }
 
     /// Put `set` (every record kept, as another replica may have changed any) in force in
@@ -193,7 +200,6 @@ impl LivePolicy {
             };
         }
         self.with_overrides(|in_force| in_force.clone_from(set));
-        self.metrics.set_key_states(&snap.policy);
         drops
     }
 
@@ -201,11 +207,7 @@ impl LivePolicy {
     /// instant at which something expires.
     pub fn expire(&self, wall_ms: u64) -> Option<u64> {
         let snap = self.current.load();
-        let (changed, next) = snap.policy.keys.expire(wall_ms);
-        if changed {
-            self.metrics.set_key_states(&snap.policy);
-        }
-        next
+        snap.policy.keys.expire(wall_ms).1
     }
 
     /// From now on, refuse a reload to a config that holds a published demo key.
@@ -232,6 +234,7 @@ impl LivePolicy {
             if refuse {
                 refuse_published_keys(&c)?;
             }
+            self.with_overrides(|set| crate::policy::overrides::check_issued(&c, set))?;
             let restart_required = config::changed_fields(&old.policy.config.process, &c.process);
             let mut snapshot = compile(c, Ok(&old.policy), &self.metrics)?;
             let dropped = apply_in_force(&snapshot.policy, &self.in_force, &self.metrics);
@@ -397,6 +400,7 @@ mod tests {
     }
 
     fn metrics_text(live: &LivePolicy) -> String {
+        live.refresh_gauges();
         String::from_utf8(live.metrics().render()).unwrap()
     }
 

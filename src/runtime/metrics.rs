@@ -36,6 +36,7 @@ use prometheus::{
 
 use crate::config::routes::RouteIdx;
 use crate::policy::keys::{Credential, KeyRefusal, KeyState};
+use crate::policy::overrides::ChangeKind;
 use crate::policy::{Outcome, Policy};
 
 /// Histogram buckets for a proxy, in seconds: 100 µs (a refusal answered at the edge) to
@@ -257,10 +258,10 @@ impl Metrics {
 
     /// `tollgate_admin_changes_total{action,result}`: a change applied, or refused (any 4xx,
     /// or 503 when it could not be kept).
-    pub fn admin_change(&self, action: &str, applied: bool) {
+    pub fn admin_change(&self, kind: ChangeKind, applied: bool) {
         let result = if applied { "applied" } else { "refused" };
         self.admin_changes
-            .with_label_values(&[action, result])
+            .with_label_values(&[kind.as_str(), result])
             .inc();
     }
 

@@ -342,6 +342,7 @@ fn the_keys_command_drives_a_running_gateway_through_its_admin_api() {
     );
     let all = json(&["list"]);
     assert_eq!(all["keys"].as_array().unwrap().len(), 7, "every page");
+    assert_eq!(all["keys"][0]["name"], "acme", "in name order");
     // The leak path: the secret on stdin, never on the command line.
     let (code, out, err) = keys(a, "keys-cli-token", &["revoke-secret"], "standard-key-1\n");
     assert_eq!(code, 0, "{err}");
@@ -350,6 +351,67 @@ fn the_keys_command_drives_a_running_gateway_through_its_admin_api() {
         "{out}"
     );
     assert_eq!(json(&["show", "standard-1"])["state"], "revoked");
+    // Issued keys: create (the secret printed once), rotate, delete.
+    let (code, out, err) = keys(
+        a,
+        "keys-cli-token",
+        &[
+            "create",
+            "shop-7",
+            "--plan",
+            "pro",
+            "--quota",
+            "50/day",
+            "--requests-per-window",
+            "9",
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let secret = out
+        .lines()
+        .find_map(|l| l.strip_prefix("key: "))
+        .expect("the secret, once")
+        .to_string();
+    assert!(out.contains("shop-7") && out.contains("api"), "{out}");
+    assert_eq!(
+        gw.call(&secret, "GET", "/v2/client/getStatus", "").status,
+        200
+    );
+    let c = json(&[
+        "create",
+        "shop-8",
+        "--plan",
+        "basic",
+        "--sha256",
+        &"ab".repeat(32),
+    ]);
+    assert_eq!((c["source"].as_str(), c.get("key")), (Some("api"), None));
+    let r = json(&["rotate", "shop-7", "--overlap", "0"]);
+    let rotated = r["key"].as_str().unwrap();
+    assert_eq!(
+        gw.call(rotated, "GET", "/v2/client/getStatus", "").status,
+        200
+    );
+    assert_eq!(
+        gw.call(&secret, "GET", "/v2/client/getStatus", "").status,
+        401
+    );
+    let listed = json(&["list", "--source", "api"]);
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 2);
+    let (code, out, _) = keys(a, "keys-cli-token", &["delete", "shop-8"], "");
+    assert_eq!((code, out.as_str()), (0, "deleted shop-8\n"));
+    let (code, _, err) = keys(a, "keys-cli-token", &["delete", "basic-1"], "");
+    assert_eq!(code, 1);
+    assert!(err.contains("defined in the config"), "{err}");
+    let (code, _, err) = keys(
+        a,
+        "keys-cli-token",
+        &["create", "shop-7", "--plan", "pro"],
+        "",
+    );
+    assert_eq!(code, 1);
+    assert!(err.contains("exists"), "{err}");
     // Failures: exit 1 and the problem's detail on stderr.
     let (code, _, err) = keys(a, "keys-cli-token", &["show", "nobody"], "");
     assert_eq!(code, 1);

@@ -16,6 +16,11 @@ const RUN: &[(&str, &str)] = &[
     ("docs/operations.md", "### Blocked addresses"),
     ("docs/operations.md", "### Revoking a leaked key"),
     ("docs/operations.md", "### A key's quota and its ledger"),
+    ("docs/operations.md", "#### Signing up a customer"),
+    (
+        "docs/operations.md",
+        "#### Rotating a key and answering a leak",
+    ),
 ];
 
 fn repo() -> PathBuf {
@@ -234,9 +239,25 @@ fn the_leaked_key_example_does_what_it_prints() {
 /// the defaults, `$ADMIN_TOKEN` set to `the-admin-token`): each command prints what the
 /// comment under it says.
 fn run_operations_example(gw: &Gateway, heading: &str) {
+    run_operations_examples(gw, &[heading]);
+}
+
+/// [`run_operations_example`] for the blocks after `headings`, one after the other in one
+/// shell (a later one may use what an earlier one set), with this build's `tollgate` first
+/// on `PATH`.
+fn run_operations_examples(gw: &Gateway, headings: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join(".curlrc"), "max-time = 10\n").unwrap();
-    let written = block("docs/operations.md", heading);
+    let written: String = headings
+        .iter()
+        .map(|h| block("docs/operations.md", h))
+        .collect();
+    let bin = Path::new(env!("CARGO_BIN_EXE_tollgate")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let script = written
         .replace(
             "127.0.0.1:9091",
@@ -246,7 +267,7 @@ fn run_operations_example(gw: &Gateway, heading: &str) {
     let out = bash(
         dir.path(),
         &script,
-        &[("ADMIN_TOKEN", "the-admin-token")],
+        &[("ADMIN_TOKEN", "the-admin-token"), ("PATH", &path)],
         Duration::from_secs(60),
     );
     let shown: Vec<&str> = written
@@ -255,6 +276,22 @@ fn run_operations_example(gw: &Gateway, heading: &str) {
         .collect();
     let printed: Vec<&str> = out.lines().collect();
     assert_eq!(printed, shown, "{out}");
+}
+
+#[test]
+fn the_sign_up_rotation_and_leak_examples_do_what_they_print() {
+    if crate::harness::curl_missing("the_sign_up_rotation_and_leak_examples_do_what_they_print") {
+        return;
+    }
+    let up = Upstream::start(Mode::Ok);
+    let gw = Gateway::start(&config_for(&up).admin_token("the-admin-token"));
+    run_operations_examples(
+        &gw,
+        &[
+            "#### Signing up a customer",
+            "#### Rotating a key and answering a leak",
+        ],
+    );
 }
 
 #[test]

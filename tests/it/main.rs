@@ -18,6 +18,7 @@ mod faults;
 mod fleet_demo;
 mod forgets_nothing;
 mod gateway;
+mod issued;
 mod keys;
 mod openapi;
 mod operate;

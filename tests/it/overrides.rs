@@ -453,7 +453,7 @@ fn check_warns_when_upgrades_are_kept_nowhere_and_lists_those_on_disk() {
         assert!(out.status.success());
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    assert!(check(&path).contains("warning: partner upgrades and keys changed live (suspend, revoke, limit, quota) last until the process stops"));
+    assert!(check(&path).contains("warning: partner upgrades, keys changed live (suspend, revoke, limit, quota) and keys issued through the admin API (POST /api/keys) last until the process stops"));
 
     let up = Upstream::start(Mode::Ok);
     let state = dir.path().join("state.db");

@@ -578,14 +578,25 @@ fn yaml_error(path: &Path, e: serde_path_to_error::Error<serde_yaml::Error>) -> 
     }
 }
 
-/// Names used as metric labels and log fields: short, printable, no quoting needed.
-fn check_name(name: &str, field: impl FnOnce() -> String) -> Result<(), Invalid> {
-    let ok = !name.is_empty()
+/// The line (1-based) of the field `field` (`keys[3].name`) in the YAML file `file`, read
+/// now; `None` when the file cannot be read or has no such field.
+pub fn line_in(file: &Path, field: &str) -> Option<usize> {
+    let text = std::fs::read_to_string(file).ok()?;
+    LineIndex::new(&text).line_of(field)
+}
+
+/// Whether `name` can name a key, a plan or a partner: 1 to 64 of `A–Z a–z 0–9 _ - .`
+/// (names are metric labels and log fields: short, printable, no quoting needed).
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 64
         && name
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    if ok {
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+fn check_name(name: &str, field: impl FnOnce() -> String) -> Result<(), Invalid> {
+    if is_valid_name(name) {
         Ok(())
     } else {
         Err(Invalid::new(

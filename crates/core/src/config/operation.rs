@@ -41,18 +41,6 @@ pub enum Effect {
     Delete,
 }
 
-impl Effect {
-    /// The `action` label of `tollgate_admin_changes_total`.
-    pub fn action(self) -> &'static str {
-        match self {
-            Effect::Upgrade => "upgrade",
-            Effect::Suspend => "partner_suspend",
-            Effect::Resume => "partner_resume",
-            Effect::Delete => "partner_delete",
-        }
-    }
-}
-
 impl BodyRule {
     /// The rule's name, as a catalogue's `body` field writes it.
     pub fn name(self) -> &'static str {

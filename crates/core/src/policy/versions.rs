@@ -308,7 +308,7 @@ mod tests {
                                     change: c,
                                 })
                             }
-                            Part::Quota => o.yaml = Some(since.to_string()),
+                            Part::Quota | Part::Issued => o.yaml = Some(since.to_string()),
                         }
                     }
                     (field, Kept::new(version, &o))

@@ -52,15 +52,10 @@ pub enum Action {
 }
 
 impl Action {
-    /// The `action` label of `tollgate_admin_changes_total` when an operator makes it.
+    /// The `action` label of `tollgate_admin_changes_total` when an operator makes it (its
+    /// row of [`ChangeKind`](super::ChangeKind)).
     pub fn name(&self) -> &'static str {
-        match self {
-            Action::Suspend(_) => "suspend",
-            Action::Resume => "resume",
-            Action::Revoke => "revoke",
-            Action::Limit(_) => "limit",
-            Action::Quota(_) => "quota",
-        }
+        super::ChangeKind::of_action(self).as_str()
     }
 }
 
@@ -73,6 +68,11 @@ pub enum ChangeRefused {
     NotACustomerKey,
     /// A partner's resume of a key the operator suspended.
     SuspendedByOperator,
+    /// A rotation or deletion of a key the YAML defines (it rotates in the YAML).
+    DefinedInConfig,
+    /// A new key whose name (`name`) or digest (`sha256`) a key has, or had (a revoked
+    /// digest never authenticates again).
+    KeyExists(&'static str),
 }
 
 impl std::error::Error for ChangeRefused {}
@@ -89,6 +89,11 @@ impl std::fmt::Display for ChangeRefused {
             ChangeRefused::SuspendedByOperator => {
                 "the operator suspended the key: only the operator resumes it"
             }
+            ChangeRefused::DefinedInConfig => {
+                "the key is defined in the config: it rotates there (`previous`), and leaves it there"
+            }
+            ChangeRefused::KeyExists("name") => "a key with that name exists",
+            ChangeRefused::KeyExists(_) => "a key has, or had, that digest",
         })
     }
 }

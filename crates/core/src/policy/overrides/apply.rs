@@ -113,17 +113,34 @@ impl Policy {
         let mut drops = Vec::new();
         let mut touched = vec![false; self.keys.len()];
         let mut touched_alias = vec![false; self.keys.aliases().len()];
+        let now_ms = crate::clock::wall_ms();
         for (digest, o) in set {
-            match self.keys.resolve(digest) {
-                Some(Found::Key(k)) => touched[k as usize] = true,
+            let (found, drop) = self.apply_one(digest, o, now_ms);
+            match found {
+                Some(Found::Key(k)) => {
+                    if k as usize >= touched.len() {
+                        touched.resize(k as usize + 1, false);
+                    }
+                    touched[k as usize] = true;
+                }
                 Some(Found::Alias(a)) => touched_alias[a as usize] = true,
                 None => {}
             }
-            drops.extend(self.apply_record(digest, o));
+            drops.extend(drop);
         }
-        // What is in force here but no longer in the set: gone.
+        // What is in force here but no longer in the set: gone (an issued key: deleted).
+        let gone: Vec<KeyIdx> = self
+            .keys
+            .iter()
+            .filter(|&(k, _)| !touched.get(k as usize).copied().unwrap_or(false))
+            .filter_map(|(k, _)| self.keys.issued_slot(k).map(|_| k))
+            .collect();
+        for k in gone {
+            self.keys.remove_issued(k);
+        }
+        self.keys.issued().settle();
         for (k, e) in self.keys.iter() {
-            if touched[k as usize] {
+            if touched.get(k as usize).copied().unwrap_or(false) {
                 continue;
             }
             if e.live().changed_beyond_expiry() {
@@ -147,6 +164,54 @@ impl Policy {
     /// Put the record `o` kept under `digest` on this config's keys (leaving the others as
     /// they are); what of it no longer applies ([`Policy::apply_overrides`]).
     pub fn apply_record(&self, digest: &Digest, o: &Override) -> Option<Drop> {
+        self.apply_one(digest, o, crate::clock::wall_ms()).1
+    }
+
+    /// What `digest`'s record is of here, once applied: an issued key is put in the table
+    /// first (or taken out, when its record no longer holds it).
+    fn found(&self, digest: &Digest, o: &Override, now_ms: u64) -> Option<Found> {
+        let issued_here = || {
+            self.keys
+                .issued()
+                .find(&o.key)
+                .map(|s| self.keys.configured() as KeyIdx + s)
+                .filter(|&k| self.keys.get(k).digest == *digest)
+        };
+        match &o.issued {
+            // `None`: its plan or partner is not this config's: left alone, never dropped.
+            Some(issued) => self.put_issued(&o.key, issued, now_ms).map(Found::Key),
+            None => {
+                if let Some(k) = issued_here() {
+                    // Deleted: its other parts go with it.
+                    self.keys.remove_issued(k);
+                    return None;
+                }
+                match self.keys.resolve(digest) {
+                    // Another digest of an issued key (the one in force after a rotation):
+                    // what is kept under it is its revocation at deletion.
+                    Some(Found::Key(k))
+                        if self.keys.issued_slot(k).is_some()
+                            && self.keys.get(k).digest != *digest =>
+                    {
+                        None
+                    }
+                    found => found,
+                }
+            }
+        }
+    }
+
+    fn apply_one(
+        &self,
+        digest: &Digest,
+        o: &Override,
+        now_ms: u64,
+    ) -> (Option<Found>, Option<Drop>) {
+        let found = self.found(digest, o, now_ms);
+        (found, self.apply_found(digest, o, found))
+    }
+
+    fn apply_found(&self, digest: &Digest, o: &Override, found: Option<Found>) -> Option<Drop> {
         let mut after = o.clone();
         let mut parts = Vec::new();
         let mut why = Dropped::KeyGone;
@@ -158,7 +223,8 @@ impl Policy {
             }
         };
         let not_revoked = [Part::Plan, Part::Suspended, Part::Limit, Part::Quota];
-        match self.keys.resolve(digest) {
+        match found {
+            None if o.issued.is_some() => {}
             None => {
                 for part in not_revoked {
                     drop(&mut after, part, Dropped::KeyGone);

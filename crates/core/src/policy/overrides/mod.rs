@@ -19,14 +19,24 @@
 //! | `mod.rs` | these docs, and the names of the files below, re-exported |
 //! | `record.rs` | what is kept: [`Override`] and its parts ([`Part`], [`Change`], [`LimitChange`], [`QuotaChange`]), [`Overrides`] |
 //! | `action.rs` | what is asked and what comes of it: [`Upgrade`], [`Pending`], [`Action`], [`ChangeRefused`], [`Dropped`], [`Drop`] |
+//! | `issue.rs` | keys issued through the admin API: a new key, a rotation, a deletion as records ([`NewKey`], `Policy::issue`, `rotate`, `delete`), a kept key put in the table |
+//! | `kind.rs` | every kind of change, one row each ([`ChangeKind`]): the metric's and the log's `action` |
 //! | `apply.rs` | how changes are applied to the key table: `impl Policy` (`plan_by_id`, `upgrade`, `apply_upgrade`, `fingerprint`, `apply_overrides`, `apply_record`, `change`, `overrides_in_force`) |
 //! | `tests.rs` | upgrades applied, carried over a reload, and dropped by a new config |
 
 mod action;
 mod apply;
+mod issue;
+#[cfg(test)]
+mod issue_tests;
+mod kind;
 mod record;
 #[cfg(test)]
 mod tests;
 
 pub use action::{Action, ChangeRefused, Drop, Dropped, Pending, Upgrade};
-pub use record::{Change, LimitChange, Override, Overrides, Part, QuotaChange};
+pub use issue::{check_issued, NewKey};
+pub use kind::ChangeKind;
+pub use record::{
+    Change, IssuedKey, LimitChange, Override, Overrides, Part, PreviousDigest, QuotaChange,
+};

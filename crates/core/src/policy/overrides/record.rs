@@ -42,6 +42,9 @@ pub struct Override {
     /// The key's own quota, set live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<QuotaChange>,
+    /// The key itself, when it was issued through the admin API (not in the YAML).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued: Option<IssuedKey>,
     /// The key's YAML when the suspension, limit or quota was set
     /// ([`Policy::fingerprint`](crate::policy::Policy::fingerprint)): a reload that changes it
     /// drops them.
@@ -82,6 +85,93 @@ pub struct QuotaChange {
     pub change: Change,
 }
 
+/// A key issued through the admin API, as kept: what the YAML would say of it, and its
+/// digests. Kept under the digest it was issued with (`id`), which stays its name in every
+/// store (its budget, its other parts) through rotations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuedKey {
+    /// The digest it was issued with.
+    #[serde(with = "hex_digest")]
+    pub id: Digest,
+    /// The digest in force (the id's until the first rotation).
+    #[serde(with = "hex_digest")]
+    pub digest: Digest,
+    /// Earlier digests that still authenticate as the key, each until an instant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub previous: Vec<PreviousDigest>,
+    /// Its plan, by `plan_id` (stable over reloads that reorder the plans).
+    pub plan_id: u32,
+    /// The partner that manages it, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partner: Option<String>,
+    /// From this instant (ms since the Unix epoch) it is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<u64>,
+    /// Its own window limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_window: Option<u32>,
+    /// Its own quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaSpec>,
+    /// When it was issued, and by whom.
+    #[serde(flatten)]
+    pub change: Change,
+    /// When it was last rotated (ms since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotated_ms: Option<u64>,
+}
+
+/// An earlier digest of an issued key, and until when it authenticates.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviousDigest {
+    /// The digest.
+    #[serde(with = "hex_digest")]
+    pub digest: Digest,
+    /// Until when (ms since the Unix epoch).
+    pub until_ms: u64,
+}
+
+impl IssuedKey {
+    /// Every digest of the key: the id, the one in force, the earlier ones (each once).
+    pub fn digests(&self) -> Vec<Digest> {
+        let mut all = vec![self.id];
+        let more = std::iter::once(self.digest).chain(self.previous.iter().map(|p| p.digest));
+        for d in more {
+            if !all.contains(&d) {
+                all.push(d);
+            }
+        }
+        all
+    }
+
+    /// The digests that authenticate at `now_ms`: the one in force, and the earlier ones
+    /// whose overlap has not ended, with until when (`u64::MAX`: for good).
+    pub fn authenticating(&self, now_ms: u64) -> impl Iterator<Item = (Digest, u64)> + '_ {
+        std::iter::once((self.digest, u64::MAX)).chain(
+            self.previous
+                .iter()
+                .filter(move |p| p.until_ms > now_ms && p.digest != self.digest)
+                .map(|p| (p.digest, p.until_ms)),
+        )
+    }
+}
+
+/// Digests as 64 lowercase hex characters.
+mod hex_digest {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::digest::Digest;
+
+    pub(super) fn serialize<S: Serializer>(d: &Digest, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&d.to_hex())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Digest, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Digest::from_hex(&s).ok_or_else(|| serde::de::Error::custom("not 64 hex characters"))
+    }
+}
+
 /// One part of an [`Override`], kept on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Part {
@@ -95,16 +185,19 @@ pub enum Part {
     Limit,
     /// A live quota.
     Quota,
+    /// A key issued through the admin API.
+    Issued,
 }
 
 impl Part {
     /// Every part.
-    pub const ALL: [Part; 5] = [
+    pub const ALL: [Part; 6] = [
         Part::Plan,
         Part::Suspended,
         Part::Revoked,
         Part::Limit,
         Part::Quota,
+        Part::Issued,
     ];
 
     /// What is appended to a digest's name for this part (the upgrade's name is the digest's
@@ -116,6 +209,7 @@ impl Part {
             Part::Revoked => ":r",
             Part::Limit => ":l",
             Part::Quota => ":q",
+            Part::Issued => ":k",
         }
     }
 
@@ -127,6 +221,7 @@ impl Part {
             Part::Revoked => "revoked",
             Part::Limit => "limit",
             Part::Quota => "quota",
+            Part::Issued => "issued",
         }
     }
 
@@ -153,6 +248,7 @@ impl Override {
             Part::Revoked => self.revoked.is_some(),
             Part::Limit => self.limit.is_some(),
             Part::Quota => self.quota.is_some(),
+            Part::Issued => self.issued.is_some(),
         }
     }
 
@@ -174,6 +270,7 @@ impl Override {
             Part::Revoked => self.revoked = None,
             Part::Limit => self.limit = None,
             Part::Quota => self.quota = None,
+            Part::Issued => self.issued = None,
         }
         if !self.has(Part::Suspended) && !self.has(Part::Limit) && !self.has(Part::Quota) {
             self.yaml = None;
@@ -211,6 +308,7 @@ impl Override {
         self.revoked = other.revoked.or(self.revoked.take());
         self.limit = other.limit.or(self.limit.take());
         self.quota = other.quota.or(self.quota.take());
+        self.issued = other.issued.or(self.issued.take());
         if other.yaml.is_some() {
             self.yaml = other.yaml;
         }

@@ -1,0 +1,201 @@
+//! Keys issued through the admin API: issued, rotated and deleted as records, applied to the
+//! table one key at a time, carried over a reload with their budget, and refused as the
+//! contract says.
+
+use super::*;
+use crate::digest::Digest;
+use crate::policy::authenticate::AuthHeader;
+use crate::policy::keys::{KeyRefusal, KeyState};
+use crate::policy::{Policy, RequestHead};
+use crate::testing::TestConfig;
+
+fn new_key(name: &str) -> NewKey {
+    NewKey {
+        name: name.into(),
+        plan: 2,
+        partner: None,
+        expires_ms: None,
+        requests_per_window: None,
+        quota: None,
+    }
+}
+
+/// What `secret` comes to on `p`: the key's name, or the refusal's code.
+fn who(p: &Policy, secret: &str) -> Result<String, String> {
+    let header = format!("Bearer {secret}");
+    let head = RequestHead {
+        method: "GET",
+        path: "/v2/client/getStatus",
+        authorization: AuthHeader::One(header.as_bytes()),
+    };
+    let d = p.decide(&head, 0);
+    match d.verdict {
+        Ok(_) => Ok(p.keys.get(d.key.unwrap()).name.as_str().to_string()),
+        Err(r) => Err(r.code.as_str().to_string()),
+    }
+}
+
+/// Keep and apply `changes` as the runtime does: in the set, then on the policy.
+fn put(p: &Policy, set: &mut Overrides, changes: Vec<(Digest, Part, Override)>) {
+    for (d, _, o) in changes {
+        if o.is_empty() {
+            set.remove(&d);
+        } else {
+            set.insert(d, o.clone());
+        }
+        p.apply_record(&d, &o);
+    }
+}
+
+#[test]
+fn an_issued_key_authenticates_rotates_with_an_overlap_and_is_deleted_for_good() {
+    let p = Policy::new(TestConfig::new().parse(), None);
+    let mut set = Overrides::new();
+    let first = Digest::of(b"first");
+    let c = p
+        .issue(&new_key("shop-1"), first, "admin", 1_000, &set)
+        .unwrap();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].1, Part::Issued);
+    put(&p, &mut set, c);
+    assert_eq!(who(&p, "first"), Ok("shop-1".into()));
+    let k = p.keys.find_by_name("shop-1").unwrap();
+    assert!(p.keys.issued_slot(k).is_some());
+    assert_eq!(p.keys.configured(), 7, "the YAML's table is as it was");
+
+    // Refused: a name or a digest a key has.
+    let again =
+        |name: &str, d: Digest, set: &Overrides| p.issue(&new_key(name), d, "admin", 1, set);
+    assert_eq!(
+        again("shop-1", Digest::of(b"x"), &set),
+        Err(ChangeRefused::KeyExists("name"))
+    );
+    assert_eq!(
+        again("basic-1", Digest::of(b"x"), &set),
+        Err(ChangeRefused::KeyExists("name"))
+    );
+    assert_eq!(
+        again("shop-2", first, &set),
+        Err(ChangeRefused::KeyExists("sha256"))
+    );
+    assert_eq!(
+        again("shop-2", Digest::of(b"acme-partner-key"), &set),
+        Err(ChangeRefused::KeyExists("sha256"))
+    );
+    let yaml = p.keys.find_by_name("basic-1").unwrap();
+    assert_eq!(
+        p.rotate(yaml, Digest::of(b"y"), 0, 1, &set),
+        Err(ChangeRefused::DefinedInConfig)
+    );
+    assert_eq!(
+        p.delete(yaml, "admin", 1, &set),
+        Err(ChangeRefused::DefinedInConfig)
+    );
+
+    // Rotated: the new digest in force, the first one until its overlap ends, one budget.
+    let second = Digest::of(b"second");
+    let now = crate::clock::wall_ms();
+    let c = p.rotate(k, second, 60_000, now, &set).unwrap();
+    assert_eq!(c[0].0, first, "kept under the digest it was issued with");
+    put(&p, &mut set, c);
+    assert_eq!(who(&p, "second"), Ok("shop-1".into()));
+    assert_eq!(who(&p, "first"), Ok("shop-1".into()));
+    assert_eq!(p.keys.find_by_name("shop-1"), Some(k), "the same entry");
+    let (_, next) = p.keys.expire(now + 59_999);
+    assert_eq!(next, Some(now + 60_000));
+    p.keys.expire(now + 60_000);
+    assert_eq!(
+        who(&p, "first"),
+        Err("unauthorized".into()),
+        "the overlap ended"
+    );
+    assert_eq!(who(&p, "second"), Ok("shop-1".into()));
+
+    // Suspended like any key, by its record under its first digest.
+    let c = p
+        .change(k, &Action::Suspend(None), "admin", now, &set)
+        .unwrap();
+    assert_eq!(c[0].0, first);
+    put(&p, &mut set, c);
+    assert_eq!(p.keys.get(k).live().state(), KeyState::Suspended);
+    assert!(
+        set[&first].issued.is_some(),
+        "the key's record keeps the key"
+    );
+    let c = p.change(k, &Action::Resume, "admin", now, &set).unwrap();
+    put(&p, &mut set, c);
+
+    // Deleted: every digest revoked and kept so; the name free again; the digests never
+    // issued again.
+    let c = p.delete(k, "admin", now, &set).unwrap();
+    let revoked: Vec<Digest> = c
+        .iter()
+        .filter(|x| x.1 == Part::Revoked)
+        .map(|x| x.0)
+        .collect();
+    assert_eq!(revoked, [first, second]);
+    put(&p, &mut set, c);
+    assert_eq!(who(&p, "second"), Err("unauthorized".into()));
+    assert_eq!(p.keys.find_by_name("shop-1"), None);
+    assert_eq!(p.keys.get(k).live().refused(), Some(KeyRefusal::Revoked));
+    assert_eq!(
+        again("shop-9", second, &set),
+        Err(ChangeRefused::KeyExists("sha256"))
+    );
+    assert!(
+        again("shop-1", Digest::of(b"third"), &set).is_ok(),
+        "the name is free"
+    );
+}
+
+#[test]
+fn a_reload_puts_every_issued_key_back_with_its_budget_and_a_clash_is_refused() {
+    let config = TestConfig::new();
+    let p = Policy::new(config.parse(), None);
+    let mut set = Overrides::new();
+    for i in 0..3 {
+        let name = format!("shop-{i}");
+        let c = p
+            .issue(
+                &new_key(&name),
+                Digest::of(name.as_bytes()),
+                "admin",
+                1,
+                &set,
+            )
+            .unwrap();
+        put(&p, &mut set, c);
+    }
+    let k = p.keys.find_by_name("shop-1").unwrap();
+    let rate = std::sync::Arc::clone(&p.keys.get(k).rate);
+
+    // A reload: a new table, the issued keys put back from the records, the same budget.
+    let q = Policy::new(config.parse(), Some(&p));
+    assert!(
+        q.apply_overrides(&set).is_empty(),
+        "nothing of it is dropped"
+    );
+    let k = q.keys.find_by_name("shop-1").unwrap();
+    assert!(std::sync::Arc::ptr_eq(&rate, &q.keys.get(k).rate));
+    assert_eq!(who(&q, "shop-2"), Ok("shop-2".into()));
+    assert_eq!(q.keys.issued().len(), 3);
+
+    // The set without one of them (deleted on another replica): gone here too.
+    let mut fewer = set.clone();
+    fewer.remove(&Digest::of(b"shop-0"));
+    q.apply_overrides(&fewer);
+    assert_eq!(who(&q, "shop-0"), Err("unauthorized".into()));
+    assert_eq!(q.keys.issued().len(), 2);
+
+    // A YAML that names a key as an issued one, or takes its digest, or drops its plan.
+    let clash = |c: TestConfig| check_issued(&c.parse(), &set).unwrap_err().field;
+    assert_eq!(
+        clash(config.clone().add_key("shop-1", "other", "basic")),
+        "keys[5].name"
+    );
+    assert_eq!(
+        clash(config.clone().add_key("other", "shop-1", "basic")),
+        "keys[5].sha256"
+    );
+    assert!(check_issued(&config.parse(), &set).is_ok());
+}

@@ -1,0 +1,449 @@
+//! Keys issued through the admin API, on the wire: created (the secret shown once, or the
+//! caller's digest), refused as the contract says (409, 400), rotated with an overlap,
+//! deleted; kept through a restart and a `SIGKILL` at `state.path`; a reload or `check` that
+//! would clash with one refused; and, as a fleet sharing a real Redis, spread to every replica
+//! within a second, never lost when Redis forgets, refused (503) when Redis is down.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::harness::{
+    admin, config_for, eventually, metric, metrics_page, send_raw, Mode, Process, RedisServer,
+    Response, TestConfig, Upstream,
+};
+
+/// `METHOD path` with a JSON body on the admin listener at `addr`.
+fn admin_json(addr: SocketAddr, method: &str, path: &str, body: &str) -> Response {
+    let raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+/// `GET /v2/client/getStatus` with `key` on the gateway at `addr`.
+fn call(addr: SocketAddr, key: &str) -> Response {
+    let raw = format!(
+        "GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+/// `POST /api/keys` with `body`: the answer, asserted 201; its secret.
+fn create(a: SocketAddr, body: &str) -> (serde_json::Value, Option<String>) {
+    let r = admin_json(a, "POST", "/api/keys", body);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let v = r.json();
+    let key = v["key"].as_str().map(String::from);
+    (v, key)
+}
+
+fn spawn(dir: &Path, tag: &str, config: &TestConfig) -> (Process, SocketAddr, SocketAddr) {
+    Process::run(dir, tag, config)
+}
+
+#[test]
+fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_for(&up).state_path(dir.path().join("state.db").to_str().unwrap());
+    let (mut p, l, a) = spawn(dir.path(), "gw", &config);
+
+    // Issued: the secret once, in the gateway's format, beside the key's state.
+    let (v, secret) = create(
+        a,
+        r#"{"name":"shop-1","plan":"pro","quota":{"requests":50,"per":"day"}}"#,
+    );
+    let secret = secret.expect("a secret drawn by the gateway");
+    assert!(secret.starts_with("tg_") && secret.len() == 52, "{secret}");
+    assert_eq!(
+        (&v["name"], &v["plan"], &v["source"], &v["state"]),
+        (
+            &"shop-1".into(),
+            &"pro".into(),
+            &"api".into(),
+            &"active".into()
+        )
+    );
+    assert_eq!(v["quota"]["requests"], 50);
+    let first = call(l, &secret);
+    assert_eq!(first.status, 200, "the very next request");
+    let r = admin(a, "GET", "/api/keys/shop-1");
+    assert_eq!(r.json()["source"], "api");
+    assert!(r.json().get("key").is_none(), "the secret is shown once");
+
+    // The caller's digest: no secret in the answer.
+    let mine = tollgate::digest::Digest::of(b"my-own-secret").to_hex();
+    let (v, none) = create(
+        a,
+        &format!(r#"{{"name":"shop-2","plan":"basic","sha256":"{mine}"}}"#),
+    );
+    assert_eq!((none, &v["plan"]), (None, &"basic".into()));
+    assert_eq!(call(l, "my-own-secret").status, 200);
+
+    // What is refused, and why.
+    for (body, status, code, pointer) in [
+        (
+            r#"{"name":"shop-1","plan":"pro"}"#.to_string(),
+            409,
+            "key_exists",
+            None,
+        ),
+        (
+            r#"{"name":"basic-1","plan":"pro"}"#.to_string(),
+            409,
+            "key_exists",
+            None,
+        ),
+        (
+            format!(r#"{{"name":"shop-3","plan":"pro","sha256":"{mine}"}}"#),
+            409,
+            "key_exists",
+            None,
+        ),
+        (
+            format!(
+                r#"{{"name":"shop-3","plan":"pro","sha256":"{}"}}"#,
+                tollgate::digest::Digest::of(b"pro-key-1").to_hex()
+            ),
+            409,
+            "key_exists",
+            None,
+        ),
+        (
+            r#"{"name":"shop-3","plan":"gold"}"#.to_string(),
+            400,
+            "invalid_body",
+            Some("/plan"),
+        ),
+        (
+            r#"{"name":"shop-3","plan":"pro","partner":"nobody"}"#.to_string(),
+            400,
+            "invalid_body",
+            Some("/partner"),
+        ),
+        (
+            r#"{"name":"a b","plan":"pro"}"#.to_string(),
+            400,
+            "invalid_body",
+            Some("/name"),
+        ),
+        (
+            r#"{"plan":"pro"}"#.to_string(),
+            400,
+            "invalid_body",
+            Some("/name"),
+        ),
+        (
+            r#"{"name":"shop-3","plan":"pro","expires_at":"2001-01-01T00:00:00Z"}"#.to_string(),
+            400,
+            "invalid_body",
+            Some("/expires_at"),
+        ),
+        (
+            r#"{"name":"shop-3","plan":"pro","sha256":"abc"}"#.to_string(),
+            400,
+            "invalid_body",
+            Some("/sha256"),
+        ),
+        (
+            r#"{"name":"shop-3","plan":"pro","requests_per_window":0}"#.to_string(),
+            400,
+            "invalid_body",
+            Some("/requests_per_window"),
+        ),
+        (
+            r#"{"name":"shop-3","plan":"pro","quota":{"requests":5,"per":"week"}}"#.to_string(),
+            400,
+            "invalid_body",
+            Some("/quota/per"),
+        ),
+    ] {
+        let r = admin_json(a, "POST", "/api/keys", &body);
+        assert_eq!((r.status, r.code()), (status, code.to_string()), "{body}");
+        if let Some(p) = pointer {
+            assert_eq!(r.json()["errors"][0]["pointer"], p, "{body}");
+        }
+    }
+    assert_eq!(
+        admin(a, "GET", "/api/keys/shop-3").status,
+        404,
+        "nothing refused was made"
+    );
+
+    // Rotation: one key (one budget), the old secret for the overlap, then the new alone.
+    let before = call(l, &secret).remaining();
+    let r = admin_json(
+        a,
+        "POST",
+        "/api/keys/shop-1/rotate",
+        r#"{"overlap_seconds":3600}"#,
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let rotated = r.json()["key"].as_str().unwrap().to_string();
+    assert_ne!(rotated, secret);
+    assert_eq!(r.json()["previous"][0]["state"], "active");
+    let on_new = call(l, &rotated);
+    assert_eq!(on_new.status, 200);
+    assert!(
+        on_new.remaining() < before,
+        "the same budget: {} then {}",
+        before,
+        on_new.remaining()
+    );
+    assert_eq!(call(l, &secret).status, 200, "within the overlap");
+    let r = admin_json(
+        a,
+        "POST",
+        "/api/keys/shop-1/rotate",
+        r#"{"overlap_seconds":0}"#,
+    );
+    let third = r.json()["key"].as_str().unwrap().to_string();
+    assert_eq!(call(l, &third).status, 200);
+    assert_eq!(call(l, &rotated).status, 401, "no overlap: refused at once");
+    assert_eq!(call(l, &secret).status, 200, "the first overlap holds");
+    let r = admin_json(
+        a,
+        "POST",
+        "/api/keys/shop-1/rotate",
+        r#"{"overlap_seconds":-1}"#,
+    );
+    assert_eq!(
+        (r.status, r.json()["errors"][0]["pointer"].as_str()),
+        (400, Some("/overlap_seconds"))
+    );
+
+    // Keys of the YAML rotate and leave in the YAML.
+    for (method, path) in [
+        ("POST", "/api/keys/basic-1/rotate"),
+        ("DELETE", "/api/keys/basic-1"),
+    ] {
+        let r = admin(a, method, path);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (409, "defined_in_config"),
+            "{method} {path}"
+        );
+    }
+    assert_eq!(admin(a, "DELETE", "/api/keys/nobody").status, 404);
+
+    // A list of the issued keys only.
+    let r = admin(a, "GET", "/api/keys?source=api");
+    let names: Vec<String> = r.json()["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["shop-1", "shop-2"]);
+    let r = admin(a, "GET", "/api/keys?limit=1000");
+    let all = r.json()["keys"].as_array().unwrap().len();
+    let names: Vec<String> = r.json()["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["name"].as_str().unwrap().to_string())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "YAML and issued keys merged in name order");
+    assert!(all >= 8, "{all}");
+
+    // A restart and a kill: every issued key is there, rotated as it was.
+    p.stop();
+    let out = p.output();
+    for s in [&secret, &rotated, &third] {
+        assert!(!out.contains(s.as_str()), "a secret in the log");
+    }
+    let (mut p, l, a) = spawn(dir.path(), "gw", &config);
+    assert_eq!(call(l, &third).status, 200);
+    assert_eq!(call(l, &secret).status, 200);
+    assert_eq!(call(l, &rotated).status, 401);
+    p.signal("KILL");
+    let _ = p.wait_exit(Duration::from_secs(10));
+    let (mut p, l, a2) = spawn(dir.path(), "gw", &config);
+    let _ = a;
+    let a = a2;
+    assert_eq!(call(l, &third).status, 200);
+    assert_eq!(call(l, "my-own-secret").status, 200);
+
+    // A reload, and `check`, refuse a YAML key with an issued key's name or digest.
+    let path = dir.path().join("gw.yaml");
+    config
+        .clone()
+        .add_key("shop-1", "whatever-key", "basic")
+        .write(&path);
+    let r = admin(a, "POST", "/reload");
+    assert_eq!((r.status, r.code().as_str()), (422, "config_refused"));
+    assert_eq!(
+        r.json()["field"],
+        "keys[5].name",
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert!(r.json()["line"].as_u64().is_some());
+    config
+        .clone()
+        .add_key("other", "my-own-secret", "basic")
+        .write(&path);
+    let r = admin(a, "POST", "/reload");
+    assert_eq!(
+        (r.status, r.json()["field"].as_str()),
+        (422, Some("keys[5].sha256"))
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("keys[5].sha256"));
+    config.write(&path);
+    assert_eq!(
+        admin(a, "POST", "/reload").status,
+        200,
+        "a reload keeps issued keys"
+    );
+    assert_eq!(call(l, &third).status, 200);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("issued keys   2 (through the admin API)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // Deleted: refused at once, forgotten, and neither its name's new key nor its digests
+    // bring it back.
+    let r = admin(a, "DELETE", "/api/keys/shop-1");
+    assert_eq!(r.status, 204);
+    for s in [&secret, &third] {
+        assert_eq!(call(l, s).status, 401);
+    }
+    assert_eq!(admin(a, "GET", "/api/keys/shop-1").status, 404);
+    let third_digest = tollgate::digest::Digest::of(third.as_bytes()).to_hex();
+    let r = admin_json(
+        a,
+        "POST",
+        "/api/keys",
+        &format!(r#"{{"name":"shop-9","plan":"pro","sha256":"{third_digest}"}}"#),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "key_exists"),
+        "a revoked digest is never issued again"
+    );
+    let (_, again) = create(a, r#"{"name":"shop-1","plan":"basic"}"#);
+    assert_eq!(call(l, &again.unwrap()).status, 200);
+    assert_eq!(call(l, &third).status, 401);
+
+    let page = metrics_page(a);
+    for (action, n) in [("create", 1.0), ("delete", 1.0)] {
+        assert_eq!(
+            metric(
+                &page,
+                &format!(r#"tollgate_admin_changes_total{{action="{action}",result="applied"}}"#)
+            ),
+            Some(n),
+            "{action}"
+        );
+    }
+    p.stop();
+    assert!(!p.output().contains(&third), "a secret in the log");
+}
+
+#[test]
+fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forgetting() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("is{}", redis.port);
+    let config = config_for(&up).cluster(&redis.url(), &prefix, 100);
+    let (mut pa, la, aa) = spawn(dir.path(), "a", &config);
+    let (mut pb, lb, ab) = spawn(dir.path(), "b", &config);
+    let within_a_second = |what: &str, f: &mut dyn FnMut() -> bool| {
+        let t = Instant::now();
+        while !f() {
+            assert!(t.elapsed() < Duration::from_secs(1), "{what} after 1 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    let (_, secret) = create(aa, r#"{"name":"fleet-1","plan":"pro"}"#);
+    let secret = secret.unwrap();
+    assert_eq!(call(la, &secret).status, 200, "at once where it was made");
+    within_a_second("b authenticates the new key", &mut || {
+        call(lb, &secret).status == 200
+    });
+    let r = admin_json(
+        ab,
+        "POST",
+        "/api/keys/fleet-1/rotate",
+        r#"{"overlap_seconds":0}"#,
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let rotated = r.json()["key"].as_str().unwrap().to_string();
+    within_a_second("a takes the rotation", &mut || {
+        call(la, &rotated).status == 200 && call(la, &secret).status == 401
+    });
+    let (_, doomed) = create(aa, r#"{"name":"fleet-2","plan":"basic"}"#);
+    let doomed = doomed.unwrap();
+    eventually("b has fleet-2", || call(lb, &doomed).status == 200);
+    assert_eq!(admin(ab, "DELETE", "/api/keys/fleet-2").status, 204);
+    within_a_second("a refuses the deleted key", &mut || {
+        call(la, &doomed).status == 401
+    });
+
+    // Redis holds digests, never a secret.
+    let mut con = redis.client();
+    let set = format!("{{{prefix}:ov}}:set");
+    let dump: Vec<(String, String)> = redis::cmd("HGETALL").arg(&set).query(&mut con).unwrap();
+    let text = format!("{dump:?}");
+    assert!(text.contains("fleet-1"));
+    for s in [&secret, &rotated, &doomed] {
+        assert!(!text.contains(s.as_str()), "a secret in Redis");
+    }
+
+    // Redis forgets everything: the replicas put the keys back, and a replica started after
+    // finds them.
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    eventually("the replicas put the keys back in Redis", || {
+        let n: u64 = redis::cmd("HLEN").arg(&set).query(&mut con).unwrap_or(0);
+        n >= 3
+    });
+    pb.stop();
+    let (mut pc, lc, _) = spawn(dir.path(), "c", &config);
+    eventually("a new replica authenticates the rotated key", || {
+        call(lc, &rotated).status == 200
+    });
+    assert_eq!(call(lc, &doomed).status, 401, "the deletion is not undone");
+    assert_eq!(call(lc, &secret).status, 401);
+
+    // Redis down: a new key cannot be kept, so it is made nowhere.
+    let _ = redis.kill();
+    let r = admin_json(
+        aa,
+        "POST",
+        "/api/keys",
+        r#"{"name":"fleet-3","plan":"pro"}"#,
+    );
+    assert_eq!((r.status, r.code().as_str()), (503, "change_not_kept"));
+    assert!(r.json().get("key").is_none());
+    assert_eq!(admin(aa, "GET", "/api/keys/fleet-3").status, 404);
+    assert_eq!(
+        call(la, &rotated).status,
+        200,
+        "what was issued keeps serving"
+    );
+    pa.stop();
+    pc.stop();
+    for p in [&pa, &pb, &pc] {
+        let out = p.output();
+        assert!(
+            !out.contains(&secret) && !out.contains(&rotated),
+            "a secret in the log"
+        );
+    }
+}
