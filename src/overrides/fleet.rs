@@ -118,6 +118,54 @@ impl Fleet {
         fields
     }
 
+    /// Take the fields a poll found changed since the version this copy is of (the same
+    /// epoch: Redis has every change) into the copy, now of `version`. The fields that name a
+    /// part, parsed.
+    pub(super) fn adopt_delta(
+        &self,
+        version: String,
+        raw: Vec<(String, String)>,
+    ) -> Vec<(String, Kept)> {
+        let changed: Vec<(String, Kept)> = raw
+            .into_iter()
+            .filter(|(f, _)| part_of_field(f).is_some())
+            .filter_map(|(f, v)| Some((f, Kept::parse(&v)?)))
+            .collect();
+        changed
+            .iter()
+            .for_each(|(_, k)| self.hlc.observe(k.version));
+        let mut c = self.copy();
+        for (f, k) in &changed {
+            c.fields.insert(f.clone(), k.clone());
+        }
+        c.version = version;
+        changed
+    }
+
+    /// Each part this copy holds of the digest whose hash is `hash`, as kept.
+    pub(super) fn parts_of(&self, hash: &str) -> Vec<Kept> {
+        let c = self.copy();
+        Part::ALL
+            .into_iter()
+            .filter_map(|p| c.fields.get(&format!("{hash}{}", p.suffix())).cloned())
+            .collect()
+    }
+
+    /// Keep `fields` (as Redis has them now) in the copy at `state.path` too.
+    pub(super) async fn copy_fields_to_disk(&self, fields: Vec<(String, Kept)>) {
+        let Some(file) = &self.disk else {
+            return;
+        };
+        let file = Arc::clone(file);
+        let kept = tokio::task::spawn_blocking(move || {
+            file.write_kept(|db| disk::write_fields(db, &fields))
+        })
+        .await;
+        if !matches!(kept, Ok(Ok(()))) {
+            tracing::warn!(target: "tollgate::overrides", "changes read from the cluster store were not copied to state.path (they are, at the next whole read of the set)");
+        }
+    }
+
     /// Keep the parts `changes` name (each digest's record after the change, the part changed
     /// named; a part the record no longer holds is written as a tombstone), at a version
     /// later than any this replica has seen; held here once Redis has them.

@@ -1,5 +1,7 @@
-//! Overrides in Redis (with the `cluster` block): one hash `{<prefix>:ov}:set` and a version
-//! counter `{<prefix>:ov}:v`; both expire 30 days after the last replica touched them. Each
+//! Overrides in Redis (with the `cluster` block): one hash `{<prefix>:ov}:set`, a version
+//! counter `{<prefix>:ov}:v`, a log of the fields by the version that last wrote each
+//! `{<prefix>:ov}:log` (a sorted set) and the version the log is up to `{<prefix>:ov}:lv`; all
+//! expire 30 days after the last replica touched them. Each
 //! part of a key's record ([`Part`]) is a field of its own: a hash of the digest, then the
 //! part's suffix (none for an upgrade, as in part two; `:s`, `:r`, `:l`, `:q`), its value the
 //! part as kept ([`Kept`]: a version and the JSON, with the key's *name*; a part taken out is
@@ -14,7 +16,7 @@
 //! | script | what |
 //! |---|---|
 //! | `write.lua` | changes parts, each later than the copy it replaces, and bumps the version, in one step |
-//! | `poll.lua` | the epoch, then the version and, when it moved, the whole set |
+//! | `poll.lua` | the epoch, then the version and, when it moved, the fields changed since the replica's version (a delta: what a change costs a replica is that change, not the set), or the whole set when the log cannot say (a first read, a write by a version without the log, a delta over [`MAX_DELTA`] fields) |
 //! | `restore.lua` | merges a replica's copy in (the merge rule of `policy::versions`) and marks the epoch |
 //!
 //! The keys share a hash tag: one slot on a Redis Cluster.
@@ -31,6 +33,9 @@ use crate::policy::versions::{Kept, VERSION_DIGITS};
 /// How long the overrides stay in Redis after the last replica touched them.
 const TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// The most fields a poll answers as a delta; more, and it answers the whole set.
+const MAX_DELTA: usize = 10_000;
+
 /// Fields per call of `restore.lua` (Redis runs a script alone: a few thousand fields keep
 /// each call within a few milliseconds).
 const RESTORE_BATCH: usize = 1000;
@@ -41,6 +46,8 @@ pub(crate) struct RedisSet {
     pub(super) cfg: Cluster,
     set_key: String,
     version_key: String,
+    log_key: String,
+    logged_key: String,
     write: Lua,
     poll: Lua,
     restore: Lua,
@@ -55,6 +62,12 @@ pub(crate) enum Polled {
     Same,
     /// It moved: its version, and every field (`~epoch` included) with its text.
     Moved {
+        version: String,
+        fields: Vec<(String, String)>,
+    },
+    /// It moved: its version, and the fields changed since the version this replica has,
+    /// each with its text.
+    Delta {
         version: String,
         fields: Vec<(String, String)>,
     },
@@ -77,6 +90,8 @@ impl RedisSet {
             cfg: cfg.clone(),
             set_key: set_key(prefix),
             version_key: format!("{{{prefix}:ov}}:v"),
+            log_key: format!("{{{prefix}:ov}}:log"),
+            logged_key: format!("{{{prefix}:ov}}:lv"),
             write: Lua::new(include_str!("write.lua")),
             poll: Lua::new(include_str!("poll.lua")),
             restore: Lua::new(include_str!("restore.lua")),
@@ -104,7 +119,12 @@ impl RedisSet {
     ) -> Result<T, StoreError> {
         let client = self.client().await?;
         let deadline = tokio::time::Instant::now() + self.cfg.timeout;
-        let mut cmd = lua.evalsha(&[&self.set_key, &self.version_key]);
+        let mut cmd = lua.evalsha(&[
+            &self.set_key,
+            &self.version_key,
+            &self.log_key,
+            &self.logged_key,
+        ]);
         args(&mut cmd);
         let r = within(deadline, &self.cfg.redis_url, client.call::<T>(lua, &cmd)).await;
         if r.is_err() {
@@ -167,7 +187,7 @@ impl RedisSet {
         let ttl = TTL.as_millis() as u64;
         let reply: ::redis::Value = self
             .call(&self.poll, |c| {
-                c.arg(known).arg(ttl).arg(epoch);
+                c.arg(known).arg(ttl).arg(epoch).arg(MAX_DELTA);
             })
             .await?;
         let malformed = || StoreError::Malformed("the overrides' poll answered another shape");
@@ -190,11 +210,18 @@ impl RedisSet {
                 fields,
             });
         }
-        match items.get(2) {
-            None => Ok(Polled::Same),
-            Some(set) => Ok(Polled::Moved {
+        let fields = |v: &::redis::Value| -> Result<Vec<(String, String)>, StoreError> {
+            ::redis::from_redis_value(v.clone()).map_err(|_| malformed())
+        };
+        match (items.get(2), text(3).as_deref()) {
+            (None, _) => Ok(Polled::Same),
+            (Some(changed), Some("delta")) => Ok(Polled::Delta {
                 version,
-                fields: ::redis::from_redis_value(set.clone()).map_err(|_| malformed())?,
+                fields: fields(changed)?,
+            }),
+            (Some(set), _) => Ok(Polled::Moved {
+                version,
+                fields: fields(set)?,
             }),
         }
     }

@@ -3,8 +3,10 @@
 -- earlier stays; otherwise the later version wins, and on a tie the larger text. Then mark
 -- the set with its epoch (one already there stays) and bump the version, so that every
 -- replica reads the whole set again.
--- KEYS: the set, the version. ARGV: the expiry (ms), an epoch for a set without one, then per
--- field: its name, its text (`<version>|<JSON>`, or plain JSON from before versions).
+-- Each field put back is logged at the new version (write.lua says why).
+-- KEYS: the set, the version, the log, the logged version. ARGV: the expiry (ms), an epoch for
+-- a set without one, then per field: its name, its text (`<version>|<JSON>`, or plain JSON from
+-- before versions).
 -- Answers {the set's epoch, how many fields this call changed}.
 local function version(raw)
   return string.match(raw, '^(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d)|') or '0000000000000000'
@@ -14,6 +16,7 @@ local function revokes(raw)
   return ok and type(o) == 'table' and o.revoked ~= nil
 end
 local changed = 0
+local put_back = {}
 for i = 3, #ARGV, 2 do
   local f, raw = ARGV[i], ARGV[i + 1]
   local cur = redis.call('HGET', KEYS[1], f)
@@ -40,10 +43,16 @@ for i = 3, #ARGV, 2 do
   if put then
     redis.call('HSET', KEYS[1], f, raw)
     changed = changed + 1
+    put_back[#put_back + 1] = f
   end
 end
 redis.call('HSETNX', KEYS[1], '~epoch', ARGV[2])
-redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
+local now = redis.call('INCR', KEYS[2])
+for _, f in ipairs(put_back) do
+  redis.call('ZADD', KEYS[3], now, f)
+end
+redis.call('SET', KEYS[4], now)
+for k = 1, 4 do
+  redis.call('PEXPIRE', KEYS[k], ARGV[1])
+end
 return {redis.call('HGET', KEYS[1], '~epoch'), changed}

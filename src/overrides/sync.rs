@@ -21,7 +21,7 @@ use super::fleet::Fleet;
 use super::redis_set::{field, new_epoch, split_field, Polled};
 use super::{Backend, PlanOverrides};
 use crate::fleet_store::StoreError;
-use crate::policy::overrides::{Override, Overrides};
+use crate::policy::overrides::{Override, Overrides, Part};
 use crate::policy::versions::Kept;
 use crate::policy::Policy;
 use crate::runtime::live::LivePolicy;
@@ -44,6 +44,12 @@ impl OverrideSync {
         let (known, epoch) = fleet.known();
         let (version, raw) = match fleet.set.poll(&known, &epoch).await? {
             Polled::Same => return Ok(()),
+            Polled::Delta { version, fields } => {
+                let changed = fleet.adopt_delta(version, fields);
+                apply_delta(fleet, &self.live, &changed);
+                fleet.copy_fields_to_disk(changed).await;
+                return Ok(());
+            }
             Polled::Moved { version, fields } => (version, fields),
             Polled::Unknown {
                 epoch: found,
@@ -60,7 +66,7 @@ impl OverrideSync {
                 match fleet.set.poll("", &epoch).await? {
                     Polled::Moved { version, fields } => (version, fields),
                     // Emptied again meanwhile: the next round puts back again.
-                    Polled::Same | Polled::Unknown { .. } => return Ok(()),
+                    Polled::Same | Polled::Delta { .. } | Polled::Unknown { .. } => return Ok(()),
                 }
             }
         };
@@ -121,8 +127,57 @@ async fn put_back(fleet: &Fleet, known: &str, found: &str, fields: u64) -> Resul
     Ok(())
 }
 
+/// Put in force what a delta changed: for each digest whose parts changed, its record as the
+/// copy holds it now (all its parts merged; empty when every part was taken out), under the
+/// digest it names. A digest is found from its record: an issued key's record names it; any
+/// other names its key, whose digests (in force and `previous`) are hashed to match. The work
+/// is the delta's, whatever the number of keys; a record whose digest no key has any more (a
+/// revocation of a renamed key's digest) waits for the next whole read of the set.
+fn apply_delta(fleet: &Fleet, live: &LivePolicy, changed: &[(String, Kept)]) {
+    let mut hashes: Vec<&str> = changed
+        .iter()
+        .filter_map(|(f, _)| split_field(f).map(|(h, _)| h))
+        .collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    let snap = live.load();
+    let keys = &snap.policy.keys;
+    let mut records = Vec::new();
+    for hash in hashes {
+        let parts = fleet.parts_of(hash);
+        let mut record = Override::default();
+        for o in parts.iter().filter_map(Kept::record) {
+            if record.key.is_empty() {
+                record.key.clone_from(&o.key);
+            }
+            if !o.is_empty() {
+                record.merge(o);
+            }
+        }
+        let by_name = keys.find_by_name(&record.key).into_iter().flat_map(|k| {
+            std::iter::once(keys.get(k).digest).chain(keys.aliases_of(k).map(|a| a.digest))
+        });
+        let digest = record
+            .issued
+            .as_ref()
+            .map(|i| i.id)
+            .into_iter()
+            .chain(by_name)
+            .find(|d| field(d) == hash);
+        if let Some(d) = digest {
+            let part = changed
+                .iter()
+                .find_map(|(f, _)| split_field(f).filter(|(h, _)| *h == hash).map(|(_, p)| p))
+                .unwrap_or(Part::Plan);
+            records.push((d, part, record));
+        }
+    }
+    live.put_records(&records);
+}
+
 /// The records of the set's `fields` (field → one part as kept) for the digests of
-/// `policy`'s keys and their `previous` digests; tombstones hold nothing. Fields are hashes of digests and each part names its
+/// `policy`'s keys and their `previous` digests, and every issued key's (its record names the
+/// digest it was issued with); tombstones hold nothing. Fields are hashes of digests and each part names its
 /// key: a digest counts when its key's name is the part's and it hashes to the field. One
 /// pass over the keys, whatever the number of records; only a revocation whose key's name is
 /// in no entry any more (a renamed or removed key) makes every digest be hashed, so that it
@@ -137,6 +192,23 @@ pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Ov
             by_hash.entry(hash).or_default().merge(o);
         }
     }
+    let mut set = Overrides::new();
+    // An issued key's record names its digest (the one it was issued with).
+    let issued: Vec<&str> = by_hash
+        .iter()
+        .filter(|(h, o)| o.issued.as_ref().is_some_and(|i| field(&i.id) == **h))
+        .map(|(h, _)| *h)
+        .collect();
+    for h in issued {
+        if let Some(o) = by_hash.remove(h) {
+            let id = o
+                .issued
+                .as_ref()
+                .map(|i| i.id)
+                .expect("an issued key's record");
+            set.insert(id, o);
+        }
+    }
     let mut by_name: HashMap<String, Vec<&str>> = HashMap::new();
     for (hash, o) in &by_hash {
         by_name.entry(o.key.clone()).or_default().push(hash);
@@ -146,7 +218,6 @@ pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Ov
         .iter()
         .map(|(k, e)| (k, e.digest))
         .chain(keys.aliases().map(|(_, a)| (a.key, a.digest)));
-    let mut set = Overrides::new();
     for (k, d) in digests {
         let Some(hashes) = by_name.get(keys.get(k).name.as_str()) else {
             continue;

@@ -4,10 +4,13 @@
 -- versions). A revocation kept stays: it is never replaced.
 -- A set this write creates is marked with an epoch (ARGV[2]; restore.lua says what it is for):
 -- a replica that knew another finds it, and puts back what it holds.
--- KEYS: the set, the version. ARGV: the expiry (ms), an epoch, then per part: the field (a
--- hash of the key's digest and the part's suffix), its version (16 digits), its JSON.
--- Answers each field's text as kept (`<version>|<JSON>`). Both keys expire ARGV[1] ms after
--- the last replica touched them.
+-- Each field written is logged at the set's new version (the log: a sorted set, one member a
+-- field, its score the version that last wrote it), and the logged version follows the
+-- version, so that a poll reads only the fields changed since the version it has.
+-- KEYS: the set, the version, the log, the logged version. ARGV: the expiry (ms), an epoch,
+-- then per part: the field (a hash of the key's digest and the part's suffix), its version
+-- (16 digits), its JSON. Answers each field's text as kept (`<version>|<JSON>`). The keys
+-- expire ARGV[1] ms after the last replica touched them.
 local function version(raw)
   return string.match(raw, '^(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d)|') or '0000000000000000'
 end
@@ -19,6 +22,7 @@ local function revocation_kept(field, raw)
   return ok and type(o) == 'table' and o.revoked ~= nil
 end
 local out = {}
+local written = {}
 for i = 3, #ARGV, 3 do
   local f, v, json = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local cur = redis.call('HGET', KEYS[1], f)
@@ -31,10 +35,16 @@ for i = 3, #ARGV, 3 do
     local raw = v .. '|' .. json
     redis.call('HSET', KEYS[1], f, raw)
     out[#out + 1] = raw
+    written[#written + 1] = f
   end
 end
 redis.call('HSETNX', KEYS[1], '~epoch', ARGV[2])
-redis.call('INCR', KEYS[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
+local now = redis.call('INCR', KEYS[2])
+for _, f in ipairs(written) do
+  redis.call('ZADD', KEYS[3], now, f)
+end
+redis.call('SET', KEYS[4], now)
+for k = 1, 4 do
+  redis.call('PEXPIRE', KEYS[k], ARGV[1])
+end
 return out

@@ -471,6 +471,8 @@ fn the_store_merges_copies_by_the_replicas_rule() {
             let mut inv = script.prepare_invoke();
             inv.key(&set)
                 .key(format!("case{case}:v"))
+                .key(format!("case{case}:log"))
+                .key(format!("case{case}:lv"))
                 .arg(60_000)
                 .arg("e");
             for (f, k) in copy {

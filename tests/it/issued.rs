@@ -360,9 +360,11 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let prefix = format!("is{}", redis.port);
-    let config = config_for(&up).cluster(&redis.url(), &prefix, 100);
-    let (mut pa, la, aa) = spawn(dir.path(), "a", &config);
-    let (mut pb, lb, ab) = spawn(dir.path(), "b", &config);
+    // Each replica on ports of its own.
+    let config = || config_for(&up).cluster(&redis.url(), &prefix, 100);
+    let (mut pa, la, aa) = spawn(dir.path(), "a", &config());
+    let (mut pb, lb, ab) = spawn(dir.path(), "b", &config());
+    assert_ne!(la, lb);
     let within_a_second = |what: &str, f: &mut dyn FnMut() -> bool| {
         let t = Instant::now();
         while !f() {
@@ -377,6 +379,12 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
     within_a_second("b authenticates the new key", &mut || {
         call(lb, &secret).status == 200
     });
+    // From here each replica reads what changed, not the set: no HGETALL.
+    let mut con = redis.client();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .unwrap();
     let r = admin_json(
         ab,
         "POST",
@@ -395,9 +403,23 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
     within_a_second("a refuses the deleted key", &mut || {
         call(la, &doomed).status == 401
     });
+    let stats = |con: &mut redis::Connection| -> String {
+        redis::cmd("INFO").arg("commandstats").query(con).unwrap()
+    };
+    let mut last = String::new();
+    let ok = (0..50).any(|_| {
+        last = stats(&mut con);
+        std::thread::sleep(Duration::from_millis(20));
+        last.contains("cmdstat_zrangebyscore:")
+    });
+    assert!(ok, "{last}");
+    let seen = stats(&mut con);
+    assert!(
+        !seen.contains("cmdstat_hgetall:"),
+        "a whole read of the set: {seen}"
+    );
 
     // Redis holds digests, never a secret.
-    let mut con = redis.client();
     let set = format!("{{{prefix}:ov}}:set");
     let dump: Vec<(String, String)> = redis::cmd("HGETALL").arg(&set).query(&mut con).unwrap();
     let text = format!("{dump:?}");
@@ -414,7 +436,7 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
         n >= 3
     });
     pb.stop();
-    let (mut pc, lc, _) = spawn(dir.path(), "c", &config);
+    let (mut pc, lc, _) = spawn(dir.path(), "c", &config());
     eventually("a new replica authenticates the rotated key", || {
         call(lc, &rotated).status == 200
     });
