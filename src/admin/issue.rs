@@ -30,8 +30,9 @@ use crate::clock::{parse_rfc3339_utc, wall_ms};
 use crate::config::{is_valid_name, MAX_REQUESTS_PER_WINDOW};
 use crate::digest::Digest;
 use crate::keys::secret;
-use crate::overrides::ChangeError;
-use crate::policy::overrides::{ChangeKind, NewKey};
+use crate::overrides::{ChangeError, Records};
+use crate::policy::keys::KeyIdx;
+use crate::policy::overrides::{ChangeKind, ChangeRefused, NewKey, Overrides};
 use crate::policy::Policy;
 
 /// The longest overlap a rotation takes: a year.
@@ -179,14 +180,7 @@ impl CreateBody {
                 None,
             ),
             None => {
-                let s = secret::issue().map_err(|e| {
-                    Box::new(problem(
-                        AdminCode::ChangeNotKept,
-                        &format!(
-                            "the operating system gave no random bytes ({e}): nothing was issued"
-                        ),
-                    ))
-                })?;
+                let s = draw("issued")?;
                 (Digest::of(s.as_bytes()), Some(s))
             }
         };
@@ -230,47 +224,19 @@ pub(super) async fn create(admin: &Admin, body: &[u8]) -> Response<Vec<u8>> {
 
 /// `POST /api/keys/{name}/rotate`.
 pub(super) async fn rotate(admin: &Admin, name: &str, body: &[u8]) -> Response<Vec<u8>> {
-    let overlap = if body.iter().all(u8::is_ascii_whitespace) {
-        Ok(RotateBody::default())
-    } else {
-        read::<RotateBody>(body)
-    }
-    .and_then(|b| match b.overlap_seconds {
-        None => Ok(DEFAULT_OVERLAP_SECONDS),
-        Some(s) if s <= MAX_OVERLAP_SECONDS => Ok(s),
-        Some(_) => Err(broken::<RotateBody>("/overlap_seconds")),
-    });
-    let secret = match overlap.and_then(|o| {
-        let s = secret::issue().map_err(|e| {
-            Box::new(problem(
-                AdminCode::ChangeNotKept,
-                &format!("the operating system gave no random bytes ({e}): nothing was rotated"),
-            ))
-        })?;
-        Ok((o, s))
-    }) {
+    let asked = overlap_seconds(body).and_then(|overlap| Ok((overlap, draw("rotated")?)));
+    let (overlap, secret) = match asked {
         Ok(x) => x,
         Err(refused) => {
             admin.live.metrics().admin_change(ChangeKind::Rotate, false);
             return *refused;
         }
     };
-    let (overlap, secret) = secret;
     let digest = Digest::of(secret.as_bytes());
-    let done = admin
-        .overrides
-        .make(&admin.live, ChangeKind::Rotate, name, |policy, set| {
-            let k = policy
-                .keys
-                .find_by_name(name)
-                .ok_or(ChangeError::NotFound)?;
-            Ok(policy.rotate(k, digest, overlap * 1000, wall_ms(), set)?)
-        })
-        .await;
-    admin
-        .live
-        .metrics()
-        .admin_change(ChangeKind::Rotate, done.is_ok());
+    let done = change_named(admin, ChangeKind::Rotate, name, |policy, k, set| {
+        policy.rotate(k, digest, overlap * 1000, wall_ms(), set)
+    })
+    .await;
     match done {
         Ok(()) => issued(admin, name, Some(secret), StatusCode::OK),
         Err(e) => change_error(e, name),
@@ -279,24 +245,60 @@ pub(super) async fn rotate(admin: &Admin, name: &str, body: &[u8]) -> Response<V
 
 /// `DELETE /api/keys/{name}`.
 pub(super) async fn delete(admin: &Admin, name: &str) -> Response<Vec<u8>> {
-    let done = admin
-        .overrides
-        .make(&admin.live, ChangeKind::Delete, name, |policy, set| {
-            let k = policy
-                .keys
-                .find_by_name(name)
-                .ok_or(ChangeError::NotFound)?;
-            Ok(policy.delete(k, "admin", wall_ms(), set)?)
-        })
-        .await;
-    admin
-        .live
-        .metrics()
-        .admin_change(ChangeKind::Delete, done.is_ok());
+    let done = change_named(admin, ChangeKind::Delete, name, |policy, k, set| {
+        policy.delete(k, "admin", wall_ms(), set)
+    })
+    .await;
     match done {
         Ok(()) => no_content(),
         Err(e) => change_error(e, name),
     }
+}
+
+/// The operator's change of `kind` to the key named `name` (`make` turns the policy, the
+/// key's index and the records in force into what to keep), made and counted.
+async fn change_named(
+    admin: &Admin,
+    kind: ChangeKind,
+    name: &str,
+    make: impl FnOnce(&Policy, KeyIdx, &Overrides) -> Result<Records, ChangeRefused>,
+) -> Result<(), ChangeError> {
+    let done = admin
+        .overrides
+        .make(&admin.live, kind, name, |policy, set| {
+            let k = policy
+                .keys
+                .find_by_name(name)
+                .ok_or(ChangeError::NotFound)?;
+            Ok(make(policy, k, set)?)
+        })
+        .await;
+    admin.live.metrics().admin_change(kind, done.is_ok());
+    done
+}
+
+/// The overlap a rotation's body asks for (none: a day), in seconds; or the 400.
+fn overlap_seconds(body: &[u8]) -> Result<u64, Refused> {
+    let b = if body.iter().all(u8::is_ascii_whitespace) {
+        RotateBody::default()
+    } else {
+        read::<RotateBody>(body)?
+    };
+    match b.overlap_seconds {
+        None => Ok(DEFAULT_OVERLAP_SECONDS),
+        Some(s) if s <= MAX_OVERLAP_SECONDS => Ok(s),
+        Some(_) => Err(broken::<RotateBody>("/overlap_seconds")),
+    }
+}
+
+/// A new secret from the operating system's CSPRNG, or the 503 saying nothing was `done`.
+fn draw(done: &str) -> Result<String, Refused> {
+    secret::issue().map_err(|e| {
+        Box::new(problem(
+            AdminCode::ChangeNotKept,
+            &format!("the operating system gave no random bytes ({e}): nothing was {done}"),
+        ))
+    })
 }
 
 /// The key named `name` as just issued or rotated, with its secret.

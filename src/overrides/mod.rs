@@ -49,6 +49,7 @@ use crate::policy::Policy;
 use crate::runtime::live::{unix_ms, LivePolicy};
 use crate::state::disk;
 use crate::state::StateFile;
+pub(crate) use keep::Records;
 pub(crate) use shown::Shown;
 pub(crate) use sync::OverrideSync;
 

@@ -33,20 +33,7 @@ fn fleet(up: &Upstream, redis_url: &str, prefix: &str) -> TestConfig {
         .key_with("acme-gone", managed)
 }
 
-fn admin_json(addr: SocketAddr, method: &str, path: &str, body: &str) -> Response {
-    let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    send_raw(addr, raw.as_bytes())
-}
-
-fn call(addr: SocketAddr, key: &str) -> Response {
-    let raw = format!(
-        "GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
-    );
-    send_raw(addr, raw.as_bytes())
-}
+use crate::harness::{admin_json, get_status as call};
 
 fn partner(addr: SocketAddr, path: &str, body: &str) -> Response {
     let raw = format!(

@@ -9,26 +9,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    admin, config_for, eventually, metric, metrics_page, send_raw, Mode, Process, RedisServer,
-    Response, TestConfig, Upstream,
+    admin, admin_json, config_for, eventually, get_status as call, metric, metrics_page, Mode,
+    Process, RedisServer, TestConfig, Upstream,
 };
-
-/// `METHOD path` with a JSON body on the admin listener at `addr`.
-fn admin_json(addr: SocketAddr, method: &str, path: &str, body: &str) -> Response {
-    let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    send_raw(addr, raw.as_bytes())
-}
-
-/// `GET /v2/client/getStatus` with `key` on the gateway at `addr`.
-fn call(addr: SocketAddr, key: &str) -> Response {
-    let raw = format!(
-        "GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
-    );
-    send_raw(addr, raw.as_bytes())
-}
 
 /// `POST /api/keys` with `body`: the answer, asserted 201; its secret.
 fn create(a: SocketAddr, body: &str) -> (serde_json::Value, Option<String>) {
@@ -37,6 +20,16 @@ fn create(a: SocketAddr, body: &str) -> (serde_json::Value, Option<String>) {
     let v = r.json();
     let key = v["key"].as_str().map(String::from);
     (v, key)
+}
+
+/// `tollgate check` of the file at `path`: whether it passed, and its stdout and stderr.
+fn check(path: &Path) -> (bool, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
 fn spawn(dir: &Path, tag: &str, config: &TestConfig) -> (Process, SocketAddr, SocketAddr) {
@@ -292,12 +285,8 @@ fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good()
         (r.status, r.json()["field"].as_str()),
         (422, Some("keys[5].sha256"))
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["check", "--config", path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("keys[5].sha256"));
+    let (passed, _, err) = check(&path);
+    assert!(!passed && err.contains("keys[5].sha256"), "{err}");
     config.write(&path);
     assert_eq!(
         admin(a, "POST", "/reload").status,
@@ -305,14 +294,10 @@ fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good()
         "a reload keeps issued keys"
     );
     assert_eq!(call(l, &third).status, 200);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
-        .args(["check", "--config", path.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let (passed, out, _) = check(&path);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("issued keys   2 (through the admin API)"),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+        passed && out.contains("issued keys   2 (through the admin API)"),
+        "{out}"
     );
 
     // Deleted: refused at once, forgotten, and neither its name's new key nor its digests
@@ -379,8 +364,20 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
     within_a_second("b authenticates the new key", &mut || {
         call(lb, &secret).status == 200
     });
-    // From here each replica reads what changed, not the set: no HGETALL.
+    // Each replica reads the set whole once (the first read of a set it did not know); from
+    // then on it reads what changed: no HGETALL.
     let mut con = redis.client();
+    eventually("both replicas read the set once", || {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut con)
+            .unwrap();
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_hgetall:calls="))
+            .and_then(|l| l.split(',').next()?.parse::<u32>().ok())
+            .is_some_and(|n| n >= 2)
+    });
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query(&mut con)

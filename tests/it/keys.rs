@@ -12,22 +12,7 @@ use crate::harness::{
     Process, RedisServer, Response, TestConfig, Upstream,
 };
 
-/// `METHOD path` with a JSON body on the admin listener at `addr`.
-fn admin_json(addr: SocketAddr, method: &str, path: &str, body: &str) -> Response {
-    let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    send_raw(addr, raw.as_bytes())
-}
-
-/// `GET /v2/client/getStatus` with `key` on the gateway at `addr`.
-fn call(addr: SocketAddr, key: &str) -> Response {
-    let raw = format!(
-        "GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
-    );
-    send_raw(addr, raw.as_bytes())
-}
+use crate::harness::{admin_json, get_status as call};
 
 /// A partner's `POST` of `{"apiKey": customer}` to `path`.
 fn partner(addr: SocketAddr, partner_key: &str, path: &str, customer: &str) -> Response {

@@ -239,3 +239,20 @@ pub(crate) fn read_until_closed(s: &mut TcpStream, limit: Duration) -> (Vec<u8>,
     }
     (got, None)
 }
+
+/// `METHOD path` with a JSON body on the admin listener at `addr`.
+pub(crate) fn admin_json(addr: SocketAddr, method: &str, path: &str, body: &str) -> Response {
+    let raw = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    send_raw(addr, raw.as_bytes())
+}
+
+/// `GET /v2/client/getStatus` with `key` on the gateway at `addr`.
+pub(crate) fn get_status(addr: SocketAddr, key: &str) -> Response {
+    let raw = format!(
+        "GET /v2/client/getStatus HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+    );
+    send_raw(addr, raw.as_bytes())
+}
