@@ -92,7 +92,9 @@ enum Lapse {
 struct Book {
     /// Names of the keys not deleted, in order (the admin API's pages).
     names: BTreeMap<Box<str>, u32>,
-    /// The digests each key has in the map.
+    /// The digests each key has in the map, for the keys that have others than the one they
+    /// were issued with (a rotation); a key not here has that one alone (a million keys never
+    /// rotated cost nothing here).
     digests: HashMap<u32, Vec<Digest>>,
     /// What lapses when, in order.
     lapses: BTreeSet<(u64, Lapse)>,
@@ -152,6 +154,13 @@ impl Issued {
         self.inherited
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Room for `more` keys, made now rather than as they come (a start or a reload that
+    /// puts back a million keys grows each structure once, not twenty times).
+    pub fn reserve(&self, more: usize) {
+        self.slots.reserve(more);
+        self.by_digest.pin().reserve(more);
     }
 
     /// Keys not deleted.
@@ -216,8 +225,8 @@ impl Issued {
     /// a new slot (the old one deleted).
     pub fn put(&self, key: NewIssued<'_>) -> u32 {
         let mut book = self.book();
-        let at = match book.names.get(key.name).copied() {
-            Some(s) if self.slots[s as usize].entry.digest == key.id => s,
+        let (at, known) = match book.names.get(key.name).copied() {
+            Some(s) if self.slots[s as usize].entry.digest == key.id => (s, true),
             held => {
                 if let Some(old) = held {
                     self.forget(&mut book, old);
@@ -245,11 +254,15 @@ impl Issued {
                 {
                     book.lapses.insert((ms, Lapse::Key(s)));
                 }
-                s
+                (s, false)
             }
         };
         let map = self.by_digest.pin();
-        let before = book.digests.remove(&at).unwrap_or_default();
+        let before = match book.digests.remove(&at) {
+            Some(held) => held,
+            None if known => vec![key.id],
+            None => Vec::new(),
+        };
         for d in &before {
             if !key.digests.iter().any(|(n, _)| n == d) {
                 map.remove(&CtDigest(*d));
@@ -261,8 +274,10 @@ impl Issued {
                 book.lapses.insert((until, Lapse::Digest(at, d.0)));
             }
         }
-        book.digests
-            .insert(at, key.digests.iter().map(|&(d, _)| d).collect());
+        let now: Vec<Digest> = key.digests.iter().map(|&(d, _)| d).collect();
+        if now != [key.id] {
+            book.digests.insert(at, now);
+        }
         at
     }
 
@@ -281,7 +296,11 @@ impl Issued {
         slot.entry.set_flag(REVOKED, true);
         self.live.fetch_sub(1, Ordering::Relaxed);
         let map = self.by_digest.pin();
-        for d in book.digests.remove(&s).unwrap_or_default() {
+        let held = book
+            .digests
+            .remove(&s)
+            .unwrap_or_else(|| vec![slot.entry.digest]);
+        for d in held {
             map.remove(&CtDigest(d));
         }
         book.names.remove(slot.entry.name.as_str());

@@ -114,6 +114,10 @@ impl Policy {
         let mut touched = vec![false; self.keys.len()];
         let mut touched_alias = vec![false; self.keys.aliases().len()];
         let now_ms = crate::clock::wall_ms();
+        if self.keys.issued().is_empty() {
+            let issued = set.values().filter(|o| o.issued.is_some()).count();
+            self.keys.issued().reserve(issued);
+        }
         for (digest, o) in set {
             let (found, drop) = self.apply_one(digest, o, now_ms);
             match found {
