@@ -1,0 +1,465 @@
+//! Traces on the wire: a stand-in OTLP/HTTP collector ([`Collector`]) receives the spans of a
+//! pass, a refusal, an upstream's 5xx and an upstream that cannot be reached, in protobuf and
+//! in JSON; the upstream's `traceparent` names the gateway's `CLIENT` span, over HTTP/1.1 and
+//! HTTP/2 from the client; an invalid or doubled `traceparent` is replaced and never
+//! forwarded; a collector that is down or never answers slows no request; a wait on the fleet
+//! store is a `fleet_wait` span.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tollgate::config::OtlpProtocol;
+
+use crate::harness::{
+    closed_port, config_for, metric, metrics_page, pki, send_raw, settled, write, Answer,
+    Collector, Gateway, Got, Mode, Process, RedisServer, Upstream,
+};
+
+const MESSAGE: &str = r#"{"chatId":"1234@c.us","message":"hi"}"#;
+const SERVER: i64 = 2;
+const CLIENT: i64 = 3;
+const INTERNAL: i64 = 1;
+const ERROR: i64 = 2;
+
+/// A sampled W3C parent of trace `t` (one hex digit, repeated) and span `s`.
+fn parent(t: char, s: char) -> (String, String, String) {
+    let (trace, span) = (t.to_string().repeat(32), s.to_string().repeat(16));
+    (format!("00-{trace}-{span}-01"), trace, span)
+}
+
+/// `(trace id, parent id, flags)` of a `traceparent` value.
+fn fields(tp: &str) -> (String, String, String) {
+    let p: Vec<&str> = tp.split('-').collect();
+    assert_eq!(p.len(), 4, "{tp}");
+    assert_eq!((p[0], p[1].len(), p[2].len()), ("00", 32, 16), "{tp}");
+    (p[1].into(), p[2].into(), p[3].into())
+}
+
+fn kind(spans: &[Got], k: i64) -> Vec<&Got> {
+    spans.iter().filter(|s| s.kind == k).collect()
+}
+
+/// The upstream's last request's one `traceparent`, and its `tracestate`.
+fn upstream_trace(up: &Upstream) -> (String, Option<String>) {
+    let seen = up.seen();
+    let last = seen.last().expect("the upstream saw a request");
+    let tps = last.headers_named("traceparent");
+    assert_eq!(tps.len(), 1, "one traceparent upstream: {tps:?}");
+    (
+        tps[0].to_string(),
+        last.header("tracestate").map(str::to_string),
+    )
+}
+
+#[test]
+fn spans_of_a_pass_a_refusal_and_upstream_errors_reach_the_collector() {
+    let col = Collector::start(Answer::Ok);
+    // Ratio 0: only requests whose parent is sampled are recorded (the parent's flag decides).
+    let with = |up: &Upstream| {
+        Gateway::start(&config_for(up).tracing(&col.endpoint(), OtlpProtocol::Protobuf, 0.0))
+    };
+    let up = Upstream::start(Mode::Ok);
+    let gw = with(&up);
+
+    // A pass, continuing the client's trace.
+    let (tp, trace, client_span) = parent('a', 'b');
+    let r = gw.request(
+        "POST",
+        "/v2/sendMessage/",
+        &[
+            ("Authorization", "Bearer basic-key-1"),
+            ("Content-Type", "application/json"),
+            ("traceparent", tp.as_str()),
+            ("tracestate", "vendor=a,other=b"),
+        ],
+        MESSAGE.as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    let (sent, state) = upstream_trace(&up);
+    let (sent_trace, sent_parent, flags) = fields(&sent);
+    assert_eq!(
+        (sent_trace.as_str(), flags.as_str()),
+        (trace.as_str(), "01")
+    );
+    assert_ne!(
+        sent_parent, client_span,
+        "the upstream's parent is the gateway's span"
+    );
+    assert_eq!(state.as_deref(), Some("vendor=a,other=b"));
+    let spans = col.trace(&trace, 2);
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    let server = kind(&spans, SERVER)[0];
+    let client = kind(&spans, CLIENT)[0];
+    assert_eq!(server.parent, client_span);
+    assert_eq!(server.name, "POST /v2/sendMessage/");
+    for (k, v) in [
+        ("http.request.method", "POST"),
+        ("url.path", "/v2/sendMessage/"),
+        ("url.scheme", "http"),
+        ("http.route", "/v2/sendMessage/"),
+        ("http.response.status_code", "200"),
+        ("client.address", "127.0.0.1"),
+        ("network.protocol.version", "1.1"),
+        ("tollgate.route", "send_message"),
+        ("tollgate.outcome", "forwarded"),
+        ("tollgate.plan", "basic"),
+        ("tollgate.key", "basic-1"),
+    ] {
+        assert_eq!(server.attr(k), Some(v), "{k} in {server:#?}");
+    }
+    assert_eq!(server.attr("tollgate.code"), None);
+    assert_eq!(server.status, 0);
+    assert_eq!(server.service, "tollgate-test");
+    assert_eq!(server.content_type, "application/x-protobuf");
+    // The CLIENT span is the parent the upstream was told of, inside the SERVER span.
+    assert_eq!(client.span_id, sent_parent);
+    assert_eq!(client.parent, server.span_id);
+    assert_eq!(client.attr("http.response.status_code"), Some("200"));
+    assert_eq!(client.attr("server.address"), Some("127.0.0.1"));
+    assert_eq!(client.status, 0);
+    assert!(
+        server.start <= client.start && client.end <= server.end,
+        "{spans:#?}"
+    );
+    assert!(server.start > 1_700_000_000_000_000_000 && server.end >= server.start);
+    // Never the key itself.
+    let all = format!("{spans:?}");
+    assert!(!all.contains("basic-key-1"), "{all}");
+
+    // A refusal: one SERVER span, its code; no route, so the method alone names it.
+    let (tp, trace, _) = parent('c', 'd');
+    let r = gw.request(
+        "GET",
+        "/v2/getSettings/",
+        &[
+            ("Authorization", "Bearer not-a-key"),
+            ("traceparent", tp.as_str()),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 401);
+    let spans = col.trace(&trace, 1);
+    assert_eq!(spans.len(), 1, "{spans:#?}");
+    let s = &spans[0];
+    assert_eq!((s.kind, s.name.as_str(), s.status), (SERVER, "GET", 0));
+    assert_eq!(s.attr("tollgate.code"), Some("unauthorized"));
+    assert_eq!(s.attr("tollgate.outcome"), Some("unauthorized"));
+    assert_eq!(s.attr("http.response.status_code"), Some("401"));
+    assert_eq!(s.attr("tollgate.key"), None);
+
+    // The upstream answers 503: the SERVER span is an error, and so is the CLIENT span.
+    let failing = Upstream::start(Mode::Status(503));
+    let gw503 = with(&failing);
+    let (tp, trace, _) = parent('e', 'f');
+    let r = gw503.request(
+        "GET",
+        "/v2/getSettings/",
+        &[
+            ("Authorization", "Bearer pro-key-1"),
+            ("traceparent", tp.as_str()),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 503);
+    let spans = col.trace(&trace, 2);
+    let (server, client) = (kind(&spans, SERVER)[0], kind(&spans, CLIENT)[0]);
+    assert_eq!(server.status, ERROR, "{server:#?}");
+    assert_eq!(server.attr("http.response.status_code"), Some("503"));
+    // An uncatalogued path (a plan with `allow: all`): the method alone, no template.
+    assert_eq!(server.name, "GET");
+    assert_eq!(server.attr("tollgate.route"), Some("unknown"));
+    assert_eq!(server.attr("http.route"), None);
+    assert_eq!(server.attr("tollgate.plan"), Some("pro"));
+    assert_eq!(client.status, ERROR);
+    assert_eq!(client.attr("http.response.status_code"), Some("503"));
+
+    // No upstream at all: the gateway's 502, and a CLIENT span that says why.
+    let gone = Gateway::start(
+        &crate::harness::test_config(&format!("http://127.0.0.1:{}", closed_port())).tracing(
+            &col.endpoint(),
+            OtlpProtocol::Protobuf,
+            0.0,
+        ),
+    );
+    let (tp, trace, _) = parent('1', '2');
+    let r = gone.request(
+        "GET",
+        "/v2/getSettings/",
+        &[
+            ("Authorization", "Bearer pro-key-1"),
+            ("traceparent", tp.as_str()),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 502);
+    let spans = col.trace(&trace, 2);
+    let (server, client) = (kind(&spans, SERVER)[0], kind(&spans, CLIENT)[0]);
+    assert_eq!(server.status, ERROR);
+    assert_eq!(server.attr("tollgate.code"), Some("upstream_unavailable"));
+    assert_eq!(client.status, ERROR);
+    assert_eq!(client.attr("error.type"), Some("upstream_unavailable"));
+    assert_eq!(client.attr("http.response.status_code"), None);
+
+    // The pass's two spans and the refusal's one, on the first gateway.
+    let admin = gw.config.process.admin_listen;
+    let exported = settled(
+        || metric(&metrics_page(admin), "tollgate_spans_exported_total"),
+        |n| *n == Some(3.0),
+    );
+    assert_eq!(exported, Some(3.0));
+    let page = metrics_page(admin);
+    assert_eq!(metric(&page, "tollgate_spans_dropped_total"), Some(0.0));
+}
+
+#[test]
+fn an_invalid_or_doubled_traceparent_is_replaced_and_tracing_off_passes_it_as_it_came() {
+    let up = Upstream::start(Mode::Ok);
+    let col = Collector::start(Answer::Ok);
+    // Nothing recorded (ratio 0, no sampled parent): the upstream still gets the gateway's
+    // traceparent, unsampled.
+    let gw = Gateway::start(&config_for(&up).tracing(&col.endpoint(), OtlpProtocol::Json, 0.0));
+    let get = |gw: &Gateway, headers: &[(&str, &str)]| {
+        let mut h = vec![("Authorization", "Bearer pro-key-1")];
+        h.extend_from_slice(headers);
+        assert_eq!(gw.request("GET", "/v2/getSettings/", &h, b"").status, 200);
+        upstream_trace(&up)
+    };
+    let zero = format!("00-{}-{}-01", "0".repeat(32), "b".repeat(16));
+    let upper = format!("00-{}-{}-01", "A".repeat(32), "b".repeat(16));
+    let (one, trace_one, _) = parent('a', 'b');
+    let (two, trace_two, _) = parent('c', 'd');
+    let suffixed = format!("{one}-what-the-future-will-be-like");
+    for bad in [
+        vec![zero.as_str()],
+        vec![upper.as_str()],
+        vec![suffixed.as_str()],
+        vec![one.as_str(), two.as_str()],
+    ] {
+        let mut h: Vec<(&str, &str)> = bad.iter().map(|v| ("traceparent", *v)).collect();
+        h.push(("tracestate", "vendor=a"));
+        let (sent, state) = get(&gw, &h);
+        let (trace, _, flags) = fields(&sent);
+        assert!(!bad.contains(&sent.as_str()), "{sent} forwarded");
+        assert!(trace != trace_one && trace != trace_two && trace != "0".repeat(32));
+        assert_eq!(flags, "00");
+        assert_eq!(state, None, "no tracestate without a valid traceparent");
+    }
+    // A valid unsampled parent: its trace goes on, unsampled, with its tracestate.
+    let unsampled = one.replace("-01", "-00");
+    let (sent, state) = get(
+        &gw,
+        &[
+            ("traceparent", unsampled.as_str()),
+            ("tracestate", "vendor=a"),
+        ],
+    );
+    let (trace, span, flags) = fields(&sent);
+    assert_eq!((trace.as_str(), flags.as_str()), (trace_one.as_str(), "00"));
+    assert_ne!(span, "b".repeat(16));
+    assert_eq!(state.as_deref(), Some("vendor=a"));
+    // None at all: a new trace, unsampled at ratio 0.
+    let (sent, _) = get(&gw, &[]);
+    assert_eq!(fields(&sent).2, "00");
+    let page = metrics_page(gw.config.process.admin_listen);
+    assert_eq!(metric(&page, "tollgate_spans_dropped_total"), Some(0.0));
+    assert!(col.spans().is_empty());
+
+    // Tracing off: both fields pass as they came, invalid or not.
+    let off = Gateway::with(&up);
+    let (sent, state) = get(&off, &[("traceparent", "junk"), ("tracestate", "vendor=a")]);
+    assert_eq!(
+        (sent.as_str(), state.as_deref()),
+        ("junk", Some("vendor=a"))
+    );
+    assert!(metric(
+        &metrics_page(off.config.process.admin_listen),
+        "tollgate_spans_dropped_total"
+    )
+    .is_none());
+}
+
+/// A call over TLS with `client`, answering its status.
+async fn call_tls(client: &reqwest::Client, url: &str) -> u16 {
+    let r = tokio::time::timeout(
+        Duration::from_secs(20),
+        client
+            .get(url)
+            .header("Authorization", "Bearer pro-key-1")
+            .send(),
+    )
+    .await
+    .expect("in time")
+    .expect("answered");
+    r.status().as_u16()
+}
+
+#[test]
+fn json_spans_and_the_access_line_over_http1_and_http2() {
+    let up = Upstream::start(Mode::Ok);
+    let col = Collector::start(Answer::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let certs = pki("Tollgate Traces Test CA", &["gateway.test", "127.0.0.1"]);
+    let cert = write(dir.path(), "edge.pem", &certs.leaf_pem);
+    let key = write(dir.path(), "edge-key.pem", &certs.leaf_key_pem);
+    let tls_port = closed_port();
+    let config = config_for(&up)
+        .tls(format!("127.0.0.1:{tls_port}"), &cert, &key)
+        .tracing(&col.endpoint(), OtlpProtocol::Json, 1.0);
+    let (mut p, _listen, _admin) = Process::run(dir.path(), "traced", &config);
+    let tls: SocketAddr = ([127, 0, 0, 1], tls_port).into();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = format!("https://gateway.test:{tls_port}/v2/settings/getSettings");
+    let mut traces = Vec::new();
+    for (h1_only, version) in [(true, "1.1"), (false, "2")] {
+        let mut b = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(certs.ca_pem.as_bytes()).unwrap())
+            .tls_built_in_root_certs(false)
+            .resolve("gateway.test", tls)
+            .no_proxy();
+        if h1_only {
+            b = b.http1_only();
+        }
+        let client = b.build().unwrap();
+        assert_eq!(rt.block_on(call_tls(&client, &url)), 200);
+        let (sent, _) = upstream_trace(&up);
+        let (trace, sent_parent, flags) = fields(&sent);
+        assert_eq!(flags, "01");
+        let spans = col.trace(&trace, 2);
+        let server = kind(&spans, SERVER)[0];
+        let client_span = kind(&spans, CLIENT)[0];
+        assert_eq!(
+            server.parent, "",
+            "a new trace: the SERVER span is its root"
+        );
+        assert_eq!(client_span.span_id, sent_parent);
+        assert_eq!(server.attr("network.protocol.version"), Some(version));
+        assert_eq!(server.attr("url.scheme"), Some("https"));
+        assert_eq!(server.name, "GET /v2/settings/getSettings");
+        assert_eq!(server.attr("tollgate.route"), Some("settings_get"));
+        assert_eq!(server.content_type, "application/json");
+        traces.push(trace);
+    }
+    p.stop();
+    let out = p.output();
+    for t in &traces {
+        assert!(
+            out.contains(&format!("trace_id=\"{t}\"")),
+            "no trace_id {t} in\n{out}"
+        );
+    }
+}
+
+#[test]
+fn a_collector_that_is_down_or_never_answers_slows_no_request() {
+    let up = Upstream::start(Mode::Ok);
+    let get = |gw: &Gateway| {
+        gw.request(
+            "GET",
+            "/v2/getSettings/",
+            &[("Authorization", "Bearer pro-key-1")],
+            b"",
+        )
+        .status
+    };
+    // Nothing listens: every request answered; its spans counted dropped.
+    let down = Gateway::start(&config_for(&up).tracing(
+        &format!("http://127.0.0.1:{}", closed_port()),
+        OtlpProtocol::Protobuf,
+        1.0,
+    ));
+    for _ in 0..30 {
+        assert_eq!(get(&down), 200);
+    }
+    let admin = down.config.process.admin_listen;
+    let dropped = settled(
+        || metric(&metrics_page(admin), "tollgate_spans_dropped_total").unwrap_or(0.0),
+        |&n| n >= 60.0,
+    );
+    assert_eq!(
+        dropped, 60.0,
+        "30 requests, a SERVER and a CLIENT span each"
+    );
+    assert_eq!(
+        metric(&metrics_page(admin), "tollgate_spans_exported_total"),
+        Some(0.0)
+    );
+
+    // A collector that takes the post and never answers: while the exporter waits on it,
+    // every request is answered all the same.
+    let col = Collector::start(Answer::Hang);
+    let hung = Gateway::start(&config_for(&up).tracing(&col.endpoint(), OtlpProtocol::Json, 1.0));
+    assert_eq!(get(&hung), 200);
+    crate::harness::eventually("the exporter posts to the collector", || {
+        col.connections.load(std::sync::atomic::Ordering::SeqCst) >= 1
+    });
+    for _ in 0..30 {
+        assert_eq!(get(&hung), 200);
+    }
+    let page = metrics_page(hung.config.process.admin_listen);
+    assert_eq!(
+        metric(&page, "tollgate_spans_exported_total"),
+        Some(0.0),
+        "{page}"
+    );
+    // The post times out; its spans are counted dropped.
+    let admin = hung.config.process.admin_listen;
+    let dropped = settled(
+        || metric(&metrics_page(admin), "tollgate_spans_dropped_total").unwrap_or(0.0),
+        |&n| n >= 2.0,
+    );
+    assert!(dropped >= 2.0, "{dropped}");
+}
+
+#[test]
+fn a_wait_on_the_fleet_store_is_a_fleet_wait_span() {
+    let _fleet = crate::harness::one_fleet();
+    let up = Upstream::start(Mode::Ok);
+    let col = Collector::start(Answer::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_for(&up)
+        .cluster(&redis.url(), "tgtraces", 20)
+        .tracing(&col.endpoint(), OtlpProtocol::Protobuf, 1.0);
+    let (_p, listen, admin) = Process::run(dir.path(), "fleet", &config);
+    // A burst of one key from idle: past its first lease, requests wait for the store.
+    let raw = "GET /v2/settings/getSettings HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer basic-key-1\r\nConnection: close\r\n\r\n";
+    for _ in 0..30 {
+        let r = send_raw(listen, raw.as_bytes());
+        assert!(r.status == 200 || r.status == 429, "{}", r.status);
+    }
+    let waits = metric(
+        &metrics_page(admin),
+        "tollgate_cluster_settle_wait_seconds_count",
+    )
+    .unwrap_or(0.0);
+    assert!(
+        waits >= 1.0,
+        "no request waited for the store: the test proves nothing"
+    );
+    let waited = settled(
+        || {
+            col.spans()
+                .into_iter()
+                .filter(|s| s.name == "fleet_wait")
+                .collect::<Vec<_>>()
+        },
+        |v| !v.is_empty(),
+    );
+    assert!(!waited.is_empty(), "no fleet_wait span");
+    let all = col.spans();
+    for w in &waited {
+        assert_eq!(w.kind, INTERNAL);
+        let server = all
+            .iter()
+            .find(|s| s.span_id == w.parent && s.kind == SERVER)
+            .unwrap_or_else(|| panic!("fleet_wait's parent is a SERVER span: {w:#?}"));
+        assert_eq!(server.trace_id, w.trace_id);
+        assert!(
+            server.start <= w.start && w.end <= server.end,
+            "{server:#?} {w:#?}"
+        );
+    }
+}
