@@ -130,7 +130,9 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_field() {
-        let cases: [(fn(&mut FileTracing), &str, &str); 9] = [
+        // An edit of the default block, the field refused, words of the message.
+        type Case = (fn(&mut FileTracing), &'static str, &'static str);
+        let cases: [Case; 9] = [
             (
                 |f| f.otlp_endpoint = "localhost:4318".into(),
                 "tracing.otlp_endpoint",
