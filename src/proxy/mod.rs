@@ -182,10 +182,17 @@ impl Gateway {
         let mut decision = policy.decide_waiting(&head, client, self.clock.now(), true);
         if decision.unsettled {
             let again = decision.again(&head);
-            let from = Instant::now();
+            // A recorded request's wait is its `fleet_wait` span.
+            let from = ctx
+                .trace
+                .as_ref()
+                .is_some_and(crate::traces::Trace::sampled)
+                .then(Instant::now);
             decision = Box::pin(self.settled(policy, &again, client)).await;
-            if let Some(rec) = ctx.trace.as_mut().and_then(|t| t.recording.as_mut()) {
-                rec.fleet_wait = Some((from, Instant::now()));
+            if let (Some(from), Some(t)) = (from, ctx.trace.as_mut()) {
+                if let Some(rec) = t.recording.as_mut() {
+                    rec.fleet_wait = Some((from, Instant::now()));
+                }
             }
         }
         if let Some(why) = decision.not_authenticated {
@@ -483,8 +490,10 @@ impl ProxyHttp for Gateway {
             reason: ctx.reason(),
         }
         .log();
-        if let (Some(tracer), Some(f)) = (&self.traces, traced::finished(session, ctx, now)) {
-            tracer.finish(f);
+        if let Some(tracer) = &self.traces {
+            if let Some(f) = traced::finished(session, ctx, now) {
+                tracer.finish(f);
+            }
         }
     }
 }
