@@ -9,8 +9,8 @@ use tollgate::config::OtlpProtocol;
 
 use super::{fields, kind, upstream_trace, CLIENT, INTERNAL, SERVER};
 use crate::harness::{
-    closed_port, config_for, metric, metrics_page, pki, send_raw, settled, write, Answer, Collector,
-    Gateway, Mode, Process, RedisServer, Upstream,
+    closed_port, config_for, metric, metrics_page, pki, send_raw, settled, write, Answer,
+    Collector, Gateway, Mode, Process, RedisServer, Upstream,
 };
 
 /// A call over TLS with `client`, answering its status.
