@@ -117,7 +117,7 @@ impl Gateway {
         let snap = Arc::clone(ctx.snap.insert(self.live.load()));
         ctx.request_id = self.ids.of(&session.req_header().headers);
         if let Some(t) = &self.traces {
-            ctx.trace = Some(t.begin(&session.req_header().headers));
+            ctx.trace = t.begin(&session.req_header().headers);
         }
         self.begin(session, ctx);
         // The `server:` settings: those the connection was accepted under on HTTP/1.1 (it

@@ -5,17 +5,19 @@
 //! go on only after a `-`; two `traceparent` fields are no parent at all. Whatever fails is
 //! ignored: the request starts a new trace, and the field is never forwarded.
 
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// A trace's id: 16 bytes, never all zero.
 pub(crate) type TraceId = [u8; 16];
 /// A span's id: 8 bytes, never all zero.
 pub(crate) type SpanId = [u8; 8];
 
-/// The field's name.
+/// The field's name, as the gateway writes it.
 pub(crate) const TRACEPARENT: &str = "traceparent";
+/// The field's name, parsed once: a lookup by it hashes, but parses nothing.
+pub(crate) static TRACEPARENT_NAME: HeaderName = HeaderName::from_static(TRACEPARENT);
 /// The vendors' list that goes with it.
-pub(crate) const TRACESTATE: &str = "tracestate";
+pub(crate) static TRACESTATE_NAME: HeaderName = HeaderName::from_static("tracestate");
 
 /// The caller's span, from a valid `traceparent`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,19 +28,26 @@ pub(crate) struct Parent {
     pub(crate) sampled: bool,
 }
 
-/// The request's `traceparent`: one valid field, or none, or something that is not one.
-pub(crate) fn incoming(headers: &HeaderMap) -> Option<Parent> {
-    let mut fields = headers.get_all(TRACEPARENT).iter();
-    let first = fields.next()?;
-    if fields.next().is_some() {
-        return None; // two fields: test_traceparent_duplicated
-    }
-    parse(first.as_bytes())
+/// What a request's `traceparent` fields are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Incoming {
+    /// No field.
+    Absent,
+    /// A field that is not one valid `traceparent`, or two fields (never forwarded).
+    Invalid,
+    /// One valid field.
+    Valid(Parent),
 }
 
-/// Whether the request carries any `traceparent` field (valid or not).
-pub(crate) fn present(headers: &HeaderMap) -> bool {
-    headers.contains_key(TRACEPARENT)
+/// The request's `traceparent` (one lookup).
+pub(crate) fn incoming(headers: &HeaderMap) -> Incoming {
+    let mut fields = headers.get_all(&TRACEPARENT_NAME).iter();
+    match (fields.next(), fields.next()) {
+        (None, _) => Incoming::Absent,
+        (Some(v), None) => parse(v.as_bytes()).map_or(Incoming::Invalid, Incoming::Valid),
+        // Two fields: test_traceparent_duplicated.
+        (Some(_), Some(_)) => Incoming::Invalid,
+    }
 }
 
 /// One field's value, strictly; `None` for anything the recommendation says to ignore.
@@ -169,11 +178,11 @@ mod tests {
         // test_traceparent_duplicated
         let one = format!("00-{TRACE}-{SPAN}-01");
         let other = format!("00-{}-{SPAN}-01", "1".repeat(32));
-        assert!(incoming(&headers(&[&one])).is_some());
-        assert!(incoming(&headers(&[&one, &other])).is_none());
-        assert!(incoming(&headers(&[&one, &one])).is_none());
-        assert!(incoming(&HeaderMap::new()).is_none());
-        assert!(present(&headers(&["junk"])));
+        assert!(matches!(incoming(&headers(&[&one])), Incoming::Valid(_)));
+        assert_eq!(incoming(&headers(&[&one, &other])), Incoming::Invalid);
+        assert_eq!(incoming(&headers(&[&one, &one])), Incoming::Invalid);
+        assert_eq!(incoming(&HeaderMap::new()), Incoming::Absent);
+        assert_eq!(incoming(&headers(&["junk"])), Incoming::Invalid);
     }
 
     #[test]
