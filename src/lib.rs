@@ -19,7 +19,7 @@
 //! | 4 | limit: the key's budget (GCRA, one compare-and-swap) | [`limit`] (through [`limit::Store`]) | 429 `rate_limited` |
 //! | 5 | check the body, before any upstream connection, within the body deadline | [`proxy::body`], [`policy::body`], [`policy::webhook`] | 413, 415, 408 `request_timeout`, 400 `invalid_json` / `invalid_body`, 403 `not_your_customer` |
 //! | 6 | forward: target, headers, peer | [`proxy::head`], [`proxy::upstream`] | 502 `upstream_unavailable`, 504 `upstream_timeout` ([`proxy::answer`]) |
-//! | 7 | record: one access line, the metrics | [`proxy::Gateway`]'s `logging`, [`runtime::metrics`] | — |
+//! | 7 | record: one access line, the metrics, a recorded request's spans | [`proxy::Gateway`]'s `logging`, [`runtime::metrics`], [`traces`] | — |
 //!
 //! # The house: floors, and what each may import
 //!
@@ -33,7 +33,7 @@
 //! | 1 | [`config`], [`metering`], [`limit`] | the validated model (config, catalogue, key names); quota and ledger counts; the rate arithmetic and stores (a key's rate state holds its meter) | floor 0, and the ones before it in the row |
 //! | 2 | [`policy`], [`usage`] | the decision; the operator's view of the last minute | floors 0–1 |
 //! | 3 | [`runtime`] | the ground of the process: the live snapshot and reload, lifecycle, logging, metrics | the core |
-//! | 4 | [`fleet_store`] | the one room that speaks to Redis | the core, [`runtime`] |
+//! | 4 | [`fleet_store`], [`traces`] | the one room that speaks to Redis; the one that speaks to the OpenTelemetry collector (W3C trace context in and out, spans exported off the request path) | the core, [`runtime`] |
 //! | 5 | [`state`] | the `state.path` file (redb): its disk's faults, the overrides' tables, the backup | the floors below |
 //! | 6 | [`shared`], [`overrides`], [`ledger`], [`edge`], [`keys`] | shared budgets' sync; overrides kept and spread; quota and ledger counts kept and shared; what runs before a request exists; issued keys' secrets | the floors below |
 //! | 7 | [`proxy`], [`admin`] | the Pingora adapter; the admin listener | the floors below |
@@ -58,6 +58,7 @@
 //! | the `state.path` file | [`state::StateFile`] | `state.path` |
 //! | a connection's edge state (phase, deadlines) | [`edge::stream::Conn`] | the `server:` block |
 //! | Redis, where the replicas meet | *fleet store*: [`fleet_store::Client`] (a connection) | `cluster.redis_url` |
+//! | a request's place in a distributed trace, and the spans it leaves when recorded | *trace*: [`traces::Trace`] (per request), [`traces::Tracer`] (the exporter's handle); *recorded* = sampled | `tracing:`, `traceparent`, `tollgate_spans_*_total`, the access line's `trace_id` |
 //! | how a request ended | [`outcome::Outcome`] | the `outcome` label |
 //! | why the gateway refused it | [`refusal::Code`] | the problem's `code` |
 
@@ -85,3 +86,4 @@ pub mod server;
 pub mod shared;
 pub(crate) mod state;
 pub(crate) mod top;
+pub(crate) mod traces;

@@ -1,6 +1,6 @@
 //! The roof: the Pingora server built from a [`Config`], for `run`, `demo` and the tests — the
 //! gateway listener(s), the admin listener, and the background services of
-//! [`crate::runtime::lifecycle`], the shared budgets and the overrides. This is the one place
+//! [`crate::runtime::lifecycle`], the shared budgets, the overrides and the trace exporter. This is the one place
 //! where the rooms below (proxy, admin, edge, shared budgets, overrides, the runtime's ground)
 //! are wired together, and nothing imports from here but the commands.
 
@@ -248,6 +248,10 @@ fn add_gateway(
     );
     if let Some((_, sync)) = &rooms.cluster {
         gateway = gateway.with_settling(sync.settling());
+    }
+    if let Some(t) = &live.load().policy.config.process.tracing {
+        let tracer = crate::traces::Tracer::start(t, live.metrics()).map_err(SetupError::Traces)?;
+        gateway = gateway.with_traces(Arc::new(tracer));
     }
     let mut proxy = pingora::proxy::http_proxy(&server.configuration, gateway);
     let mut options = HttpServerOptions::default();

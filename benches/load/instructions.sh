@@ -17,6 +17,11 @@
 #   SETUPS="Gn" benches/load/instructions.sh      # Gn: Ga without cluster (Gnv: on the validated route)
 #   SETUPS="G Gq" benches/load/instructions.sh    # Gq: G with a monthly quota on the keys' plan and the
 #                                                # ledger on, kept in state.path (issue 26's cost)
+#   SETUPS="G Gt Gts" benches/load/instructions.sh # Gt: G with `tracing:` on, no request recorded
+#                                                # (sample_ratio 0: the traceparent read, a span id,
+#                                                # the field the upstream gets); Gts: every request
+#                                                # recorded (ratio 1), spans posted to a port where
+#                                                # nothing listens (the exporter's thread counted apart)
 #   TOLLGATE=/tmp/tollgate-before SETUPS="G" benches/load/instructions.sh
 #                                                # count another build of the gateway (an A/B of a
 #                                                # tuning step: the binary of the commit before)
@@ -107,6 +112,14 @@ sed -e "s|^  $KEY_PLAN: {\(.*\) }\$|  $KEY_PLAN: {\1, quota: { requests: 1000000
 grep -q "quota: { requests: 1000000000" "$TMP/tollgate-q.yaml" || die "no $KEY_PLAN plan line to give a quota"
 printf 'ledger:\n  retention_days: 400\nstate:\n  path: "%s"\n' "$TMP/state-q.db" >>"$TMP/tollgate-q.yaml"
 
+# Gt, Gts: G with traces on; the collector's port (9, discard) has no listener, so the exporter
+# fails fast and counts its spans dropped: the request path's cost is what is measured.
+for r in 0 1; do
+  { cat "$TMP/tollgate.yaml"
+    printf 'tracing:\n  otlp_endpoint: "http://127.0.0.1:9"\n  sample_ratio: %s\n' "$r"; } \
+    >"$TMP/tollgate-t$r.yaml"
+done
+
 # client.py PORT PATH BODY_FILE W N CTL: W warm-up requests, then `CTL on`, N requests, `CTL off`.
 cat > "$TMP/client.py" <<'EOF'
 import socket, subprocess, sys, time
@@ -180,15 +193,20 @@ for s in $SETUPS; do
     Gq)
       cmd=("$TOLLGATE" run --config "$TMP/tollgate-q.yaml" --conf "$PINGORA_CONF")
       port=$G_PORT ;;
+    Gt | Gts)
+      ratio=0
+      [ "$s" = Gts ] && ratio=1
+      cmd=("$TOLLGATE" run --config "$TMP/tollgate-t$ratio.yaml" --conf "$PINGORA_CONF")
+      port=$G_PORT ;;
     Gn | Gnv)
       [ "$s" = Gnv ] && route=send_group_event
       cmd=("$TOLLGATE" run --config "$TMP/tollgate-gn.yaml" --conf "$PINGORA_CONF")
       port=$G_PORT ;;
-    *) die "unknown setup $s (P0, P0v, P0m, G, Gv, G-log, Gc, Gn, Gnv, Gq, Ga, Gav)" ;;
+    *) die "unknown setup $s (P0, P0v, P0m, G, Gv, G-log, Gc, Gn, Gnv, Gq, Ga, Gav, Gt, Gts)" ;;
   esac
   threads=no
   # One dump per thread: the request path apart from the sync (G-log: apart from the log writer).
-  case $s in Gc | Gq | Ga | Gav | G-log) threads=yes ;; esac
+  case $s in Gc | Gq | Ga | Gav | G-log | Gt | Gts) threads=yes ;; esac
   level=warn
   [ "$s" = G-log ] && level=info
   TOLLGATE_LOG=$level valgrind --tool=callgrind --instr-atstart=no --separate-threads="$threads" \
@@ -217,6 +235,6 @@ for s in $SETUPS; do
   ((path > 0)) || die "no request-path thread in the $s dumps (see $OUT/$s.out)"
   printf '| %s | %s | %s |\n' "$s" "$route" "$(((path + sync) / N))"
   printf '| %s, the request path (the proxy threads) | %s | %s |\n' "$s" "$route" "$((path / N))"
-  printf '| %s, the other threads (the exchange with Redis, the keeper, the log writer) | %s | %s |\n' "$s" "$route" "$((sync / N))"
+  printf '| %s, the other threads (the exchange with Redis, the keeper, the log writer, the trace exporter) | %s | %s |\n' "$s" "$route" "$((sync / N))"
 done
 log "callgrind files and top functions in $OUT"

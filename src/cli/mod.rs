@@ -413,6 +413,26 @@ mod tests {
     }
 
     #[test]
+    fn the_summary_shows_tracing_when_on() {
+        use tollgate_core::testing::TestConfig;
+        let plain = summary(&TestConfig::new().parse());
+        assert!(
+            plain.contains("tracing       off (no tracing block)"),
+            "{plain}"
+        );
+        let cfg = TestConfig::new()
+            .tracing("http://otel:4318/", crate::config::OtlpProtocol::Json, 0.1)
+            .parse();
+        let s = summary(&cfg);
+        assert!(
+            s.contains(
+                "tracing       spans to http://otel:4318/v1/traces (http/json), service `tollgate-test`; new traces recorded at ratio 0.1"
+            ),
+            "{s}"
+        );
+    }
+
+    #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
     }

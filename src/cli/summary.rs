@@ -1,6 +1,6 @@
 //! What `tollgate check` prints of a config it accepts: its listeners, edge, limits, plans
-//! with their allow-lists and quotas, keys, partners, the cluster, the catalogue, and what is
-//! kept of the operators' changes.
+//! with their allow-lists and quotas, the ledger, tracing, keys, partners, the cluster, the
+//! catalogue, and what is kept of the operators' changes.
 
 use std::fmt::{self, Write as _};
 
@@ -114,6 +114,7 @@ impl fmt::Display for Summary<'_> {
         write!(f, "{}", Upstream(cfg))?;
         write!(f, "{}", Plans(cfg))?;
         write!(f, "{}", Ledger(cfg))?;
+        write!(f, "{}", Traces(cfg))?;
         write!(f, "{}", Keys(cfg))?;
         write!(f, "{}", Routes(cfg))?;
         write!(f, "{}", Warnings(cfg))?;
@@ -347,6 +348,25 @@ impl fmt::Display for Ledger<'_> {
             None => writeln!(s, "  ledger        off (no ledger block)"),
         };
         f.write_str(&s)
+    }
+}
+
+/// Traces: where the spans go, in which encoding, and how many new traces are recorded.
+struct Traces<'a>(&'a Config);
+
+impl fmt::Display for Traces<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0.process.tracing {
+            Some(t) => writeln!(
+                f,
+                "  tracing       spans to {} ({}), service `{}`; new traces recorded at ratio {} (a valid traceparent's flag decides its own)",
+                t.traces_url,
+                t.protocol.as_str(),
+                t.service_name,
+                t.sample_ratio.get()
+            ),
+            None => writeln!(f, "  tracing       off (no tracing block)"),
+        }
     }
 }
 

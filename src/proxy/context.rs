@@ -76,6 +76,8 @@ pub(crate) struct Ctx {
     pub not_authenticated: Option<NotAuthenticated>,
     /// The refusal's code, when the gateway answered one.
     pub code: Option<crate::policy::Code>,
+    /// The request's trace, with `tracing` on ([`crate::traces::Trace`]).
+    pub trace: Option<crate::traces::Trace>,
 }
 
 impl Ctx {
@@ -157,6 +159,7 @@ impl Ctx {
             changed: None,
             not_authenticated: None,
             code: None,
+            trace: None,
         }
     }
 

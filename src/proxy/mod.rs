@@ -12,6 +12,7 @@
 //! | [`body`] | checked bodies read before forwarding; streamed bodies counted |
 //! | [`answer`] | the one writer of the gateway's own answers, refusals and proxy failures alike |
 //! | [`upstream`] | the upstream peer |
+//! | [`traced`] | a recorded request's end, for the exporter ([`crate::traces`]) |
 //!
 //! Pingora retries only what cannot have reached the upstream, or idempotent requests.
 
@@ -19,6 +20,7 @@ pub(crate) mod answer;
 pub(crate) mod body;
 pub(crate) mod context;
 pub(crate) mod head;
+pub(crate) mod traced;
 pub(crate) mod upstream;
 
 use std::sync::Arc;
@@ -74,6 +76,8 @@ pub(crate) struct Gateway {
     ids: RequestIds,
     /// With shared budgets: how a request without a lease waits for the store.
     settling: Option<Arc<crate::shared::Settling>>,
+    /// With `tracing`: the exporter's handle (off: no trace is begun, headers pass as they came).
+    traces: Option<Arc<crate::traces::Tracer>>,
 }
 
 impl Gateway {
@@ -90,7 +94,14 @@ impl Gateway {
             overrides,
             ids: RequestIds::new(),
             settling: None,
+            traces: None,
         }
+    }
+
+    /// Requests are traced (the `tracing` block) through `tracer`.
+    pub(crate) fn with_traces(mut self, tracer: Arc<crate::traces::Tracer>) -> Self {
+        self.traces = Some(tracer);
+        self
     }
 
     /// Budgets are shared: a request whose key has no lease here waits with `settling`.
@@ -105,6 +116,9 @@ impl Gateway {
     pub(crate) async fn admit(&self, session: &mut Session, ctx: &mut Ctx) -> Result<(), Stop> {
         let snap = Arc::clone(ctx.snap.insert(self.live.load()));
         ctx.request_id = self.ids.of(&session.req_header().headers);
+        if let Some(t) = &self.traces {
+            ctx.trace = t.begin(&session.req_header().headers);
+        }
         self.begin(session, ctx);
         // The `server:` settings: those the connection was accepted under on HTTP/1.1 (it
         // keeps them for its life, as its stream does), the config in force on HTTP/2.
@@ -168,7 +182,18 @@ impl Gateway {
         let mut decision = policy.decide_waiting(&head, client, self.clock.now(), true);
         if decision.unsettled {
             let again = decision.again(&head);
+            // A recorded request's wait is its `fleet_wait` span.
+            let from = ctx
+                .trace
+                .as_ref()
+                .is_some_and(crate::traces::Trace::sampled)
+                .then(Instant::now);
             decision = Box::pin(self.settled(policy, &again, client)).await;
+            if let (Some(from), Some(t)) = (from, ctx.trace.as_mut()) {
+                if let Some(rec) = t.recording.as_mut() {
+                    rec.fleet_wait = Some((from, Instant::now()));
+                }
+            }
         }
         if let Some(why) = decision.not_authenticated {
             self.live.metrics().key_refused(why.reason);
@@ -299,6 +324,9 @@ impl ProxyHttp for Gateway {
             .map_or(&[][..], |s| &s.policy.config.upstream.pass_headers[..]);
         for name in head::dropped(&up.headers, pass) {
             up.remove_header(&name);
+        }
+        if let Some(t) = &ctx.trace {
+            t.propagate(up)?;
         }
         match (ctx.checked_body, ctx.declared) {
             (Some(n), _) if ctx.reframe_body => {
@@ -440,8 +468,14 @@ impl ProxyHttp for Gateway {
                 upstream_seconds: ctx.upstream_elapsed.map(|d| d.as_secs_f64()),
             });
         }
+        let trace_id = ctx
+            .trace
+            .as_ref()
+            .filter(|t| t.sampled())
+            .map(crate::traces::Trace::id_hex);
         AccessLine {
             request_id: head::id_str(&ctx.request_id),
+            trace_id: trace_id.as_ref().and_then(|t| std::str::from_utf8(t).ok()),
             client: ctx.client.map(|c| c.ip),
             method: session.req_header().method.as_str(),
             route: ctx.route_id(),
@@ -456,5 +490,10 @@ impl ProxyHttp for Gateway {
             reason: ctx.reason(),
         }
         .log();
+        if let Some(tracer) = &self.traces {
+            if let Some(f) = traced::finished(session, ctx, now) {
+                tracer.finish(f);
+            }
+        }
     }
 }

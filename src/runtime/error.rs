@@ -29,4 +29,7 @@ pub enum SetupError {
     /// The `state.path` store cannot be opened (another process holds it, or it is not one).
     #[error("{}: field `state.path`: {message}", file.display())]
     State { file: PathBuf, message: String },
+    /// The trace exporter's thread cannot be started.
+    #[error("tracing: cannot start the exporter: {0}")]
+    Traces(std::io::Error),
 }

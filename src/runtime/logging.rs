@@ -265,6 +265,8 @@ pub fn init_logging(format: LogFormat, writer: LogWriter) -> LogGuard {
 #[derive(Clone, Copy, Debug)]
 pub struct AccessLine<'a> {
     pub request_id: &'a str,
+    /// The trace's id (32 hex digits), when the request is recorded (`tracing`).
+    pub trace_id: Option<&'a str>,
     pub client: Option<IpAddr>,
     pub method: &'a str,
     pub route: &'a str,
@@ -309,6 +311,9 @@ impl AccessLine<'_> {
     fn write<L: Layout>(&self, now: &Stamp, out: &mut Vec<u8>) {
         L::start(out, now);
         L::string(out, "request_id", self.request_id);
+        if let Some(t) = self.trace_id {
+            L::string(out, "trace_id", t);
+        }
         if let Some(ip) = self.client {
             L::address(out, "client", ip);
         }
@@ -581,6 +586,7 @@ mod tests {
             tracing::info!(
                 target: "tollgate::access",
                 request_id = a.request_id,
+                trace_id = a.trace_id,
                 client = a.client.map(tracing::field::display),
                 method = a.method,
                 route = a.route,
@@ -638,6 +644,7 @@ mod tests {
     fn sample() -> AccessLine<'static> {
         AccessLine {
             request_id: "05ed8c32aaf8c2d10000000000000000",
+            trace_id: None,
             client: Some("127.0.0.1".parse().unwrap()),
             method: "POST",
             route: "send_message",
@@ -674,6 +681,7 @@ mod tests {
             ..sample()
         };
         let partner = AccessLine {
+            trace_id: Some("0af7651916cd43dd8448eb211c80319c"),
             upgrade: Some("basic->standard"),
             change: Some("partner_suspend"),
             client: Some("2001:db8::1".parse().unwrap()),
@@ -711,7 +719,7 @@ mod tests {
         /// `Debug` and `serde_json` write floats differently, and no request is that quick).
         #[test]
         fn any_line_is_the_bytes_tracing_writes(
-            id in word(), method in word(), route in word(), key in word(), plan in word(),
+            id in word(), trace in proptest::option::of(word()), method in word(), route in word(), key in word(), plan in word(),
             outcome in word(), upgrade in proptest::option::of(word()),
             v4 in any::<[u8; 4]>(), v6 in any::<[u16; 8]>(), which in 0..3u8,
             status in any::<u16>(),
@@ -724,7 +732,7 @@ mod tests {
                 _ => Some(IpAddr::from(v6)),
             };
             let a = AccessLine {
-                request_id: &id, client, method: &method, route: &route, key: &key,
+                request_id: &id, trace_id: trace.as_deref(), client, method: &method, route: &route, key: &key,
                 plan: &plan, status, outcome: &outcome,
                 duration: Duration::from_nanos(nanos),
                 upstream: up.map(Duration::from_nanos),

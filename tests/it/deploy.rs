@@ -15,8 +15,9 @@ use serde::Deserialize;
 use serde_yaml::Value;
 use tollgate::config::{Config, Env};
 
-/// The metrics the gateway exports (see `src/runtime/metrics.rs`, and `src/shared/metrics.rs` for
-/// the `tollgate_cluster_…` ones, registered when the config has a `cluster:` block).
+/// The metrics the gateway exports (see `src/runtime/metrics.rs`, `src/shared/metrics.rs` for
+/// the `tollgate_cluster_…` ones, registered when the config has a `cluster:` block, and
+/// `src/traces/export.rs` for the `tollgate_spans_…` ones, registered with a `tracing:` block).
 const METRICS: &[&str] = &[
     "tollgate_requests_total",
     "tollgate_responses_total",
@@ -40,6 +41,8 @@ const METRICS: &[&str] = &[
     "tollgate_key_refusals_total",
     "tollgate_admin_changes_total",
     "tollgate_quota_exhausted_keys",
+    "tollgate_spans_exported_total",
+    "tollgate_spans_dropped_total",
 ];
 
 /// The values each fixed label can take; route and plan values come from the config.
@@ -109,7 +112,12 @@ const EXPECTED_FILES: &[&str] = &[
     "k8s/networkpolicy.yaml",
     "k8s/podmonitor.yaml",
     "k8s/redis.yaml",
+    "k8s/otel-collector.yaml",
     "k8s/kustomization.yaml",
+    "otel/collector.yaml",
+    "otel/tempo.yaml",
+    "otel/grafana-datasources.yaml",
+    "otel/compose.yaml",
     "prometheus/prometheus.yml",
     "prometheus/prometheus-kubernetes.yml",
     "prometheus/alerts.yml",
@@ -1468,4 +1476,106 @@ fn the_metric_list_here_is_every_metric_the_gateway_registers() {
     }
     let listed: BTreeSet<String> = METRICS.iter().map(|m| m.to_string()).collect();
     assert_eq!(registered, listed);
+}
+
+// ------------------------------------------------------------------------------------------
+// Traces: gateway -> collector -> Tempo -> Grafana
+
+/// The port of a collector or Tempo `endpoint` (`0.0.0.0:4318`, `tempo:4317`).
+fn endpoint_port(v: &str) -> u64 {
+    v.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn the_trace_pipeline_is_wired_from_the_gateway_to_tempo_and_grafana() {
+    // Kubernetes: the ConfigMap's tracing block names the collector's Service and port, the
+    // Service reaches the container port the collector's OTLP/HTTP receiver listens on, and
+    // only the gateway pods may post to it.
+    let gateway_yaml: Value = serde_yaml::from_str(&configmap_gateway_yaml()).unwrap();
+    let endpoint = str_at(&gateway_yaml, "tracing.otlp_endpoint");
+    let service = k8s("Service", "tollgate-otel-collector");
+    let port = &seq_at(&service, "spec.ports")[0];
+    assert_eq!(
+        endpoint,
+        format!(
+            "http://{}:{}",
+            str_at(&service, "metadata.name"),
+            u64_at(port, "port")
+        )
+    );
+    let deployment = k8s("Deployment", "tollgate-otel-collector");
+    let container = &seq_at(&deployment, "spec.template.spec.containers")[0];
+    let cport = &seq_at(container, "ports")[0];
+    assert_eq!(str_at(port, "targetPort"), str_at(cport, "name"));
+    let config_map = k8s("ConfigMap", "tollgate-otel-collector");
+    let collector: Value =
+        serde_yaml::from_str(key(at(&config_map, "data"), "collector.yaml")).unwrap();
+    let receiver = str_at(&collector, "receivers.otlp.protocols.http.endpoint");
+    assert_eq!(endpoint_port(receiver), u64_at(cport, "containerPort"));
+    let policy = k8s("NetworkPolicy", "tollgate-otel-collector");
+    let from = &seq_at(&seq_at(&policy, "spec.ingress")[0], "from")[0];
+    let gateway = k8s("Deployment", "tollgate");
+    let gateway_labels = at(&gateway, "spec.template.metadata.labels");
+    for (k, v) in at(from, "podSelector.matchLabels").as_mapping().unwrap() {
+        assert_eq!(gateway_labels.get(k), Some(v), "{k:?}");
+    }
+    // The config loads with its tracing block, and the pipeline exports what it receives.
+    let cfg = Config::parse(
+        &configmap_gateway_yaml(),
+        Path::new("deploy/k8s/gateway.yaml"),
+        &TestEnv,
+    )
+    .unwrap();
+    assert!(cfg.process.tracing.is_some());
+    let pipeline = at(&collector, "service.pipelines.traces");
+    assert_eq!(seq_at(pipeline, "receivers")[0].as_str(), Some("otlp"));
+    assert_eq!(seq_at(pipeline, "exporters")[0].as_str(), Some("otlp"));
+
+    // One host: the collector's exporter reaches Tempo's OTLP/gRPC receiver, Grafana reaches
+    // Tempo's query port, and compose mounts each file where its program reads it.
+    let collector = yaml("otel/collector.yaml");
+    let tempo = yaml("otel/tempo.yaml");
+    let grafana = yaml("otel/grafana-datasources.yaml");
+    let compose = yaml("otel/compose.yaml");
+    let exporter = str_at(&collector, "exporters.otlp.endpoint");
+    assert_eq!(exporter.split(':').next(), Some("tempo"));
+    assert!(at(&compose, "services").get("tempo").is_some());
+    assert_eq!(
+        endpoint_port(exporter),
+        endpoint_port(str_at(
+            &tempo,
+            "distributor.receivers.otlp.protocols.grpc.endpoint"
+        ))
+    );
+    let tempo_source = seq_at(&grafana, "datasources")
+        .iter()
+        .find(|d| str_at(d, "type") == "tempo")
+        .expect("a Tempo data source");
+    assert_eq!(
+        str_at(tempo_source, "url"),
+        format!("http://tempo:{}", u64_at(&tempo, "server.http_listen_port"))
+    );
+    assert_eq!(
+        endpoint_port(str_at(&collector, "receivers.otlp.protocols.http.endpoint")),
+        4318,
+        "the port tracing.otlp_endpoint defaults to"
+    );
+    let mounts = |svc: &str| -> Vec<String> {
+        seq_at(&compose, &format!("services.{svc}.volumes"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    for (svc, file) in [
+        ("otel-collector", "./collector.yaml"),
+        ("tempo", "./tempo.yaml"),
+        ("grafana", "./grafana-datasources.yaml"),
+    ] {
+        assert!(
+            mounts(svc)
+                .iter()
+                .any(|m| m.starts_with(&format!("{file}:"))),
+            "{svc} mounts {file}"
+        );
+    }
 }

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use tollgate::config::file::{
     FileAuthFailures, FileCatalogue, FileCluster, FileConfig, FileKey, FileLedger, FileLimits,
     FileLog, FilePartner, FilePlan, FilePrevious, FileQuota, FileRoute, FileServer, FileShutdown,
-    FileState, FileTls, FileUpstream, FileWebhookGuard,
+    FileState, FileTls, FileTracing, FileUpstream, FileWebhookGuard,
 };
 
 use crate::harness::{metrics_page, Gateway, Mode, Upstream};
@@ -115,6 +115,7 @@ fn config_blocks() -> Vec<Block> {
         "webhook_guard" => FileWebhookGuard,
         "cluster" => FileCluster,
         "state" => FileState,
+        "tracing" => FileTracing,
         "routes file" => FileCatalogue,
         "routes file: routes" => FileRoute,
     ]

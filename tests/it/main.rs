@@ -27,5 +27,6 @@ mod quotas;
 mod shadow;
 mod standin;
 mod tls;
+mod traces;
 mod usage;
 mod webhook;

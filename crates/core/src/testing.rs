@@ -350,6 +350,23 @@ impl TestConfig {
         self
     }
 
+    /// A `tracing` block: spans posted to `endpoint` in `protocol`, new traces recorded at
+    /// `sample_ratio`.
+    pub fn tracing(
+        mut self,
+        endpoint: &str,
+        protocol: crate::config::OtlpProtocol,
+        sample_ratio: f64,
+    ) -> Self {
+        self.file.tracing = Some(crate::config::file::FileTracing {
+            otlp_endpoint: endpoint.into(),
+            protocol,
+            sample_ratio,
+            service_name: "tollgate-test".into(),
+        });
+        self
+    }
+
     /// `admin_hosts`.
     pub fn admin_hosts(mut self, hosts: &[&str]) -> Self {
         self.file.admin_hosts = hosts.iter().map(|h| h.to_string()).collect();

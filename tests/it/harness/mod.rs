@@ -1,7 +1,7 @@
 //! The wire tests' harness, by concern: a recording upstream ([`upstream`]), the gateway in
 //! this process ([`gateway`]) or as its own process ([`process`]), a raw HTTP/1.1 client and
-//! the admin listener's helpers ([`http`]), TLS material ([`pki`]) and `redis-server`s
-//! ([`redis`]). The tests import what they use from here.
+//! the admin listener's helpers ([`http`]), TLS material ([`pki`]), `redis-server`s
+//! ([`redis`]) and a stand-in OpenTelemetry collector ([`otlp`]). The tests import what they use from here.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 pub(crate) mod delay;
 pub(crate) mod gateway;
 pub(crate) mod http;
+pub(crate) mod otlp;
 pub(crate) mod pki;
 pub(crate) mod process;
 pub(crate) mod redis;
@@ -19,6 +20,7 @@ pub(crate) mod upstream;
 pub(crate) use delay::DelayProxy;
 pub(crate) use gateway::{config_for, test_config, wait_listening, Gateway};
 pub(crate) use http::*;
+pub(crate) use otlp::{Answer, Collector, Got};
 pub(crate) use pki::{pki, Pki};
 pub(crate) use process::Process;
 pub(crate) use redis::{RedisCluster, RedisSentinel, RedisServer};

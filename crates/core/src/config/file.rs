@@ -68,6 +68,9 @@ pub struct FileConfig {
     /// Where partner upgrades are kept on a single process; off when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<FileState>,
+    /// OpenTelemetry traces, exported over OTLP/HTTP; off when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<FileTracing>,
     /// SHA-256 (64 hex) of the admin listener's bearer token; absent: no token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_token_sha256: Option<String>,
@@ -99,6 +102,7 @@ impl Default for FileConfig {
             webhook_guard: FileWebhookGuard::default(),
             cluster: None,
             state: None,
+            tracing: None,
             admin_token_sha256: None,
             admin_hosts: Vec::new(),
         }
@@ -159,6 +163,56 @@ impl Default for FileCluster {
             key_prefix: "tollgate".into(),
             sync_interval_ms: 100,
             timeout_ms: 100,
+        }
+    }
+}
+
+/// The `tracing` block: a span for every sampled request, posted to an OpenTelemetry
+/// collector over OTLP/HTTP.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileTracing {
+    /// The collector's OTLP/HTTP base URL (`http://`); spans are posted to
+    /// `{otlp_endpoint}/v1/traces`. Default `http://127.0.0.1:4318`.
+    pub otlp_endpoint: String,
+    /// `http/protobuf` (the default) or `http/json`.
+    pub protocol: OtlpProtocol,
+    /// The share of requests without a sampled parent that start a recorded trace, 0 to 1;
+    /// default 1. A valid `traceparent`'s own sampled flag decides for its request.
+    pub sample_ratio: f64,
+    /// The resource attribute `service.name`; default `tollgate`.
+    pub service_name: String,
+}
+
+impl Default for FileTracing {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: "http://127.0.0.1:4318".into(),
+            protocol: OtlpProtocol::Protobuf,
+            sample_ratio: 1.0,
+            service_name: "tollgate".into(),
+        }
+    }
+}
+
+/// How spans are encoded for the collector: `tracing.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+pub enum OtlpProtocol {
+    /// `http/protobuf`: the binary protobuf encoding (the default).
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    Protobuf,
+    /// `http/json`: OTLP's JSON encoding.
+    #[serde(rename = "http/json")]
+    Json,
+}
+
+impl OtlpProtocol {
+    /// `http/protobuf` or `http/json`, as the file writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OtlpProtocol::Protobuf => "http/protobuf",
+            OtlpProtocol::Json => "http/json",
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod process;
 pub mod published;
 pub mod routes;
 pub mod runtime;
+pub mod traces;
 mod upstream;
 
 use std::fmt;
@@ -39,6 +40,7 @@ use keys::KeyList;
 use locate::LineIndex;
 pub use process::{changed_fields, Process, MAX_SHUTDOWN_SECONDS};
 pub use runtime::Runtime;
+pub use traces::{OtlpProtocol, SampleRatio, Tracing};
 
 use crate::digest::Digest;
 use routes::{Catalogue, RouteIdx};

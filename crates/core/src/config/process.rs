@@ -39,6 +39,9 @@ pub struct Process {
     /// directory); `None` when the block is absent.
     #[serde(rename = "state")]
     pub state_path: Option<PathBuf>,
+    /// OpenTelemetry traces (the `tracing` block); `None` when it is absent. The exporter's
+    /// thread and queue are set up with the process.
+    pub tracing: Option<super::Tracing>,
     /// Pingora's HTTP/2 idle timeout, fixed when the server starts (`server.idle_timeout_seconds`).
     #[serde(rename = "server.idle_timeout_seconds (HTTP/2)")]
     pub h2_idle_timeout: Duration,
@@ -82,6 +85,11 @@ pub(super) fn process(
             .map(|c| cluster::cluster(c, env))
             .transpose()?,
         state_path,
+        tracing: raw
+            .tracing
+            .as_ref()
+            .map(super::traces::tracing)
+            .transpose()?,
         h2_idle_timeout: server.idle_timeout,
         h2_max_header_bytes: server.max_header_bytes,
     })
