@@ -28,6 +28,8 @@
 #          sharing budgets through Redis costs, Gn - G the rest of part two
 #   Gq     G with quotas and the ledger on (a monthly quota on the keys' plan that no run reaches,
 #          `ledger:`, `state.path`): Gq - G is what issue 26's counting costs
+#   Gt     G with `tracing:` configured, no request recorded (`sample_ratio: 0`); Gts: every
+#          request recorded (`sample_ratio: 1`), exported to the upstream nginx (a 200 to the post)
 #   N1-log N1 with a buffered access log (`access_log … buffer=64k flush=1s`)
 #   G-log  G with TOLLGATE_LOG=info: one access line per request, to a file
 #          (N1-log and G-log: saturation on sendMessage only, every line checked present)
@@ -165,6 +167,16 @@ case " $SETUPS " in
     grep -q '^cluster:' "$TMP/tollgate-gn.yaml" && die "Gn's config still has a cluster block" ;;
 esac
 case " $SETUPS " in
+  *" Gt "* | *" Gts "*)
+    # Gt, Gts: G with traces on (Gt: configured, nothing recorded; Gts: every request
+    # recorded), exported to the upstream nginx, which answers the OTLP post 200 as any other.
+    for r in 0 1; do
+      { cat "$TMP/tollgate.yaml"
+        printf 'tracing:\n  otlp_endpoint: "http://127.0.0.1:%s"\n  sample_ratio: %s\n' "$D_PORT" "$r"; } \
+        >"$TMP/tollgate-t$r.yaml"
+    done ;;
+esac
+case " $SETUPS " in
   *" Gq "*)
     # Gq: the keys' plan (pro) with a quota no run reaches, the ledger on, kept in state.path.
     sed -e 's|^  pro: {\(.*\) }$|  pro: {\1, quota: { requests: 1000000000, per: month } }|' \
@@ -231,12 +243,14 @@ start_setup() { # setup
       taskset -c "$PROXY_CPU" "$TMP/$bin" "127.0.0.1:$P0_PORT" "127.0.0.1:$D_PORT" 1 "$PINGORA_CONF" \
         >"$OUT/logs/$bin.out" 2>&1 &
       CUR_PID=$!; CUR_PORT=$P0_PORT; CUR_SIG=INT ;;
-    G | G-log | Ga | Gn | Gq)
+    G | G-log | Ga | Gn | Gq | Gt | Gts)
       local level=warn dest="$OUT/logs/g.out" config="$TMP/tollgate.yaml"
       if [ "$s" = G-log ]; then level=info; dest="$TMP/g-access.log"; fi
       if [ "$s" = Ga ]; then dest="$OUT/logs/ga.out"; config="$TMP/tollgate-all.yaml"; fi
       if [ "$s" = Gn ]; then dest="$OUT/logs/gn.out"; config="$TMP/tollgate-gn.yaml"; fi
       if [ "$s" = Gq ]; then dest="$OUT/logs/gq.out"; config="$TMP/tollgate-q.yaml"; fi
+      if [ "$s" = Gt ]; then dest="$OUT/logs/gt.out"; config="$TMP/tollgate-t0.yaml"; fi
+      if [ "$s" = Gts ]; then dest="$OUT/logs/gts.out"; config="$TMP/tollgate-t1.yaml"; fi
       TOLLGATE_LOG=$level taskset -c "$PROXY_CPU" "$TMP/tollgate" run \
         --config "$config" --conf "$PINGORA_CONF" >>"$dest" 2>&1 &
       CUR_PID=$!; CUR_PORT=$G_PORT; CUR_SIG=INT ;;
@@ -244,7 +258,7 @@ start_setup() { # setup
   esac
   PIDS+=("$CUR_PID")
   wait_port "$CUR_PORT"
-  case $s in G | G-log | Ga | Gn | Gq) wait_ready "$G_ADMIN_PORT" ;; esac
+  case $s in G | G-log | Ga | Gn | Gq | Gt | Gts) wait_ready "$G_ADMIN_PORT" ;; esac
 }
 stop_setup() {
   if [ "$CUR_PID" != "$UP_PID" ]; then
