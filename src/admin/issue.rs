@@ -113,34 +113,22 @@ impl CreateBody {
             .name
             .filter(|n| is_valid_name(n))
             .ok_or_else(|| broken::<Self>("/name"))?;
-        let plan_name = self.plan.ok_or_else(|| broken::<Self>("/plan"))?;
-        let plan = policy
-            .config
-            .plans
-            .iter()
-            .position(|p| p.name == plan_name)
-            .ok_or_else(|| {
-                invalid(
-                    "/plan",
-                    &format!("names no plan: `{plan_name}` is not one of the config in force"),
-                )
-            })?;
-        let partner = match self.partner {
-            None => None,
-            Some(p) => Some(
-                policy
-                    .config
-                    .partners
-                    .iter()
-                    .position(|x| x.name == p)
-                    .ok_or_else(|| {
-                        invalid(
-                            "/partner",
-                            &format!("names no partner: `{p}` is not one of the config in force"),
-                        )
-                    })?,
-            ),
-        };
+        let plan = self.plan.ok_or_else(|| broken::<Self>("/plan"))?;
+        if policy.config.plan(&plan).is_none() {
+            return Err(invalid(
+                "/plan",
+                &format!("names no plan: `{plan}` is not one of the config in force"),
+            ));
+        }
+        if let Some(p) = &self.partner {
+            if !policy.config.partners.iter().any(|x| &x.name == p) {
+                return Err(invalid(
+                    "/partner",
+                    &format!("names no partner: `{p}` is not one of the config in force"),
+                ));
+            }
+        }
+        let partner = self.partner;
         let expires_ms = match self.expires_at {
             None => None,
             Some(t) => Some(

@@ -181,6 +181,8 @@ pub(super) fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
                 ChangeRefused::SuspendedByOperator => AdminCode::SuspendedByOperator,
                 ChangeRefused::DefinedInConfig => AdminCode::DefinedInConfig,
                 ChangeRefused::KeyExists(_) => AdminCode::KeyExists,
+                // A reload between the request's check and the change.
+                ChangeRefused::NotInConfig(_) => AdminCode::InvalidBody,
             },
             r.to_string(),
         ),

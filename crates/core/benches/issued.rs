@@ -56,7 +56,7 @@ static GLOBAL: Counting = Counting;
 fn key(name: String) -> NewKey {
     NewKey {
         name,
-        plan: 1,
+        plan: "standard".into(),
         partner: None,
         expires_ms: None,
         requests_per_window: None,

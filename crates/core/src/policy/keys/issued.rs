@@ -76,6 +76,8 @@ pub struct NewIssued<'a> {
     pub extra: Option<KeyExtra>,
     /// The digests that authenticate now, each until when (`u64::MAX`: for good).
     pub digests: Vec<(Digest, u64)>,
+    /// Now (ms since the Unix epoch): a key put here past its expiry is expired at once.
+    pub now_ms: u64,
 }
 
 /// Something that lapses at an instant.
@@ -247,12 +249,15 @@ impl Issued {
                 }) as u32;
                 book.names.insert(key.name.into(), s);
                 self.live.fetch_add(1, Ordering::Relaxed);
-                if let Some(ms) = self.slots[s as usize]
-                    .extra
-                    .as_ref()
-                    .and_then(|x| x.expires_ms)
-                {
-                    book.lapses.insert((ms, Lapse::Key(s)));
+                let slot = &self.slots[s as usize];
+                match slot.extra.as_ref().and_then(|x| x.expires_ms) {
+                    Some(ms) if ms <= key.now_ms => {
+                        slot.entry.set_flag(EXPIRED, true);
+                    }
+                    Some(ms) => {
+                        book.lapses.insert((ms, Lapse::Key(s)));
+                    }
+                    None => {}
                 }
                 (s, false)
             }

@@ -73,6 +73,9 @@ pub enum ChangeRefused {
     /// A new key whose name (`name`) or digest (`sha256`) a key has, or had (a revoked
     /// digest never authenticates again).
     KeyExists(&'static str),
+    /// A new key on a plan (`plan`) or partner (`partner`) the config in force does not have
+    /// (a reload took it away since the request was read).
+    NotInConfig(&'static str),
 }
 
 impl std::error::Error for ChangeRefused {}
@@ -94,6 +97,7 @@ impl std::fmt::Display for ChangeRefused {
             }
             ChangeRefused::KeyExists("name") => "a key with that name exists",
             ChangeRefused::KeyExists(_) => "a key has, or had, that digest",
+            ChangeRefused::NotInConfig(_) => "the config in force has no such plan or partner",
         })
     }
 }

@@ -10,15 +10,16 @@ use crate::digest::Digest;
 use crate::policy::keys::{Credential, KeyIdx, NewIssued};
 use crate::policy::Policy;
 
-/// A key to issue, its plan and partner resolved against the config in force.
+/// A key to issue. Its plan and partner are by name, found in the config in force when the
+/// change is made (a reload between the request's check and the change may have moved them).
 #[derive(Clone, Debug)]
 pub struct NewKey {
     /// Its name.
     pub name: String,
-    /// Its plan (an index into the config's plans).
-    pub plan: usize,
-    /// The partner that manages it (an index into the config's partners).
-    pub partner: Option<usize>,
+    /// Its plan's name.
+    pub plan: String,
+    /// The name of the partner that manages it.
+    pub partner: Option<String>,
     /// When it expires (ms since the Unix epoch).
     pub expires_ms: Option<u64>,
     /// Its own window limit.
@@ -45,12 +46,21 @@ impl Policy {
         if self.keys.resolve(&digest).is_some() || in_force.contains_key(&digest) {
             return Err(ChangeRefused::KeyExists("sha256"));
         }
+        let plan = self
+            .config
+            .plan(&key.plan)
+            .ok_or(ChangeRefused::NotInConfig("plan"))?;
+        if let Some(p) = &key.partner {
+            if !self.config.partners.iter().any(|x| &x.name == p) {
+                return Err(ChangeRefused::NotInConfig("partner"));
+            }
+        }
         let issued = IssuedKey {
             id: digest,
             digest,
             previous: Vec::new(),
-            plan_id: self.config.plans[key.plan].plan_id,
-            partner: key.partner.map(|p| self.config.partners[p].name.clone()),
+            plan_id: plan.plan_id,
+            partner: key.partner.clone(),
             expires_ms: key.expires_ms,
             requests_per_window: key.requests_per_window,
             quota: key.quota,
@@ -183,6 +193,7 @@ impl Policy {
             },
             extra: (!plain).then_some(extra),
             digests: issued.authenticating(now_ms).collect(),
+            now_ms,
         }))
     }
 }

@@ -12,7 +12,7 @@ use crate::testing::TestConfig;
 fn new_key(name: &str) -> NewKey {
     NewKey {
         name: name.into(),
-        plan: 2,
+        plan: "pro".into(),
         partner: None,
         expires_ms: None,
         requests_per_window: None,
@@ -198,4 +198,33 @@ fn a_reload_puts_every_issued_key_back_with_its_budget_and_a_clash_is_refused() 
         "keys[5].sha256"
     );
     assert!(check_issued(&config.parse(), &set).is_ok());
+}
+
+#[test]
+fn an_issued_key_expires_at_its_instant_and_a_reload_after_it_does_not_bring_it_back() {
+    let config = TestConfig::new();
+    let p = Policy::new(config.parse(), None);
+    let mut set = Overrides::new();
+    let now = crate::clock::wall_ms();
+    let key = NewKey {
+        expires_ms: Some(now + 60_000),
+        ..new_key("shop-exp")
+    };
+    let c = p
+        .issue(&key, Digest::of(b"exp"), "admin", now, &set)
+        .unwrap();
+    put(&p, &mut set, c);
+    assert_eq!(who(&p, "exp"), Ok("shop-exp".into()));
+    let (_, next) = p.keys.expire(now + 59_999);
+    assert_eq!(next, Some(now + 60_000));
+    p.keys.expire(now + 60_000);
+    assert_eq!(who(&p, "exp"), Err("unauthorized".into()));
+    // Its record says when it expires: a table built after that instant (a reload, a restart)
+    // puts it back expired.
+    let mut record = set[&Digest::of(b"exp")].clone();
+    record.issued.as_mut().unwrap().expires_ms = Some(now - 1);
+    set.insert(Digest::of(b"exp"), record);
+    let q = Policy::new(config.parse(), Some(&p));
+    q.apply_overrides(&set);
+    assert_eq!(who(&q, "exp"), Err("unauthorized".into()));
 }
