@@ -194,11 +194,17 @@ pub(super) async fn create(admin: &Admin, body: &[u8]) -> Response<Vec<u8>> {
             return *refused;
         }
     };
+    let asked = key.clone();
     let done = admin
         .overrides
-        .make(&admin.live, ChangeKind::Create, &key.name, |policy, set| {
-            Ok(policy.issue(&key, digest, "admin", wall_ms(), set)?)
-        })
+        .make(
+            &admin.live,
+            ChangeKind::Create,
+            &key.name,
+            Box::new(move |policy, set| {
+                Ok(policy.issue(&asked, digest, "admin", wall_ms(), set)?)
+            }),
+        )
         .await;
     admin
         .live
@@ -221,7 +227,7 @@ pub(super) async fn rotate(admin: &Admin, name: &str, body: &[u8]) -> Response<V
         }
     };
     let digest = Digest::of(secret.as_bytes());
-    let done = change_named(admin, ChangeKind::Rotate, name, |policy, k, set| {
+    let done = change_named(admin, ChangeKind::Rotate, name, move |policy, k, set| {
         policy.rotate(k, digest, overlap * 1000, wall_ms(), set)
     })
     .await;
@@ -233,7 +239,7 @@ pub(super) async fn rotate(admin: &Admin, name: &str, body: &[u8]) -> Response<V
 
 /// `DELETE /api/keys/{name}`.
 pub(super) async fn delete(admin: &Admin, name: &str) -> Response<Vec<u8>> {
-    let done = change_named(admin, ChangeKind::Delete, name, |policy, k, set| {
+    let done = change_named(admin, ChangeKind::Delete, name, move |policy, k, set| {
         policy.delete(k, "admin", wall_ms(), set)
     })
     .await;
@@ -249,17 +255,23 @@ async fn change_named(
     admin: &Admin,
     kind: ChangeKind,
     name: &str,
-    make: impl FnOnce(&Policy, KeyIdx, &Overrides) -> Result<Records, ChangeRefused>,
+    make: impl FnOnce(&Policy, KeyIdx, &Overrides) -> Result<Records, ChangeRefused> + Send + 'static,
 ) -> Result<(), ChangeError> {
+    let named = name.to_string();
     let done = admin
         .overrides
-        .make(&admin.live, kind, name, |policy, set| {
-            let k = policy
-                .keys
-                .find_by_name(name)
-                .ok_or(ChangeError::NotFound)?;
-            Ok(make(policy, k, set)?)
-        })
+        .make(
+            &admin.live,
+            kind,
+            name,
+            Box::new(move |policy, set| {
+                let k = policy
+                    .keys
+                    .find_by_name(&named)
+                    .ok_or(ChangeError::NotFound)?;
+                Ok(make(policy, k, set)?)
+            }),
+        )
         .await;
     admin.live.metrics().admin_change(kind, done.is_ok());
     done

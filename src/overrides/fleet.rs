@@ -158,7 +158,10 @@ impl Fleet {
         };
         let file = Arc::clone(file);
         let kept = tokio::task::spawn_blocking(move || {
-            file.write_kept(|db| disk::write_fields(db, &fields))
+            file.write_kept(
+                |db| disk::write_fields(db, &fields),
+                disk::Delta::Fields(&fields),
+            )
         })
         .await;
         if !matches!(kept, Ok(Ok(()))) {
@@ -196,7 +199,10 @@ impl Fleet {
         if let Some(file) = &self.disk {
             let file = Arc::clone(file);
             let kept = tokio::task::spawn_blocking(move || {
-                file.write_kept(|db| disk::write_fields(db, &written))
+                file.write_kept(
+                    |db| disk::write_fields(db, &written),
+                    disk::Delta::Fields(&written),
+                )
             })
             .await;
             if !matches!(kept, Ok(Ok(()))) {
@@ -213,7 +219,7 @@ impl Fleet {
         };
         let file = Arc::clone(file);
         let kept = tokio::task::spawn_blocking(move || {
-            file.write_kept(|db| disk::replace_fields(db, &fields))
+            file.write_kept(|db| disk::replace_fields(db, &fields), disk::Delta::Whole)
         })
         .await
         .map_err(|e| e.to_string())

@@ -1,42 +1,18 @@
-//! Writing where the overrides are kept: a change before it applies ([`PlanOverrides::keep`],
-//! [`PlanOverrides::make`]), and what a reload dropped ([`Forget`]).
+//! Writing where the overrides are kept: a change before it applies ([`PlanOverrides::keep`]),
+//! and what a reload dropped ([`Forget`]).
 
 use std::sync::Arc;
 
-use super::{Backend, ChangeError, KeepError, PlanOverrides};
+use super::{Backend, KeepError, PlanOverrides};
 use crate::digest::Digest;
-use crate::policy::overrides::{ChangeKind, Drop, Override, Overrides, Part};
-use crate::policy::Policy;
-use crate::runtime::live::{Forget, LivePolicy};
+use crate::policy::overrides::{Drop, Override, Part};
+use crate::runtime::live::Forget;
 use crate::state::disk;
 
 /// What a change keeps: each digest's record after it, the part changed named.
 pub(crate) type Records = Vec<(Digest, Part, Override)>;
 
 impl PlanOverrides {
-    /// An operator's change of `kind` (`create`, `rotate`, `delete`) to the key named `name`: `make` turns the policy and the records in force
-    /// into what to keep; it is kept, then applied here (and, through the store, on every
-    /// replica). One change at a time; one that cannot be kept is applied nowhere.
-    pub(crate) async fn make(
-        &self,
-        live: &LivePolicy,
-        kind: ChangeKind,
-        name: &str,
-        make: impl FnOnce(&Policy, &Overrides) -> Result<Records, ChangeError>,
-    ) -> Result<(), ChangeError> {
-        let _one = self.serial.lock().await;
-        let action = kind.as_str();
-        let snap = live.load();
-        let changes = live.with_overrides(|set| make(&snap.policy, set))?;
-        if let Err(why) = self.keep(&changes).await {
-            tracing::error!(target: "tollgate::keys", key = %name, action, by = "admin", error = %why, "key change not kept");
-            return Err(ChangeError::NotKept(why));
-        }
-        live.put_records(&changes);
-        tracing::info!(target: "tollgate::keys", key = %name, action, by = "admin", "key changed");
-        Ok(())
-    }
-
     /// Keep the records `changes` name (each digest's whole record, the part changed named)
     /// where overrides are kept; returns when they are, all of them or none.
     pub(super) async fn keep(&self, changes: &[(Digest, Part, Override)]) -> Result<(), KeepError> {
@@ -49,7 +25,10 @@ impl PlanOverrides {
                     .map(|(d, _, o)| (*d, (!o.is_empty()).then(|| o.clone())))
                     .collect();
                 tokio::task::spawn_blocking(move || {
-                    db.write_kept(|db| disk::write_all(db, &records))
+                    db.write_kept(
+                        |db| disk::write_all(db, &records),
+                        disk::Delta::Overrides(&records),
+                    )
                 })
                 .await
                 .map_err(|e| KeepError::Task(e.to_string()))?
@@ -71,7 +50,10 @@ impl Forget for PlanOverrides {
             Backend::Disk(db) => {
                 let records: Vec<(Digest, Option<Override>)> =
                     drops.iter().map(|d| (d.digest, d.after.clone())).collect();
-                if let Err(e) = db.write_kept(|db| disk::write_all(db, &records)) {
+                if let Err(e) = db.write_kept(
+                    |db| disk::write_all(db, &records),
+                    disk::Delta::Overrides(&records),
+                ) {
                     tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
                 }
             }

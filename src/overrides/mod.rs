@@ -24,10 +24,12 @@
 //! |---|---|
 //! | `mod.rs` | [`PlanOverrides`]: the store opened, a change made (kept, then applied), an upgrade, a partner's lifecycle operation, a removal |
 //! | `keep.rs` | the writes: a change kept before it applies, what a reload dropped forgotten |
+//! | `batch.rs` | the operator's changes to keys made in batches: those that wait while one is kept are kept together ([`PlanOverrides::make`]) |
 //! | `shown.rs` | what `check`, the admin API and the page show of the upgrades ([`Shown`]) |
 //! | `fleet.rs`, [`redis_set`], [`sync`] | with `cluster`: this replica's copy, the set in Redis, the poll that spreads it |
 //! | [`check`] | what `tollgate check` reads, read-only |
 
+mod batch;
 pub(crate) mod check;
 mod fleet;
 mod keep;
@@ -72,6 +74,9 @@ pub(crate) enum KeepError {
     Redis(#[from] crate::fleet_store::StoreError),
     #[error("the disk writer stopped: {0}")]
     Task(String),
+    /// The store's error for a batch of changes, told to each of them.
+    #[error("{0}")]
+    Batch(String),
 }
 
 /// Why a change to a key was not made.
@@ -103,6 +108,8 @@ pub(crate) struct PlanOverrides {
     /// Changes made here, one at a time (each reads the records in force, keeps the new ones,
     /// then applies them), and (with Redis) the polls of the fleet's set.
     serial: tokio::sync::Mutex<()>,
+    /// The operator's changes waiting for their batch (`batch.rs`).
+    waiting: std::sync::Mutex<Vec<batch::Job>>,
 }
 
 impl PlanOverrides {
@@ -161,6 +168,7 @@ impl PlanOverrides {
         Self {
             backend,
             serial: tokio::sync::Mutex::new(()),
+            waiting: std::sync::Mutex::new(Vec::new()),
         }
     }
 

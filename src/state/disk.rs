@@ -280,23 +280,129 @@ pub(crate) fn write_backup(
     Ok(())
 }
 
-/// Put the backup beside `path` into `db` (a new file, after the old one was set aside);
-/// what was restored, in words, for the log line.
+/// Where the changes since the backup was last written whole go: `<name>.backup.log`, one
+/// JSON line each (a [`Backup`] of what the change wrote; `null` for a record taken out).
+pub(crate) fn backup_log_path(path: &Path) -> PathBuf {
+    let mut b = path.as_os_str().to_owned();
+    b.push(".backup.log");
+    PathBuf::from(b)
+}
+
+/// What a change wrote, for the backup's log.
+pub(crate) enum Delta<'a> {
+    /// Records written (or taken out: `None`).
+    Overrides(&'a [(Digest, Option<Override>)]),
+    /// Fields of the fleet's copy written.
+    Fields(&'a [(String, Kept)]),
+    /// The fleet's copy replaced whole: the backup is written whole.
+    Whole,
+}
+
+/// One line of the backup's log: what a change wrote (`None`: taken out).
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct Logged {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    overrides: BTreeMap<String, Option<Override>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    fields: BTreeMap<String, String>,
+}
+
+/// Bring the backup beside `path` up to date with `delta`: one line appended to its log,
+/// synced (the work is the change's, whatever `db` holds); the backup written whole instead
+/// when the log has grown past it (at least 1 MiB), or for [`Delta::Whole`]. The log is
+/// emptied only after the whole backup is in place, and replaying it on that backup gives
+/// the same records: a crash in between loses nothing.
+pub(crate) fn log_backup(
+    db: &redb::Database,
+    path: &Path,
+    delta: Delta<'_>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let log = backup_log_path(path);
+    let line = match delta {
+        Delta::Whole => None,
+        Delta::Overrides(records) => Some(Logged {
+            overrides: records
+                .iter()
+                .map(|(d, o)| (d.to_hex(), o.clone()))
+                .collect(),
+            ..Logged::default()
+        }),
+        Delta::Fields(fields) => Some(Logged {
+            fields: fields
+                .iter()
+                .map(|(f, k)| (f.clone(), k.raw.clone()))
+                .collect(),
+            ..Logged::default()
+        }),
+    };
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let whole = line.is_none() || size(&log) > size(&backup_path(path)).max(1 << 20);
+    if !whole {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&log)?;
+        // A line a crash cut short ends where this one starts: it is ended first, so that
+        // only it is left out of a replay.
+        let len = file.metadata()?.len();
+        let mut last = [b'\n'];
+        if len > 0 {
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut last, len - 1)?;
+        }
+        let mut text = if last[0] == b'\n' {
+            Vec::new()
+        } else {
+            vec![b'\n']
+        };
+        serde_json::to_writer(&mut text, &line)?;
+        text.push(b'\n');
+        std::io::Write::write_all(&mut file, &text)?;
+        file.sync_data()?;
+        return Ok(());
+    }
+    write_backup(db, path)?;
+    match std::fs::remove_file(&log) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Put the backup beside `path` into `db` (a new file, after the old one was set aside): the
+/// backup written whole, then each change its log holds, in order (a last line cut short by a
+/// crash is left out); what was restored, in words, for the log line.
 pub(crate) fn restore_backup(db: &redb::Database, path: &Path) -> String {
     let from = backup_path(path);
-    let text = match std::fs::read(&from) {
-        Ok(t) => t,
-        Err(e) => return format!("nothing: no backup at {} ({e})", from.display()),
+    let mut backup: Backup = match std::fs::read(&from) {
+        Ok(text) => match serde_json::from_slice(&text) {
+            Ok(b) => b,
+            Err(e) => {
+                return format!(
+                    "nothing: the backup at {} does not read ({e})",
+                    from.display()
+                )
+            }
+        },
+        Err(_) => Backup::default(),
     };
-    let backup: Backup = match serde_json::from_slice(&text) {
-        Ok(b) => b,
-        Err(e) => {
-            return format!(
-                "nothing: the backup at {} does not read ({e})",
-                from.display()
-            )
+    let log = std::fs::read(backup_log_path(path)).unwrap_or_default();
+    let mut replayed = 0;
+    for line in log.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let Ok(change) = serde_json::from_slice::<Logged>(line) else {
+            continue;
+        };
+        for (d, o) in change.overrides {
+            match o {
+                Some(o) => backup.overrides.insert(d, o),
+                None => backup.overrides.remove(&d),
+            };
         }
-    };
+        backup.fields.extend(change.fields);
+        replayed += 1;
+    }
+    if backup.overrides.is_empty() && backup.fields.is_empty() && replayed == 0 {
+        return format!("nothing: no backup at {}", from.display());
+    }
     let records: Vec<(Digest, Option<Override>)> = backup
         .overrides
         .into_iter()

@@ -24,8 +24,9 @@
 //! fault, a copy cut short, another program) does not stop the gateway, nor lose the
 //! operator's changes: it is moved aside (`<name>.corrupt-<unix seconds>`, kept for
 //! inspection), one `error` line says so, and a new file takes the overrides (and, with
-//! `cluster`, the copy of the fleet's) from the backup written beside it after every change
-//! (`<name>.backup.json`, [`StateFile::write_kept`]). Quota and ledger counts are not in the
+//! `cluster`, the copy of the fleet's) from the backup kept beside it: written whole now and
+//! then (`<name>.backup.json`), and each change since appended to its log (`<name>.backup.log`,
+//! [`StateFile::write_kept`]: a change costs what it wrote, not what the file holds). Quota and ledger counts are not in the
 //! backup: with `cluster` they come back from Redis; without, the period's counts start again
 //! (the customer's gain). docs/operations.md, "Faults", says what to do.
 
@@ -138,15 +139,17 @@ impl StateFile {
     }
 
     /// [`StateFile::write`] of an operator's change (the overrides, or the copy of the
-    /// fleet's), then the backup beside the file brought up to date: what a start finding the
+    /// fleet's), then the backup beside the file brought up to date with what it wrote
+    /// (`delta`, appended to the backup's log: [`disk::log_backup`]): what a start finding the
     /// file unusable makes a new one from. A backup that cannot be written is logged; the
     /// change is kept all the same (the file holds it).
     pub(crate) fn write_kept<T, E: std::fmt::Display>(
         &self,
         f: impl FnOnce(&redb::Database) -> Result<T, E>,
+        delta: disk::Delta<'_>,
     ) -> Result<T, E> {
         let v = self.write(f)?;
-        if let Err(e) = disk::write_backup(&self.db(), &self.path) {
+        if let Err(e) = disk::log_backup(&self.db(), &self.path, delta) {
             tracing::warn!(target: "tollgate::state", path = %self.path.display(), error = %e, "the backup of state.path's changes was not written");
         }
         Ok(v)
@@ -197,8 +200,12 @@ mod tests {
             ..Override::named("basic-1")
         };
         let file = StateFile::open(&path).unwrap();
-        file.write_kept(|db| disk::write_all(db, &[(Digest([1; 32]), Some(revoked.clone()))]))
-            .unwrap();
+        let records = [(Digest([1; 32]), Some(revoked.clone()))];
+        file.write_kept(
+            |db| disk::write_all(db, &records),
+            disk::Delta::Overrides(&records),
+        )
+        .unwrap();
         drop(file);
         // Damaged from outside: garbage of a database's size, then a file cut short.
         for damage in [
@@ -232,5 +239,65 @@ mod tests {
         assert!(!disk::unusable(&redb::DatabaseError::Storage(
             redb::StorageError::Io(io)
         )));
+    }
+
+    #[test]
+    fn the_backup_keeps_each_change_in_its_log_and_a_restore_replays_them_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let record = |name: &str| Override {
+            revoked: Some(crate::policy::overrides::Change {
+                since_ms: 7,
+                by: "admin".into(),
+                reason: None,
+            }),
+            ..Override::named(name)
+        };
+        let (a, b, c) = (Digest([1; 32]), Digest([2; 32]), Digest([3; 32]));
+        let file = StateFile::open(&path).unwrap();
+        let write = |records: Vec<(Digest, Option<Override>)>| {
+            file.write_kept(
+                |db| disk::write_all(db, &records),
+                disk::Delta::Overrides(&records),
+            )
+            .unwrap();
+        };
+        write(vec![(a, Some(record("a")))]);
+        write(vec![(b, Some(record("b")))]);
+        write(vec![(a, None), (c, Some(record("c")))]);
+        drop(file);
+        // One line a change, and no whole backup yet: a change costs what it wrote.
+        let log = std::fs::read_to_string(disk::backup_log_path(&path)).unwrap();
+        assert_eq!(log.lines().count(), 3);
+        assert!(!disk::backup_path(&path).exists());
+        // A crash cut the last line short: it is left out.
+        let mut torn = log.clone();
+        torn.push_str("{\"overrides\":{\"01");
+        std::fs::write(disk::backup_log_path(&path), torn).unwrap();
+        std::fs::write(&path, vec![0xAB; 73_728]).unwrap();
+        let file = StateFile::open(&path).unwrap();
+        let set = file.read(disk::read_all).unwrap();
+        assert_eq!(set.len(), 2);
+        assert_eq!(set.get(&b), Some(&record("b")));
+        assert_eq!(set.get(&c), Some(&record("c")));
+        // The next change after the cut line is kept whole in the log.
+        let d = Digest([4; 32]);
+        let records = [(d, Some(record("d")))];
+        file.write_kept(
+            |db| disk::write_all(db, &records),
+            disk::Delta::Overrides(&records),
+        )
+        .unwrap();
+        drop(file);
+        std::fs::write(&path, vec![0xAB; 73_728]).unwrap();
+        let file = StateFile::open(&path).unwrap();
+        let set = file.read(disk::read_all).unwrap();
+        assert_eq!(set.len(), 3);
+        assert_eq!(set.get(&d), Some(&record("d")));
+        // Written whole (the fleet's copy replaced): the log starts again.
+        file.write_kept(|_| Ok::<(), DiskError>(()), disk::Delta::Whole)
+            .unwrap();
+        assert!(disk::backup_path(&path).exists());
+        assert!(!disk::backup_log_path(&path).exists());
     }
 }

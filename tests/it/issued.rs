@@ -466,3 +466,64 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
         );
     }
 }
+
+#[test]
+fn keys_issued_at_once_are_kept_together_and_one_name_is_issued_once() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_for(&up).state_path(dir.path().join("state.db").to_str().unwrap());
+    let (mut p, _, a) = spawn(dir.path(), "gw", &config);
+    // Sixteen clients at once, two keys each, and every client also asks for one name: the
+    // changes that wait while one is kept are kept together (one commit), in order.
+    let answers: Vec<(u16, Option<String>, String)> = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..16)
+            .map(|c| {
+                s.spawn(move || {
+                    let mut got = Vec::new();
+                    for name in [
+                        format!("c{c}-a"),
+                        format!("c{c}-b"),
+                        "contested".to_string(),
+                    ] {
+                        let body = format!(r#"{{"name":"{name}","plan":"basic"}}"#);
+                        let r = admin_json(a, "POST", "/api/keys", &body);
+                        let key = r.json()["key"].as_str().map(String::from);
+                        got.push((r.status, key, name));
+                    }
+                    got
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect()
+    });
+    let contested: Vec<u16> = answers
+        .iter()
+        .filter(|(_, _, n)| n == "contested")
+        .map(|(s, _, _)| *s)
+        .collect();
+    assert_eq!(
+        contested.iter().filter(|&&s| s == 201).count(),
+        1,
+        "{contested:?}"
+    );
+    assert!(
+        contested.iter().all(|&s| s == 201 || s == 409),
+        "{contested:?}"
+    );
+    let issued: Vec<(String, String)> = answers
+        .into_iter()
+        .filter(|(s, _, _)| *s == 201)
+        .map(|(_, k, n)| (n, k.unwrap()))
+        .collect();
+    assert_eq!(issued.len(), 33);
+    // Every one kept: a kill, and each serves after the restart.
+    p.signal("KILL");
+    let _ = p.wait_exit(Duration::from_secs(10));
+    let (_p, l, _) = spawn(dir.path(), "gw", &config);
+    for (name, key) in &issued {
+        assert_eq!(call(l, key).status, 200, "{name}");
+    }
+}
