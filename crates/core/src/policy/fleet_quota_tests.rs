@@ -118,6 +118,52 @@ impl Fleet {
         false
     }
 
+    /// `n` replicas of a key with a quota of `quota` a day, at the start of a day.
+    fn new(n: usize, quota: u64) -> Self {
+        Fleet {
+            replicas: (0..n).map(|_| replica(quota, DEC_1, Some(0))).collect(),
+            store: 0,
+            quota,
+            now_ms: DEC_1,
+            admitted: 0,
+            window: Default::default(),
+            restoring: Vec::new(),
+            slack: 0,
+        }
+    }
+
+    /// One step of the property's traffic.
+    fn step(&mut self, o: Op) {
+        let n = self.replicas.len();
+        match o {
+            Op::Request(i) => {
+                self.request(i % n);
+            }
+            Op::Tick(i) => self.exchange(i % n, true, true),
+            Op::Urgent(i) => self.exchange(i % n, false, true),
+            Op::Wait(ms) => {
+                self.now_ms += ms;
+                for r in &self.replicas {
+                    r.policy.metering.calendar.set(self.now_ms);
+                }
+            }
+            Op::Restart(i) => {
+                // With `state.path`: the replica's own count kept, and the fleet's read at
+                // start; the larger wins.
+                let i = i % n;
+                let own = Self::meter(&self.replicas[i]).quota_word().1;
+                self.replicas[i] = replica(self.quota, self.now_ms, Some(self.store.max(own)));
+            }
+            Op::StoreLost => self.store_lost(),
+        }
+    }
+
+    /// Whether the fleet is within the bound: the quota, plus one request per replica, plus
+    /// what the store's losses allow.
+    fn within_bound(&self) -> bool {
+        self.admitted <= self.quota + self.replicas.len() as u64 + self.slack
+    }
+
     /// The store loses its counts. Each replica puts back its view (the fleet's count as the
     /// store last answered it, plus what the replica charged since), and the largest wins: what
     /// the others charged that the largest view had not seen is lost with the store, and may be
@@ -239,38 +285,11 @@ proptest! {
         quota in prop_oneof![Just(3u64), Just(10), Just(60), Just(400)],
         ops in (1usize..4).prop_flat_map(|n| proptest::collection::vec(op(n), 1..400)),
     ) {
-        let mut f = Fleet {
-            replicas: (0..n).map(|_| replica(quota, DEC_1, Some(0))).collect(),
-            store: 0,
-            quota,
-            now_ms: DEC_1,
-            admitted: 0,
-            window: Default::default(),
-            restoring: Vec::new(),
-            slack: 0,
-        };
+        let mut f = Fleet::new(n, quota);
         for o in ops {
-            match o {
-                Op::Request(i) => { f.request(i % n); }
-                Op::Tick(i) => f.exchange(i % n, true, true),
-                Op::Urgent(i) => f.exchange(i % n, false, true),
-                Op::Wait(ms) => {
-                    f.now_ms += ms;
-                    for r in &f.replicas {
-                        r.policy.metering.calendar.set(f.now_ms);
-                    }
-                }
-                Op::Restart(i) => {
-                    // With `state.path`: the replica's own count kept, and the fleet's read at
-                    // start; the larger wins.
-                    let i = i % n;
-                    let own = Fleet::meter(&f.replicas[i]).quota_word().1;
-                    f.replicas[i] = replica(quota, f.now_ms, Some(f.store.max(own)));
-                }
-                Op::StoreLost => f.store_lost(),
-            }
+            f.step(o);
             prop_assert!(
-                f.admitted <= quota + n as u64 + f.slack,
+                f.within_bound(),
                 "{} admitted on a quota of {} over {} replicas ({} while the store was restored)",
                 f.admitted, quota, n, f.slack
             );
@@ -282,16 +301,7 @@ proptest! {
 /// replicas, each exchanging every 100 ms) never waits.
 #[test]
 fn a_quiet_key_far_from_its_quota_never_waits() {
-    let mut f = Fleet {
-        replicas: (0..3).map(|_| replica(100_000, DEC_1, Some(0))).collect(),
-        store: 0,
-        quota: 100_000,
-        now_ms: DEC_1,
-        admitted: 0,
-        window: Default::default(),
-        restoring: Vec::new(),
-        slack: 0,
-    };
+    let mut f = Fleet::new(3, 100_000);
     for step in 0..600u64 {
         // Every 100 ms each replica ticks; every 500 ms a request, round robin.
         for i in 0..3 {
@@ -466,34 +476,11 @@ fn two_losses_in_a_row_lose_only_what_the_largest_view_had_not_seen() {
         Op::Request(0),
         Op::Tick(0),
     ];
-    let mut f = Fleet {
-        replicas: (0..n).map(|_| replica(quota, DEC_1, Some(0))).collect(),
-        store: 0,
-        quota,
-        now_ms: DEC_1,
-        admitted: 0,
-        window: Default::default(),
-        restoring: Vec::new(),
-        slack: 0,
-    };
+    let mut f = Fleet::new(n, quota);
     for (step, o) in ops.into_iter().enumerate() {
-        match o {
-            Op::Request(i) => {
-                f.request(i % n);
-            }
-            Op::Tick(i) => f.exchange(i % n, true, true),
-            Op::Urgent(i) => f.exchange(i % n, false, true),
-            Op::Wait(ms) => {
-                f.now_ms += ms;
-                for r in &f.replicas {
-                    r.policy.metering.calendar.set(f.now_ms);
-                }
-            }
-            Op::Restart(_) => unreachable!(),
-            Op::StoreLost => f.store_lost(),
-        }
+        f.step(o);
         assert!(
-            f.admitted <= quota + n as u64 + f.slack,
+            f.within_bound(),
             "step {step}: {} admitted, slack {}",
             f.admitted,
             f.slack
