@@ -11,6 +11,7 @@
 //! in an earlier batch is answered by it, whoever holds the lock then.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
@@ -40,8 +41,8 @@ impl PlanOverrides {
     /// applied here (and, through the store, on every replica), with the changes that came
     /// meanwhile. One that cannot be kept is applied nowhere.
     pub(crate) async fn make(
-        &self,
-        live: &LivePolicy,
+        self: &Arc<Self>,
+        live: &Arc<LivePolicy>,
         kind: ChangeKind,
         name: &str,
         make: Make,
@@ -57,16 +58,22 @@ impl PlanOverrides {
         // the lock, not behind it (behind it, it would wait for the next batch's write too).
         let one = tokio::select! {
             biased;
-            made = &mut answer => return made.unwrap_or(Err(ChangeError::NotFound)),
-            one = self.serial.lock() => one,
+            made = &mut answer => return made.unwrap_or_else(|_| Err(lost())),
+            one = Arc::clone(&self.serial).lock_owned() => one,
         };
         if let Ok(made) = answer.try_recv() {
             return made;
         }
+        // On a task of its own: a batch is made, kept, applied and answered whole even when
+        // this request goes away meanwhile (the others in it wait on it too).
         let jobs = std::mem::take(&mut *self.waiting.locked());
-        self.make_batch(live, jobs).await;
-        drop(one);
-        answer.await.unwrap_or(Err(ChangeError::NotFound))
+        let (this, live) = (Arc::clone(self), Arc::clone(live));
+        let batch = tokio::spawn(async move {
+            this.make_batch(&live, jobs).await;
+            drop(one);
+        });
+        let _ = batch.await;
+        answer.await.unwrap_or_else(|_| Err(lost()))
     }
 
     /// Make, keep and apply `jobs`, in order; answer each.
@@ -139,4 +146,11 @@ impl PlanOverrides {
             }
         }
     }
+}
+
+/// The answer of a change whose batch ended without one (its task panicked).
+fn lost() -> ChangeError {
+    ChangeError::NotKept(KeepError::Batch(
+        "the change's batch ended without an answer: it may or may not be kept; read the key and retry".into(),
+    ))
 }

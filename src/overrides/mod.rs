@@ -107,7 +107,7 @@ pub(crate) struct PlanOverrides {
     backend: Backend,
     /// Changes made here, one at a time (each reads the records in force, keeps the new ones,
     /// then applies them), and (with Redis) the polls of the fleet's set.
-    serial: tokio::sync::Mutex<()>,
+    serial: Arc<tokio::sync::Mutex<()>>,
     /// The operator's changes waiting for their batch (`batch.rs`).
     waiting: std::sync::Mutex<Vec<batch::Job>>,
 }
@@ -167,7 +167,7 @@ impl PlanOverrides {
     fn with(backend: Backend) -> Self {
         Self {
             backend,
-            serial: tokio::sync::Mutex::new(()),
+            serial: Arc::new(tokio::sync::Mutex::new(())),
             waiting: std::sync::Mutex::new(Vec::new()),
         }
     }
