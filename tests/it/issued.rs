@@ -36,12 +36,19 @@ fn spawn(dir: &Path, tag: &str, config: &TestConfig) -> (Process, SocketAddr, So
     Process::run(dir, tag, config)
 }
 
+/// One gateway in front of `up` keeping its changes at `state.path` in `dir`: its config (to
+/// start it again), the process, its listener and its admin listener.
+fn with_state(dir: &Path, up: &Upstream) -> (TestConfig, Process, SocketAddr, SocketAddr) {
+    let config = config_for(up).state_path(dir.join("state.db").to_str().unwrap());
+    let (p, l, a) = spawn(dir, "gw", &config);
+    (config, p, l, a)
+}
+
 #[test]
 fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good() {
     let up = Upstream::start(Mode::Ok);
     let dir = tempfile::tempdir().unwrap();
-    let config = config_for(&up).state_path(dir.path().join("state.db").to_str().unwrap());
-    let (mut p, l, a) = spawn(dir.path(), "gw", &config);
+    let (config, mut p, l, a) = with_state(dir.path(), &up);
 
     // Issued: the secret once, in the gateway's format, beside the key's state.
     let (v, secret) = create(
@@ -471,8 +478,7 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
 fn keys_issued_at_once_are_kept_together_and_one_name_is_issued_once() {
     let up = Upstream::start(Mode::Ok);
     let dir = tempfile::tempdir().unwrap();
-    let config = config_for(&up).state_path(dir.path().join("state.db").to_str().unwrap());
-    let (mut p, _, a) = spawn(dir.path(), "gw", &config);
+    let (config, mut p, _, a) = with_state(dir.path(), &up);
     // Sixteen clients at once, two keys each, and every client also asks for one name: the
     // changes that wait while one is kept are kept together (one commit), in order.
     let answers: Vec<(u16, Option<String>, String)> = std::thread::scope(|s| {
