@@ -139,7 +139,8 @@ log "building (cargo build --release --locked; --example p0 --example p0m)"
 cargo build --release --locked --quiet
 cargo build --release --locked --quiet --example p0 --example p0m
 TMP=$(mktemp -d /tmp/tollgate-bench.XXXXXX)
-cp target/release/tollgate "$TMP/tollgate"
+# TOLLGATE=/path/to/tollgate measures that build instead (a baseline built elsewhere).
+cp "${TOLLGATE:-target/release/tollgate}" "$TMP/tollgate"
 cp target/release/examples/p0 "$TMP/p0"
 cp target/release/examples/p0m "$TMP/p0m"
 

@@ -8,8 +8,9 @@ local at_arg = 1
 local out = {}
 for k = 1, #KEYS do
   local key = KEYS[k]
-  local want, give, debt, interval, limit, floor
-  want, give, debt, interval, limit, floor, at_arg = struct.unpack('<I8I8I8I8I8I8', packed, at_arg)
+  local want, give, debt, interval, limit, floor, early
+  want, give, debt, interval, limit, floor, early, at_arg =
+    struct.unpack('<I8I8I8I8I8I8I8', packed, at_arg)
   if interval < 1 then interval = 1 end
   local tat = tonumber(redis.call('HGET', key, 't') or '0')
   if tat < now then tat = now end
@@ -17,7 +18,7 @@ for k = 1, #KEYS do
   tat = tat + debt * interval
   tat = tat - give * interval
   if tat < now then tat = now end
-  local room = math.floor((now + limit * interval - tat) / interval)
+  local room = math.floor((now + early + limit * interval - tat) / interval)
   if room < 0 then room = 0 end
   local granted = want
   if granted > room then granted = room end

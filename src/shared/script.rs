@@ -3,10 +3,11 @@
 //!
 //! **The budget script**, for one key or a batch of keys (`KEYS[1..n]`, one slot each on a
 //! Redis Cluster, so a cluster gets one key per call): `ARGV[1]` the key horizon (ms),
-//! `ARGV[2]` for each key in order its want, give, debt, interval (µs), limit and floor (µs),
-//! packed as little-endian 64-bit integers ([`pack_calls`]). The hash's one field `t` is the
-//! TAT (µs of Redis's clock). Per key: `tat = max(tat, now, now + floor) + debt × T`, then
-//! `tat = max(now, tat − give × T)`, `granted = min(want, ⌊(now + L·T − tat) / T⌋)`,
+//! `ARGV[2]` for each key in order its want, give, debt, interval (µs), limit, floor (µs) and
+//! early (µs), packed as little-endian 64-bit integers ([`pack_calls`]). The hash's one field
+//! `t` is the TAT (µs of Redis's clock). Per key: `tat = max(tat, now, now + floor) + debt ×
+//! T`, then `tat = max(now, tat − give × T)`, `granted = min(want, ⌊(now + early + L·T − tat)
+//! / T⌋)`,
 //! `tat += granted × T`; it answers `granted` and `tat − now`, packed the same way: one string
 //! of 2n integers ([`unpack_answers`]). One `TIME` for the batch; per key one `HGET`, one
 //! `HSET`, one `PEXPIRE` (the TAT plus the horizon). Packed arguments and answers are one
@@ -25,13 +26,22 @@ pub const BUDGET_LUA: &str = include_str!("budget.lua");
 /// The heartbeat script's source.
 pub const HEARTBEAT_LUA: &str = include_str!("heartbeat.lua");
 
-/// The budget script's `ARGV[2]` for `calls`: want, give, debt, interval (µs), limit and
-/// floor (µs) of each, as little-endian 64-bit integers.
+/// The budget script's `ARGV[2]` for `calls`: want, give, debt, interval (µs), limit, floor
+/// (µs) and early (µs) of each, as little-endian 64-bit integers.
 pub fn pack_calls<'c>(calls: impl IntoIterator<Item = &'c Call>) -> Vec<u8> {
     let calls = calls.into_iter();
-    let mut v = Vec::with_capacity(48 * calls.size_hint().0);
+    let mut v = Vec::with_capacity(56 * calls.size_hint().0);
     for c in calls {
-        for w in [c.want, c.give, c.debt, c.interval_us, c.limit, c.floor_us] {
+        let words = [
+            c.want,
+            c.give,
+            c.debt,
+            c.interval_us,
+            c.limit,
+            c.floor_us,
+            c.early_us,
+        ];
+        for w in words {
             v.extend_from_slice(&w.to_le_bytes());
         }
     }
@@ -72,6 +82,7 @@ mod tests {
                 interval_us: 66_667,
                 limit: 150,
                 floor_us: 0,
+                early_us: 0,
             },
             Call {
                 id: Digest([2; 32]),
@@ -81,16 +92,19 @@ mod tests {
                 interval_us: 1,
                 limit: 1,
                 floor_us: u64::MAX,
+                early_us: 100_000,
             },
         ];
         let packed = pack_calls(&calls);
-        assert_eq!(packed.len(), 96);
+        assert_eq!(packed.len(), 112);
         assert_eq!(&packed[..8], &3u64.to_le_bytes());
         assert_eq!(&packed[16..24], &2u64.to_le_bytes());
         assert_eq!(&packed[24..32], &66_667u64.to_le_bytes());
         assert_eq!(&packed[32..40], &150u64.to_le_bytes());
-        assert_eq!(&packed[56..64], &1u64.to_le_bytes());
-        assert_eq!(&packed[88..], &u64::MAX.to_le_bytes());
+        assert_eq!(&packed[48..56], &0u64.to_le_bytes());
+        assert_eq!(&packed[64..72], &1u64.to_le_bytes());
+        assert_eq!(&packed[96..104], &u64::MAX.to_le_bytes());
+        assert_eq!(&packed[104..], &100_000u64.to_le_bytes());
         // An answer is read the same way: (granted, ahead) per key.
         let answer: Vec<u8> = [7u64, 2, 0, 1 << 40]
             .iter()

@@ -9,7 +9,8 @@
 //! requests the store has already admitted for it (the TAT moved by `T` for each) and that it
 //! has not yet used. A decision ([`SharedStore`]'s `acquire`) is:
 //!
-//! 1. **from the lease**: one compare-and-swap takes one; admitted, no wait (a hot key);
+//! 1. **from the lease**: one compare-and-swap takes one, once it is due; admitted, no wait
+//!    (a hot key; a lease reserved ahead, below, is due at the pace its budget refills);
 //! 2. **refused here**: no lease, and the store's TAT as last answered (the *view*) says the
 //!    budget has no room yet; refused with the time until it has, no call (a spent key costs
 //!    the store at most one call per `T` and replica, however hard it is hammered);
@@ -25,12 +26,14 @@
 //! The [`Syncer`] reconciles in the background. Every `sync_interval` (a *tick*), one call per
 //! key held that has something to say sends: the requests parked and what tops the lease up to
 //! its *target* (`want`); the lease beyond the target (`give`: the store's TAT moves back by
-//! `T` each); the debt; the floor. At once when a request parks (an *urgent* exchange), only
-//! the keys handed over since the last exchange are sent, each with its parked requests (and
-//! its debt), so that an urgent exchange costs what waits, not what is held. The store's
+//! `T` each); the debt; the floor; how far ahead the room counts (`early`, below). At once
+//! when a request parks (an *urgent* exchange), only the keys handed over since the last
+//! exchange are sent, each with its parked requests (and its debt), so that an urgent
+//! exchange costs what waits, not what is held. The store's
 //! script applies, with its own clock, `tat = max(tat, now, now + floor) + debt × T`,
 //! `tat = max(now, tat − give × T)`, grants `g = min(want, room)` with
-//! `room = ⌊(now + L·T − tat) / T⌋`, moves `tat` by `g × T`, and answers `g` and `tat − now`.
+//! `room = ⌊(now + early + L·T − tat) / T⌋`, moves `tat` by `g × T`, and answers `g` and
+//! `tat − now`.
 //! Only distances from each side's own `now` cross the wire: clocks need not agree.
 //!
 //! The target is one and a half times the key's pace here (its admissions in the busier of the
@@ -44,20 +47,29 @@
 //! an exchange granted to requests parked is kept from the next tick's give-back (their
 //! requests may not have woken to take it yet): *fresh* for that one tick.
 //!
+//! A key refused here in the last two intervals (its demand here passes its budget's refill:
+//! a key at its limit) is the exception: its target is the pace's (at least 1, at most
+//! `cap`), asked for with `early` = one interval, so that the store grants ahead what refills
+//! before the next tick. A lease's requests are the last the view counted, so one is due
+//! when a request would be admitted against the view without the lease (`view − lease × T`):
+//! a reserved lease is spent at the pace one process would admit, and one granted from room
+//! at once. Without this, each admission of a key at its limit was a wait for the store.
+//!
 //! # Accuracy, and why
 //!
 //! *Upper bound, by construction*: every admission while the store answers was granted by the
 //! store's GCRA, which counts every grant once. The fleet's admissions are that GCRA's, each
 //! used some time after its grant: a window holds the grants made within it and at most the
-//! leases outstanding when it began, `N × cap` = `max(N, L / 20)`; with the store down,
+//! leases outstanding when it began (reserved ones included), `N × cap` = `max(N, L / 20)`;
+//! with the store down,
 //! `N × (L / N)`, as before.
 //!
 //! *Lower bound*: the fleet refuses what one process admits only where the store had no room
 //! because of requests granted but not used: leases held elsewhere (at most `N × cap`, given
 //! back at the first tick beyond their target), the grants for parked requests whose client
-//! left (given back the same way), and tokens the store counted for an answer that was lost. From idle, no lease
-//! is held: a burst on any split is granted as it arrives, each request waiting for one
-//! exchange (a round trip) or two.
+//! left (given back the same way), and tokens the store counted for an answer that was lost.
+//! From idle, no lease is held: a burst on any split is granted as it arrives, each request
+//! waiting for one exchange (a round trip) or two.
 //!
 //! `sim.rs` checks both on a discrete-event model of this code against `model::Model` (the
 //! store's script), with 3 seeds per case by default.
@@ -81,13 +93,17 @@ mod sim;
 const HIT_BITS: u32 = 16;
 const HIT_MAX: u64 = (1 << HIT_BITS) - 1;
 /// The lease word (`RateState::aux`): the lease (24 bits), the requests parked since the last
-/// exchange (`want`, 16 bits) and the admissions made without the store (`debt`, 16 bits).
+/// exchange (`want`, 16 bits), the admissions made without the store (`debt`, 16 bits) and
+/// whether a request was refused here since the last tick ([`STARVED`]).
 const LEASE_MAX: u64 = (1 << 24) - 1;
 const WANT_SHIFT: u32 = 24;
 const DEBT_SHIFT: u32 = 40;
 const FIELD_MAX: u64 = (1 << 16) - 1;
 const WANT_MASK: u64 = FIELD_MAX << WANT_SHIFT;
 const DEBT_MASK: u64 = FIELD_MAX << DEBT_SHIFT;
+/// A request of the key was refused here since the last tick: its demand here passes what
+/// the budget refills (a key at its limit), and the tick reserves what refills next for it.
+const STARVED: u64 = 1 << 56;
 
 fn pack(view_us: u64, hits: u64) -> u64 {
     (view_us << HIT_BITS) | hits
@@ -220,6 +236,15 @@ impl SharedStore {
         unpack(before).0
     }
 
+    /// Note a refusal here: the first since the last tick hands the key to the syncer, which
+    /// then reserves for it what the budget refills next (see [`Syncer`]'s tick).
+    #[inline]
+    fn starve(&self, id: &Digest, state: &Arc<RateState>, rate: &Rate, aux: u64) {
+        if aux & STARVED == 0 && state.aux().fetch_or(STARVED, Ordering::AcqRel) & STARVED == 0 {
+            self.hand_over(id, state, rate);
+        }
+    }
+
     /// The budget a client sees: its lease here and the room the store last reported.
     fn budget(&self, view: u64, lease: u64, rate: &Rate, now_us: u64) -> Budget {
         let mut q = rate.budget_us(view, now_us);
@@ -307,9 +332,18 @@ impl SharedStore {
     ) -> Result<Budget, Denied> {
         let now = now / 1000;
         let m = rate.micros();
-        // 1. From the lease: the store counted it already.
+        // 1. From the lease: the store counted it already. The lease's requests are the last
+        //    the store's TAT counted when it granted them (the view), and one is used no
+        //    sooner than a request would be admitted against the TAT without them: a lease
+        //    reserved ahead for a key at its limit is spent at the pace its budget refills,
+        //    and one granted from room is usable at once.
         let mut aux = state.aux().load(Ordering::Acquire);
         while lease(aux) > 0 {
+            let view = unpack(state.tat().load(Ordering::Acquire)).0;
+            if let Err(over) = m.admit(view.saturating_sub(lease(aux) * m.interval), now, 1) {
+                self.starve(id, state, rate, aux);
+                return Err(rate.denied_after_us(over));
+            }
             match state.aux().compare_exchange_weak(
                 aux,
                 aux - 1,
@@ -329,6 +363,7 @@ impl SharedStore {
             // 2. No room as the store last said: refused here, without a call.
             let view = unpack(cur).0;
             if let Err(over) = m.admit(view, now, 1) {
+                self.starve(id, state, rate, aux);
                 return Err(rate.denied_after_us(over));
             }
             // 3. Maybe room. Far from the limit, within a small credit: admitted at once, owed to
@@ -475,6 +510,10 @@ pub struct Call {
     /// How far ahead of the store's `now` its TAT must be at least, in µs: the view's distance
     /// ahead on the first exchange after an outage, else 0.
     pub floor_us: u64,
+    /// How far past the store's `now` the room is counted, in µs: requests the budget refills
+    /// within this time may be granted ahead (a lease reserved for a key at its limit, used
+    /// at the refill's pace), else 0.
+    pub early_us: u64,
 }
 
 /// The store's answer to a [`Call`].
@@ -544,6 +583,9 @@ struct Held {
     /// Ticks since an interval in which this replica admitted the key more than once (at
     /// most [`CALM`]): a key calm that long is carried by its credit, not by a lease.
     calm: u8,
+    /// Ticks since an interval in which a request of the key was refused here (at most
+    /// [`CALM`]): a key refused in the last two intervals has its lease reserved ahead.
+    refused: u8,
 }
 
 /// Ticks without an interval of two admissions or more after which a key admitted at most
@@ -615,6 +657,7 @@ impl Syncer {
                 parked: 0,
                 fresh: 0,
                 calm: CALM,
+                refused: CALM,
             });
         }
     }
@@ -669,7 +712,7 @@ impl Syncer {
                 self.held.push(h);
                 continue;
             }
-            self.push_call(batch, h, parked, parked, 0, debt, 0);
+            self.push_call(batch, h, parked, parked, 0, debt, 0, 0);
         }
         self.incoming = incoming;
         self.spare.seen = seen;
@@ -718,11 +761,18 @@ impl Syncer {
             // pass whole), so they go back and requests ask for what they need.
             let taken = state
                 .aux()
-                .fetch_and(!(WANT_MASK | DEBT_MASK), Ordering::AcqRel);
+                .fetch_and(!(WANT_MASK | DEBT_MASK | STARVED), Ordering::AcqRel);
             let parked = want(taken);
             let owed = debt(taken);
-            // Busy: more than one request here in the interval, admitted or parked.
-            h.calm = if hits + parked > 1 {
+            h.refused = if taken & STARVED != 0 {
+                0
+            } else {
+                h.refused.saturating_add(1).min(CALM)
+            };
+            let starved = h.refused < 2;
+            // Busy: more than one request here in the interval, admitted or parked, or one
+            // refused.
+            h.calm = if hits + parked > 1 || starved {
                 0
             } else {
                 h.calm.saturating_add(1).min(CALM)
@@ -742,11 +792,21 @@ impl Syncer {
             let credited = pace <= 1
                 && h.calm >= CALM
                 && credit_for(h.t.rate.limit(), self.store.fleet().into()) > 0;
-            h.target = if room > 2 * fleet * cap && !credited {
+            // A key refused here in the last two intervals (its demand here passes what its
+            // budget refills) is the exception near its end: what the budget refills within
+            // the next interval is reserved for it ahead (`early`), and its requests take it
+            // at the pace it refills (see `decide`), instead of each asking the store as the
+            // view lets it through. Such a lease is used here as soon as it is due (the demand
+            // is here), so it idles on this replica no longer than any other lease: until the
+            // tick after its demand stops.
+            h.target = if starved {
+                (pace * 3).div_ceil(2).clamp(1, cap)
+            } else if room > 2 * fleet * cap && !credited {
                 (pace * 3).div_ceil(2).min(cap)
             } else {
                 0
             };
+            let early_us = if starved { self.store.sync_us } else { 0 };
             // What the lease holds beyond its target goes back.
             let mut give = 0;
             let mut have = lease(taken);
@@ -771,12 +831,12 @@ impl Syncer {
             let debt = if self.recovering { 0 } else { owed };
             let ask = parked + h.target.saturating_sub(have);
             if ask == 0 && give == 0 && debt == 0 && floor_us == 0 {
-                if h.pace > 0 || have > 0 {
+                if h.pace > 0 || have > 0 || starved {
                     kept.push(h);
                 }
                 continue;
             }
-            self.push_call(batch, h, ask, parked, give, debt, floor_us);
+            self.push_call(batch, h, ask, parked, give, debt, floor_us, early_us);
         }
         // Nothing was added to `self.held` meanwhile; the drained list is the next spare.
         kept.append(&mut self.held);
@@ -799,6 +859,7 @@ impl Syncer {
         give: u64,
         debt: u64,
         floor_us: u64,
+        early_us: u64,
     ) {
         batch.parked += parked;
         batch.calls.push(Call {
@@ -809,6 +870,7 @@ impl Syncer {
             interval_us: h.t.rate.micros().interval,
             limit: u64::from(h.t.rate.limit()),
             floor_us,
+            early_us,
         });
         h.give = give;
         h.debt = debt;
@@ -1194,6 +1256,54 @@ mod tests {
     }
 
     #[test]
+    fn a_key_refused_here_reserves_what_refills_next_and_spends_it_at_that_pace() {
+        let (store, mut syncer) = SharedStore::new(timing());
+        store.set_fleet(2);
+        let r = rate(100); // T = 100 ms, L·T = 10 s; the lease's cap L / 20N = 2
+        let s = Arc::<RateState>::default();
+        // A first request on credit; the tick reports it, and the store says the budget is
+        // spent (its TAT a whole window ahead: other replicas took it).
+        store.acquire(&id(1), &s, &r, SEC).unwrap();
+        let batch = syncer.begin(SEC + 100 * MS, true);
+        assert_eq!((batch.calls[0].debt, batch.calls[0].early_us), (1, 0));
+        syncer.finish(batch, &[reply(0, 10_000_000)], SEC + 100 * MS);
+        // Refused here without a call: no wait.
+        let e = store.acquire(&id(1), &s, &r, SEC + 150 * MS).unwrap_err();
+        assert!(!e.unsettled);
+        // The tick asks for the pace's target ahead: what refills within an interval.
+        let batch = syncer.begin(SEC + 200 * MS, true);
+        let c = batch.calls[0];
+        assert_eq!((c.want, c.early_us), (2, 100_000), "{c:?}");
+        // One refills within it: granted, the store's TAT 100 ms further.
+        syncer.finish(batch, &[reply(1, 10_100_000)], SEC + 200 * MS);
+        assert_eq!(lease_of(&s), 1);
+        // Not due yet: refused, the lease kept, no wait.
+        let e = store.acquire(&id(1), &s, &r, SEC + 250 * MS).unwrap_err();
+        assert!(!e.unsettled);
+        assert_eq!(lease_of(&s), 1);
+        // Due when one process's budget would have refilled it: admitted from the lease.
+        store.acquire(&id(1), &s, &r, SEC + 300 * MS).unwrap();
+        assert_eq!(lease_of(&s), 0);
+        let e = store.acquire(&id(1), &s, &r, SEC + 310 * MS).unwrap_err();
+        assert!(!e.unsettled, "refused here again: the view has no room");
+        // A lease granted from room is usable at once, all of it, though the grant took the
+        // store's TAT to the end of the window (T = 10 ms: the last 30 ms of it).
+        let t = Arc::<RateState>::default();
+        assert!(store.acquire(&id(2), &t, &rate(1000), SEC).is_ok());
+        let batch = syncer.begin(SEC + 400 * MS, true);
+        let i = batch.calls.iter().position(|c| c.id == id(2)).unwrap();
+        let mut replies = vec![reply(0, 10_000_000); batch.calls.len()];
+        replies[i] = reply(3, 9_970_000);
+        syncer.finish(batch, &replies, SEC + 400 * MS);
+        assert_eq!(lease_of(&t), 3);
+        for _ in 0..3 {
+            store
+                .acquire(&id(2), &t, &rate(1000), SEC + 401 * MS)
+                .unwrap();
+        }
+    }
+
+    #[test]
     fn no_answer_in_time_decides_on_limit_over_n_and_owes_it_to_the_store() {
         let (store, mut syncer) = SharedStore::new(timing());
         store.set_fleet(20);
@@ -1210,14 +1320,17 @@ mod tests {
         assert_eq!((batch.calls[0].want, batch.calls[0].debt), (1, 5));
         // Lost: the debt is kept for the next tick; the grant, unknown, is not assumed. The
         // view is a whole window ahead (5 admissions at N × T): no room, so no lease is asked
-        // for on top (the pace's target, 2, is for a budget with room).
+        // for on top (the pace's target, 2, is for a budget with room); but 95 were refused
+        // here, so one request is asked for ahead, should the budget refill within the next
+        // interval.
         assert_eq!(syncer.finish(batch, &[None], SEC).failed, 1);
         assert!(
             syncer.begin(SEC, false).is_empty(),
             "urgent: nothing parked"
         );
         let batch = syncer.begin(SEC + 100 * MS, true);
-        assert_eq!((batch.calls[0].want, batch.calls[0].debt), (0, 5));
+        let c = batch.calls[0];
+        assert_eq!((c.want, c.debt, c.early_us), (1, 5, 100_000));
     }
 
     #[test]

@@ -30,7 +30,7 @@ impl Model {
     }
 
     /// The budget script: `tat = max(tat, now, now + floor) + debt × T`; `tat = max(now, tat −
-    /// give × T)`; grant `g = min(want, ⌊(now + L·T − tat) / T⌋)` and `tat += g × T`; the
+    /// give × T)`; grant `g = min(want, ⌊(now + early + L·T − tat) / T⌋)` and `tat += g × T`; the
     /// entry expires `horizon_ms` after its TAT.
     pub fn budget(&mut self, now_us: u64, call: &Call, horizon_ms: u64) -> Reply {
         let now_ms = now_us / 1000;
@@ -42,7 +42,7 @@ impl Model {
         let mut tat = e.tat.max(now_us).max(now_us + call.floor_us);
         tat += call.debt * t;
         tat = tat.saturating_sub(call.give * t).max(now_us);
-        let room = (now_us + call.limit * t).saturating_sub(tat) / t;
+        let room = (now_us + call.early_us + call.limit * t).saturating_sub(tat) / t;
         let granted = call.want.min(room);
         tat += granted * t;
         e.tat = tat;
