@@ -9,6 +9,10 @@
 //! requests the store has already admitted for it (the TAT moved by `T` for each) and that it
 //! has not yet used. A decision ([`SharedStore`]'s `acquire`) is:
 //!
+//! 0. **on credit**: a key's first request here since the last tick, far from its limit, is
+//!    admitted at once and owed to the store (`credit_for`, a quiet key never waits); a lease,
+//!    if any, is kept for the requests that follow (a request decided again after its wait
+//!    takes what its exchange brought first);
 //! 1. **from the lease**: one compare-and-swap takes one, once it is due; admitted, no wait
 //!    (a hot key; a lease reserved ahead, below, is due at the pace its budget refills);
 //! 2. **refused here**: no lease, and the store's TAT as last answered (the *view*) says the
@@ -39,7 +43,9 @@
 //! The target is one and a half times the key's pace here (its admissions in the busier of the
 //! last two intervals), at most `cap = max(1, L / 20N)`: enough for a key that keeps its pace
 //! never to wait, small enough that leases held unused elsewhere cost little when the budget
-//! runs out. A key quiet for two intervals gives its whole lease back. Near the end of a
+//! runs out. A key quiet for two intervals gives its lease back, but for one while it had two
+//! requests in one of the last ten (its next interval's second request then waits for
+//! nothing: the first goes on credit). Near the end of a
 //! budget (the store's room, as last answered, at most `2N × cap`) the target is 0: leases go
 //! back and each request asks for itself, so that no token sits unused on one replica while
 //! another's request is refused (without this, a burst of exactly the limit over three
@@ -48,9 +54,10 @@
 //! requests may not have woken to take it yet): *fresh* for that one tick.
 //!
 //! A key refused here in the last two intervals (its demand here passes its budget's refill:
-//! a key at its limit) is the exception: its target is the pace's (at least 1, at most
-//! `cap`), asked for with `early` = one interval, so that the store grants ahead what refills
-//! before the next tick. A lease's requests are the last the view counted, so one is due
+//! a key at its limit) is the exception: its target is the pace's (at least 1, at most `cap`
+//! or an interval and a half's refill, whichever is more), asked for with `early` = an
+//! interval and a half, so that the store grants ahead what refills before the next tick's
+//! answer. A lease's requests are the last the view counted, so one is due
 //! when a request would be admitted against the view without the lease (`view − lease × T`):
 //! a reserved lease is spent at the pace one process would admit, and one granted from room
 //! at once. Without this, each admission of a key at its limit was a wait for the store.
@@ -265,6 +272,10 @@ impl SharedStore {
         rate: &Rate,
         now_us: u64,
     ) -> Option<Budget> {
+        // Most requests of a busy key stop here: not its first since the tick.
+        if state.tat().load(Ordering::Acquire) & HIT_MAX != 0 {
+            return None;
+        }
         let fleet = u64::from(self.fleet.load(Ordering::Relaxed));
         let c = credit_for(rate.limit(), fleet);
         if c == 0 {
@@ -315,7 +326,8 @@ impl SharedStore {
                     if hits == 0 {
                         self.hand_over(id, state, rate);
                     }
-                    return Some(rate.budget_us(next, now_us));
+                    let lease = lease(state.aux().load(Ordering::Acquire));
+                    return Some(self.budget(next, lease, rate, now_us));
                 }
                 Err(actual) => cur = actual,
             }
@@ -332,7 +344,17 @@ impl SharedStore {
     ) -> Result<Budget, Denied> {
         let now = now / 1000;
         let m = rate.micros();
-        // 1. From the lease: the store counted it already. The lease's requests are the last
+        let up = self.up.load(Ordering::Relaxed);
+        // 1. A key's first request here since the tick, far from its limit as the store last
+        //    said, within a small credit: admitted at once, owed to the store (a quiet key
+        //    never waits), and the lease, if any, kept for the requests that follow it. (A
+        //    request decided again after its wait takes what its exchange brought first.)
+        if up && wait {
+            if let Some(q) = self.credit(id, state, rate, now) {
+                return Ok(q);
+            }
+        }
+        // 2. From the lease: the store counted it already. The lease's requests are the last
         //    the store's TAT counted when it granted them (the view), and one is used no
         //    sooner than a request would be admitted against the TAT without them: a lease
         //    reserved ahead for a key at its limit is spent at the pace its budget refills,
@@ -357,19 +379,18 @@ impl SharedStore {
                 Err(actual) => aux = actual,
             }
         }
-        let up = self.up.load(Ordering::Relaxed);
         let mut cur = state.tat().load(Ordering::Acquire);
         if up {
-            // 2. No room as the store last said: refused here, without a call.
+            // 3. No room as the store last said: refused here, without a call.
             let view = unpack(cur).0;
             if let Err(over) = m.admit(view, now, 1) {
                 self.starve(id, state, rate, aux);
                 return Err(rate.denied_after_us(over));
             }
-            // 3. Maybe room. Far from the limit, within a small credit: admitted at once, owed to
-            //    the store (a quiet key never waits).
-            if let Some(q) = self.credit(id, state, rate, now) {
-                return Ok(q);
+            if !wait {
+                if let Some(q) = self.credit(id, state, rate, now) {
+                    return Ok(q);
+                }
             }
             // 4. Past the credit, or near the limit: ask the store, and wait for its answer.
             if wait {
@@ -800,13 +821,28 @@ impl Syncer {
             // is here), so it idles on this replica no longer than any other lease: until the
             // tick after its demand stops.
             h.target = if starved {
-                (pace * 3).div_ceil(2).clamp(1, cap)
+                // Up to one and a half times what the budget refills in an interval, should
+                // that pass the cap (a large fleet): the store grants no more than the next
+                // interval's refill (`early`), and the half covers a late tick.
+                let refill = (3 * self.store.sync_us).div_ceil(2 * m.interval.max(1));
+                (pace * 3).div_ceil(2).clamp(1, cap.max(refill))
             } else if room > 2 * fleet * cap && !credited {
-                (pace * 3).div_ceil(2).min(cap)
+                // A key busy here lately keeps one for the second request of an interval
+                // (its first goes on credit, where it has one).
+                (pace * 3)
+                    .div_ceil(2)
+                    .max(u64::from(h.calm < CALM))
+                    .min(cap)
             } else {
                 0
             };
-            let early_us = if starved { self.store.sync_us } else { 0 };
+            // One and a half intervals: the next tick's answer comes a round trip (and a late
+            // tick) after the interval ends.
+            let early_us = if starved {
+                self.store.sync_us * 3 / 2
+            } else {
+                0
+            };
             // What the lease holds beyond its target goes back.
             let mut give = 0;
             let mut have = lease(taken);
@@ -1177,16 +1213,27 @@ mod tests {
         let batch = syncer.begin(SEC + 300 * MS, true);
         assert_eq!(batch.calls[0].want, 5, "the pace is now 3: a target of 5");
         syncer.finish(batch, &[reply(5, 50_000)], SEC + 300 * MS);
-        // Quiet: the target follows the last two intervals' pace (3, then 0: 5), then 0.
+        // Quiet: the target follows the last two intervals' pace (3, then 0: 5), then keeps
+        // one for a second request in an interval while the key was busy lately (the last
+        // ten intervals), then none.
         let batch = syncer.begin(SEC + 400 * MS, true);
         assert!(batch.is_empty(), "{batch:?}");
         syncer.finish(batch, &[], SEC + 400 * MS);
         let batch = syncer.begin(SEC + 500 * MS, true);
-        assert_eq!((batch.calls[0].want, batch.calls[0].give), (0, 5));
+        assert_eq!((batch.calls[0].want, batch.calls[0].give), (0, 4));
         syncer.finish(batch, &[reply(0, 0)], SEC + 500 * MS);
+        assert_eq!(lease_of(&s), 1);
+        for k in 6..13 {
+            let batch = syncer.begin(SEC + k * 100 * MS, true);
+            assert!(batch.is_empty(), "{k}: {batch:?}");
+            syncer.finish(batch, &[], SEC + k * 100 * MS);
+        }
+        let batch = syncer.begin(SEC + 1300 * MS, true);
+        assert_eq!((batch.calls[0].want, batch.calls[0].give), (0, 1));
+        syncer.finish(batch, &[reply(0, 0)], SEC + 1300 * MS);
         assert_eq!(lease_of(&s), 0);
         // Nothing left to say: the key is dropped.
-        let batch = syncer.begin(SEC + 600 * MS, true);
+        let batch = syncer.begin(SEC + 1400 * MS, true);
         assert!(batch.is_empty());
         assert_eq!(syncer.pending(), 0);
     }
@@ -1214,8 +1261,9 @@ mod tests {
         let batch = syncer.begin(SEC + 100 * MS, true);
         assert_eq!(batch.calls[0].want, 100 + 2);
         syncer.finish(batch, &[reply(102, 0)], SEC + 100 * MS);
+        // Decided again, each from the lease its exchange brought.
         for _ in 0..100 {
-            store.acquire(&id(1), &s, &r, SEC + 100 * MS).unwrap();
+            store.acquire_now(&id(1), &s, &r, SEC + 100 * MS).unwrap();
         }
         let batch = syncer.begin(SEC + 200 * MS, true);
         assert_eq!(
@@ -1256,6 +1304,38 @@ mod tests {
     }
 
     #[test]
+    fn an_interval_s_first_request_goes_on_credit_and_the_lease_keeps_for_the_next() {
+        let (store, mut syncer) = SharedStore::new(timing());
+        store.set_fleet(1);
+        let r = rate(1000); // credit 100, cap 50
+        let s = Arc::<RateState>::default();
+        // Busy: three in an interval (the first on credit, two parked), then a lease.
+        store.acquire(&id(1), &s, &r, SEC).unwrap();
+        assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
+        assert!(store.acquire(&id(1), &s, &r, SEC).unwrap_err().unsettled);
+        let batch = syncer.begin(SEC, false);
+        syncer.finish(batch, &[reply(2, 30_000)], SEC);
+        for _ in 0..2 {
+            store.acquire_now(&id(1), &s, &r, SEC).unwrap();
+        }
+        let batch = syncer.begin(SEC + 100 * MS, true);
+        assert_eq!(batch.calls[0].want, 5, "a pace of 3: a target of 5");
+        syncer.finish(batch, &[reply(5, 80_000)], SEC + 100 * MS);
+        // The next interval's first request goes on credit: the lease is kept whole for the
+        // requests that follow it, and the credit is owed at the next exchange.
+        store.acquire(&id(1), &s, &r, SEC + 110 * MS).unwrap();
+        assert_eq!(lease_of(&s), 5);
+        store.acquire(&id(1), &s, &r, SEC + 120 * MS).unwrap();
+        assert_eq!(lease_of(&s), 4);
+        let batch = syncer.begin(SEC + 200 * MS, true);
+        assert_eq!(
+            (batch.calls[0].debt, batch.calls[0].want),
+            (1, 1),
+            "the credit owed; the lease topped up to its target, 5"
+        );
+    }
+
+    #[test]
     fn a_key_refused_here_reserves_what_refills_next_and_spends_it_at_that_pace() {
         let (store, mut syncer) = SharedStore::new(timing());
         store.set_fleet(2);
@@ -1270,10 +1350,11 @@ mod tests {
         // Refused here without a call: no wait.
         let e = store.acquire(&id(1), &s, &r, SEC + 150 * MS).unwrap_err();
         assert!(!e.unsettled);
-        // The tick asks for the pace's target ahead: what refills within an interval.
+        // The tick asks for the pace's target ahead: what refills within an interval and a
+        // half.
         let batch = syncer.begin(SEC + 200 * MS, true);
         let c = batch.calls[0];
-        assert_eq!((c.want, c.early_us), (2, 100_000), "{c:?}");
+        assert_eq!((c.want, c.early_us), (2, 150_000), "{c:?}");
         // One refills within it: granted, the store's TAT 100 ms further.
         syncer.finish(batch, &[reply(1, 10_100_000)], SEC + 200 * MS);
         assert_eq!(lease_of(&s), 1);
@@ -1321,8 +1402,8 @@ mod tests {
         // Lost: the debt is kept for the next tick; the grant, unknown, is not assumed. The
         // view is a whole window ahead (5 admissions at N × T): no room, so no lease is asked
         // for on top (the pace's target, 2, is for a budget with room); but 95 were refused
-        // here, so one request is asked for ahead, should the budget refill within the next
-        // interval.
+        // here, so what the budget refills in one and a half intervals (2 of T = 100 ms) is
+        // asked for ahead.
         assert_eq!(syncer.finish(batch, &[None], SEC).failed, 1);
         assert!(
             syncer.begin(SEC, false).is_empty(),
@@ -1330,7 +1411,7 @@ mod tests {
         );
         let batch = syncer.begin(SEC + 100 * MS, true);
         let c = batch.calls[0];
-        assert_eq!((c.want, c.debt, c.early_us), (1, 5, 100_000));
+        assert_eq!((c.want, c.debt, c.early_us), (2, 5, 150_000));
     }
 
     #[test]
@@ -1399,7 +1480,7 @@ mod tests {
         assert_eq!((call.want, call.debt), (1, 1));
         let replies: Vec<_> = batch.calls.iter().map(|_| reply(1, 66_666)).collect();
         syncer.finish(batch, &replies, SEC + 150 * MS);
-        store.acquire(&id(2), &b, &r, SEC + 150 * MS).unwrap();
+        store.acquire_now(&id(2), &b, &r, SEC + 150 * MS).unwrap();
         exchange(&mut syncer, SEC + 200 * MS, true, |_| reply(0, 66_666));
         assert_eq!(lease_of(&b), 0, "the store granted no lease");
         store.acquire(&id(2), &b, &r, SEC + 250 * MS).unwrap();

@@ -750,11 +750,14 @@ fn check(replicas: usize) {
             steady_calls += out.calls;
         }
         // A key at twice its limit on one replica is reserved ahead at each tick: its
-        // requests hardly ever wait (each admission did before: half of them parked).
+        // requests hardly ever wait (each admission did before: half of them parked), beyond
+        // those of the first window, where from idle a key faster than its lease's cap asks
+        // for what it needs as it goes.
         if matches!((case.load, case.split), (Load::Paced(f), Split::All) if f >= 2.0) {
             let sent = out.fleet.len() + out.fleet_refused;
+            let first = 2 * case.limit as usize;
             assert!(
-                out.parks as usize * 50 <= sent,
+                out.parks as usize <= sent / 50 + first,
                 "{case:?}: {} of {sent} parked",
                 out.parks
             );
