@@ -6,7 +6,13 @@ in memory, at `state.path`, or in a Redis this script starts (`--store memory|di
 then posts new keys from `--clients` connections (keep-alive) for `--seconds`, and prints
 creates a second, the p50/p99 of a create, and the gateway's RSS per issued key.
 
+With `--keys N` it creates N keys whatever the time; with `--restart` it then stops the gateway
+(SIGTERM), starts it again on the same store and prints how long the start took until the last
+key created authenticates on the main listener (the issued keys are in force), and the RSS per
+key after that start.
+
     python3 benches/load/issue.py --store disk --seconds 10
+    python3 benches/load/issue.py --store disk --keys 1000000 --restart
 """
 import argparse
 import http.client
@@ -54,6 +60,11 @@ def main():
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/tollgate"))
+    ap.add_argument("--keys", type=int, default=0, help="create this many keys (no time limit)")
+    ap.add_argument("--restart", action="store_true",
+                    help="then restart the gateway and time its start until the keys are in force")
+    ap.add_argument("--ready-within", type=float, default=120,
+                    help="give up waiting for the restarted gateway after this many seconds")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="tg-issue-")
     listen, admin = free_port(), free_port()
@@ -77,28 +88,36 @@ plans:
     with open(path, "w") as f:
         f.write(config)
     env = dict(os.environ, TOLLGATE_LOG="warn")
-    gw = subprocess.Popen([args.binary, "run", "--config", path], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start():
+        return subprocess.Popen([args.binary, "run", "--config", path], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    gw = start()
     try:
         wait_port(admin)
         base_rss = rss_kb(gw.pid)
         done, lat, errors = [0], [], []
         lock = threading.Lock()
-        stop = time.time() + args.seconds
+        stop = time.time() + (10 ** 9 if args.keys else args.seconds)
+        per_client = -(-args.keys // args.clients) if args.keys else None
+        last = {}
 
         def client(c):
             conn = http.client.HTTPConnection("127.0.0.1", admin, timeout=10)
             i = 0
             mine = []
-            while time.time() < stop:
+            while time.time() < stop and (per_client is None or i < per_client):
                 body = json.dumps({"name": f"c{c}-{i:08d}", "plan": "basic"})
                 t = time.perf_counter()
                 conn.request("POST", "/api/keys", body, {"Content-Type": "application/json"})
                 r = conn.getresponse()
-                r.read()
+                answer = r.read()
                 mine.append(time.perf_counter() - t)
                 if r.status != 201:
                     errors.append(r.status)
+                elif c == 0:
+                    last["secret"] = json.loads(answer)["key"]
                 i += 1
             with lock:
                 done[0] += len(mine) - 0
@@ -114,7 +133,7 @@ plans:
         lat.sort()
         n = len(lat) - len(errors)
         rss = rss_kb(gw.pid)
-        print(json.dumps({
+        out = {
             "store": args.store,
             "clients": args.clients,
             "creates": n,
@@ -123,7 +142,31 @@ plans:
             "p50_ms": round(lat[len(lat) // 2] * 1000, 2) if lat else None,
             "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2) if lat else None,
             "rss_bytes_per_key": round((rss - base_rss) * 1024 / n) if n else None,
-        }))
+        }
+        if args.restart and "secret" in last:
+            gw.terminate()
+            gw.wait()
+            t0 = time.perf_counter()
+            gw = start()
+            wait_port(listen, 600)
+            # The last key of client 0 authenticates once the issued keys are in force: the
+            # upstream (port 9) is closed, so the answer is then a 502, not a 401. At most
+            # `--ready-within` seconds (then `restart_ready_s` is null).
+            ready = None
+            while time.perf_counter() - t0 < args.ready_within:
+                conn = http.client.HTTPConnection("127.0.0.1", listen, timeout=10)
+                conn.request("POST", "/v2/sendMessage/", '{"chatId":"1@c.us","message":"hi"}',
+                             {"Authorization": "Bearer " + last["secret"],
+                              "Content-Type": "application/json"})
+                status = conn.getresponse().status
+                conn.close()
+                if status != 401:
+                    ready = round(time.perf_counter() - t0, 2)
+                    break
+                time.sleep(0.01)
+            out["restart_ready_s"] = ready
+            out["restart_rss_bytes_per_key"] = round((rss_kb(gw.pid) - base_rss) * 1024 / n)
+        print(json.dumps(out))
     finally:
         gw.terminate()
         gw.wait()

@@ -9,21 +9,21 @@
 //! requests the store has already admitted for it (the TAT moved by `T` for each) and that it
 //! has not yet used. A decision ([`SharedStore`]'s `acquire`) is:
 //!
-//! 0. **on credit**: a key's first request here since the last tick, far from its limit, is
+//! 1. **on credit**: a key's first request here since the last tick, far from its limit, is
 //!    admitted at once and owed to the store (`credit_for`, a quiet key never waits); a lease,
 //!    if any, is kept for the requests that follow (a request decided again after its wait
 //!    takes what its exchange brought first);
-//! 1. **from the lease**: one compare-and-swap takes one, once it is due; admitted, no wait
+//! 2. **from the lease**: one compare-and-swap takes one, once it is due; admitted, no wait
 //!    (a hot key; a lease reserved ahead, below, is due at the pace its budget refills);
-//! 2. **refused here**: no lease, and the store's TAT as last answered (the *view*) says the
+//! 3. **refused here**: no lease, and the store's TAT as last answered (the *view*) says the
 //!    budget has no room yet; refused with the time until it has, no call (a spent key costs
 //!    the store at most one call per `T` and replica, however hard it is hammered);
-//! 3. **parked** ([`Denied::unsettled`]): no lease and maybe room; the request asks the store
+//! 4. **parked** ([`Denied::unsettled`]): no lease and maybe room; the request asks the store
 //!    for one (`want`), the runtime runs an exchange at once and the request waits for its
 //!    answer, at most `cluster.timeout_ms`, then is decided again: from the lease the answer
 //!    brought, or refused (the store had no room), or, with no answer in time, as if the store
 //!    were down;
-//! 4. **degraded** (the store unreachable, or no answer within the timeout): `L / N` on the
+//! 5. **degraded** (the store unreachable, or no answer within the timeout): `L / N` on the
 //!    view, each admission charging `N × T`; what is admitted so is sent to the store later
 //!    (as a *debt* of requests, or after an outage as the view's distance ahead, a *floor*).
 //!
@@ -387,6 +387,8 @@ impl SharedStore {
                 self.starve(id, state, rate, aux);
                 return Err(rate.denied_after_us(over));
             }
+            // Decided again after its wait, with nothing from its exchange: on credit, as in
+            // 1, if the key is still quiet and far from its limit.
             if !wait {
                 if let Some(q) = self.credit(id, state, rate, now) {
                     return Ok(q);
@@ -814,8 +816,8 @@ impl Syncer {
                 && h.calm >= CALM
                 && credit_for(h.t.rate.limit(), self.store.fleet().into()) > 0;
             // A key refused here in the last two intervals (its demand here passes what its
-            // budget refills) is the exception near its end: what the budget refills within
-            // the next interval is reserved for it ahead (`early`), and its requests take it
+            // budget refills) is the exception near its end: what the budget refills before
+            // the next tick's answer is reserved for it ahead (`early`), and its requests take it
             // at the pace it refills (see `decide`), instead of each asking the store as the
             // view lets it through. Such a lease is used here as soon as it is due (the demand
             // is here), so it idles on this replica no longer than any other lease: until the
