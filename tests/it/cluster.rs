@@ -496,15 +496,16 @@ fn the_scripts_do_what_the_model_says() {
             )
             .collect()
     };
-    let call = |con: &mut redis::Connection, args: Args| {
+    let call_on = |con: &mut redis::Connection, key: &str, args: Args| {
         let v = budget
-            .key("t:b:{x}")
+            .key(key)
             .arg(10_000)
             .arg(pack_calls(&calls(&[args])))
             .invoke::<Vec<u8>>(con)
             .unwrap();
         unpack_answers(&v, 1).expect("two values per key")[0]
     };
+    let call = |con: &mut redis::Connection, args: Args| call_on(con, "t:b:{x}", args);
     let r = |granted, ahead_us| Reply { granted, ahead_us };
     // A new key, 10 per second (T = 100 ms): 3 asked, 3 granted, 3 × T ahead.
     const T: u64 = 100_000;
@@ -532,15 +533,7 @@ fn the_scripts_do_what_the_model_says() {
     assert_eq!(fields, ["t"]);
     // Reserved ahead: a budget spent to its last request grants nothing now, and what it
     // refills within `early` (2.5 T: two requests) when asked so.
-    let fresh = |con: &mut redis::Connection, args: Args| {
-        let v = budget
-            .key("t:b:{w}")
-            .arg(10_000)
-            .arg(pack_calls(&calls(&[args])))
-            .invoke::<Vec<u8>>(con)
-            .unwrap();
-        unpack_answers(&v, 1).expect("two values per key")[0]
-    };
+    let fresh = |con: &mut redis::Connection, args: Args| call_on(con, "t:b:{w}", args);
     let spent = fresh(&mut con, (10, 0, 0, T, 10, 0, 0));
     assert_eq!(spent.granted, 10, "{spent:?}");
     assert_eq!(fresh(&mut con, (5, 0, 0, T, 10, 0, 0)).granted, 0);
