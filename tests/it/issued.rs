@@ -229,22 +229,19 @@ fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good()
     assert_eq!(admin(a, "DELETE", "/api/keys/nobody").status, 404);
 
     // A list of the issued keys only.
-    let r = admin(a, "GET", "/api/keys?source=api");
-    let names: Vec<String> = r.json()["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["name"].as_str().unwrap().to_string())
-        .collect();
+    let names_of = |r: &crate::harness::Response| -> Vec<String> {
+        r.json()["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let names = names_of(&admin(a, "GET", "/api/keys?source=api"));
     assert_eq!(names, ["shop-1", "shop-2"]);
     let r = admin(a, "GET", "/api/keys?limit=1000");
     let all = r.json()["keys"].as_array().unwrap().len();
-    let names: Vec<String> = r.json()["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["name"].as_str().unwrap().to_string())
-        .collect();
+    let names = names_of(&r);
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted, "YAML and issued keys merged in name order");
@@ -371,20 +368,35 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
     within_a_second("b authenticates the new key", &mut || {
         call(lb, &secret).status == 200
     });
-    // Each replica reads the set whole once (the first read of a set it did not know); from
-    // then on it reads what changed: no HGETALL.
+    // Each replica reads the set whole once (the first read of a set it did not know: its
+    // epoch unknown, HLEN, then HGETALL; a replica that started before the set existed does
+    // so when it appears); from then on it reads what changed: no HGETALL. Wait for a
+    // quiet stretch of polls (each one GET of the version) with neither, whenever the first
+    // reads happened.
     let mut con = redis.client();
-    eventually("both replicas read the set once", || {
-        let stats: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut con)
-            .unwrap();
+    let calls = |con: &mut redis::Connection, cmd: &str| -> u32 {
+        let stats: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+        let prefix = format!("cmdstat_{cmd}:calls=");
         stats
             .lines()
-            .find_map(|l| l.strip_prefix("cmdstat_hgetall:calls="))
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
             .and_then(|l| l.split(',').next()?.parse::<u32>().ok())
-            .is_some_and(|n| n >= 2)
-    });
+            .unwrap_or(0)
+    };
+    eventually(
+        "both replicas read the set whole, then only what changed",
+        || {
+            let _: () = redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query(&mut con)
+                .unwrap();
+            let polled = (0..100).any(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                calls(&mut con, "get") >= 4
+            });
+            polled && calls(&mut con, "hgetall") == 0 && calls(&mut con, "hlen") == 0
+        },
+    );
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query(&mut con)
