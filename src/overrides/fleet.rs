@@ -153,8 +153,15 @@ impl Fleet {
 
     /// Keep `fields` (as Redis has them now) in the copy at `state.path` too.
     pub(super) async fn copy_fields_to_disk(&self, fields: Vec<(String, Kept)>) {
+        if !self.write_fields_to_disk(fields).await {
+            tracing::warn!(target: "tollgate::overrides", "changes read from the cluster store were not copied to state.path (they are, at the next whole read of the set)");
+        }
+    }
+
+    /// Write `fields` to the copy at `state.path`, if there is one: whether that held.
+    async fn write_fields_to_disk(&self, fields: Vec<(String, Kept)>) -> bool {
         let Some(file) = &self.disk else {
-            return;
+            return true;
         };
         let file = Arc::clone(file);
         let kept = tokio::task::spawn_blocking(move || {
@@ -164,9 +171,7 @@ impl Fleet {
             )
         })
         .await;
-        if !matches!(kept, Ok(Ok(()))) {
-            tracing::warn!(target: "tollgate::overrides", "changes read from the cluster store were not copied to state.path (they are, at the next whole read of the set)");
-        }
+        matches!(kept, Ok(Ok(())))
     }
 
     /// Keep the parts `changes` name (each digest's record after the change, the part changed
@@ -196,18 +201,8 @@ impl Fleet {
                 c.fields.insert(f.clone(), k.clone());
             }
         }
-        if let Some(file) = &self.disk {
-            let file = Arc::clone(file);
-            let kept = tokio::task::spawn_blocking(move || {
-                file.write_kept(
-                    |db| disk::write_fields(db, &written),
-                    disk::Delta::Fields(&written),
-                )
-            })
-            .await;
-            if !matches!(kept, Ok(Ok(()))) {
-                tracing::warn!(target: "tollgate::overrides", "a change kept in the cluster store was not copied to state.path (it is, at the next read of the set)");
-            }
+        if !self.write_fields_to_disk(written).await {
+            tracing::warn!(target: "tollgate::overrides", "a change kept in the cluster store was not copied to state.path (it is, at the next read of the set)");
         }
         Ok(())
     }
