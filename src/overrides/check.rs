@@ -32,10 +32,18 @@ pub(crate) fn read_redis(cfg: &Cluster) -> Result<Vec<Override>, StoreError> {
         let client = connect(cfg).await?;
         let deadline =
             tokio::time::Instant::now() + cfg.timeout.max(std::time::Duration::from_secs(1));
-        let mut cmd = ::redis::cmd("HGETALL");
-        cmd.arg(redis_set::set_key(&cfg.key_prefix));
-        let pairs: HashMap<String, String> =
-            within(deadline, &cfg.redis_url, client.query(&cmd)).await?;
+        let key = redis_set::set_key(&cfg.key_prefix);
+        let mut cmd = ::redis::cmd("HLEN");
+        cmd.arg(&key);
+        let about: u64 = within(deadline, &cfg.redis_url, client.query(&cmd)).await?;
+        let cfg = Cluster {
+            timeout: cfg.timeout.max(std::time::Duration::from_secs(1)),
+            ..cfg.clone()
+        };
+        let pairs: HashMap<String, String> = redis_set::scan(&client, &cfg, &key, about)
+            .await?
+            .into_iter()
+            .collect();
         Ok(records_of_fields(&pairs))
     })
 }

@@ -8,7 +8,11 @@
 -- restore.lua); {version, epoch}: unchanged; {version, epoch, fields, 'delta'}: the fields
 -- changed since the replica's version (each name and text), when every write since was logged
 -- (the logged version is the version: a replica of a version without the log did not log)
--- and they are few; else {version, epoch, the whole set}.
+-- and they are few; else {version, epoch, how many fields the set holds, 'whole'}: the
+-- replica reads the set in pages (HSCAN), never the whole of it in one call, which would hold
+-- Redis for seconds at a million fields and pass the replica's timeout.
+-- The log is trimmed to its newest entries (write.lua): a trimmed entry is older than every
+-- one kept, so a replica that would need it finds more than the delta's most and reads whole.
 local epoch = redis.call('HGET', KEYS[1], '~epoch')
 for k = 1, 4 do
   redis.call('PEXPIRE', KEYS[k], ARGV[2])
@@ -34,4 +38,4 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) == v then
     return {v, epoch, out, 'delta'}
   end
 end
-return {v, epoch, redis.call('HGETALL', KEYS[1])}
+return {v, epoch, redis.call('HLEN', KEYS[1]), 'whole'}

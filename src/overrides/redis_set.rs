@@ -16,8 +16,13 @@
 //! | script | what |
 //! |---|---|
 //! | `write.lua` | changes parts, each later than the copy it replaces, and bumps the version, in one step |
-//! | `poll.lua` | the epoch, then the version and, when it moved, the fields changed since the replica's version (a delta: what a change costs a replica is that change, not the set), or the whole set when the log cannot say (a first read, a write by a version without the log, a delta over [`MAX_DELTA`] fields) |
+//! | `poll.lua` | the epoch, then the version and, when it moved, the fields changed since the replica's version (a delta: what a change costs a replica is that change, not the set), or word to read the whole set when the log cannot say (a first read, a write by a version without the log, a delta over [`MAX_DELTA`] fields) |
 //! | `restore.lua` | merges a replica's copy in (the merge rule of `policy::versions`) and marks the epoch |
+//!
+//! A whole read comes in pages ([`RedisSet::read_whole`]: `HSCAN`, each page within
+//! `timeout_ms`), never as one `HGETALL`: a million issued keys are a set of about a gigabyte,
+//! which one call would hold Redis for seconds to answer, past the timeout, again and again.
+//! The log keeps the newest [`LOG_LEN`] fields (`write.lua`), so it stays bounded too.
 //!
 //! The keys share a hash tag: one slot on a Redis Cluster.
 
@@ -35,6 +40,14 @@ const TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The most fields a poll answers as a delta; more, and it answers the whole set.
 const MAX_DELTA: usize = 10_000;
+
+/// The entries the log keeps: one more than a delta's most, so that a replica behind by a
+/// trimmed entry finds more than a delta holds and reads whole (`poll.lua`).
+const LOG_LEN: usize = MAX_DELTA + 1;
+
+/// Fields a page of a whole read asks for (`HSCAN … COUNT`): about half a megabyte of
+/// records, answered in a millisecond or two.
+const PAGE: usize = 2000;
 
 /// Fields per call of `restore.lua` (Redis runs a script alone: a few thousand fields keep
 /// each call within a few milliseconds).
@@ -60,11 +73,9 @@ pub(crate) struct RedisSet {
 pub(crate) enum Polled {
     /// The set is the one this replica read last, unchanged.
     Same,
-    /// It moved: its version, and every field (`~epoch` included) with its text.
-    Moved {
-        version: String,
-        fields: Vec<(String, String)>,
-    },
+    /// It moved, and the log cannot say what changed: its version, and how many fields it
+    /// holds; read it with [`RedisSet::read_whole`].
+    Whole { version: String, fields: u64 },
     /// It moved: its version, and the fields changed since the version this replica has,
     /// each with its text.
     Delta {
@@ -142,7 +153,7 @@ impl RedisSet {
         let ttl = TTL.as_millis() as u64;
         let texts: Vec<String> = self
             .call(&self.write, |c| {
-                c.arg(ttl).arg(new_epoch());
+                c.arg(ttl).arg(new_epoch()).arg(LOG_LEN);
                 for p in parts {
                     let v = format!("{:0width$}", p.version, width = VERSION_DIGITS);
                     c.arg(&p.field).arg(v).arg(&p.json);
@@ -219,11 +230,41 @@ impl RedisSet {
                 version,
                 fields: fields(changed)?,
             }),
-            (Some(set), _) => Ok(Polled::Moved {
+            (Some(n), Some("whole")) => Ok(Polled::Whole {
                 version,
-                fields: fields(set)?,
+                fields: ::redis::from_redis_value(n.clone()).map_err(|_| malformed())?,
             }),
+            (Some(_), _) => Err(malformed()),
         }
+    }
+
+    /// Every field of the set (`~epoch` included) with its text, read in pages, each within
+    /// the timeout, when the set still has the epoch `epoch` at the end of the read; `None`
+    /// when it does not (emptied or replaced meanwhile: the next poll finds it so). `about`
+    /// is how many fields the poll found: the read gives up after many times the pages that
+    /// should take (a set growing faster than it is read). A field changed during the read
+    /// may be found as before or after the change: each change is logged at a version after
+    /// the one the poll found, so the next poll reads it again.
+    pub(crate) async fn read_whole(
+        &self,
+        epoch: &str,
+        about: u64,
+    ) -> Result<Option<Vec<(String, String)>>, StoreError> {
+        let client = self.client().await?;
+        let r = async {
+            let fields = scan(&client, &self.cfg, &self.set_key, about).await?;
+            let deadline = tokio::time::Instant::now() + self.cfg.timeout;
+            let mut cmd = ::redis::cmd("HGET");
+            cmd.arg(&self.set_key).arg("~epoch");
+            let now: Option<String> =
+                within(deadline, &self.cfg.redis_url, client.query(&cmd)).await?;
+            Ok((now.as_deref() == Some(epoch)).then_some(fields))
+        }
+        .await;
+        if r.is_err() {
+            self.client.lock().await.take();
+        }
+        r
     }
 
     /// Merge `fields` (a replica's copy: name and text) into the set and mark its epoch
@@ -243,7 +284,7 @@ impl RedisSet {
         for batch in batches {
             let (e, n): (String, u64) = self
                 .call(&self.restore, |c| {
-                    c.arg(ttl).arg(epoch);
+                    c.arg(ttl).arg(epoch).arg(LOG_LEN);
                     for (f, raw) in batch {
                         c.arg(f).arg(raw);
                     }
@@ -255,6 +296,35 @@ impl RedisSet {
         self.held().await?;
         Ok((marked, changed))
     }
+}
+
+/// Every field of the hash `key` with its text, in pages of [`PAGE`] (`HSCAN`), each within
+/// `cfg`'s timeout; given up after twenty times the pages `about` fields take (an `HSCAN`
+/// page holds about its count, fewer where the table is sparse).
+pub(crate) async fn scan(
+    client: &Client,
+    cfg: &Cluster,
+    key: &str,
+    about: u64,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let most = 20 * (about / PAGE as u64 + 1) + 100;
+    let mut fields = Vec::with_capacity(usize::try_from(about).unwrap_or(0));
+    let mut cursor: u64 = 0;
+    for _ in 0..most {
+        let deadline = tokio::time::Instant::now() + cfg.timeout;
+        let mut cmd = ::redis::cmd("HSCAN");
+        cmd.arg(key).arg(cursor).arg("COUNT").arg(PAGE);
+        let (next, page): (u64, Vec<(String, String)>) =
+            within(deadline, &cfg.redis_url, client.query(&cmd)).await?;
+        fields.extend(page);
+        if next == 0 {
+            return Ok(fields);
+        }
+        cursor = next;
+    }
+    Err(StoreError::Malformed(
+        "the overrides' set grew faster than it was read",
+    ))
 }
 
 /// A random epoch for a set that has none: 16 hex digits.

@@ -1,11 +1,12 @@
 -- Put back what a replica holds of the overrides, merged field by field by the rule every copy
 -- follows (tollgate_core::policy::versions): a revocation is never undone, and of two the
 -- earlier stays; otherwise the later version wins, and on a tie the larger text. Then mark
--- the set with its epoch (one already there stays) and bump the version, so that every
--- replica reads the whole set again.
--- Each field put back is logged at the new version (write.lua says why).
+-- the set with its epoch (one already there stays) and, when a field was put back or the
+-- epoch is new, bump the version: each field put back is logged at it (write.lua says why, and
+-- how the log is trimmed to ARGV[3] entries), so every replica reads what changed. A call
+-- that changed nothing (a starting replica with nothing to put back) makes no replica read.
 -- KEYS: the set, the version, the log, the logged version. ARGV: the expiry (ms), an epoch for
--- a set without one, then per field: its name, its text (`<version>|<JSON>`, or plain JSON from
+-- a set without one, the log's length, then per field: its name, its text (`<version>|<JSON>`, or plain JSON from
 -- before versions).
 -- Answers {the set's epoch, how many fields this call changed}.
 local function version(raw)
@@ -17,7 +18,7 @@ local function revokes(raw)
 end
 local changed = 0
 local put_back = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local f, raw = ARGV[i], ARGV[i + 1]
   local cur = redis.call('HGET', KEYS[1], f)
   local put = false
@@ -46,12 +47,18 @@ for i = 3, #ARGV, 2 do
     put_back[#put_back + 1] = f
   end
 end
-redis.call('HSETNX', KEYS[1], '~epoch', ARGV[2])
-local now = redis.call('INCR', KEYS[2])
-for _, f in ipairs(put_back) do
-  redis.call('ZADD', KEYS[3], now, f)
+local marked = redis.call('HSETNX', KEYS[1], '~epoch', ARGV[2])
+if changed > 0 or marked == 1 then
+  local now = redis.call('INCR', KEYS[2])
+  for _, f in ipairs(put_back) do
+    redis.call('ZADD', KEYS[3], now, f)
+  end
+  local over = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[3])
+  if over > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
+  end
+  redis.call('SET', KEYS[4], now)
 end
-redis.call('SET', KEYS[4], now)
 for k = 1, 4 do
   redis.call('PEXPIRE', KEYS[k], ARGV[1])
 end

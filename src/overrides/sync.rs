@@ -1,5 +1,6 @@
 //! With `cluster`: every replica polls the overrides' set in Redis each `sync_interval` and,
-//! when it moved, puts the whole set in force here and takes it as its copy.
+//! when it moved, puts what changed in force here and takes it into its copy: the fields the
+//! log names, or, when the log cannot say, the whole set, read in pages.
 //!
 //! A set whose epoch is not the one this replica read last (`poll.lua` says so) was emptied
 //! or replaced: a Redis restarted without persistence, a failover to a replica that lost it,
@@ -42,7 +43,7 @@ impl OverrideSync {
         // reads the set, or after the poll's set is in force.
         let _one = self.overrides.serial.lock().await;
         let (known, epoch) = fleet.known();
-        let (version, raw) = match fleet.set.poll(&known, &epoch).await? {
+        let (version, about) = match fleet.set.poll(&known, &epoch).await? {
             Polled::Same => return Ok(()),
             Polled::Delta { version, fields } => {
                 let changed = fleet.adopt_delta(version, fields);
@@ -50,7 +51,7 @@ impl OverrideSync {
                 fleet.copy_fields_to_disk(changed).await;
                 return Ok(());
             }
-            Polled::Moved { version, fields } => (version, fields),
+            Polled::Whole { version, fields } => (version, fields),
             Polled::Unknown {
                 epoch: found,
                 fields,
@@ -64,11 +65,16 @@ impl OverrideSync {
                 put_back(fleet, &epoch, &found, fields).await?;
                 let (_, epoch) = fleet.known();
                 match fleet.set.poll("", &epoch).await? {
-                    Polled::Moved { version, fields } => (version, fields),
+                    Polled::Whole { version, fields } => (version, fields),
                     // Emptied again meanwhile: the next round puts back again.
                     Polled::Same | Polled::Delta { .. } | Polled::Unknown { .. } => return Ok(()),
                 }
             }
+        };
+        let (_, epoch) = fleet.known();
+        let Some(raw) = fleet.set.read_whole(&epoch, about).await? else {
+            // Emptied or replaced while it was read: the next round finds it so.
+            return Ok(());
         };
         let fields = fleet.adopt(version, raw);
         let snap = self.live.load();

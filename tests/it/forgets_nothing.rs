@@ -461,7 +461,8 @@ fn the_store_merges_copies_by_the_replicas_rule() {
                 .key(format!("case{case}:log"))
                 .key(format!("case{case}:lv"))
                 .arg(60_000)
-                .arg("e");
+                .arg("e")
+                .arg(1000);
             for (f, k) in copy {
                 inv.arg(f).arg(&k.raw);
             }
@@ -473,6 +474,108 @@ fn the_store_merges_copies_by_the_replicas_rule() {
         let want: HashMap<String, String> = want.into_iter().map(|(f, k)| (f, k.raw)).collect();
         assert_eq!(got, want, "case {case}: {copies:?}");
     }
+}
+
+/// The log of changes is trimmed to its newest entries (`write.lua`, `restore.lua`), and a
+/// poll (`poll.lua`) never answers a delta that misses a change: random writes and put-backs
+/// on a real Redis, with a log of `keep` entries and deltas of at most `keep - 1` fields; from
+/// every version a replica may know, the poll answers either exactly the fields written since
+/// or `whole`.
+#[test]
+fn a_trimmed_log_never_answers_a_delta_that_misses_a_change() {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    let redis = RedisServer::start();
+    let mut con = redis.client();
+    let write = redis::Script::new(include_str!("../../src/overrides/write.lua"));
+    let restore = redis::Script::new(include_str!("../../src/overrides/restore.lua"));
+    let poll = redis::Script::new(include_str!("../../src/overrides/poll.lua"));
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut wholes = 0;
+    let mut deltas = 0;
+    for case in 0..40 {
+        let keys: Vec<String> = ["set", "v", "log", "lv"]
+            .iter()
+            .map(|k| format!("t{case}:{k}"))
+            .collect();
+        let keep = 2 + next(5);
+        // The version each field was last written at, as the replicas would see it.
+        let mut last: BTreeMap<String, u64> = BTreeMap::new();
+        let mut version = 0;
+        for _ in 0..(5 + next(30)) {
+            let fields: Vec<String> = (0..1 + next(3))
+                .map(|_| format!("{:032}", next(12)))
+                .collect();
+            let put_back = next(4) == 0;
+            let mut inv = if put_back {
+                restore.prepare_invoke()
+            } else {
+                write.prepare_invoke()
+            };
+            for k in &keys {
+                inv.key(k);
+            }
+            inv.arg(60_000).arg("e").arg(keep);
+            for f in &fields {
+                if put_back {
+                    // A put-back that always wins: a later version than any written.
+                    inv.arg(f)
+                        .arg(format!("{:016}|{{\"key\":\"k\"}}", 1_000_000 + version));
+                } else {
+                    inv.arg(f)
+                        .arg(format!("{:016}", version))
+                        .arg(r#"{"key":"k"}"#);
+                }
+            }
+            let _: redis::Value = inv.invoke(&mut con).unwrap();
+            version += 1;
+            for f in fields {
+                last.insert(f, version);
+            }
+            let log: u64 = redis::cmd("ZCARD").arg(&keys[2]).query(&mut con).unwrap();
+            assert!(log <= keep, "case {case}: the log holds {log} > {keep}");
+        }
+        let now: u64 = redis::cmd("GET").arg(&keys[1]).query(&mut con).unwrap();
+        assert_eq!(now, version, "case {case}");
+        for known in 0..=version {
+            let mut inv = poll.prepare_invoke();
+            for k in &keys {
+                inv.key(k);
+            }
+            inv.arg(known.to_string())
+                .arg(60_000)
+                .arg("e")
+                .arg(keep - 1);
+            let reply: Vec<redis::Value> = inv.invoke(&mut con).unwrap();
+            let kind: Option<String> = reply
+                .get(3)
+                .map(|v| redis::from_redis_value(v.clone()).unwrap());
+            let want: BTreeSet<&String> = last
+                .iter()
+                .filter(|(_, &v)| v > known)
+                .map(|(f, _)| f)
+                .collect();
+            match kind.as_deref() {
+                None => assert!(want.is_empty(), "case {case}, from {known}: same"),
+                Some("whole") => wholes += 1,
+                Some("delta") => {
+                    deltas += 1;
+                    let got: Vec<(String, String)> =
+                        redis::from_redis_value(reply[2].clone()).unwrap();
+                    let got: BTreeSet<&String> = got.iter().map(|(f, _)| f).collect();
+                    assert_eq!(got, want, "case {case}, from {known}");
+                }
+                Some(other) => panic!("case {case}: {other}"),
+            }
+        }
+    }
+    assert!(wholes > 0 && deltas > 0, "{wholes} whole, {deltas} deltas");
 }
 
 /// The admissions of `n` requests of `key` to the gateway at `listen` (each 200 or 429).

@@ -369,8 +369,8 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
         call(lb, &secret).status == 200
     });
     // Each replica reads the set whole once (the first read of a set it did not know: its
-    // epoch unknown, HLEN, then HGETALL; a replica that started before the set existed does
-    // so when it appears); from then on it reads what changed: no HGETALL. Wait for a
+    // epoch unknown, HLEN, then HSCAN; a replica that started before the set existed does
+    // so when it appears); from then on it reads what changed: no HSCAN. Wait for a
     // quiet stretch of polls (each one GET of the version) with neither, whenever the first
     // reads happened.
     let mut con = redis.client();
@@ -394,7 +394,7 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
                 std::thread::sleep(Duration::from_millis(10));
                 calls(&mut con, "get") >= 4
             });
-            polled && calls(&mut con, "hgetall") == 0 && calls(&mut con, "hlen") == 0
+            polled && calls(&mut con, "hscan") == 0 && calls(&mut con, "hlen") == 0
         },
     );
     let _: () = redis::cmd("CONFIG")
@@ -431,7 +431,7 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
     assert!(ok, "{last}");
     let seen = stats(&mut con);
     assert!(
-        !seen.contains("cmdstat_hgetall:"),
+        !seen.contains("cmdstat_hscan:") && !seen.contains("cmdstat_hgetall:"),
         "a whole read of the set: {seen}"
     );
 
@@ -484,6 +484,111 @@ fn an_issued_key_reaches_every_replica_within_a_second_and_outlives_redis_forget
             "a secret in the log"
         );
     }
+}
+
+/// A set of several pages (3,000 issued keys; a page is 2,000 fields) is read whole in
+/// pages (`HSCAN`), never in one `HGETALL` or inside a script: a replica started after the
+/// keys were issued, and `check`, find every one.
+#[test]
+fn a_replica_reads_a_set_of_many_pages_in_pages() {
+    const KEYS: usize = 3000;
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = || config_for(&up).cluster(&redis.url(), &format!("pg{}", redis.port), 100);
+    let (pa, _, aa) = spawn(dir.path(), "a", &config());
+    let secrets: Vec<String> = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..8)
+            .map(|c| {
+                s.spawn(move || {
+                    (c..KEYS)
+                        .step_by(8)
+                        .map(|i| {
+                            let body = format!(r#"{{"name":"page-{i}","plan":"pro"}}"#);
+                            create(aa, &body).1.unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect()
+    });
+    assert_eq!(secrets.len(), KEYS);
+    // Every command from here on in the slow log, with its arguments.
+    let mut con = redis.client();
+    for (name, value) in [
+        ("slowlog-log-slower-than", "0"),
+        ("slowlog-max-len", "100000"),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(&mut con)
+            .unwrap();
+    }
+    let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut con).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .unwrap();
+    let (pb, lb, _) = spawn(dir.path(), "b", &config());
+    eventually("b authenticates every issued key", || {
+        secrets
+            .iter()
+            .step_by(97)
+            .chain(secrets.last())
+            .all(|s| call(lb, s).status == 200)
+    });
+    let counted: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap();
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    let set = format!("{{pg{}:ov}}:set", redis.port);
+    let commands: Vec<Vec<String>> = log
+        .iter()
+        .filter_map(|entry| {
+            let redis::Value::Array(parts) = entry else {
+                return None;
+            };
+            redis::from_redis_value(parts.get(3)?.clone()).ok()
+        })
+        .collect();
+    let on_set = |name: &str| {
+        commands
+            .iter()
+            .filter(|c| c[0].eq_ignore_ascii_case(name) && c.get(1) == Some(&set))
+            .count()
+    };
+    assert!(on_set("HSCAN") >= 2, "read in {} pages", on_set("HSCAN"));
+    assert_eq!(on_set("HGETALL"), 0, "the set read in one call");
+    // Nor inside a script: Redis counts a script's own commands among its calls, and the
+    // slow log (every call, from before the count was reset to after it was read) shows the
+    // calls sent alone; none more were made.
+    let hgetalls: usize = counted
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_hgetall:calls="))
+        .and_then(|l| l.split(',').next()?.parse().ok())
+        .unwrap_or(0);
+    let sent = commands
+        .iter()
+        .filter(|c| c[0].eq_ignore_ascii_case("HGETALL"))
+        .count();
+    assert!(hgetalls <= sent, "{hgetalls} HGETALL, {sent} sent alone");
+    let (passed, out, err) = check(&dir.path().join("b.yaml"));
+    assert!(
+        passed && out.contains(&format!("issued keys   {KEYS} (through the admin API)")),
+        "{out}{err}"
+    );
+    drop((pa, pb));
 }
 
 #[test]
