@@ -63,6 +63,8 @@ def main():
     ap.add_argument("--keys", type=int, default=0, help="create this many keys (no time limit)")
     ap.add_argument("--restart", action="store_true",
                     help="then restart the gateway and time its start until the keys are in force")
+    ap.add_argument("--log", help="append the gateway's log (at info) to this file: a "
+                    "whole read of the cluster's set logs its fields and times")
     ap.add_argument("--ready-within", type=float, default=120,
                     help="give up waiting for the restarted gateway after this many seconds")
     args = ap.parse_args()
@@ -87,11 +89,12 @@ plans:
     path = os.path.join(work, "gw.yaml")
     with open(path, "w") as f:
         f.write(config)
-    env = dict(os.environ, TOLLGATE_LOG="warn")
+    env = dict(os.environ, TOLLGATE_LOG="info" if args.log else "warn")
+    log = open(args.log, "ab") if args.log else subprocess.DEVNULL
 
     def start():
         return subprocess.Popen([args.binary, "run", "--config", path], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=log, stderr=log)
 
     gw = start()
     try:

@@ -34,8 +34,10 @@ pub(super) struct Fleet {
 /// What this replica holds of the set.
 #[derive(Default)]
 struct Copy {
-    /// Every field, as last read or written.
-    fields: HashMap<String, Kept>,
+    /// Every field, as last read or written; shared with whoever reads it whole (a start, a
+    /// put-back, the copy to disk) instead of copied: a million issued keys are a million
+    /// fields. A change while one holds it copies it ([`Arc::make_mut`]).
+    fields: Arc<HashMap<String, Kept>>,
     /// The set's version the copy is of (empty: read the whole set next time).
     version: String,
     /// The set's epoch as last read (empty: none read yet).
@@ -65,7 +67,7 @@ impl Fleet {
             set: RedisSet::new(cfg),
             disk,
             copy: Mutex::new(Copy {
-                fields,
+                fields: Arc::new(fields),
                 ..Copy::default()
             }),
             hlc,
@@ -77,8 +79,8 @@ impl Fleet {
     }
 
     /// The fields held.
-    pub(super) fn fields(&self) -> HashMap<String, Kept> {
-        self.copy().fields.clone()
+    pub(super) fn fields(&self) -> Arc<HashMap<String, Kept>> {
+        Arc::clone(&self.copy().fields)
     }
 
     /// The set's version and epoch this copy is of.
@@ -105,15 +107,17 @@ impl Fleet {
         &self,
         version: String,
         raw: Vec<(String, String)>,
-    ) -> HashMap<String, Kept> {
-        let fields: HashMap<String, Kept> = raw
-            .into_iter()
-            .filter(|(f, _)| part_of_field(f).is_some())
-            .filter_map(|(f, v)| Some((f, Kept::parse(&v)?)))
-            .collect();
+    ) -> Arc<HashMap<String, Kept>> {
+        let mut fields = HashMap::with_capacity(raw.len());
+        fields.extend(
+            raw.into_iter()
+                .filter(|(f, _)| part_of_field(f).is_some())
+                .filter_map(|(f, v)| Some((f, Kept::from_text(v)?))),
+        );
         fields.values().for_each(|k| self.hlc.observe(k.version));
+        let fields = Arc::new(fields);
         let mut c = self.copy();
-        c.fields.clone_from(&fields);
+        c.fields = Arc::clone(&fields);
         c.version = version;
         fields
     }
@@ -129,14 +133,15 @@ impl Fleet {
         let changed: Vec<(String, Kept)> = raw
             .into_iter()
             .filter(|(f, _)| part_of_field(f).is_some())
-            .filter_map(|(f, v)| Some((f, Kept::parse(&v)?)))
+            .filter_map(|(f, v)| Some((f, Kept::from_text(v)?)))
             .collect();
         changed
             .iter()
             .for_each(|(_, k)| self.hlc.observe(k.version));
         let mut c = self.copy();
+        let fields = Arc::make_mut(&mut c.fields);
         for (f, k) in &changed {
-            c.fields.insert(f.clone(), k.clone());
+            fields.insert(f.clone(), k.clone());
         }
         c.version = version;
         changed
@@ -196,9 +201,10 @@ impl Fleet {
         let written: Vec<(String, Kept)> = parts.into_iter().map(|p| p.field).zip(kept).collect();
         {
             let mut c = self.copy();
+            let fields = Arc::make_mut(&mut c.fields);
             for (f, k) in &written {
                 self.hlc.observe(k.version);
-                c.fields.insert(f.clone(), k.clone());
+                fields.insert(f.clone(), k.clone());
             }
         }
         if !self.write_fields_to_disk(written).await {
@@ -208,7 +214,7 @@ impl Fleet {
     }
 
     /// Keep the copy at `state.path` as `fields` (what the set holds now).
-    pub(super) async fn copy_to_disk(&self, fields: HashMap<String, Kept>) {
+    pub(super) async fn copy_to_disk(&self, fields: Arc<HashMap<String, Kept>>) {
         let Some(file) = &self.disk else {
             return;
         };

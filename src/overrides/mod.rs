@@ -150,8 +150,8 @@ impl PlanOverrides {
         if fields.is_empty() {
             return;
         }
-        let mut set = sync::from_fields(&live.load().policy, &fields);
-        live.replace_overrides(&mut set);
+        let set = sync::from_fields(&live.load().policy, &fields);
+        live.replace_overrides(set);
     }
 
     /// The `state.path` file, when there is one (the quota and ledger counts are kept there

@@ -72,14 +72,28 @@ impl OverrideSync {
             }
         };
         let (_, epoch) = fleet.known();
+        let started = std::time::Instant::now();
         let Some(raw) = fleet.set.read_whole(&epoch, about).await? else {
             // Emptied or replaced while it was read: the next round finds it so.
             return Ok(());
         };
+        let read = started.elapsed();
+        let read_fields = raw.len();
         let fields = fleet.adopt(version, raw);
         let snap = self.live.load();
-        let mut set = from_fields(&snap.policy, &fields);
-        let dropped = self.live.replace_overrides(&mut set);
+        let set = from_fields(&snap.policy, &fields);
+        drop(fields);
+        let parsed = started.elapsed();
+        let dropped = self.live.replace_overrides(set);
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        tracing::info!(
+            target: "tollgate::overrides",
+            fields = read_fields,
+            read_ms = ms(read),
+            parse_ms = ms(parsed - read),
+            apply_ms = ms(started.elapsed() - parsed),
+            "the cluster store's overrides read whole"
+        );
         for d in &dropped {
             tracing::info!(target: "tollgate::overrides", key = %d.before.key, reason = d.why.as_str(), "override dropped");
         }
@@ -109,8 +123,8 @@ impl OverrideSync {
 async fn put_back(fleet: &Fleet, known: &str, found: &str, fields: u64) -> Result<(), StoreError> {
     let copy: Vec<(String, String)> = fleet
         .fields()
-        .into_iter()
-        .map(|(f, k)| (f, k.raw))
+        .iter()
+        .map(|(f, k)| (f.clone(), k.raw.clone()))
         .collect();
     let (epoch, changed) = fleet.set.restore(&copy, &new_epoch()).await?;
     let held = copy.len();
@@ -189,7 +203,11 @@ fn apply_delta(fleet: &Fleet, live: &LivePolicy, changed: &[(String, Kept)]) {
 /// in no entry any more (a renamed or removed key) makes every digest be hashed, so that it
 /// still finds its digest.
 pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Overrides {
-    let mut by_hash: HashMap<&str, Override> = HashMap::new();
+    // Sized once: a record is a few hundred bytes, and a start may read a million. The fields
+    // are this fleet's own (hashes of digests): a fast hash, no defence against collisions
+    // chosen by a client.
+    let mut by_hash: HashMap<&str, Override, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(fields.len(), foldhash::fast::RandomState::default());
     for (f, k) in fields {
         let Some((hash, _)) = split_field(f) else {
             continue;
@@ -198,7 +216,7 @@ pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Ov
             by_hash.entry(hash).or_default().merge(o);
         }
     }
-    let mut set = Overrides::new();
+    let mut set = Overrides::with_capacity(by_hash.len());
     // An issued key's record names its digest (the one it was issued with).
     let issued: Vec<&str> = by_hash
         .iter()

@@ -187,19 +187,21 @@ impl LivePolicy {
     }
 
     /// Put `set` (every record kept, as another replica may have changed any) in force in
-    /// place of the set in force; what the policy in force drops of it is taken out of `set`
-    /// and returned (to be logged and forgotten where it is kept).
-    pub fn replace_overrides(&self, set: &mut Overrides) -> Vec<Drop> {
+    /// place of the set in force, moved, never copied; what the policy in force drops of it
+    /// is taken out of `set` and returned (to be logged and forgotten where it is kept).
+    pub fn replace_overrides(&self, mut set: Overrides) -> Vec<Drop> {
         let _serial = self.reload_lock.locked();
         let snap = self.current.load();
-        let drops = snap.policy.apply_overrides(set);
+        let drops = snap.policy.apply_overrides(&set);
         for d in &drops {
             match &d.after {
                 Some(o) => set.insert(d.digest, o.clone()),
                 None => set.remove(&d.digest),
             };
         }
-        self.with_overrides(|in_force| in_force.clone_from(set));
+        let before = self.with_overrides(|in_force| std::mem::replace(in_force, set));
+        // The set replaced is let go outside the overrides' lock.
+        drop(before);
         drops
     }
 

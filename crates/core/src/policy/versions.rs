@@ -66,17 +66,32 @@ impl Kept {
 
     /// A kept text as the store holds it; `None` when it is neither form.
     pub fn parse(raw: &str) -> Option<Self> {
-        let version = match raw.split_once('|') {
-            Some((v, _)) if v.len() == VERSION_DIGITS && v.bytes().all(|b| b.is_ascii_digit()) => {
-                v.parse().ok()?
-            }
-            _ if raw.starts_with('{') => 0,
-            _ => return None,
-        };
         Some(Self {
-            version,
+            version: Self::version_of(raw)?,
             raw: raw.to_string(),
         })
+    }
+
+    /// [`Kept::parse`] of a text already owned (a store's answer): taken, not copied.
+    pub fn from_text(raw: String) -> Option<Self> {
+        Some(Self {
+            version: Self::version_of(&raw)?,
+            raw,
+        })
+    }
+
+    fn version_of(raw: &str) -> Option<Version> {
+        match raw.as_bytes().get(VERSION_DIGITS) {
+            Some(b'|')
+                if raw.as_bytes()[..VERSION_DIGITS]
+                    .iter()
+                    .all(u8::is_ascii_digit) =>
+            {
+                raw[..VERSION_DIGITS].parse().ok()
+            }
+            _ if raw.starts_with('{') => Some(0),
+            _ => None,
+        }
     }
 
     /// The JSON part of it.

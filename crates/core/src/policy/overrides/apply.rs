@@ -216,12 +216,13 @@ impl Policy {
     }
 
     fn apply_found(&self, digest: &Digest, o: &Override, found: Option<Found>) -> Option<Drop> {
-        let mut after = o.clone();
+        // Copied only when a part is dropped (a start puts back a million records, each whole).
+        let mut after = std::borrow::Cow::Borrowed(o);
         let mut parts = Vec::new();
         let mut why = Dropped::KeyGone;
-        let mut drop = |after: &mut Override, part: Part, w: Dropped| {
+        let mut drop = |after: &mut std::borrow::Cow<'_, Override>, part: Part, w: Dropped| {
             if after.has(part) {
-                after.clear(part);
+                after.to_mut().clear(part);
                 parts.push(part);
                 why = w;
             }
@@ -278,7 +279,7 @@ impl Policy {
         (!parts.is_empty()).then(|| Drop {
             digest: *digest,
             before: o.clone(),
-            after: (!after.is_empty()).then_some(after),
+            after: (!after.is_empty()).then(|| after.into_owned()),
             parts,
             why,
         })
