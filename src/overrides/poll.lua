@@ -11,7 +11,7 @@
 -- and they are few; else {version, epoch, how many fields the set holds, 'whole'}: the
 -- replica reads the set in pages (HSCAN), never the whole of it in one call, which would hold
 -- Redis for seconds at a million fields and pass the replica's timeout.
--- The log is trimmed to its newest entries (write.lua): a trimmed entry is older than every
+-- The log is trimmed to its newest entries (kept.lua): a trimmed entry is older than every
 -- one kept, so a replica that would need it finds more than the delta's most and reads whole.
 local epoch = redis.call('HGET', KEYS[1], '~epoch')
 for k = 1, 4 do

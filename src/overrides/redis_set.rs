@@ -22,7 +22,9 @@
 //! A whole read comes in pages ([`RedisSet::read_whole`]: `HSCAN`, each page within
 //! `timeout_ms`), never as one `HGETALL`: a million issued keys are a set of about a gigabyte,
 //! which one call would hold Redis for seconds to answer, past the timeout, again and again.
-//! The log keeps the newest [`LOG_LEN`] fields (`write.lua`), so it stays bounded too.
+//! The log keeps the newest [`LOG_LEN`] fields (`kept.lua`, which `write.lua` and
+//! `restore.lua` are sent after: the versions, the revocations and the log they share), so it
+//! stays bounded too.
 //!
 //! The keys share a hash tag: one slot on a Redis Cluster.
 
@@ -42,7 +44,7 @@ const TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 const MAX_DELTA: usize = 10_000;
 
 /// The entries the log keeps: one more than a delta's most, so that a replica behind by a
-/// trimmed entry finds more than a delta holds and reads whole (`poll.lua`).
+/// trimmed entry finds more than a delta holds and reads whole (`poll.lua`, `kept.lua`).
 const LOG_LEN: usize = MAX_DELTA + 1;
 
 /// Fields a page of a whole read asks for (`HSCAN … COUNT`): about half a megabyte of
@@ -103,9 +105,9 @@ impl RedisSet {
             version_key: format!("{{{prefix}:ov}}:v"),
             log_key: format!("{{{prefix}:ov}}:log"),
             logged_key: format!("{{{prefix}:ov}}:lv"),
-            write: Lua::new(include_str!("write.lua")),
+            write: Lua::new(concat!(include_str!("kept.lua"), include_str!("write.lua"))),
             poll: Lua::new(include_str!("poll.lua")),
-            restore: Lua::new(include_str!("restore.lua")),
+            restore: Lua::new(concat!(include_str!("kept.lua"), include_str!("restore.lua"))),
             client: tokio::sync::Mutex::new(None),
             hold: Hold::default(),
         }

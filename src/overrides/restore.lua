@@ -2,20 +2,13 @@
 -- follows (tollgate_core::policy::versions): a revocation is never undone, and of two the
 -- earlier stays; otherwise the later version wins, and on a tie the larger text. Then mark
 -- the set with its epoch (one already there stays) and, when a field was put back or the
--- epoch is new, bump the version: each field put back is logged at it (write.lua says why, and
--- how the log is trimmed to ARGV[3] entries), so every replica reads what changed. A call
--- that changed nothing (a starting replica with nothing to put back) makes no replica read.
+-- epoch is new, bump the version: each field put back is logged at it (kept.lua, sent before
+-- this text), so every replica reads what changed. A call that changed nothing (a starting
+-- replica with nothing to put back) makes no replica read.
 -- KEYS: the set, the version, the log, the logged version. ARGV: the expiry (ms), an epoch for
--- a set without one, the log's length, then per field: its name, its text (`<version>|<JSON>`, or plain JSON from
--- before versions).
+-- a set without one, the log's length, then per field: its name, its text (`<version>|<JSON>`,
+-- or plain JSON from before versions).
 -- Answers {the set's epoch, how many fields this call changed}.
-local function version(raw)
-  return string.match(raw, '^(%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d)|') or '0000000000000000'
-end
-local function revokes(raw)
-  local ok, o = pcall(cjson.decode, (string.gsub(raw, '^%d+|', '', 1)))
-  return ok and type(o) == 'table' and o.revoked ~= nil
-end
 local changed = 0
 local put_back = {}
 for i = 4, #ARGV, 2 do
@@ -47,19 +40,5 @@ for i = 4, #ARGV, 2 do
     put_back[#put_back + 1] = f
   end
 end
-local marked = redis.call('HSETNX', KEYS[1], '~epoch', ARGV[2])
-if changed > 0 or marked == 1 then
-  local now = redis.call('INCR', KEYS[2])
-  for _, f in ipairs(put_back) do
-    redis.call('ZADD', KEYS[3], now, f)
-  end
-  local over = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[3])
-  if over > 0 then
-    redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
-  end
-  redis.call('SET', KEYS[4], now)
-end
-for k = 1, 4 do
-  redis.call('PEXPIRE', KEYS[k], ARGV[1])
-end
+logged(put_back, false)
 return {redis.call('HGET', KEYS[1], '~epoch'), changed}

@@ -419,7 +419,10 @@ fn the_store_merges_copies_by_the_replicas_rule() {
 
     let redis = RedisServer::start();
     let mut con = redis.client();
-    let script = redis::Script::new(include_str!("../../src/overrides/restore.lua"));
+    let script = redis::Script::new(concat!(
+        include_str!("../../src/overrides/kept.lua"),
+        include_str!("../../src/overrides/restore.lua")
+    ));
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = |n: u64| {
         seed ^= seed << 13;
@@ -487,8 +490,14 @@ fn a_trimmed_log_never_answers_a_delta_that_misses_a_change() {
 
     let redis = RedisServer::start();
     let mut con = redis.client();
-    let write = redis::Script::new(include_str!("../../src/overrides/write.lua"));
-    let restore = redis::Script::new(include_str!("../../src/overrides/restore.lua"));
+    let write = redis::Script::new(concat!(
+        include_str!("../../src/overrides/kept.lua"),
+        include_str!("../../src/overrides/write.lua")
+    ));
+    let restore = redis::Script::new(concat!(
+        include_str!("../../src/overrides/kept.lua"),
+        include_str!("../../src/overrides/restore.lua")
+    ));
     let poll = redis::Script::new(include_str!("../../src/overrides/poll.lua"));
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     let mut next = |n: u64| {
