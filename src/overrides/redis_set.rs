@@ -107,7 +107,10 @@ impl RedisSet {
             logged_key: format!("{{{prefix}:ov}}:lv"),
             write: Lua::new(concat!(include_str!("kept.lua"), include_str!("write.lua"))),
             poll: Lua::new(include_str!("poll.lua")),
-            restore: Lua::new(concat!(include_str!("kept.lua"), include_str!("restore.lua"))),
+            restore: Lua::new(concat!(
+                include_str!("kept.lua"),
+                include_str!("restore.lua")
+            )),
             client: tokio::sync::Mutex::new(None),
             hold: Hold::default(),
         }
