@@ -408,6 +408,25 @@ fn a_sentinel_failover_to_a_replica_that_lost_the_data_undoes_no_change() {
     }
 }
 
+/// An overrides' script as the gateway sends it: after `kept.lua`, the part the writing
+/// scripts share.
+fn sent_after_kept(script: &str) -> redis::Script {
+    redis::Script::new(&format!(
+        "{}{script}",
+        include_str!("../../src/overrides/kept.lua")
+    ))
+}
+
+/// Pseudo-random draws below `n` from `seed` (xorshift): the same cases at every run.
+fn draws(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}
+
 /// `restore.lua` merges copies as the replicas' own rule does (`policy::versions::merge`):
 /// random copies of a few fields (revocations, suspensions, tombstones, ties of versions),
 /// put back in a random order on a real Redis, end as the rule says, whatever the order.
@@ -419,17 +438,8 @@ fn the_store_merges_copies_by_the_replicas_rule() {
 
     let redis = RedisServer::start();
     let mut con = redis.client();
-    let script = redis::Script::new(concat!(
-        include_str!("../../src/overrides/kept.lua"),
-        include_str!("../../src/overrides/restore.lua")
-    ));
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let script = sent_after_kept(include_str!("../../src/overrides/restore.lua"));
+    let mut next = draws(0x9E37_79B9_7F4A_7C15);
     for case in 0..300 {
         let mut copies: Vec<Vec<(String, Kept)>> = Vec::new();
         for _ in 0..(1 + next(4)) {
@@ -490,22 +500,10 @@ fn a_trimmed_log_never_answers_a_delta_that_misses_a_change() {
 
     let redis = RedisServer::start();
     let mut con = redis.client();
-    let write = redis::Script::new(concat!(
-        include_str!("../../src/overrides/kept.lua"),
-        include_str!("../../src/overrides/write.lua")
-    ));
-    let restore = redis::Script::new(concat!(
-        include_str!("../../src/overrides/kept.lua"),
-        include_str!("../../src/overrides/restore.lua")
-    ));
+    let write = sent_after_kept(include_str!("../../src/overrides/write.lua"));
+    let restore = sent_after_kept(include_str!("../../src/overrides/restore.lua"));
     let poll = redis::Script::new(include_str!("../../src/overrides/poll.lua"));
-    let mut seed = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut next = draws(0x2545_F491_4F6C_DD1D);
     let mut wholes = 0;
     let mut deltas = 0;
     for case in 0..40 {
