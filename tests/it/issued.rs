@@ -586,8 +586,9 @@ fn a_replica_reads_a_set_of_many_pages_in_pages() {
     assert!(on_set("HSCAN") >= 2, "read in {} pages", on_set("HSCAN"));
     assert_eq!(on_set("HGETALL"), 0, "the set read in one call");
     // Nor inside a script: Redis counts a script's own commands among its calls, and the
-    // slow log (every call, from before the count was reset to after it was read) shows the
-    // calls sent alone; none more were made.
+    // slow log holds every call from before the count was reset to after it was read (a
+    // script's own too, on Redis 7, which the check above then finds on the set): the count
+    // holds no call the slow log does not.
     let hgetalls: usize = counted
         .lines()
         .find_map(|l| l.strip_prefix("cmdstat_hgetall:calls="))
@@ -597,7 +598,10 @@ fn a_replica_reads_a_set_of_many_pages_in_pages() {
         .iter()
         .filter(|c| c[0].eq_ignore_ascii_case("HGETALL"))
         .count();
-    assert!(hgetalls <= sent, "{hgetalls} HGETALL, {sent} sent alone");
+    assert!(
+        hgetalls <= sent,
+        "{hgetalls} HGETALL counted, {sent} in the slow log"
+    );
     let (passed, out, err) = check(&dir.path().join("b.yaml"));
     let listed: usize = out
         .lines()
