@@ -193,10 +193,12 @@ fleet_ready() {
 }
 
 # Eight free loopback ports: Redis, the stand-in, three listeners, three admin listeners. They
-# are drawn from 20000-32767, below Linux's ephemeral range (32768-60999): a port the kernel
+# are drawn from 16000-19999, below Linux's ephemeral range (32768-60999): a port the kernel
 # hands out for binding to port 0 can be taken, before this script's servers bind it, as the
 # source port of some other program's outgoing connection (seen with the test suite running
-# beside it).
+# beside it). The test suite's own servers draw from 20000-32767 (tests/it/harness/mod.rs):
+# a port this script found free is never one a test is about to bind (seen once: the suite's
+# server took this script's Redis port between the probe and the bind).
 free_ports() {
   if command -v python3 >/dev/null 2>&1; then
     python3 -c '
@@ -205,7 +207,7 @@ got, socks = [], []
 for _ in range(1000):
     if len(got) == 8:
         break
-    p = random.randint(20000, 32767)
+    p = random.randint(16000, 19999)
     if p in got:
         continue
     s = socket.socket()
@@ -221,7 +223,7 @@ print(" ".join(map(str, got)))'
   fi
   local got=() p
   while [ "${#got[@]}" -lt 8 ]; do
-    p=$((20000 + RANDOM % 12768))
+    p=$((16000 + RANDOM % 4000))
     [[ " ${got[*]} " == *" $p "* ]] && continue
     port_open "$p" || got+=("$p")
   done

@@ -41,7 +41,8 @@ pub(crate) fn write(dir: &Path, name: &str, text: &str) -> String {
 /// offers for binding to port 0 is one it also gives outgoing connections as their source
 /// port, so between this function's release and the server's bind, one of the suite's own
 /// client connections could take it (seen once in `scripts/fleet-demo.sh`, which picked its
-/// ports the same way).
+/// ports the same way). `scripts/fleet-demo.sh`, which the suite runs beside its own servers,
+/// draws from 16000–19999: neither takes a port the other found free.
 pub(crate) fn closed_port() -> u16 {
     closed_port_with(0)
 }
