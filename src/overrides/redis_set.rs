@@ -143,6 +143,11 @@ impl RedisSet {
         ]);
         args(&mut cmd);
         let r = within(deadline, &self.cfg.redis_url, client.call::<T>(lua, &cmd)).await;
+        self.settled(r).await
+    }
+
+    /// `r`, the connection dropped first when it failed (the next call connects afresh).
+    async fn settled<T>(&self, r: Result<T, StoreError>) -> Result<T, StoreError> {
         if r.is_err() {
             self.client.lock().await.take();
         }
@@ -182,19 +187,16 @@ impl RedisSet {
             return Ok(());
         }
         let deadline = tokio::time::Instant::now() + self.cfg.timeout;
-        match within(
+        let r = within(
             deadline,
             &self.cfg.redis_url,
             client.held(&self.hold, &self.set_key, self.cfg.timeout / 2),
         )
-        .await
-        {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(StoreError::NotReplicated),
-            Err(e) => {
-                self.client.lock().await.take();
-                Err(e)
-            }
+        .await;
+        if self.settled(r).await? {
+            Ok(())
+        } else {
+            Err(StoreError::NotReplicated)
         }
     }
 
@@ -266,10 +268,7 @@ impl RedisSet {
             Ok((now.as_deref() == Some(epoch)).then_some(fields))
         }
         .await;
-        if r.is_err() {
-            self.client.lock().await.take();
-        }
-        r
+        self.settled(r).await
     }
 
     /// Merge `fields` (a replica's copy: name and text) into the set and mark its epoch
