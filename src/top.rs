@@ -290,7 +290,7 @@ pub(crate) fn screen(
                 None => sections.iter().map(Section::want).collect(),
             };
             let used: usize = given.iter().sum();
-            let spare = room.map_or(true, |r| r - used >= sections.len());
+            let spare = room.is_none_or(|r| r - used >= sections.len());
             for (s, n) in sections.iter().zip(given) {
                 if n == 0 {
                     continue;
@@ -868,9 +868,7 @@ fn wrap(items: &[String], sep: &str, width: Option<usize>) -> Vec<String> {
         };
         if cur.is_empty() {
             cur = item;
-        } else if width.map_or(true, |w| {
-            width_of(&cur) + width_of(sep) + width_of(&item) <= w
-        }) {
+        } else if width.is_none_or(|w| width_of(&cur) + width_of(sep) + width_of(&item) <= w) {
             cur.push_str(sep);
             cur.push_str(&item);
         } else {

@@ -181,9 +181,8 @@ impl Iterator for Merged<'_> {
 
 /// Whether `view` passes the filters.
 fn passes(q: &Query, view: &KeyView) -> bool {
-    let given = |want: &Option<String>, got: Option<&String>| {
-        want.as_ref().map_or(true, |w| Some(w) == got)
-    };
+    let given =
+        |want: &Option<String>, got: Option<&String>| want.as_ref().is_none_or(|w| Some(w) == got);
     given(&q.plan, Some(&view.plan))
         && given(&q.partner, view.partner.as_ref())
         && given(&q.state, Some(&view.state))

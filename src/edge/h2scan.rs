@@ -233,7 +233,7 @@ mod tests {
     fn frame(kind: u8, flags: u8, stream: u32, len: usize) -> Vec<u8> {
         let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
         f.extend_from_slice(&stream.to_be_bytes());
-        f.extend(std::iter::repeat(0u8).take(len));
+        f.extend(std::iter::repeat_n(0u8, len));
         f
     }
 

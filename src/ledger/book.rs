@@ -169,7 +169,7 @@ impl Book {
         to: u32,
         key: Option<&str>,
     ) -> Result<Vec<(u32, String, Row)>, BookError> {
-        let wanted = |k: &str| key.map_or(true, |want| want == k);
+        let wanted = |k: &str| key.is_none_or(|want| want == k);
         match self {
             Book::Memory(m) => Ok(m
                 .locked()

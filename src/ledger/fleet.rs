@@ -294,7 +294,7 @@ impl Days {
     /// expiry (`retention` days after it); with its plan and partner when `names`.
     fn add(&mut self, fleet: &Fleet, retention: u64, d: &Delta, names: bool) {
         let calls = self.0.entry(d.day).or_default();
-        if calls.last().map_or(true, |(_, n)| *n >= DAY_BATCH) {
+        if calls.last().is_none_or(|(_, n)| *n >= DAY_BATCH) {
             let mut c = redis::cmd("EVAL");
             c.arg(include_str!("day.lua"))
                 .arg(1)

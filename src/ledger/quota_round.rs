@@ -49,7 +49,7 @@ impl Keeper {
             }
             None if delta != 0 || exhausted => {
                 let calls = round.reports.entry(id).or_default();
-                if calls.last().map_or(true, |(_, e)| e.len() >= REPORT_BATCH) {
+                if calls.last().is_none_or(|(_, e)| e.len() >= REPORT_BATCH) {
                     let mut c = redis::cmd("EVAL");
                     c.arg(include_str!("report.lua"))
                         .arg(1)

@@ -80,7 +80,7 @@ impl Rounds {
         if own {
             !self.open.contains(&n)
         } else {
-            self.open.first().map_or(true, |&first| first > n)
+            self.open.first().is_none_or(|&first| first > n)
         }
     }
 }

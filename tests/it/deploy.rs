@@ -1064,9 +1064,7 @@ fn the_shared_budget_store_is_private_ephemeral_and_bounded() {
                 rules.iter().any(|r| {
                     r.get("ports")
                         .and_then(Value::as_sequence)
-                        .map_or(true, |ps| {
-                            ps.iter().any(|p| p["port"].as_u64() == Some(port))
-                        })
+                        .is_none_or(|ps| ps.iter().any(|p| p["port"].as_u64() == Some(port)))
                 })
             });
         assert!(

@@ -345,7 +345,7 @@ impl Usage {
                 return;
             }
             let w = s.weight.load(Ordering::Relaxed);
-            if lightest.map_or(true, |(_, lw)| w < lw) {
+            if lightest.is_none_or(|(_, lw)| w < lw) {
                 lightest = Some((s, w));
             }
         }

@@ -265,7 +265,7 @@ fn check_url(redis_url: &str) -> Result<(), Invalid> {
             ),
         ));
     }
-    if url.host_str().map_or(true, str::is_empty) {
+    if url.host_str().is_none_or(str::is_empty) {
         return Err(Invalid::new("cluster.redis_url", "has no host"));
     }
     let db = url.path().trim_start_matches('/');

@@ -141,7 +141,7 @@ pub(crate) fn split(text: &str) -> Option<Split<'_>> {
     rest.push_str(&format!(
         "keys: [{{ name: \"{marker}\", plan: \"{marker}\" }}]"
     ));
-    rest.extend(std::iter::repeat('\n').take(lines));
+    rest.extend(std::iter::repeat_n('\n', lines));
     rest.push_str(&text[end..]);
     Some(Split {
         keys: KeysSection {

@@ -239,7 +239,7 @@ impl KeyCheck<'_> {
     /// A `previous` digest must be no other key's, no partner's, and not given twice: it
     /// authenticates as its own key only.
     fn previous_digests(&self, keys: &[KeySpec]) -> Result<(), Invalid> {
-        let none = |k: &KeySpec| k.extra.as_ref().map_or(true, |e| e.previous.is_empty());
+        let none = |k: &KeySpec| k.extra.as_ref().is_none_or(|e| e.previous.is_empty());
         if keys.iter().all(none) {
             return Ok(());
         }

@@ -73,7 +73,7 @@ pub(super) fn tracing(f: &FileTracing) -> Result<Tracing, Invalid> {
         }
         _ => return Err(bad("is not an http:// URL")),
     }
-    if url.host_str().map_or(true, str::is_empty) {
+    if url.host_str().is_none_or(str::is_empty) {
         return Err(bad("names no host"));
     }
     if url.query().is_some() || url.fragment().is_some() {

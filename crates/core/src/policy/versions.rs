@@ -109,7 +109,7 @@ impl Kept {
 
     /// Whether it holds no part: a removal.
     pub fn is_tombstone(&self) -> bool {
-        self.record().map_or(true, |o| o.is_empty())
+        self.record().is_none_or(|o| o.is_empty())
     }
 
     /// Whether it holds a revocation.
@@ -151,9 +151,7 @@ pub fn merge(
         let Some(part) = part_of_field(&field) else {
             continue;
         };
-        let replace = into
-            .get(&field)
-            .map_or(true, |cur| kept.replaces(part, cur));
+        let replace = into.get(&field).is_none_or(|cur| kept.replaces(part, cur));
         if replace {
             changed.push(field.clone());
             into.insert(field, kept);
