@@ -24,9 +24,11 @@
 //! fault, a copy cut short, another program) does not stop the gateway, nor lose the
 //! operator's changes: it is moved aside (`<name>.corrupt-<unix seconds>`, kept for
 //! inspection), one `error` line says so, and a new file takes the overrides (and, with
-//! `cluster`, the copy of the fleet's) from the backup kept beside it: written whole now and
-//! then (`<name>.backup.json`), and each change since appended to its log (`<name>.backup.log`,
-//! [`StateFile::write_kept`]: a change costs what it wrote, not what the file holds). Quota and ledger counts are not in the
+//! `cluster`, the copy of the fleet's) from the backup kept beside it: each change appended to
+//! its log (`<name>.backup.log`, [`StateFile::write_kept`]: a change costs what it wrote, not
+//! what the file holds), and the log folded into the backup written whole
+//! (`<name>.backup.json`) on a thread of its own when it outgrows it
+//! ([`disk::rewrite_backup`]: no change waits for that). Quota and ledger counts are not in the
 //! backup: with `cluster` they come back from Redis; without, the period's counts start again
 //! (the customer's gain). docs/operations.md, "Faults", says what to do.
 
@@ -45,6 +47,13 @@ pub(crate) struct StateFile {
     path: PathBuf,
     db: Mutex<Arc<redb::Database>>,
     failing: AtomicBool,
+    /// Held from a change's commit to its line in the backup's log: the log's lines are in
+    /// the order of the commits (two changes to one record replay as they were made).
+    logging: Mutex<()>,
+    /// The thread rewriting the backup whole, while one runs ([`StateFile::write_kept`]).
+    rewrite: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Whether the last rewrite of the backup failed (said once, until one succeeds).
+    rewrite_failed: Arc<AtomicBool>,
 }
 
 impl StateFile {
@@ -78,6 +87,9 @@ impl StateFile {
             path: path.to_path_buf(),
             db: Mutex::new(Arc::new(db)),
             failing: AtomicBool::new(false),
+            logging: Mutex::new(()),
+            rewrite: Mutex::new(None),
+            rewrite_failed: Arc::new(AtomicBool::new(false)),
         };
         file.write(probe).map_err(|e| DiskError::Unwritable {
             path: path.display().to_string(),
@@ -143,16 +155,73 @@ impl StateFile {
     /// (`delta`, appended to the backup's log: [`disk::log_backup`]): what a start finding the
     /// file unusable makes a new one from. A backup that cannot be written is logged; the
     /// change is kept all the same (the file holds it).
+    ///
+    /// When the log has outgrown the backup, the backup is written whole again on a thread of
+    /// its own ([`disk::rewrite_backup`]), one at a time: the change does not wait for it (at a
+    /// million keys it is a few hundred MB), and the changes meanwhile go to a new log.
     pub(crate) fn write_kept<T, E: std::fmt::Display>(
         &self,
         f: impl FnOnce(&redb::Database) -> Result<T, E>,
         delta: disk::Delta<'_>,
     ) -> Result<T, E> {
+        let whole = matches!(delta, disk::Delta::Whole);
+        let logging = self.logging.locked();
         let v = self.write(f)?;
-        if let Err(e) = disk::log_backup(&self.db(), &self.path, delta) {
-            tracing::warn!(target: "tollgate::state", path = %self.path.display(), error = %e, "the backup of state.path's changes was not written");
+        if whole {
+            // Written whole, the backup is what its snapshot holds: no order to keep, and the
+            // changes meanwhile do not wait for it.
+            drop(logging);
+        }
+        match disk::log_backup(&self.db(), &self.path, delta) {
+            Ok(disk::Logged::Appended) => {}
+            Ok(disk::Logged::Outgrown) => self.rewrite_backup(),
+            Err(e) => {
+                tracing::warn!(target: "tollgate::state", path = %self.path.display(), error = %e, "the backup of state.path's changes was not written");
+            }
         }
         Ok(v)
+    }
+
+    /// Rewrite the backup whole on a thread of its own, unless one does already.
+    fn rewrite_backup(&self) {
+        let mut running = self.rewrite.locked();
+        if running.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let (db, path) = (self.db(), self.path.clone());
+        let failed = Arc::clone(&self.rewrite_failed);
+        let spawned = std::thread::Builder::new()
+            .name("tollgate-backup".into())
+            .spawn(move || {
+                let started = std::time::Instant::now();
+                match disk::rewrite_backup(&db, &path, disk::Wait::No) {
+                    Ok(true) => {
+                        failed.store(false, Ordering::Release);
+                        tracing::info!(target: "tollgate::state", path = %path.display(), ms = started.elapsed().as_millis() as u64, "the backup of state.path written whole");
+                    }
+                    Ok(false) => {}
+                    Err(e) if !failed.swap(true, Ordering::AcqRel) => {
+                        tracing::warn!(target: "tollgate::state", path = %path.display(), error = %e, "the backup of state.path could not be written whole: its log keeps every change meanwhile, and each change tries again");
+                    }
+                    Err(e) => {
+                        tracing::debug!(target: "tollgate::state", error = %e, "the backup of state.path could not be written whole, again");
+                    }
+                }
+            });
+        match spawned {
+            Ok(t) => *running = Some(t),
+            Err(e) => {
+                tracing::warn!(target: "tollgate::state", error = %e, "no thread to write the backup of state.path whole");
+            }
+        }
+    }
+
+    /// Wait for the backup's rewrite under way, if one is.
+    #[cfg(test)]
+    pub(crate) fn settle_backup(&self) {
+        if let Some(t) = self.rewrite.locked().take() {
+            t.join().expect("the backup's rewrite does not panic");
+        }
     }
 
     /// A write of nothing, while the disk fails: whether it takes writes again.
@@ -299,5 +368,120 @@ mod tests {
             .unwrap();
         assert!(disk::backup_path(&path).exists());
         assert!(!disk::backup_log_path(&path).exists());
+        assert!(!disk::old_log_path(&path).exists());
+    }
+
+    /// A revoked record whose reason is `len` bytes long.
+    fn revoked(name: &str, len: usize) -> Override {
+        Override {
+            revoked: Some(crate::policy::overrides::Change {
+                since_ms: 7,
+                by: "admin".into(),
+                reason: Some("r".repeat(len)),
+            }),
+            ..Override::named(name)
+        }
+    }
+
+    #[test]
+    fn a_change_never_waits_for_the_backup_to_be_written_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let file = StateFile::open(&path).unwrap();
+        let keep = |d: Digest, o: Override| {
+            let records = [(d, Some(o))];
+            file.write_kept(
+                |db| disk::write_all(db, &records),
+                disk::Delta::Overrides(&records),
+            )
+            .unwrap();
+        };
+        // Another process (an upgrade's) is writing the backup whole: it holds the lock.
+        let other = std::fs::File::create(dir.path().join("state.db.backup.lock")).unwrap();
+        other.lock().unwrap();
+        // A change whose line alone outgrows the backup: it is logged, and returns; the
+        // rewrite it asks for is the other's to do.
+        keep(Digest([1; 32]), revoked("big", 1 << 20));
+        file.settle_backup();
+        assert!(!disk::backup_path(&path).exists());
+        assert!(!disk::old_log_path(&path).exists());
+        let log = std::fs::read_to_string(disk::backup_log_path(&path)).unwrap();
+        assert_eq!(log.lines().count(), 1);
+        // Once it lets go, the next change has the backup written whole, away from it: the
+        // log taken over, then removed; changes after the rewrite go to a new log.
+        drop(other);
+        keep(Digest([2; 32]), revoked("small", 8));
+        file.settle_backup();
+        assert!(disk::backup_path(&path).exists());
+        assert!(!disk::old_log_path(&path).exists());
+        assert!(!disk::backup_log_path(&path).exists());
+        keep(Digest([3; 32]), revoked("after", 8));
+        file.settle_backup();
+        assert!(disk::backup_log_path(&path).exists());
+        let want = file.read(disk::read_all).unwrap();
+        drop(file);
+        std::fs::write(&path, vec![0xAB; 73_728]).unwrap();
+        let file = StateFile::open(&path).unwrap();
+        assert_eq!(file.read(disk::read_all).unwrap(), want);
+        assert_eq!(want.len(), 3);
+    }
+
+    /// A step of what happens to `state.path` and its backup.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A change: a record written (or taken out), then its line logged.
+        Change(u8, Option<usize>),
+        /// The rewrite's next step: rotate, write, remove the old log.
+        Rewrite,
+        /// A crash in the middle of a rewrite: the next starts from its first step.
+        Crash,
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            4 => (0u8..5, proptest::option::of(1usize..40)).prop_map(|(d, o)| Step::Change(d, o)),
+            3 => Just(Step::Rewrite),
+            2 => Just(Step::Crash),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+        /// Wherever a rewrite of the backup stops, and whatever changes come between its
+        /// steps, a start that finds the file unusable gets back every change kept.
+        #[test]
+        fn a_backup_cut_short_anywhere_in_its_rewrite_restores_every_change(
+            steps in proptest::collection::vec(step(), 1..24),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("state.db");
+            let db = disk::open(&path).unwrap();
+            let mut next = 0;
+            for s in &steps {
+                match s {
+                    Step::Change(d, o) => {
+                        let records = [(Digest([*d; 32]), o.map(|len| revoked("k", len)))];
+                        disk::write_all(&db, &records).unwrap();
+                        disk::log_backup(&db, &path, disk::Delta::Overrides(&records)).unwrap();
+                    }
+                    Step::Rewrite => {
+                        match next {
+                            0 => disk::rotate_log(&path).unwrap(),
+                            1 => disk::write_backup(&db, &path).unwrap(),
+                            _ => disk::remove_old_log(&path).unwrap(),
+                        }
+                        next = (next + 1) % 3;
+                    }
+                    Step::Crash => next = 0,
+                }
+            }
+            let want = disk::read_all(&db).unwrap();
+            drop(db);
+            std::fs::write(&path, vec![0xAB; 73_728]).unwrap();
+            let file = StateFile::open(&path).unwrap();
+            proptest::prop_assert_eq!(file.read(disk::read_all).unwrap(), want);
+        }
     }
 }
