@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what a fresh Debian/Ubuntu machine lacks to build, test and check Tollgate:
 #   cmake and a C compiler   Pingora's zlib-ng build
-#   redis-server             tests/it/cluster.rs starts its own on a free port (shared budgets)
+#   redis-server             tests/it/cluster/ starts its own on a free port (shared budgets)
 #   redis-sentinel           tests/it/faults.rs starts its own Sentinel (a failover under load)
 #   faketime                 tests/it/faults.rs steps a gateway's wall clock (libfaketime)
 #   chromium                 tests/it/usage.rs renders the usage page in a headless browser

@@ -18,7 +18,7 @@ const RUNS: usize = 10;
 /// Bound on one run of the script (it bounds its own waits at 30 s each).
 const WAIT: Duration = Duration::from_secs(120);
 
-/// One fleet at a time (here and in `cluster.rs`): each test starts three debug-built
+/// One fleet at a time (here and in `cluster/`): each test starts three debug-built
 /// replicas, and on two cores two fleets at once starve each other's exchanges with Redis.
 use crate::harness::one_fleet;
 

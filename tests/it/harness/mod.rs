@@ -77,7 +77,7 @@ pub(crate) fn closed_port_with(offset: u16) -> u16 {
     panic!("no free loopback port in 20000-32767")
 }
 
-/// One fleet of replicas at a time across the wire tests (`cluster.rs`, `fleet_demo.rs`): on
+/// One fleet of replicas at a time across the wire tests (`cluster/`, `fleet_demo.rs`): on
 /// two cores, two fleets at once starve each other's exchanges with Redis and turn accuracy
 /// tests into outage tests.
 pub(crate) fn one_fleet() -> std::sync::MutexGuard<'static, ()> {
