@@ -4,7 +4,7 @@
 Starts the release binary (target/release/tollgate) on free loopback ports with the keys kept
 in memory, at `state.path`, or in a Redis this script starts (`--store memory|disk|redis`),
 then posts new keys from `--clients` connections (keep-alive) for `--seconds`, and prints
-creates a second, the p50/p99 of a create, and the gateway's RSS per issued key.
+creates a second, the p50/p99/max of a create, and the gateway's RSS per issued key.
 
 With `--keys N` it creates N keys whatever the time; with `--restart` it then stops the gateway
 (SIGTERM), starts it again on the same store and prints how long the start took until the last
@@ -144,6 +144,8 @@ plans:
             "creates_per_s": round(n / took),
             "p50_ms": round(lat[len(lat) // 2] * 1000, 2) if lat else None,
             "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2) if lat else None,
+            "max_ms": round(lat[-1] * 1000, 2) if lat else None,
+            "over_1s": sum(1 for x in lat if x > 1),
             "rss_bytes_per_key": round((rss - base_rss) * 1024 / n) if n else None,
         }
         if args.restart and "secret" in last:
