@@ -4,7 +4,8 @@
 //! Windows are 2 s and the replicas reconcile every 20 ms (1 % of the window, as 100 ms is of
 //! the default 10 s), so that the tests stay under a minute. One file a subject: both bounds (`bounds`), the scripts
 //! on a real Redis (`script`), Redis failing (`outages`), the block itself (`setup`), and
-//! quiet keys with Redis far away (`quiet`); the fleets and measures they share are here.
+//! quiet keys with Redis far away (`quiet`); the fleets they share are here, and
+//! the bounds are judged by the simulation's own measures (`limit::shared::measure`).
 
 mod bounds;
 mod outages;
@@ -29,6 +30,7 @@ use tollgate::limit::shared::{Call, Reply};
 use tollgate::limit::Rate;
 use tollgate::shared::script::{pack_calls, unpack_answers, BUDGET_LUA, HEARTBEAT_LUA};
 use tollgate_core::digest::Digest;
+use tollgate_core::limit::shared::measure::{worst_excess, worst_shortfall};
 
 const WINDOW_SECS: u32 = 2;
 const WINDOW: Duration = Duration::from_secs(WINDOW_SECS as u64);
@@ -172,51 +174,6 @@ fn admitted(trace: &Trace) -> Vec<u64> {
         .filter(|e| e.2 == 200)
         .map(|(t, ..)| t.as_nanos() as u64 + 1_000_000_000)
         .collect()
-}
-
-/// The most any window `[s, s + w)` holds of the fleet's admissions beyond one process's in
-/// `[s - lead, s + w)`, less what the fleet left unspent in the window before (the same
-/// measure as the core's simulation, `limit/shared/sim.rs`, where it is explained).
-fn worst_excess(fleet: &[u64], single: &[u64], w: u64, lead: u64) -> i64 {
-    let count = |v: &[u64], from: u64, to: u64| {
-        (v.partition_point(|&t| t < to) - v.partition_point(|&t| t < from)) as i64
-    };
-    let starts = fleet
-        .iter()
-        .flat_map(|&t| [t, t + 1, t.saturating_sub(w) + 1, t + w])
-        .chain(
-            single
-                .iter()
-                .flat_map(|&t| [t + lead, t + 1, t.saturating_sub(w) + 1, t + w]),
-        );
-    starts
-        .map(|s| {
-            let before = s.saturating_sub(w);
-            let credit = (count(single, before, s) - count(fleet, before, s)).max(0);
-            count(fleet, s, s + w) - count(single, s.saturating_sub(lead), s + w) - credit
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-/// The most one process admits beyond the fleet in a window that starts from a key idle
-/// fleet-wide (one process's admissions in `[s, s + w)` less the fleet's in
-/// `[s, s + w + lead)`, for every `s` where one process admits after a window with no
-/// admission of either; the same measure as the core's simulation).
-fn worst_shortfall(fleet: &[u64], single: &[u64], w: u64, lead: u64) -> i64 {
-    let count = |v: &[u64], from: u64, to: u64| {
-        (v.partition_point(|&t| t < to) - v.partition_point(|&t| t < from)) as i64
-    };
-    let idle = |s: u64| {
-        let from = s.saturating_sub(w);
-        count(single, from, s) == 0 && count(fleet, from, s) == 0
-    };
-    single
-        .iter()
-        .filter(|&&s| idle(s))
-        .map(|&s| count(single, s, s + w) - count(fleet, s, s + w + lead))
-        .max()
-        .unwrap_or(0)
 }
 
 fn is_budget_name(name: &str) -> bool {

@@ -91,6 +91,8 @@ use crate::clock::Nanos;
 use crate::digest::Digest;
 
 #[cfg(any(test, feature = "testing"))]
+pub mod measure;
+#[cfg(any(test, feature = "testing"))]
 pub mod model;
 #[cfg(test)]
 mod sim;
