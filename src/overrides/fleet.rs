@@ -18,6 +18,7 @@ use crate::fleet_store::StoreError;
 use crate::policy::overrides::{Override, Part};
 use crate::policy::versions::{part_of_field, Hlc, Kept};
 use crate::runtime::live::unix_ms;
+use crate::state::backup;
 use crate::state::disk::{self, DiskError};
 use crate::state::StateFile;
 use crate::sync::Locked;
@@ -172,7 +173,7 @@ impl Fleet {
         let kept = tokio::task::spawn_blocking(move || {
             file.write_kept(
                 |db| disk::write_fields(db, &fields),
-                disk::Delta::Fields(&fields),
+                backup::Delta::Fields(&fields),
             )
         })
         .await;
@@ -220,7 +221,7 @@ impl Fleet {
         };
         let file = Arc::clone(file);
         let kept = tokio::task::spawn_blocking(move || {
-            file.write_kept(|db| disk::replace_fields(db, &fields), disk::Delta::Whole)
+            file.write_kept(|db| disk::replace_fields(db, &fields), backup::Delta::Whole)
         })
         .await
         .map_err(|e| e.to_string())

@@ -7,7 +7,7 @@ use super::{Backend, KeepError, PlanOverrides};
 use crate::digest::Digest;
 use crate::policy::overrides::{Drop, Override, Part};
 use crate::runtime::live::Forget;
-use crate::state::disk;
+use crate::state::{backup, disk};
 
 /// What a change keeps: each digest's record after it, the part changed named.
 pub(crate) type Records = Vec<(Digest, Part, Override)>;
@@ -27,7 +27,7 @@ impl PlanOverrides {
                 tokio::task::spawn_blocking(move || {
                     db.write_kept(
                         |db| disk::write_all(db, &records),
-                        disk::Delta::Overrides(&records),
+                        backup::Delta::Overrides(&records),
                     )
                 })
                 .await
@@ -52,7 +52,7 @@ impl Forget for PlanOverrides {
                     drops.iter().map(|d| (d.digest, d.after.clone())).collect();
                 if let Err(e) = db.write_kept(
                     |db| disk::write_all(db, &records),
-                    disk::Delta::Overrides(&records),
+                    backup::Delta::Overrides(&records),
                 ) {
                     tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
                 }

@@ -28,7 +28,7 @@
 //! its log (`<name>.backup.log`, [`StateFile::write_kept`]: a change costs what it wrote, not
 //! what the file holds), and the log folded into the backup written whole
 //! (`<name>.backup.json`) on a thread of its own when it outgrows it
-//! ([`disk::rewrite_backup`]: no change waits for that). Quota and ledger counts are not in the
+//! ([`backup::rewrite_backup`]: no change waits for that). Quota and ledger counts are not in the
 //! backup: with `cluster` they come back from Redis; without, the period's counts start again
 //! (the customer's gain). docs/operations.md, "Faults", says what to do.
 
@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub(crate) mod backup;
 pub(crate) mod disk;
 
 use disk::DiskError;
@@ -70,7 +71,7 @@ impl StateFile {
                     ),
                 })?;
                 let db = disk::open(path)?;
-                let restored = disk::restore_backup(&db, path);
+                let restored = backup::restore_backup(&db, path);
                 tracing::error!(
                     target: "tollgate::state",
                     path = %path.display(),
@@ -152,19 +153,19 @@ impl StateFile {
 
     /// [`StateFile::write`] of an operator's change (the overrides, or the copy of the
     /// fleet's), then the backup beside the file brought up to date with what it wrote
-    /// (`delta`, appended to the backup's log: [`disk::log_backup`]): what a start finding the
+    /// (`delta`, appended to the backup's log: [`backup::log_backup`]): what a start finding the
     /// file unusable makes a new one from. A backup that cannot be written is logged; the
     /// change is kept all the same (the file holds it).
     ///
     /// When the log has outgrown the backup, the backup is written whole again on a thread of
-    /// its own ([`disk::rewrite_backup`]), one at a time: the change does not wait for it (at a
+    /// its own ([`backup::rewrite_backup`]), one at a time: the change does not wait for it (at a
     /// million keys it is a few hundred MB), and the changes meanwhile go to a new log.
     pub(crate) fn write_kept<T, E: std::fmt::Display>(
         &self,
         f: impl FnOnce(&redb::Database) -> Result<T, E>,
-        delta: disk::Delta<'_>,
+        delta: backup::Delta<'_>,
     ) -> Result<T, E> {
-        let whole = matches!(delta, disk::Delta::Whole);
+        let whole = matches!(delta, backup::Delta::Whole);
         let logging = self.logging.locked();
         let v = self.write(f)?;
         if whole {
@@ -172,9 +173,9 @@ impl StateFile {
             // changes meanwhile do not wait for it.
             drop(logging);
         }
-        match disk::log_backup(&self.db(), &self.path, delta) {
-            Ok(disk::Logged::Appended) => {}
-            Ok(disk::Logged::Outgrown) => self.rewrite_backup(),
+        match backup::log_backup(&self.db(), &self.path, delta) {
+            Ok(backup::Logged::Appended) => {}
+            Ok(backup::Logged::Outgrown) => self.rewrite_backup(),
             Err(e) => {
                 tracing::warn!(target: "tollgate::state", path = %self.path.display(), error = %e, "the backup of state.path's changes was not written");
             }
@@ -194,7 +195,7 @@ impl StateFile {
             .name("tollgate-backup".into())
             .spawn(move || {
                 let started = std::time::Instant::now();
-                match disk::rewrite_backup(&db, &path, disk::Wait::No) {
+                match backup::rewrite_backup(&db, &path, backup::Wait::No) {
                     Ok(true) => {
                         failed.store(false, Ordering::Release);
                         tracing::info!(target: "tollgate::state", path = %path.display(), ms = started.elapsed().as_millis() as u64, "the backup of state.path written whole");
@@ -272,7 +273,7 @@ mod tests {
         let records = [(Digest([1; 32]), Some(revoked.clone()))];
         file.write_kept(
             |db| disk::write_all(db, &records),
-            disk::Delta::Overrides(&records),
+            backup::Delta::Overrides(&records),
         )
         .unwrap();
         drop(file);
@@ -327,7 +328,7 @@ mod tests {
         let write = |records: Vec<(Digest, Option<Override>)>| {
             file.write_kept(
                 |db| disk::write_all(db, &records),
-                disk::Delta::Overrides(&records),
+                backup::Delta::Overrides(&records),
             )
             .unwrap();
         };
@@ -336,13 +337,13 @@ mod tests {
         write(vec![(a, None), (c, Some(record("c")))]);
         drop(file);
         // One line a change, and no whole backup yet: a change costs what it wrote.
-        let log = std::fs::read_to_string(disk::backup_log_path(&path)).unwrap();
+        let log = std::fs::read_to_string(backup::backup_log_path(&path)).unwrap();
         assert_eq!(log.lines().count(), 3);
-        assert!(!disk::backup_path(&path).exists());
+        assert!(!backup::backup_path(&path).exists());
         // A crash cut the last line short: it is left out.
         let mut torn = log.clone();
         torn.push_str("{\"overrides\":{\"01");
-        std::fs::write(disk::backup_log_path(&path), torn).unwrap();
+        std::fs::write(backup::backup_log_path(&path), torn).unwrap();
         std::fs::write(&path, vec![0xAB; 73_728]).unwrap();
         let file = StateFile::open(&path).unwrap();
         let set = file.read(disk::read_all).unwrap();
@@ -354,7 +355,7 @@ mod tests {
         let records = [(d, Some(record("d")))];
         file.write_kept(
             |db| disk::write_all(db, &records),
-            disk::Delta::Overrides(&records),
+            backup::Delta::Overrides(&records),
         )
         .unwrap();
         drop(file);
@@ -364,11 +365,11 @@ mod tests {
         assert_eq!(set.len(), 3);
         assert_eq!(set.get(&d), Some(&record("d")));
         // Written whole (the fleet's copy replaced): the log starts again.
-        file.write_kept(|_| Ok::<(), DiskError>(()), disk::Delta::Whole)
+        file.write_kept(|_| Ok::<(), DiskError>(()), backup::Delta::Whole)
             .unwrap();
-        assert!(disk::backup_path(&path).exists());
-        assert!(!disk::backup_log_path(&path).exists());
-        assert!(!disk::old_log_path(&path).exists());
+        assert!(backup::backup_path(&path).exists());
+        assert!(!backup::backup_log_path(&path).exists());
+        assert!(!backup::old_log_path(&path).exists());
     }
 
     /// A revoked record whose reason is `len` bytes long.
@@ -392,7 +393,7 @@ mod tests {
             let records = [(d, Some(o))];
             file.write_kept(
                 |db| disk::write_all(db, &records),
-                disk::Delta::Overrides(&records),
+                backup::Delta::Overrides(&records),
             )
             .unwrap();
         };
@@ -403,21 +404,21 @@ mod tests {
         // rewrite it asks for is the other's to do.
         keep(Digest([1; 32]), revoked("big", 1 << 20));
         file.settle_backup();
-        assert!(!disk::backup_path(&path).exists());
-        assert!(!disk::old_log_path(&path).exists());
-        let log = std::fs::read_to_string(disk::backup_log_path(&path)).unwrap();
+        assert!(!backup::backup_path(&path).exists());
+        assert!(!backup::old_log_path(&path).exists());
+        let log = std::fs::read_to_string(backup::backup_log_path(&path)).unwrap();
         assert_eq!(log.lines().count(), 1);
         // Once it lets go, the next change has the backup written whole, away from it: the
         // log taken over, then removed; changes after the rewrite go to a new log.
         drop(other);
         keep(Digest([2; 32]), revoked("small", 8));
         file.settle_backup();
-        assert!(disk::backup_path(&path).exists());
-        assert!(!disk::old_log_path(&path).exists());
-        assert!(!disk::backup_log_path(&path).exists());
+        assert!(backup::backup_path(&path).exists());
+        assert!(!backup::old_log_path(&path).exists());
+        assert!(!backup::backup_log_path(&path).exists());
         keep(Digest([3; 32]), revoked("after", 8));
         file.settle_backup();
-        assert!(disk::backup_log_path(&path).exists());
+        assert!(backup::backup_log_path(&path).exists());
         let want = file.read(disk::read_all).unwrap();
         drop(file);
         std::fs::write(&path, vec![0xAB; 73_728]).unwrap();
@@ -464,13 +465,13 @@ mod tests {
                     Step::Change(d, o) => {
                         let records = [(Digest([*d; 32]), o.map(|len| revoked("k", len)))];
                         disk::write_all(&db, &records).unwrap();
-                        disk::log_backup(&db, &path, disk::Delta::Overrides(&records)).unwrap();
+                        backup::log_backup(&db, &path, backup::Delta::Overrides(&records)).unwrap();
                     }
                     Step::Rewrite => {
                         match next {
-                            0 => disk::rotate_log(&path).unwrap(),
-                            1 => disk::write_backup(&db, &path).unwrap(),
-                            _ => disk::remove_old_log(&path).unwrap(),
+                            0 => backup::rotate_log(&path).unwrap(),
+                            1 => backup::write_backup(&db, &path).unwrap(),
+                            _ => backup::remove_old_log(&path).unwrap(),
                         }
                         next = (next + 1) % 3;
                     }
