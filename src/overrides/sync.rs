@@ -216,7 +216,9 @@ pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Ov
             by_hash.entry(hash).or_default().merge(o);
         }
     }
-    let mut set = Overrides::with_capacity(by_hash.len());
+    // Gathered, then built in one go: a tree built from its records in order has its nodes
+    // full, where one that grows a record at a time leaves them partly empty.
+    let mut set = Vec::new();
     // An issued key's record names its digest (the one it was issued with).
     let issued: Vec<&str> = by_hash
         .iter()
@@ -230,7 +232,7 @@ pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Ov
                 .as_ref()
                 .map(|i| i.id)
                 .expect("an issued key's record");
-            set.insert(id, o);
+            set.push((id, o));
         }
     }
     let mut by_name: HashMap<String, Vec<&str>> = HashMap::new();
@@ -249,7 +251,7 @@ pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Ov
         let f = field(&d);
         if let Some(&h) = hashes.iter().find(|&&h| h == f) {
             if let Some(o) = by_hash.remove(h) {
-                set.insert(d, o);
+                set.push((d, o));
             }
         }
     }
@@ -260,11 +262,11 @@ pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Ov
             .chain(keys.aliases().map(|(_, a)| a.digest));
         for d in digests {
             if let Some(o) = by_hash.remove(field(&d).as_str()) {
-                set.insert(d, o);
+                set.push((d, o));
             }
         }
     }
-    set
+    Overrides::from_iter(set)
 }
 
 #[async_trait]

@@ -262,11 +262,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         let revoked = Override {
-            revoked: Some(crate::policy::overrides::Change {
+            revoked: Some(Box::new(crate::policy::overrides::Change {
                 since_ms: 7,
                 by: "admin".into(),
                 reason: None,
-            }),
+            })),
             ..Override::named("basic-1")
         };
         let file = StateFile::open(&path).unwrap();
@@ -316,11 +316,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         let record = |name: &str| Override {
-            revoked: Some(crate::policy::overrides::Change {
+            revoked: Some(Box::new(crate::policy::overrides::Change {
                 since_ms: 7,
                 by: "admin".into(),
                 reason: None,
-            }),
+            })),
             ..Override::named(name)
         };
         let (a, b, c) = (Digest([1; 32]), Digest([2; 32]), Digest([3; 32]));
@@ -375,11 +375,11 @@ mod tests {
     /// A revoked record whose reason is `len` bytes long.
     fn revoked(name: &str, len: usize) -> Override {
         Override {
-            revoked: Some(crate::policy::overrides::Change {
+            revoked: Some(Box::new(crate::policy::overrides::Change {
                 since_ms: 7,
                 by: "admin".into(),
                 reason: Some("r".repeat(len)),
-            }),
+            })),
             ..Override::named(name)
         }
     }

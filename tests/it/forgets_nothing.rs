@@ -455,8 +455,8 @@ fn the_store_merges_copies_by_the_replicas_rule() {
                         reason: None,
                     };
                     match part {
-                        Part::Revoked => o.revoked = Some(c),
-                        Part::Suspended => o.suspended = Some(c),
+                        Part::Revoked => o.revoked = Some(Box::new(c)),
+                        Part::Suspended => o.suspended = Some(Box::new(c)),
                         _ => o.plan_id = Some(next(3) as u32 + 1),
                     }
                 }

@@ -6,7 +6,10 @@ use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq;
 
 /// SHA-256 of a key. Its `Debug` never prints the bytes.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// `==` and the order are for the digests the gateway holds (maps of its own records); a
+/// presented key is compared with [`Digest::ct_eq`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Digest(pub [u8; 32]);
 
 impl Digest {

@@ -201,11 +201,11 @@ mod tests {
 
     fn suspended(v: Version, since_ms: u64) -> Kept {
         let o = Override {
-            suspended: Some(Change {
+            suspended: Some(Box::new(Change {
                 since_ms,
                 by: "admin".into(),
                 reason: None,
-            }),
+            })),
             ..Override::named("k")
         };
         Kept::new(v, &o)
@@ -230,11 +230,11 @@ mod tests {
             Kept::new(
                 v,
                 &Override {
-                    revoked: Some(Change {
+                    revoked: Some(Box::new(Change {
                         since_ms,
                         by: "admin".into(),
                         reason: None,
-                    }),
+                    })),
                     ..Override::named("k")
                 },
             )
@@ -313,13 +313,13 @@ mod tests {
                         };
                         match part {
                             Part::Plan => o.plan_id = Some(since as u32 + 1),
-                            Part::Suspended => o.suspended = Some(c),
-                            Part::Revoked => o.revoked = Some(c),
+                            Part::Suspended => o.suspended = Some(Box::new(c)),
+                            Part::Revoked => o.revoked = Some(Box::new(c)),
                             Part::Limit => {
-                                o.limit = Some(crate::policy::overrides::LimitChange {
+                                o.limit = Some(Box::new(crate::policy::overrides::LimitChange {
                                     requests_per_window: since as u32 + 1,
                                     change: c,
-                                })
+                                }))
                             }
                             Part::Quota | Part::Issued => o.yaml = Some(since.to_string()),
                         }

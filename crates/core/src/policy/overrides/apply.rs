@@ -321,14 +321,14 @@ impl Policy {
                     std::iter::once(entry.digest).chain(self.keys.aliases_of(k).map(|a| a.digest));
                 for d in digests {
                     let mut o = record(&d);
-                    o.revoked.get_or_insert_with(|| stamp(None));
+                    o.revoked.get_or_insert_with(|| Box::new(stamp(None)));
                     out.push((d, Part::Revoked, o));
                 }
                 return Ok(out);
             }
             _ if o.revoked.is_some() => return Err(ChangeRefused::Revoked),
             Action::Suspend(reason) => {
-                o.suspended = Some(stamp(reason.clone()));
+                o.suspended = Some(Box::new(stamp(reason.clone())));
                 Part::Suspended
             }
             Action::Resume
@@ -348,16 +348,20 @@ impl Policy {
                 return Err(ChangeRefused::NotACustomerKey)
             }
             Action::Limit(n) => {
-                o.limit = n.map(|requests_per_window| LimitChange {
-                    requests_per_window,
-                    change: stamp(None),
+                o.limit = n.map(|requests_per_window| {
+                    Box::new(LimitChange {
+                        requests_per_window,
+                        change: stamp(None),
+                    })
                 });
                 Part::Limit
             }
             Action::Quota(q) => {
-                o.quota = q.map(|quota| QuotaChange {
-                    quota,
-                    change: stamp(None),
+                o.quota = q.map(|quota| {
+                    Box::new(QuotaChange {
+                        quota,
+                        change: stamp(None),
+                    })
                 });
                 Part::Quota
             }

@@ -72,7 +72,7 @@ impl Policy {
             rotated_ms: None,
         };
         let record = Override {
-            issued: Some(issued),
+            issued: Some(Box::new(issued)),
             ..Override::named(&key.name)
         };
         Ok(vec![(digest, Part::Issued, record)])
@@ -133,7 +133,7 @@ impl Policy {
                 .unwrap_or_else(|| Override::named(&record.key));
             o.issued = None;
             let first = o.revoked.is_none();
-            o.revoked.get_or_insert_with(|| revoked.clone());
+            o.revoked.get_or_insert_with(|| Box::new(revoked.clone()));
             if d == id {
                 out.push((d, Part::Issued, o.clone()));
             }
@@ -209,7 +209,7 @@ pub fn check_issued(
     use std::collections::HashMap;
     let issued: Vec<(&str, &IssuedKey)> = set
         .values()
-        .filter_map(|o| Some((o.key.as_str(), o.issued.as_ref()?)))
+        .filter_map(|o| Some((o.key.as_str(), o.issued.as_deref()?)))
         .collect();
     if issued.is_empty() {
         return Ok(());
