@@ -93,36 +93,96 @@ pub struct QuotaChange {
 /// digests. Kept under the digest it was issued with (`id`), which stays its name in every
 /// store (its budget, its other parts) through rotations.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "IssuedKept", into = "IssuedKept")]
 pub struct IssuedKey {
     /// The digest it was issued with.
-    #[serde(with = "hex_digest")]
     pub id: Digest,
     /// The digest in force (the id's until the first rotation).
-    #[serde(with = "hex_digest")]
     pub digest: Digest,
     /// Earlier digests that still authenticate as the key, each until an instant.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub previous: Vec<PreviousDigest>,
     /// Its plan, by `plan_id` (stable over reloads that reorder the plans).
     pub plan_id: u32,
     /// The partner that manages it, by name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partner: Option<String>,
     /// From this instant (ms since the Unix epoch) it is refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_ms: Option<u64>,
     /// Its own window limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_window: Option<u32>,
     /// Its own quota.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<QuotaSpec>,
     /// When it was issued, and by whom.
-    #[serde(flatten)]
     pub change: Change,
     /// When it was last rotated (ms since the Unix epoch).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotated_ms: Option<u64>,
+}
+
+/// An [`IssuedKey`] as it is written: the same fields, its [`Change`]'s among them. Spelled
+/// out rather than `#[serde(flatten)]`, which reads a record through a buffer of all its
+/// fields (and copies of its strings): a start reads a million of them.
+#[derive(Serialize, Deserialize)]
+struct IssuedKept {
+    #[serde(with = "hex_digest")]
+    id: Digest,
+    #[serde(with = "hex_digest")]
+    digest: Digest,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    previous: Vec<PreviousDigest>,
+    plan_id: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    partner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    requests_per_window: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    quota: Option<QuotaSpec>,
+    since_ms: u64,
+    by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rotated_ms: Option<u64>,
+}
+
+impl From<IssuedKept> for IssuedKey {
+    fn from(k: IssuedKept) -> Self {
+        IssuedKey {
+            id: k.id,
+            digest: k.digest,
+            previous: k.previous,
+            plan_id: k.plan_id,
+            partner: k.partner,
+            expires_ms: k.expires_ms,
+            requests_per_window: k.requests_per_window,
+            quota: k.quota,
+            change: Change {
+                since_ms: k.since_ms,
+                by: k.by,
+                reason: k.reason,
+            },
+            rotated_ms: k.rotated_ms,
+        }
+    }
+}
+
+impl From<IssuedKey> for IssuedKept {
+    fn from(k: IssuedKey) -> Self {
+        IssuedKept {
+            id: k.id,
+            digest: k.digest,
+            previous: k.previous,
+            plan_id: k.plan_id,
+            partner: k.partner,
+            expires_ms: k.expires_ms,
+            requests_per_window: k.requests_per_window,
+            quota: k.quota,
+            since_ms: k.change.since_ms,
+            by: k.change.by,
+            reason: k.change.reason,
+            rotated_ms: k.rotated_ms,
+        }
+    }
 }
 
 /// An earlier digest of an issued key, and until when it authenticates.

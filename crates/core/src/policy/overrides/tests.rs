@@ -140,3 +140,85 @@ fn a_new_config_keeps_an_override_unless_the_yaml_moved_the_key_or_dropped_it() 
     assert_eq!(plan_of(&next, "basic-key-1"), "basic");
     assert_eq!(next.overrides_in_force(), 0);
 }
+
+/// What a record holds is kept as JSON (on disk, in the backup, in Redis) and read back by
+/// later versions: the spelling of every part is fixed, and it reads back as it was.
+#[test]
+fn a_record_is_kept_in_the_spelling_it_was_always_kept_in() {
+    let change = |since_ms, by: &str, reason: Option<&str>| Change {
+        since_ms,
+        by: by.into(),
+        reason: reason.map(Into::into),
+    };
+    let record = Override {
+        plan_id: Some(3),
+        replaced: Some(1),
+        partner: Some("p".into()),
+        at_ms: 9,
+        suspended: Some(Box::new(change(10, "admin", Some("late")))),
+        revoked: Some(Box::new(change(11, "partner:p", None))),
+        limit: Some(Box::new(LimitChange {
+            requests_per_window: 5,
+            change: change(12, "admin", None),
+        })),
+        quota: Some(Box::new(QuotaChange {
+            quota: crate::config::QuotaSpec {
+                requests: 7,
+                per: crate::config::Period::Day,
+            },
+            change: change(13, "admin", None),
+        })),
+        issued: Some(Box::new(IssuedKey {
+            id: digest("id"),
+            digest: digest("now"),
+            previous: vec![PreviousDigest {
+                digest: digest("before"),
+                until_ms: 14,
+            }],
+            plan_id: 2,
+            partner: Some("p".into()),
+            expires_ms: Some(15),
+            requests_per_window: Some(6),
+            quota: Some(crate::config::QuotaSpec {
+                requests: 8,
+                per: crate::config::Period::Month,
+            }),
+            change: change(16, "admin", Some("signup")),
+            rotated_ms: Some(17),
+        })),
+        yaml: Some("f".into()),
+        ..Override::named("k")
+    };
+    let hex = |s: &str| digest(s).to_hex();
+    let kept = format!(
+        concat!(
+            r#"{{"key":"k","plan_id":3,"replaced":1,"partner":"p","at_ms":9,"#,
+            r#""suspended":{{"since_ms":10,"by":"admin","reason":"late"}},"#,
+            r#""revoked":{{"since_ms":11,"by":"partner:p"}},"#,
+            r#""limit":{{"requests_per_window":5,"since_ms":12,"by":"admin"}},"#,
+            r#""quota":{{"requests":7,"per":"day","since_ms":13,"by":"admin"}},"#,
+            r#""issued":{{"id":"{}","digest":"{}","previous":[{{"digest":"{}","until_ms":14}}],"#,
+            r#""plan_id":2,"partner":"p","expires_ms":15,"requests_per_window":6,"#,
+            r#""quota":{{"requests":8,"per":"month"}},"since_ms":16,"by":"admin","#,
+            r#""reason":"signup","rotated_ms":17}},"yaml":"f"}}"#
+        ),
+        hex("id"),
+        hex("now"),
+        hex("before")
+    );
+    assert_eq!(serde_json::to_string(&record).unwrap(), kept);
+    assert_eq!(serde_json::from_str::<Override>(&kept).unwrap(), record);
+    // What was left out reads as nothing (and an issued key's own fields as theirs).
+    let bare = format!(
+        r#"{{"key":"k","issued":{{"id":"{}","digest":"{}","plan_id":2,"since_ms":1,"by":"admin"}}}}"#,
+        hex("id"),
+        hex("id")
+    );
+    let read: Override = serde_json::from_str(&bare).unwrap();
+    assert_eq!(
+        serde_json::to_string(&read)
+            .unwrap()
+            .replace(",\"at_ms\":0", ""),
+        bare
+    );
+}
