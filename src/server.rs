@@ -196,6 +196,7 @@ impl Rooms {
             Some((shared, _)) => Arc::clone(shared) as Arc<dyn Store>,
             None => Arc::new(LocalStore),
         };
+        let started = std::time::Instant::now();
         let (overrides, kept) = PlanOverrides::open(
             config.process.cluster.as_ref(),
             config.process.state_path.as_deref(),
@@ -205,8 +206,19 @@ impl Rooms {
             message: e.to_string(),
         })?;
         let overrides = Arc::new(overrides);
+        let (records, read) = (kept.len(), started.elapsed());
         let sync_every = config.process.cluster.as_ref().map(|c| c.sync_interval);
         let live = Arc::new(LivePolicy::with_store(config, metrics, store, kept)?);
+        if records > 0 {
+            let ms = |d: Duration| d.as_millis() as u64;
+            tracing::info!(
+                target: "tollgate::overrides",
+                records,
+                read_ms = ms(read),
+                apply_ms = ms(started.elapsed() - read),
+                "the changes kept at state.path put in force"
+            );
+        }
         overrides.start(&live);
         live.forget_with(Arc::clone(&overrides) as Arc<dyn crate::runtime::live::Forget>);
         let keeper = Arc::new(
