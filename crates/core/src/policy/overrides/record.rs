@@ -385,6 +385,6 @@ impl Override {
 /// Every override kept, by the key's digest.
 ///
 /// A B-tree, not a hash map: it grows a node at a time, where a hash map of a million records
-/// doubles at once under the change lock (1.2 s at 458,753 records of 576 bytes, before the
-/// parts were boxed: docs/keyscale.md), and it holds about a third less for the same records.
+/// doubles at once under the change lock (a create waited 1.2 s at 458,753 records:
+/// docs/keyscale.md, "Records made compact").
 pub type Overrides = BTreeMap<Digest, Override>;
