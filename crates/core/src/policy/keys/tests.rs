@@ -99,3 +99,49 @@ fn reload_carries_rate_state_for_remaining_keys_only() {
     let gone = &cfg.keys[0].digest;
     assert!(new.lookup(gone).is_none());
 }
+
+/// A key put in the segment: new under its name, brought up to date when put again with its
+/// id (a rotation), and replaced, the old one deleted, when its name comes with another id.
+#[test]
+fn an_issued_name_is_new_then_brought_up_to_date_then_replaced_by_another_id() {
+    let seg = Issued::default();
+    let d = |s: &str| Digest::of(s.as_bytes());
+    let key = |id: &str, digests: &[&str], expires_ms: Option<u64>| NewIssued {
+        name: "shop",
+        id: d(id),
+        credential: Credential::Customer {
+            plan: 0,
+            partner: None,
+            limit: 0,
+        },
+        extra: expires_ms.map(|ms| crate::config::KeyExtra {
+            expires_ms: Some(ms),
+            ..crate::config::KeyExtra::default()
+        }),
+        digests: digests.iter().map(|s| (d(s), u64::MAX)).collect(),
+        now_ms: 10,
+    };
+    let first = seg.put(key("a", &["a"], Some(100)));
+    assert_eq!(
+        (seg.find("shop"), seg.lookup(&d("a")), seg.len()),
+        (Some(first), Some(first), 1)
+    );
+    // Its id again, a new digest in force: the same slot, the old digest gone.
+    assert_eq!(seg.put(key("a", &["a2"], None)), first);
+    assert_eq!(
+        (seg.lookup(&d("a")), seg.lookup(&d("a2")), seg.len()),
+        (None, Some(first), 1)
+    );
+    // The name with another id: a new slot; the old one deleted, none of its digests found.
+    let second = seg.put(key("b", &["b"], Some(5)));
+    assert_ne!(second, first);
+    assert!(seg.slot(first).unwrap().is_gone());
+    assert_eq!(
+        (seg.find("shop"), seg.lookup(&d("a2")), seg.lookup(&d("b"))),
+        (Some(second), None, Some(second))
+    );
+    assert_eq!(seg.len(), 1);
+    // Put past its expiry: expired at once.
+    let entry = &seg.slot(second).unwrap().entry;
+    assert_eq!(entry.live().state(), KeyState::Expired);
+}
