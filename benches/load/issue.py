@@ -9,10 +9,16 @@ creates a second, the p50/p99/max of a create, and the gateway's RSS per issued 
 With `--keys N` it creates N keys whatever the time; with `--restart` it then stops the gateway
 (SIGTERM), starts it again on the same store and prints how long the start took until the last
 key created authenticates on the main listener (the issued keys are in force), and the RSS per
-key after that start.
+key after that start (at once, and 15 s later: `settled_`).
+
+With `--dir D` the store (and the config) are kept in D after the run; `--start-only` then
+times only a start on what an earlier run left in D (no keys created), so that a start at a
+million keys can be measured again and again without creating them each time.
 
     python3 benches/load/issue.py --store disk --seconds 10
     python3 benches/load/issue.py --store disk --keys 1000000 --restart
+    python3 benches/load/issue.py --store disk --keys 1000000 --dir /tmp/m1
+    python3 benches/load/issue.py --store disk --dir /tmp/m1 --start-only
 """
 import argparse
 import http.client
@@ -54,6 +60,31 @@ def rss_kb(pid):
     return 0
 
 
+# Seconds after a start is ready before its RSS is read again: memory the start freed (a
+# million records read in batches, the vector they were gathered in) goes back to the system
+# when the allocator purges it, some seconds later (mimalloc: within 15 s here).
+SETTLE_S = 15
+
+
+def time_start(start, listen, secret, within):
+    """Start the gateway and time it until `secret` (the last key created) authenticates on
+    the main listener (the issued keys are in force): the upstream (port 9) is closed, so the
+    answer is then a 502, not a 401. At most `within` seconds (then the time is None)."""
+    t0 = time.perf_counter()
+    gw = start()
+    wait_port(listen, 600)
+    while time.perf_counter() - t0 < within:
+        conn = http.client.HTTPConnection("127.0.0.1", listen, timeout=10)
+        conn.request("POST", "/v2/sendMessage/", '{"chatId":"1@c.us","message":"hi"}',
+                     {"Authorization": "Bearer " + secret, "Content-Type": "application/json"})
+        status = conn.getresponse().status
+        conn.close()
+        if status != 401:
+            return gw, round(time.perf_counter() - t0, 2)
+        time.sleep(0.01)
+    return gw, None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", choices=["memory", "disk", "redis"], default="memory")
@@ -67,8 +98,20 @@ def main():
                     "whole read of the cluster's set logs its fields and times")
     ap.add_argument("--ready-within", type=float, default=120,
                     help="give up waiting for the restarted gateway after this many seconds")
+    ap.add_argument("--names", default="c",
+                    help="the keys' names start with this (another than an earlier run's, to "
+                    "create more keys in its --dir)")
+    ap.add_argument("--dir", help="keep the store and config in this directory (not removed)")
+    ap.add_argument("--start-only", action="store_true",
+                    help="with --dir: only time a start on what an earlier run left there")
     args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="tg-issue-")
+    if args.start_only and not args.dir:
+        sys.exit("--start-only needs --dir, the directory of an earlier run")
+    if args.start_only and args.store == "redis":
+        sys.exit("--start-only reads a store kept on disk: --store disk")
+    if args.dir:
+        os.makedirs(args.dir, exist_ok=True)
+    work = os.path.abspath(args.dir) if args.dir else tempfile.mkdtemp(prefix="tg-issue-")
     listen, admin = free_port(), free_port()
     extra = ""
     redis = None
@@ -96,6 +139,21 @@ plans:
         return subprocess.Popen([args.binary, "run", "--config", path], env=env,
                                 stdout=log, stderr=log)
 
+    if args.start_only:
+        with open(os.path.join(work, "last.json")) as f:
+            last = json.load(f)
+        gw, ready = time_start(start, listen, last["secret"], args.ready_within)
+        try:
+            per_key = lambda: round(rss_kb(gw.pid) * 1024 / last["keys"])
+            at_ready = per_key()
+            time.sleep(SETTLE_S)
+            print(json.dumps({"store": args.store, "keys": last["keys"], "restart_ready_s": ready,
+                              "rss_bytes_per_key_with_base": at_ready,
+                              "settled_rss_bytes_per_key_with_base": per_key()}))
+        finally:
+            gw.terminate()
+            gw.wait()
+        return
     gw = start()
     try:
         wait_port(admin)
@@ -111,7 +169,7 @@ plans:
             i = 0
             mine = []
             while time.time() < stop and (per_client is None or i < per_client):
-                body = json.dumps({"name": f"c{c}-{i:08d}", "plan": "basic"})
+                body = json.dumps({"name": f"{args.names}{c}-{i:08d}", "plan": "basic"})
                 t = time.perf_counter()
                 conn.request("POST", "/api/keys", body, {"Content-Type": "application/json"})
                 r = conn.getresponse()
@@ -148,29 +206,17 @@ plans:
             "over_1s": sum(1 for x in lat if x > 1),
             "rss_bytes_per_key": round((rss - base_rss) * 1024 / n) if n else None,
         }
+        if args.dir and "secret" in last:
+            with open(os.path.join(work, "last.json"), "w") as f:
+                json.dump({"secret": last["secret"], "keys": n}, f)
         if args.restart and "secret" in last:
             gw.terminate()
             gw.wait()
-            t0 = time.perf_counter()
-            gw = start()
-            wait_port(listen, 600)
-            # The last key of client 0 authenticates once the issued keys are in force: the
-            # upstream (port 9) is closed, so the answer is then a 502, not a 401. At most
-            # `--ready-within` seconds (then `restart_ready_s` is null).
-            ready = None
-            while time.perf_counter() - t0 < args.ready_within:
-                conn = http.client.HTTPConnection("127.0.0.1", listen, timeout=10)
-                conn.request("POST", "/v2/sendMessage/", '{"chatId":"1@c.us","message":"hi"}',
-                             {"Authorization": "Bearer " + last["secret"],
-                              "Content-Type": "application/json"})
-                status = conn.getresponse().status
-                conn.close()
-                if status != 401:
-                    ready = round(time.perf_counter() - t0, 2)
-                    break
-                time.sleep(0.01)
+            gw, ready = time_start(start, listen, last["secret"], args.ready_within)
             out["restart_ready_s"] = ready
             out["restart_rss_bytes_per_key"] = round((rss_kb(gw.pid) - base_rss) * 1024 / n)
+            time.sleep(SETTLE_S)
+            out["settled_rss_bytes_per_key"] = round((rss_kb(gw.pid) - base_rss) * 1024 / n)
         print(json.dumps(out))
     finally:
         gw.terminate()
@@ -178,7 +224,8 @@ plans:
         if redis:
             redis.terminate()
             redis.wait()
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
