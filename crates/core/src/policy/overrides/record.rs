@@ -222,7 +222,7 @@ impl IssuedKey {
 
 /// Digests as 64 lowercase hex characters.
 mod hex_digest {
-    use serde::{Deserialize, Deserializer, Serializer};
+    use serde::{Deserializer, Serializer};
 
     use crate::digest::Digest;
 
@@ -230,9 +230,20 @@ mod hex_digest {
         s.serialize_str(&d.to_hex())
     }
 
+    /// Read in place: serde's `Cow<str>` would copy every digest into a `String` first
+    /// (two a record, a million records at a start).
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Digest, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        Digest::from_hex(&s).ok_or_else(|| serde::de::Error::custom("not 64 hex characters"))
+        struct Hex;
+        impl serde::de::Visitor<'_> for Hex {
+            type Value = Digest;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("64 hex characters")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Digest, E> {
+                Digest::from_hex(s).ok_or_else(|| E::custom("not 64 hex characters"))
+            }
+        }
+        d.deserialize_str(Hex)
     }
 }
 

@@ -222,3 +222,44 @@ fn a_record_is_kept_in_the_spelling_it_was_always_kept_in() {
         bare
     );
 }
+
+/// A digest in a record is read in place, and however the JSON spells it: an escaped
+/// character (which the reader cannot lend from the text) reads as the plain one; anything but
+/// 64 hex characters, in any field that holds a digest, is refused with what was expected.
+#[test]
+fn a_kept_digest_is_read_however_spelled_and_refused_unless_hex() {
+    let hex = digest("id").to_hex();
+    let record = |id: &str, now: &str, before: &str| {
+        format!(
+            concat!(
+                r#"{{"key":"k","issued":{{"id":"{}","digest":"{}","#,
+                r#""previous":[{{"digest":"{}","until_ms":1}}],"plan_id":2,"since_ms":1,"by":"a"}}}}"#
+            ),
+            id, now, before
+        )
+    };
+    let plain: Override = serde_json::from_str(&record(&hex, &hex, &hex)).unwrap();
+    let issued = plain.issued.as_deref().unwrap();
+    assert_eq!((issued.id, issued.digest), (digest("id"), digest("id")));
+    assert_eq!(issued.previous[0].digest, digest("id"));
+    let escaped = format!("\\u00{:x}{}", hex.as_bytes()[0], &hex[1..]);
+    let read: Override = serde_json::from_str(&record(&escaped, &escaped, &escaped)).unwrap();
+    assert_eq!(read, plain);
+    let short = &hex[..63];
+    let not_hex = format!("z{}", &hex[1..]);
+    for bad in [short, &not_hex, ""] {
+        for spelled in [
+            record(bad, &hex, &hex),
+            record(&hex, bad, &hex),
+            record(&hex, &hex, bad),
+        ] {
+            let e = serde_json::from_str::<Override>(&spelled).unwrap_err();
+            assert!(e.to_string().contains("not 64 hex characters"), "{e}");
+        }
+    }
+    let e = serde_json::from_str::<Override>(
+        &record(&hex, &hex, &hex).replace(&format!(r#""id":"{hex}""#), r#""id":7"#),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("64 hex characters"), "{e}");
+}
