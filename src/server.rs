@@ -197,25 +197,32 @@ impl Rooms {
             None => Arc::new(LocalStore),
         };
         let started = std::time::Instant::now();
+        let state_error =
+            |file: &std::path::Path, e: crate::state::disk::DiskError| SetupError::State {
+                file: file.to_path_buf(),
+                message: e.to_string(),
+            };
         let (overrides, kept) = PlanOverrides::open(
             config.process.cluster.as_ref(),
             config.process.state_path.as_deref(),
         )
-        .map_err(|e| SetupError::State {
-            file: config.source.clone(),
-            message: e.to_string(),
-        })?;
+        .map_err(|e| state_error(&config.source, e))?;
         let overrides = Arc::new(overrides);
-        let (records, read) = (kept.len(), started.elapsed());
+        let source = config.source.clone();
+        let rows = kept.rows().map_err(|e| state_error(&source, e))?;
         let sync_every = config.process.cluster.as_ref().map(|c| c.sync_interval);
-        let live = Arc::new(LivePolicy::with_store(config, metrics, store, kept)?);
-        if records > 0 {
+        let (live, read) = put_kept_in_force(&kept, |batches| {
+            LivePolicy::with_store(config, metrics, store, batches, rows)
+        });
+        let read_took = read.map_err(|e| state_error(&source, e))?;
+        let live = Arc::new(live?);
+        if rows > 0 {
             let ms = |d: Duration| d.as_millis() as u64;
             tracing::info!(
                 target: "tollgate::overrides",
-                records,
-                read_ms = ms(read),
-                apply_ms = ms(started.elapsed() - read),
+                records = rows,
+                read_ms = ms(read_took),
+                in_force_ms = ms(started.elapsed()),
                 "the changes kept at state.path put in force"
             );
         }
@@ -241,6 +248,39 @@ impl Rooms {
         })
     }
 }
+
+/// Make the policy in force with `make`, which puts in force the batches of records it is
+/// handed as they come, while a thread of its own reads them from `kept`: reading a million
+/// records and putting them in force take about as long each (docs/keyscale.md), and a
+/// start takes the longer of the two, not their sum. What `make` made, and how long the
+/// read took, or why it failed (a read that failed half-way left `make` the records before:
+/// the caller refuses to start).
+fn put_kept_in_force<T>(
+    kept: &crate::overrides::Kept,
+    make: impl FnOnce(std::sync::mpsc::IntoIter<Batch>) -> T,
+) -> (T, Result<Duration, crate::state::disk::DiskError>) {
+    // A few batches in flight: the reader is never far ahead of what is put in force.
+    let (send, batches) = std::sync::mpsc::sync_channel::<Batch>(4);
+    std::thread::scope(|s| {
+        let reader = std::thread::Builder::new()
+            .name("tollgate-read".into())
+            .spawn_scoped(s, move || {
+                let started = std::time::Instant::now();
+                // Stops when `make` no longer takes batches (it failed: the config).
+                kept.read(|batch| send.send(batch).is_ok())
+                    .map(|()| started.elapsed())
+            })
+            .expect("a thread to read the records kept");
+        let made = make(batches.into_iter());
+        let read = reader
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (made, read)
+    })
+}
+
+/// A batch of the records kept, as read.
+type Batch = Vec<(crate::digest::Digest, crate::policy::overrides::Override)>;
 
 /// The gateway's service: the proxy behind the edge, on `listen` and the TLS listener.
 fn add_gateway(
@@ -381,4 +421,57 @@ fn add_background(
             listen,
         },
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::digest::Digest;
+    use crate::policy::overrides::Override;
+    use crate::state::{disk, StateFile};
+
+    /// A start is handed every record kept, in the order of their digests, in batches (each
+    /// put in force while the next is read); a start that stops taking them (its config
+    /// failed) stops the reader, and returns.
+    #[test]
+    fn a_start_is_handed_every_record_kept_in_order_and_the_reader_stops_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let n = disk::BATCH * 2 + 5;
+        let records: Vec<(Digest, Option<Override>)> = (0..n)
+            .map(|i| {
+                let name = format!("k{i}");
+                (Digest::of(name.as_bytes()), Some(Override::named(&name)))
+            })
+            .collect();
+        StateFile::open(&path)
+            .unwrap()
+            .write(|db| disk::write_all(db, &records))
+            .unwrap();
+        let (_, kept) = PlanOverrides::open(None, Some(&path)).unwrap();
+        let rows = kept.rows().unwrap();
+        assert_eq!(rows, n);
+
+        let (batches, read) = put_kept_in_force(&kept, |b| b.collect::<Vec<_>>());
+        read.unwrap();
+        assert!(batches
+            .iter()
+            .all(|b| !b.is_empty() && b.len() <= disk::BATCH));
+        let got: Vec<(Digest, Override)> = batches.into_iter().flatten().collect();
+        let mut want: Vec<(Digest, Override)> =
+            records.into_iter().map(|(d, o)| (d, o.unwrap())).collect();
+        want.sort_by_key(|r| r.0);
+        assert_eq!(got, want);
+
+        // One batch taken, then no more: the reader stops at its next batch.
+        let (first, read) = put_kept_in_force(&kept, |mut b| b.next().map(|b| b.len()));
+        read.unwrap();
+        assert_eq!(first, Some(disk::BATCH));
+
+        // Nothing kept: handed nothing, at once.
+        let (_, none) = PlanOverrides::open(None, None).unwrap();
+        let (count, read) = put_kept_in_force(&none, |b| b.count());
+        read.unwrap();
+        assert_eq!(count, 0);
+    }
 }

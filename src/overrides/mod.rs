@@ -44,9 +44,7 @@ use crate::config::routes::Effect;
 use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::policy::keys::{Found, KeyIdx};
-use crate::policy::overrides::{
-    Action, ChangeKind, ChangeRefused, Override, Overrides, Part, Upgrade,
-};
+use crate::policy::overrides::{Action, ChangeKind, ChangeRefused, Override, Part, Upgrade};
 use crate::policy::Policy;
 use crate::runtime::live::{unix_ms, LivePolicy};
 use crate::state::disk;
@@ -102,6 +100,29 @@ pub(crate) enum KeyRef<'a> {
     Digest(&'a Digest),
 }
 
+/// The records kept at `state.path` that a start puts in force (none with `cluster`, whose
+/// start reads Redis's set, or without `state.path`). Read in batches, so that a start can
+/// put each in force while the next is read (`crate::server`).
+pub(crate) struct Kept(Option<Arc<StateFile>>);
+
+impl Kept {
+    /// How many there are (about: a row that is not a record counts).
+    pub(crate) fn rows(&self) -> Result<usize, disk::DiskError> {
+        self.0.as_ref().map_or(Ok(0), |f| f.read(disk::rows))
+    }
+
+    /// Read them, in the order of their digests, handing `each` a batch at a time while it
+    /// says go on (`true`).
+    pub(crate) fn read(
+        &self,
+        each: impl FnMut(Vec<(Digest, Override)>) -> bool,
+    ) -> Result<(), disk::DiskError> {
+        self.0
+            .as_ref()
+            .map_or(Ok(()), |f| f.read(|db| disk::read_batches(db, each)))
+    }
+}
+
 /// Where the overrides are kept.
 pub(crate) struct PlanOverrides {
     backend: Backend,
@@ -118,24 +139,22 @@ impl PlanOverrides {
         Self::with(Backend::Memory)
     }
 
-    /// Open the store the config names, and what it holds now: Redis with `cluster` (whose
-    /// set [`OverrideSync`] reads; what this replica's copy holds is put in force by
-    /// [`PlanOverrides::start`]), else the file at `state.path`, else memory.
+    /// Open the store the config names, and what a start puts in force from it: Redis with
+    /// `cluster` (whose set [`OverrideSync`] reads; what this replica's copy holds is put in
+    /// force by [`PlanOverrides::start`]), else the file at `state.path` (its records, to
+    /// read: [`Kept`]), else memory.
     pub(crate) fn open(
         cluster: Option<&Cluster>,
         state_path: Option<&Path>,
-    ) -> Result<(Self, Overrides), disk::DiskError> {
+    ) -> Result<(Self, Kept), disk::DiskError> {
         let file = state_path.map(StateFile::open).transpose()?;
         if let Some(c) = cluster {
             let fleet = Box::new(fleet::Fleet::open(c, file)?);
-            return Ok((Self::with(Backend::Redis(fleet)), Overrides::new()));
+            return Ok((Self::with(Backend::Redis(fleet)), Kept(None)));
         }
         match file {
-            Some(db) => {
-                let set = db.read(disk::read_all)?;
-                Ok((Self::with(Backend::Disk(db)), set))
-            }
-            None => Ok((Self::memory(), Overrides::new())),
+            Some(db) => Ok((Self::with(Backend::Disk(Arc::clone(&db))), Kept(Some(db)))),
+            None => Ok((Self::memory(), Kept(None))),
         }
     }
 

@@ -93,21 +93,23 @@ impl LivePolicy {
     /// Compile `config` into the first snapshot. Fails when the upstream cannot be resolved
     /// or its CA file cannot be read.
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
-        Self::with_store(config, metrics, Arc::new(LocalStore), Overrides::new())
+        Self::with_store(config, metrics, Arc::new(LocalStore), std::iter::empty(), 0)
     }
 
     /// [`LivePolicy::new`], deciding on budgets with `store` (a shared store when `cluster`
-    /// is configured; reloads keep it), with the overrides kept from before (`in_force`).
+    /// is configured; reloads keep it), with the overrides kept from before: `kept`, in
+    /// batches in the order of their digests, about `records` of them. Each batch is put in
+    /// force as it comes (while the caller reads the next), once the config is compiled.
     pub fn with_store(
         config: Config,
         metrics: Arc<Metrics>,
         store: Arc<dyn Store>,
-        in_force: Overrides,
+        kept: impl IntoIterator<Item = Vec<(Digest, Override)>>,
+        records: usize,
     ) -> Result<Self, ConfigError> {
         let path = config.source.clone();
-        let in_force = Mutex::new(in_force);
         let mut snapshot = compile(config, Err(store), &metrics)?;
-        apply_in_force(&snapshot.policy, &in_force, &metrics);
+        let in_force = Mutex::new(put_kept_in_force(&snapshot.policy, kept, records, &metrics));
         snapshot.generation = 1;
         let usage = Arc::new(Usage::new());
         usage.reset(1);
@@ -293,7 +295,45 @@ fn apply_in_force(policy: &Policy, in_force: &Mutex<Overrides>, metrics: &Metric
     let mut set = in_force.locked();
     policy.keys.expire(crate::clock::wall_ms());
     let drops = policy.apply_overrides(&set);
-    for d in &drops {
+    settle_drops(policy, &mut set, &drops, metrics);
+    drops
+}
+
+/// [`apply_in_force`] at a start, of the records kept from before as they come, in batches
+/// in the order of their digests: the set they make, once every batch is in force.
+fn put_kept_in_force(
+    policy: &Policy,
+    kept: impl IntoIterator<Item = Vec<(Digest, Override)>>,
+    records: usize,
+    metrics: &Metrics,
+) -> Overrides {
+    policy.keys.expire(crate::clock::wall_ms());
+    let mut kept = kept.into_iter();
+    let first = kept.next().unwrap_or_default();
+    // In the order of their digests, the records are in no order of their own: the first
+    // batch's share of issued keys is the whole set's, near enough to make room for them at
+    // once (and none for a set of other changes).
+    let issued = first.iter().filter(|(_, o)| o.issued.is_some()).count();
+    let issued = records.saturating_mul(issued) / first.len().max(1);
+    let mut applying = policy.applying(issued);
+    let mut all = Vec::with_capacity(records);
+    for batch in std::iter::once(first).chain(kept) {
+        for (d, o) in &batch {
+            applying.record(d, o);
+        }
+        all.extend(batch);
+    }
+    let drops = applying.finish();
+    // Built in one go from records in order: the tree's nodes full.
+    let mut set = Overrides::from_iter(all);
+    settle_drops(policy, &mut set, &drops, metrics);
+    set
+}
+
+/// What no longer applies to `policy` taken out of `set` (one log line each), and the gauges
+/// of what is in force set.
+fn settle_drops(policy: &Policy, set: &mut Overrides, drops: &[Drop], metrics: &Metrics) {
+    for d in drops {
         match &d.after {
             Some(o) => set.insert(d.digest, o.clone()),
             None => set.remove(&d.digest),
@@ -307,9 +347,8 @@ fn apply_in_force(policy: &Policy, in_force: &Mutex<Overrides>, metrics: &Metric
             "override dropped"
         );
     }
-    metrics.set_plan_overrides(upgrades(&set));
+    metrics.set_plan_overrides(upgrades(set));
     metrics.set_key_states(policy);
-    drops
 }
 
 /// The records of `set` that hold an upgrade (`tollgate_plan_overrides`).

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use redb::{ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::digest::Digest;
 use crate::policy::overrides::{Override, Overrides};
@@ -141,22 +141,53 @@ pub(super) fn table_in<K: redb::Key + 'static, V: redb::Value + 'static>(
 
 /// Every override in the file.
 pub(crate) fn read_all(db: &impl ReadableDatabase) -> Result<Overrides, DiskError> {
-    let Some(table) = read_table(db, TABLE).map_err(store)? else {
-        return Ok(Overrides::new());
-    };
     // Gathered, then built in one go: a tree built from its records in order has its nodes
     // full, where one that grows a record at a time leaves them about half full.
     let mut records = Vec::new();
+    read_batches(db, |batch| {
+        records.extend(batch);
+        true
+    })?;
+    Ok(Overrides::from_iter(records))
+}
+
+/// How many records the file holds (a row that is not a record included).
+pub(crate) fn rows(db: &impl ReadableDatabase) -> Result<usize, DiskError> {
+    let Some(table) = read_table(db, TABLE).map_err(store)? else {
+        return Ok(0);
+    };
+    Ok(table.len().map_err(store)? as usize)
+}
+
+/// Records a batch holds in [`read_batches`].
+pub(crate) const BATCH: usize = 4096;
+
+/// Every override in the file, in the order of their digests, handed to `each` in batches of
+/// up to [`BATCH`] while it says go on (`true`). A row that is not a record is passed over.
+pub(crate) fn read_batches(
+    db: &impl ReadableDatabase,
+    mut each: impl FnMut(Vec<(Digest, Override)>) -> bool,
+) -> Result<(), DiskError> {
+    let Some(table) = read_table(db, TABLE).map_err(store)? else {
+        return Ok(());
+    };
+    let mut batch = Vec::with_capacity(BATCH);
     for row in table.iter().map_err(store)? {
         let (k, v) = row.map_err(store)?;
         let Ok(d) = <[u8; 32]>::try_from(k.value()) else {
             continue;
         };
         if let Ok(o) = serde_json::from_slice::<Override>(v.value()) {
-            records.push((Digest(d), o));
+            batch.push((Digest(d), o));
+        }
+        if batch.len() == BATCH && !each(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))) {
+            return Ok(());
         }
     }
-    Ok(Overrides::from_iter(records))
+    if !batch.is_empty() {
+        each(batch);
+    }
+    Ok(())
 }
 
 /// Write records (or their removal, `None`) in one transaction; durable when it returns

@@ -110,59 +110,33 @@ impl Policy {
     /// limit or quota hold until the YAML changes the key ([`Policy::fingerprint`]); an
     /// upgrade until the YAML moves the key to another plan.
     pub fn apply_overrides(&self, set: &Overrides) -> Vec<Drop> {
-        let mut drops = Vec::new();
-        let mut touched = vec![false; self.keys.len()];
-        let mut touched_alias = vec![false; self.keys.aliases().len()];
-        let now_ms = crate::clock::wall_ms();
+        let issued = if self.keys.issued().is_empty() {
+            set.values().filter(|o| o.issued.is_some()).count()
+        } else {
+            0
+        };
+        let mut applying = self.applying(issued);
+        for (digest, o) in set {
+            applying.record(digest, o);
+        }
+        applying.finish()
+    }
+
+    /// [`Policy::apply_overrides`] a record at a time, for a set that comes in pieces: a
+    /// start puts each batch of records in force while the next is read. `issued` is about
+    /// how many keys the records issue (room is made for them at once, in a table that has
+    /// none yet); the records must come in the set's order, each once.
+    pub fn applying(&self, issued: usize) -> Applying<'_> {
         if self.keys.issued().is_empty() {
-            let issued = set.values().filter(|o| o.issued.is_some()).count();
             self.keys.issued().reserve(issued);
         }
-        for (digest, o) in set {
-            let (found, drop) = self.apply_one(digest, o, now_ms);
-            match found {
-                Some(Found::Key(k)) => {
-                    if k as usize >= touched.len() {
-                        touched.resize(k as usize + 1, false);
-                    }
-                    touched[k as usize] = true;
-                }
-                Some(Found::Alias(a)) => touched_alias[a as usize] = true,
-                None => {}
-            }
-            drops.extend(drop);
+        Applying {
+            policy: self,
+            touched: vec![false; self.keys.len()],
+            touched_alias: vec![false; self.keys.aliases().len()],
+            now_ms: crate::clock::wall_ms(),
+            drops: Vec::new(),
         }
-        // What is in force here but no longer in the set: gone (an issued key: deleted).
-        let gone: Vec<KeyIdx> = self
-            .keys
-            .iter()
-            .filter(|&(k, _)| !touched.get(k as usize).copied().unwrap_or(false))
-            .filter_map(|(k, _)| self.keys.issued_slot(k).map(|_| k))
-            .collect();
-        for k in gone {
-            self.keys.remove_issued(k);
-        }
-        self.keys.issued().settle();
-        for (k, e) in self.keys.iter() {
-            if touched.get(k as usize).copied().unwrap_or(false) {
-                continue;
-            }
-            if e.live().changed_beyond_expiry() {
-                e.set_plan_override(None);
-                e.set_flag(SUSPENDED | REVOKED, false);
-                e.set_live_limit(None);
-            }
-            let yaml = self.keys.extra(k).and_then(|x| x.quota);
-            if e.own_quota() != yaml {
-                self.keys.set_own_quota(k, yaml);
-            }
-        }
-        for (a, alias) in self.keys.aliases() {
-            if !touched_alias[a as usize] {
-                alias.set_flag(REVOKED, false);
-            }
-        }
-        drops
     }
 
     /// Put the record `o` kept under `digest` on this config's keys (leaving the others as
@@ -380,5 +354,77 @@ impl Policy {
             .iter()
             .filter(|(_, e)| e.plan_override().is_some())
             .count()
+    }
+}
+
+/// The records of a set being put on a policy's keys, one at a time ([`Policy::applying`]):
+/// which keys they touched, and what of them no longer applies.
+pub struct Applying<'p> {
+    policy: &'p Policy,
+    touched: Vec<bool>,
+    touched_alias: Vec<bool>,
+    now_ms: u64,
+    drops: Vec<Drop>,
+}
+
+impl Applying<'_> {
+    /// Put the record `o`, kept under `digest`, on the keys.
+    pub fn record(&mut self, digest: &Digest, o: &Override) {
+        let (found, drop) = self.policy.apply_one(digest, o, self.now_ms);
+        match found {
+            Some(Found::Key(k)) => {
+                if k as usize >= self.touched.len() {
+                    self.touched.resize(k as usize + 1, false);
+                }
+                self.touched[k as usize] = true;
+            }
+            Some(Found::Alias(a)) => self.touched_alias[a as usize] = true,
+            None => {}
+        }
+        self.drops.extend(drop);
+    }
+
+    /// Every record put: take off what no record touched (an issued key not in the set is
+    /// deleted), and return what no longer applies.
+    pub fn finish(self) -> Vec<Drop> {
+        let Self {
+            policy: p,
+            touched,
+            touched_alias,
+            drops,
+            ..
+        } = self;
+        let touched = |k: KeyIdx| touched.get(k as usize).copied().unwrap_or(false);
+        // What is in force here but no longer in the set: gone (an issued key: deleted).
+        let gone: Vec<KeyIdx> = p
+            .keys
+            .iter()
+            .filter(|&(k, _)| !touched(k))
+            .filter_map(|(k, _)| p.keys.issued_slot(k).map(|_| k))
+            .collect();
+        for k in gone {
+            p.keys.remove_issued(k);
+        }
+        p.keys.issued().settle();
+        for (k, e) in p.keys.iter() {
+            if touched(k) {
+                continue;
+            }
+            if e.live().changed_beyond_expiry() {
+                e.set_plan_override(None);
+                e.set_flag(SUSPENDED | REVOKED, false);
+                e.set_live_limit(None);
+            }
+            let yaml = p.keys.extra(k).and_then(|x| x.quota);
+            if e.own_quota() != yaml {
+                p.keys.set_own_quota(k, yaml);
+            }
+        }
+        for (a, alias) in p.keys.aliases() {
+            if !touched_alias[a as usize] {
+                alias.set_flag(REVOKED, false);
+            }
+        }
+        drops
     }
 }

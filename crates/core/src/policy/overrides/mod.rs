@@ -35,6 +35,7 @@ mod record;
 mod tests;
 
 pub use action::{Action, ChangeRefused, Drop, Dropped, Pending, Upgrade};
+pub use apply::Applying;
 pub use issue::{check_issued, NewKey};
 pub use kind::ChangeKind;
 pub use record::{
