@@ -13,12 +13,13 @@ key after that start (at once, and 15 s later: `settled_`).
 
 With `--dir D` the store (and the config) are kept in D after the run; `--start-only` then
 times only a start on what an earlier run left in D (no keys created), so that a start at a
-million keys can be measured again and again without creating them each time.
+million keys can be measured again and again without creating them each time; `--idle S`
+then says how much CPU the gateway spends, with no request, over S seconds.
 
     python3 benches/load/issue.py --store disk --seconds 10
     python3 benches/load/issue.py --store disk --keys 1000000 --restart
     python3 benches/load/issue.py --store disk --keys 1000000 --dir /tmp/m1
-    python3 benches/load/issue.py --store disk --dir /tmp/m1 --start-only
+    python3 benches/load/issue.py --store disk --dir /tmp/m1 --start-only [--idle 30]
 """
 import argparse
 import http.client
@@ -66,6 +67,13 @@ def rss_kb(pid):
 SETTLE_S = 15
 
 
+def cpu_s(pid):
+    """The CPU time (user and system) the process `pid` has used, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def time_start(start, listen, secret, within):
     """Start the gateway and time it until `secret` (the last key created) authenticates on
     the main listener (the issued keys are in force): the upstream (port 9) is closed, so the
@@ -101,6 +109,9 @@ def main():
     ap.add_argument("--names", default="c",
                     help="the keys' names start with this (another than an earlier run's, to "
                     "create more keys in its --dir)")
+    ap.add_argument("--idle", type=float, default=0,
+                    help="with --start-only: then the CPU the gateway spends over this many "
+                    "seconds with no request (its background work at this many keys)")
     ap.add_argument("--dir", help="keep the store and config in this directory (not removed)")
     ap.add_argument("--start-only", action="store_true",
                     help="with --dir: only time a start on what an earlier run left there")
@@ -147,9 +158,14 @@ plans:
             per_key = lambda: round(rss_kb(gw.pid) * 1024 / last["keys"])
             at_ready = per_key()
             time.sleep(SETTLE_S)
-            print(json.dumps({"store": args.store, "keys": last["keys"], "restart_ready_s": ready,
-                              "rss_bytes_per_key_with_base": at_ready,
-                              "settled_rss_bytes_per_key_with_base": per_key()}))
+            out = {"store": args.store, "keys": last["keys"], "restart_ready_s": ready,
+                   "rss_bytes_per_key_with_base": at_ready,
+                   "settled_rss_bytes_per_key_with_base": per_key()}
+            if args.idle:
+                before = cpu_s(gw.pid)
+                time.sleep(args.idle)
+                out["idle_cpu_ms_per_s"] = round((cpu_s(gw.pid) - before) * 1000 / args.idle, 2)
+            print(json.dumps(out))
         finally:
             gw.terminate()
             gw.wait()
