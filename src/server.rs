@@ -211,7 +211,7 @@ impl Rooms {
         let source = config.source.clone();
         let rows = kept.rows().map_err(|e| state_error(&source, e))?;
         let sync_every = config.process.cluster.as_ref().map(|c| c.sync_interval);
-        let (live, read) = put_kept_in_force(&kept, |batches| {
+        let (live, read) = read_kept_beside(&kept, |batches| {
             LivePolicy::with_store(config, metrics, store, batches, rows)
         });
         let read_took = read.map_err(|e| state_error(&source, e))?;
@@ -255,7 +255,7 @@ impl Rooms {
 /// start takes the longer of the two, not their sum. What `make` made, and how long the
 /// read took, or why it failed (a read that failed half-way left `make` the records before:
 /// the caller refuses to start).
-fn put_kept_in_force<T>(
+fn read_kept_beside<T>(
     kept: &crate::overrides::Kept,
     make: impl FnOnce(std::sync::mpsc::IntoIter<Batch>) -> T,
 ) -> (T, Result<Duration, crate::state::disk::DiskError>) {
@@ -452,7 +452,7 @@ mod tests {
         let rows = kept.rows().unwrap();
         assert_eq!(rows, n);
 
-        let (batches, read) = put_kept_in_force(&kept, |b| b.collect::<Vec<_>>());
+        let (batches, read) = read_kept_beside(&kept, |b| b.collect::<Vec<_>>());
         read.unwrap();
         assert!(batches
             .iter()
@@ -464,13 +464,13 @@ mod tests {
         assert_eq!(got, want);
 
         // One batch taken, then no more: the reader stops at its next batch.
-        let (first, read) = put_kept_in_force(&kept, |mut b| b.next().map(|b| b.len()));
+        let (first, read) = read_kept_beside(&kept, |mut b| b.next().map(|b| b.len()));
         read.unwrap();
         assert_eq!(first, Some(disk::BATCH));
 
         // Nothing kept: handed nothing, at once.
         let (_, none) = PlanOverrides::open(None, None).unwrap();
-        let (count, read) = put_kept_in_force(&none, |b| b.count());
+        let (count, read) = read_kept_beside(&none, |b| b.count());
         read.unwrap();
         assert_eq!(count, 0);
     }
