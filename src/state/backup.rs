@@ -30,6 +30,16 @@ struct Backup {
     fields: BTreeMap<String, String>,
 }
 
+/// Every row of `table`, none when it was never written to.
+fn rows<'t, K: redb::Key + 'static, V: redb::Value + 'static>(
+    table: Option<&'t redb::ReadOnlyTable<K, V>>,
+) -> Result<impl Iterator<Item = redb::Result<Row<'t, K, V>>> + 't, redb::StorageError> {
+    Ok(table.map(|t| t.iter()).transpose()?.into_iter().flatten())
+}
+
+/// A row of a table as redb lends it.
+type Row<'t, K, V> = (redb::AccessGuard<'t, K>, redb::AccessGuard<'t, V>);
+
 /// Write the backup of what `db` keeps of the operator's changes beside `path`: whole, from one
 /// read transaction (a snapshot: changes go on meanwhile), record by record (no copy of the
 /// set in memory), under a temporary name synced to disk, then renamed over the last one and
@@ -49,13 +59,7 @@ pub(crate) fn write_backup(
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     out.write_all(b"{\"overrides\":{")?;
     let mut first = true;
-    for row in overrides
-        .as_ref()
-        .map(|t| t.iter())
-        .transpose()?
-        .into_iter()
-        .flatten()
-    {
+    for row in rows(overrides.as_ref())? {
         let (k, v) = row?;
         let (Ok(d), Ok(o)) = (
             <[u8; 32]>::try_from(k.value()),
@@ -71,13 +75,7 @@ pub(crate) fn write_backup(
     }
     out.write_all(b"},\"fields\":{")?;
     let mut first = true;
-    for row in fields
-        .as_ref()
-        .map(|t| t.iter())
-        .transpose()?
-        .into_iter()
-        .flatten()
-    {
+    for row in rows(fields.as_ref())? {
         let (f, v) = row?;
         if !first {
             out.write_all(b",")?;
