@@ -103,7 +103,10 @@ impl Gateway {
             tollgate::server::build(config.clone(), clock.clone(), None).expect("server builds");
         let live = built.live;
         let running = Running::spawn(built.server);
+        // Both listeners: Pingora starts its services one by one, so the proxy's port open
+        // says nothing of the admin port's.
         wait_listening(addr);
+        wait_listening(config.process.admin_listen);
         Self {
             addr,
             clock,
