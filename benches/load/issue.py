@@ -9,19 +9,26 @@ creates a second, the p50/p99/max of a create, and the gateway's RSS per issued 
 With `--keys N` it creates N keys whatever the time; with `--restart` it then stops the gateway
 (SIGTERM), starts it again on the same store and prints how long the start took until the last
 key created authenticates on the main listener (the issued keys are in force), and the RSS per
-key after that start (at once, and 15 s later: `settled_`).
+key after that start (at once, and 15 s later: `settled_`). The keys are put in force in their
+digests' order, so the last key created may authenticate before others are in force: with
+`--log F`, `in_force_s` is when the gateway logged that all of them are, from its start.
 
 With `--dir D` the store (and the config) are kept in D after the run; `--start-only` then
 times only a start on what an earlier run left in D (no keys created), so that a start at a
 million keys can be measured again and again without creating them each time; `--idle S`
-then says how much CPU the gateway spends, with no request, over S seconds.
+then says how much CPU the gateway spends, with no request, over S seconds. With
+`--store redis` the Redis's data is saved in D too (`redis.rdb`), and a start-only run starts a
+Redis on it and waits until it has loaded before it times the gateway's start.
 
     python3 benches/load/issue.py --store disk --seconds 10
     python3 benches/load/issue.py --store disk --keys 1000000 --restart
     python3 benches/load/issue.py --store disk --keys 1000000 --dir /tmp/m1
     python3 benches/load/issue.py --store disk --dir /tmp/m1 --start-only [--idle 30]
+    python3 benches/load/issue.py --store redis --keys 1000000 --dir /tmp/r1
+    python3 benches/load/issue.py --store redis --dir /tmp/r1 --start-only
 """
 import argparse
+import datetime
 import http.client
 import json
 import os
@@ -53,6 +60,25 @@ def wait_port(port, limit=30):
     sys.exit(f"nothing listens on {port} after {limit} s")
 
 
+def redis_call(port, *words):
+    """One command to the Redis on `port`: the first line of its answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=600) as s:
+        cmd = b"*%d\r\n" % len(words) + b"".join(
+            b"$%d\r\n%s\r\n" % (len(w.encode()), w.encode()) for w in words)
+        s.sendall(cmd)
+        return s.makefile("rb").readline().decode().strip()
+
+
+def wait_loaded(port, limit=600):
+    """Wait until the Redis on `port` has loaded its data (PING answers, not -LOADING)."""
+    end = time.time() + limit
+    while time.time() < end:
+        if redis_call(port, "PING") == "+PONG":
+            return
+        time.sleep(0.05)
+    sys.exit(f"the Redis on {port} did not load its data within {limit} s")
+
+
 def rss_kb(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -74,10 +100,36 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# The line a start logs once every key kept is in force: from `state.path`, or from the
+# cluster's Redis (its first whole read).
+IN_FORCE_LINES = ("the changes kept at state.path put in force",
+                  "the cluster store's overrides read whole")
+
+
+def in_force_s(log, since, within):
+    """Seconds from `since` (wall clock) to the first line of `IN_FORCE_LINES` the gateway
+    logged in the file `log` after it; None when none comes within `within` seconds."""
+    end = time.time() + within
+    while time.time() < end:
+        with open(log, errors="replace") as f:
+            for line in f:
+                if not any(m in line for m in IN_FORCE_LINES):
+                    continue
+                stamp = line.split(" ", 1)[0].rstrip("Z")
+                at = datetime.datetime.fromisoformat(stamp).replace(
+                    tzinfo=datetime.timezone.utc).timestamp()
+                if at >= since:
+                    return round(at - since, 2)
+        time.sleep(0.05)
+    return None
+
+
 def time_start(start, listen, secret, within):
     """Start the gateway and time it until `secret` (the last key created) authenticates on
-    the main listener (the issued keys are in force): the upstream (port 9) is closed, so the
-    answer is then a 502, not a 401. At most `within` seconds (then the time is None)."""
+    the main listener: the upstream (port 9) is closed, so the answer is then a 502, not a
+    401. At most `within` seconds (then the time is None). The keys are put in force in their
+    digests' order, so that key may be in force before others: `in_force_s` (from the log)
+    says when all are."""
     t0 = time.perf_counter()
     gw = start()
     wait_port(listen, 600)
@@ -118,8 +170,8 @@ def main():
     args = ap.parse_args()
     if args.start_only and not args.dir:
         sys.exit("--start-only needs --dir, the directory of an earlier run")
-    if args.start_only and args.store == "redis":
-        sys.exit("--start-only reads a store kept on disk: --store disk")
+    if args.start_only and args.store == "memory":
+        sys.exit("--start-only reads a store kept in --dir: --store disk or redis")
     if args.dir:
         os.makedirs(args.dir, exist_ok=True)
     work = os.path.abspath(args.dir) if args.dir else tempfile.mkdtemp(prefix="tg-issue-")
@@ -130,9 +182,13 @@ def main():
         extra = f"state: {{ path: \"{work}/state.db\" }}\n"
     elif args.store == "redis":
         rport = free_port()
+        # Saved only when asked (at the end of a --dir run): the run's own writes are not
+        # slowed by snapshots.
         redis = subprocess.Popen(["redis-server", "--port", str(rport), "--bind", "127.0.0.1",
-                                  "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+                                  "--save", "", "--appendonly", "no", "--dir", work,
+                                  "--dbfilename", "redis.rdb"], stdout=subprocess.DEVNULL)
         wait_port(rport)
+        wait_loaded(rport)
         extra = f"cluster: {{ redis_url: \"redis://127.0.0.1:{rport}\", key_prefix: \"issue\" }}\n"
     config = f"""listen: "127.0.0.1:{listen}"
 admin_listen: "127.0.0.1:{admin}"
@@ -153,13 +209,15 @@ plans:
     if args.start_only:
         with open(os.path.join(work, "last.json")) as f:
             last = json.load(f)
+        since = time.time()
         gw, ready = time_start(start, listen, last["secret"], args.ready_within)
         try:
             per_key = lambda: round(rss_kb(gw.pid) * 1024 / last["keys"])
+            in_force = in_force_s(args.log, since, args.ready_within) if args.log else None
             at_ready = per_key()
             time.sleep(SETTLE_S)
             out = {"store": args.store, "keys": last["keys"], "restart_ready_s": ready,
-                   "rss_bytes_per_key_with_base": at_ready,
+                   "in_force_s": in_force, "rss_bytes_per_key_with_base": at_ready,
                    "settled_rss_bytes_per_key_with_base": per_key()}
             if args.idle:
                 before = cpu_s(gw.pid)
@@ -169,6 +227,9 @@ plans:
         finally:
             gw.terminate()
             gw.wait()
+            if redis:
+                redis.terminate()
+                redis.wait()
         return
     gw = start()
     try:
@@ -225,11 +286,16 @@ plans:
         if args.dir and "secret" in last:
             with open(os.path.join(work, "last.json"), "w") as f:
                 json.dump({"secret": last["secret"], "keys": n}, f)
+            if redis:
+                redis_call(rport, "SAVE")
         if args.restart and "secret" in last:
             gw.terminate()
             gw.wait()
+            since = time.time()
             gw, ready = time_start(start, listen, last["secret"], args.ready_within)
             out["restart_ready_s"] = ready
+            if args.log:
+                out["in_force_s"] = in_force_s(args.log, since, args.ready_within)
             out["restart_rss_bytes_per_key"] = round((rss_kb(gw.pid) - base_rss) * 1024 / n)
             time.sleep(SETTLE_S)
             out["settled_rss_bytes_per_key"] = round((rss_kb(gw.pid) - base_rss) * 1024 / n)
