@@ -103,24 +103,12 @@ impl Fleet {
     }
 
     /// Take the set read from Redis (same epoch: Redis has every change) as the copy, at
-    /// `version`. The fields that name a part, parsed.
-    pub(super) fn adopt(
-        &self,
-        version: String,
-        raw: Vec<(String, String)>,
-    ) -> Arc<HashMap<String, Kept>> {
-        let mut fields = HashMap::with_capacity(raw.len());
-        fields.extend(
-            raw.into_iter()
-                .filter(|(f, _)| part_of_field(f).is_some())
-                .filter_map(|(f, v)| Some((f, Kept::from_text(v)?))),
-        );
+    /// `version`: the fields that name a part, parsed.
+    pub(super) fn adopt(&self, version: String, fields: HashMap<String, Kept>) {
         fields.values().for_each(|k| self.hlc.observe(k.version));
-        let fields = Arc::new(fields);
         let mut c = self.copy();
-        c.fields = Arc::clone(&fields);
+        c.fields = Arc::new(fields);
         c.version = version;
-        fields
     }
 
     /// Take the fields a poll found changed since the version this copy is of (the same

@@ -32,6 +32,7 @@
 mod batch;
 pub(crate) mod check;
 mod fleet;
+mod gather;
 mod keep;
 pub(crate) mod redis_set;
 mod shown;
@@ -169,7 +170,7 @@ impl PlanOverrides {
         if fields.is_empty() {
             return;
         }
-        let set = sync::from_fields(&live.load().policy, &fields);
+        let set = gather::from_fields(&live.load().policy, &fields);
         live.replace_overrides(set);
     }
 

@@ -89,6 +89,9 @@ pub(crate) enum Polled {
     Unknown { epoch: String, fields: u64 },
 }
 
+/// Where a whole read hands its pages (each field with its text) as they come.
+pub(crate) type Pages = tokio::sync::mpsc::Sender<Vec<(String, String)>>;
+
 /// A part to write: its field, its version, its JSON.
 pub(crate) struct NewPart {
     pub field: String,
@@ -246,26 +249,28 @@ impl RedisSet {
     }
 
     /// Every field of the set (`~epoch` included) with its text, read in pages, each within
-    /// the timeout, when the set still has the epoch `epoch` at the end of the read; `None`
-    /// when it does not (emptied or replaced meanwhile: the next poll finds it so). `about`
-    /// is how many fields the poll found: the read gives up after many times the pages that
-    /// should take (a set growing faster than it is read). A field changed during the read
-    /// may be found as before or after the change: each change is logged at a version after
-    /// the one the poll found, so the next poll reads it again.
+    /// the timeout and handed to `pages` as it comes; whether the set still has the epoch
+    /// `epoch` at the end of the read (when not, what was handed is to be let go: the set was
+    /// emptied or replaced meanwhile, and the next poll finds it so). `about` is how many
+    /// fields the poll found: the read gives up after many times the pages that should take
+    /// (a set growing faster than it is read). A field changed during the read may be found
+    /// as before or after the change: each change is logged at a version after the one the
+    /// poll found, so the next poll reads it again.
     pub(crate) async fn read_whole(
         &self,
         epoch: &str,
         about: u64,
-    ) -> Result<Option<Vec<(String, String)>>, StoreError> {
+        pages: &Pages,
+    ) -> Result<bool, StoreError> {
         let client = self.client().await?;
         let r = async {
-            let fields = scan(&client, &self.cfg, &self.set_key, about).await?;
+            scan_into(&client, &self.cfg, &self.set_key, about, pages).await?;
             let deadline = tokio::time::Instant::now() + self.cfg.timeout;
             let mut cmd = ::redis::cmd("HGET");
             cmd.arg(&self.set_key).arg("~epoch");
             let now: Option<String> =
                 within(deadline, &self.cfg.redis_url, client.query(&cmd)).await?;
-            Ok((now.as_deref() == Some(epoch)).then_some(fields))
+            Ok(now.as_deref() == Some(epoch))
         }
         .await;
         self.settled(r).await
@@ -302,17 +307,38 @@ impl RedisSet {
     }
 }
 
-/// Every field of the hash `key` with its text, in pages of [`PAGE`] (`HSCAN`), each within
-/// `cfg`'s timeout; given up after twenty times the pages `about` fields take (an `HSCAN`
-/// page holds about its count, fewer where the table is sparse).
+/// Every field of the hash `key` with its text: [`scan_into`], gathered.
 pub(crate) async fn scan(
     client: &Client,
     cfg: &Cluster,
     key: &str,
     about: u64,
 ) -> Result<Vec<(String, String)>, StoreError> {
+    let (pages, mut rx) = tokio::sync::mpsc::channel(4);
+    let read = async move { scan_into(client, cfg, key, about, &pages).await };
+    let gather = async {
+        let mut fields = Vec::with_capacity(usize::try_from(about).unwrap_or(0));
+        while let Some(page) = rx.recv().await {
+            fields.extend(page);
+        }
+        fields
+    };
+    let (read, fields) = tokio::join!(read, gather);
+    read.map(|()| fields)
+}
+
+/// Every field of the hash `key` with its text, in pages of [`PAGE`] (`HSCAN`), each within
+/// `cfg`'s timeout and handed to `pages` as it comes; given up after twenty times the pages
+/// `about` fields take (an `HSCAN` page holds about its count, fewer where the table is
+/// sparse).
+async fn scan_into(
+    client: &Client,
+    cfg: &Cluster,
+    key: &str,
+    about: u64,
+    pages: &Pages,
+) -> Result<(), StoreError> {
     let most = 20 * (about / PAGE as u64 + 1) + 100;
-    let mut fields = Vec::with_capacity(usize::try_from(about).unwrap_or(0));
     let mut cursor: u64 = 0;
     for _ in 0..most {
         let deadline = tokio::time::Instant::now() + cfg.timeout;
@@ -320,9 +346,13 @@ pub(crate) async fn scan(
         cmd.arg(key).arg(cursor).arg("COUNT").arg(PAGE);
         let (next, page): (u64, Vec<(String, String)>) =
             within(deadline, &cfg.redis_url, client.query(&cmd)).await?;
-        fields.extend(page);
+        if pages.send(page).await.is_err() {
+            return Err(StoreError::Malformed(
+                "the overrides' read was let go before its end",
+            ));
+        }
         if next == 0 {
-            return Ok(fields);
+            return Ok(());
         }
         cursor = next;
     }

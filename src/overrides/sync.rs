@@ -10,7 +10,6 @@
 //! first poll does the same, so that a restart with a copy at `state.path` puts back what the
 //! store may have lost meanwhile.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,12 +18,12 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
 use super::fleet::Fleet;
+use super::gather::{gather_beside, Gathered};
 use super::redis_set::{field, new_epoch, split_field, Polled};
 use super::{Backend, PlanOverrides};
 use crate::fleet_store::StoreError;
-use crate::policy::overrides::{Override, Overrides, Part};
+use crate::policy::overrides::{Override, Part};
 use crate::policy::versions::Kept;
-use crate::policy::Policy;
 use crate::runtime::live::LivePolicy;
 
 /// The overrides' sync (a background service, with `cluster` only).
@@ -73,25 +72,30 @@ impl OverrideSync {
         };
         let (_, epoch) = fleet.known();
         let started = std::time::Instant::now();
-        let Some(raw) = fleet.set.read_whole(&epoch, about).await? else {
+        // The pages parsed on a blocking thread as they come, while the next one is read.
+        let (pages, gathering) = gather_beside(usize::try_from(about).unwrap_or(0));
+        let held = fleet.set.read_whole(&epoch, about, &pages).await;
+        drop(pages);
+        if !held? {
             // Emptied or replaced while it was read: the next round finds it so.
             return Ok(());
-        };
+        }
+        let Gathered { fields, parts } = gathering
+            .await
+            .map_err(|_| StoreError::Malformed("the overrides' parse stopped"))?;
         let read = started.elapsed();
-        let read_fields = raw.len();
-        let fields = fleet.adopt(version, raw);
-        let snap = self.live.load();
-        let set = from_fields(&snap.policy, &fields);
-        drop(fields);
-        let parsed = started.elapsed();
+        let read_fields = fields.len();
+        fleet.adopt(version, fields);
+        let set = parts.into_set(&self.live.load().policy);
+        let matched = started.elapsed();
         let dropped = self.live.replace_overrides(set);
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         tracing::info!(
             target: "tollgate::overrides",
             fields = read_fields,
             read_ms = ms(read),
-            parse_ms = ms(parsed - read),
-            apply_ms = ms(started.elapsed() - parsed),
+            match_ms = ms(matched - read),
+            apply_ms = ms(started.elapsed() - matched),
             "the cluster store's overrides read whole"
         );
         for d in &dropped {
@@ -193,80 +197,6 @@ fn apply_delta(fleet: &Fleet, live: &LivePolicy, changed: &[(String, Kept)]) {
         }
     }
     live.put_records(&records);
-}
-
-/// The records of the set's `fields` (field → one part as kept) for the digests of
-/// `policy`'s keys and their `previous` digests, and every issued key's (its record names the
-/// digest it was issued with); tombstones hold nothing. Fields are hashes of digests and each part names its
-/// key: a digest counts when its key's name is the part's and it hashes to the field. One
-/// pass over the keys, whatever the number of records; only a revocation whose key's name is
-/// in no entry any more (a renamed or removed key) makes every digest be hashed, so that it
-/// still finds its digest.
-pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Overrides {
-    // Sized once: a record is a few hundred bytes, and a start may read a million. The fields
-    // are this fleet's own (hashes of digests): a fast hash, no defence against collisions
-    // chosen by a client.
-    let mut by_hash: HashMap<&str, Override, foldhash::fast::RandomState> =
-        HashMap::with_capacity_and_hasher(fields.len(), foldhash::fast::RandomState::default());
-    for (f, k) in fields {
-        let Some((hash, _)) = split_field(f) else {
-            continue;
-        };
-        if let Some(o) = k.record().filter(|o| !o.is_empty()) {
-            by_hash.entry(hash).or_default().merge(o);
-        }
-    }
-    // Gathered, then built in one go: a tree built from its records in order has its nodes
-    // full, where one that grows a record at a time leaves them partly empty.
-    let mut set = Vec::new();
-    // An issued key's record names its digest (the one it was issued with).
-    let issued: Vec<&str> = by_hash
-        .iter()
-        .filter(|(h, o)| o.issued.as_ref().is_some_and(|i| field(&i.id) == **h))
-        .map(|(h, _)| *h)
-        .collect();
-    for h in issued {
-        if let Some(o) = by_hash.remove(h) {
-            let id = o
-                .issued
-                .as_ref()
-                .map(|i| i.id)
-                .expect("an issued key's record");
-            set.push((id, o));
-        }
-    }
-    let mut by_name: HashMap<String, Vec<&str>> = HashMap::new();
-    for (hash, o) in &by_hash {
-        by_name.entry(o.key.clone()).or_default().push(hash);
-    }
-    let keys = &policy.keys;
-    let digests = keys
-        .iter()
-        .map(|(k, e)| (k, e.digest))
-        .chain(keys.aliases().map(|(_, a)| (a.key, a.digest)));
-    for (k, d) in digests {
-        let Some(hashes) = by_name.get(keys.get(k).name.as_str()) else {
-            continue;
-        };
-        let f = field(&d);
-        if let Some(&h) = hashes.iter().find(|&&h| h == f) {
-            if let Some(o) = by_hash.remove(h) {
-                set.push((d, o));
-            }
-        }
-    }
-    if by_hash.values().any(|o| o.revoked.is_some()) {
-        let digests = keys
-            .iter()
-            .map(|(_, e)| e.digest)
-            .chain(keys.aliases().map(|(_, a)| a.digest));
-        for d in digests {
-            if let Some(o) = by_hash.remove(field(&d).as_str()) {
-                set.push((d, o));
-            }
-        }
-    }
-    Overrides::from_iter(set)
 }
 
 #[async_trait]

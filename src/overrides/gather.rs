@@ -1,0 +1,294 @@
+//! With `cluster`: the set read whole, turned into the records in force. A whole read hands
+//! its pages as they come ([`gather_beside`]) to a blocking thread that parses each field
+//! while the next page is read, so a start at a million issued keys reads and parses at once
+//! instead of one after the other; the parts gathered are then merged by digest and matched
+//! to the keys' digests ([`Parts::into_set`]).
+//!
+//! An issued key's records are gathered under their digests in one vector sized once, and
+//! sorted where they lie: a record is some 136 bytes, and each buffer of a million of them is
+//! fresh memory the kernel zeroes first, which on a virtual machine costs more than the
+//! records' parse (docs/keyscale.md, "A start from Redis").
+
+use std::collections::HashMap;
+
+use tokio::sync::mpsc;
+
+use super::redis_set::{field, split_field, Pages};
+use crate::digest::Digest;
+use crate::policy::overrides::{Override, Overrides};
+use crate::policy::versions::{part_of_field, Kept};
+use crate::policy::Policy;
+
+/// Pages a whole read may hold ready before the parse takes them.
+const PAGES_AHEAD: usize = 4;
+
+/// The set read whole, as it came: the copy's fields and the records' parts.
+pub(super) struct Gathered {
+    /// Every field that names a part, as kept.
+    pub(super) fields: HashMap<String, Kept>,
+    pub(super) parts: Parts,
+}
+
+/// A sender for a whole read's pages, and the thread that gathers them: it ends, and its
+/// handle answers, once the sender is dropped. `about` is how many fields the set holds.
+pub(super) fn gather_beside(about: usize) -> (Pages, tokio::task::JoinHandle<Gathered>) {
+    let (pages, mut rx) = mpsc::channel::<Vec<(String, String)>>(PAGES_AHEAD);
+    let gathering = tokio::task::spawn_blocking(move || {
+        let mut g = Gathered {
+            fields: HashMap::with_capacity(about),
+            parts: Parts::with_capacity(about),
+        };
+        while let Some(page) = rx.blocking_recv() {
+            for (f, text) in page {
+                if part_of_field(&f).is_none() {
+                    continue;
+                }
+                let Some(kept) = Kept::from_text(text) else {
+                    continue;
+                };
+                g.parts.add(&f, &kept);
+                g.fields.insert(f, kept);
+            }
+        }
+        g
+    });
+    (pages, gathering)
+}
+
+/// The records of `fields` (field → one part as kept) in force for `policy`: see
+/// [`Parts::into_set`].
+pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Overrides {
+    let mut parts = Parts::with_capacity(fields.len());
+    for (f, k) in fields {
+        parts.add(f, k);
+    }
+    parts.into_set(policy)
+}
+
+/// Each part's record (tombstones left out): an issued key's own part under the digest it
+/// names (checked against the field's hash, and most records are of issued keys), any other
+/// under the hash of its digest (the field's first 32 hex digits, read as a number).
+pub(super) struct Parts {
+    issued: Vec<(Digest, Override)>,
+    /// The hash of each of `issued`'s digests, in the same order.
+    hashes: Vec<u128>,
+    other: Vec<(u128, Override)>,
+}
+
+impl Parts {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            issued: Vec::with_capacity(n),
+            hashes: Vec::with_capacity(n),
+            other: Vec::new(),
+        }
+    }
+
+    /// Add the part the field `f` holds, as kept.
+    fn add(&mut self, f: &str, kept: &Kept) {
+        let Some(hash) = split_field(f).and_then(|(h, _)| hash_of(h)) else {
+            return;
+        };
+        let Some(o) = kept.record().filter(|o| !o.is_empty()) else {
+            return;
+        };
+        match o.issued.as_ref().map(|k| k.id) {
+            Some(id) if hash_of(&field(&id)) == Some(hash) => {
+                self.issued.push((id, o));
+                self.hashes.push(hash);
+            }
+            _ => self.other.push((hash, o)),
+        }
+    }
+
+    /// The records for every issued key (its record names the digest it was issued with) and
+    /// for the digests of `policy`'s keys and their `previous` digests, each digest's parts
+    /// merged. Fields are hashes of digests and each part names its key: a digest counts when
+    /// its key's name is the part's and it hashes to the field. One pass over the keys,
+    /// whatever the number of records; only a revocation whose key's name is in no entry any
+    /// more (a renamed or removed key) makes every digest be hashed, so that it still finds
+    /// its digest.
+    pub(super) fn into_set(self, policy: &Policy) -> Overrides {
+        let Parts {
+            mut issued,
+            hashes,
+            other,
+        } = self;
+        // Each other part by its hash, merged; then into an issued key's record when it is of
+        // one (a suspension of an issued key), else found by its key's name.
+        let mut by_hash: HashMap<u128, Override> = HashMap::new();
+        for (h, o) in other {
+            by_hash.entry(h).or_default().merge(o);
+        }
+        if !by_hash.is_empty() {
+            for ((_, record), h) in issued.iter_mut().zip(&hashes) {
+                if let Some(o) = by_hash.remove(h) {
+                    record.merge(o);
+                }
+            }
+        }
+        drop(hashes);
+        let mut by_name: HashMap<&str, Vec<u128>> = HashMap::new();
+        for (h, o) in &by_hash {
+            by_name.entry(o.key.as_str()).or_default().push(*h);
+        }
+        let keys = &policy.keys;
+        let mut found = Vec::new();
+        let digests = keys
+            .iter()
+            .map(|(k, e)| (k, e.digest))
+            .chain(keys.aliases().map(|(_, a)| (a.key, a.digest)));
+        for (k, d) in digests {
+            let Some(named) = by_name.get(keys.get(k).name.as_str()) else {
+                continue;
+            };
+            let h = hash_of(&field(&d));
+            if named.iter().any(|n| Some(*n) == h) {
+                found.push((d, h));
+            }
+        }
+        drop(by_name);
+        for (d, h) in found {
+            if let Some(o) = h.and_then(|h| by_hash.remove(&h)) {
+                issued.push((d, o));
+            }
+        }
+        if by_hash.values().any(|o| o.revoked.is_some()) {
+            let every = keys
+                .iter()
+                .map(|(_, e)| e.digest)
+                .chain(keys.aliases().map(|(_, a)| a.digest));
+            for d in every {
+                if let Some(o) = hash_of(&field(&d)).and_then(|h| by_hash.remove(&h)) {
+                    issued.push((d, o));
+                }
+            }
+        }
+        // Sorted where they lie, so the tree is built from them without another buffer of a
+        // million records.
+        issued.sort_unstable_by_key(|(d, _)| *d);
+        Overrides::from_iter(issued)
+    }
+}
+
+/// A digest's hash as a field spells it (32 hex digits), as a number.
+fn hash_of(hex: &str) -> Option<u128> {
+    let ours = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    if hex.len() != 32 || !hex.bytes().all(ours) {
+        return None;
+    }
+    u128::from_str_radix(hex, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::redis_set;
+    use super::*;
+    use crate::policy::overrides::{Change, IssuedKey, Part};
+
+    fn change(since_ms: u64) -> Change {
+        Change {
+            since_ms,
+            by: "admin".into(),
+            reason: None,
+        }
+    }
+
+    fn issued(name: &str, id: Digest) -> Override {
+        Override {
+            issued: Some(Box::new(IssuedKey {
+                id,
+                digest: id,
+                previous: Vec::new(),
+                plan_id: 1,
+                partner: None,
+                expires_ms: None,
+                requests_per_window: None,
+                quota: None,
+                change: change(1),
+                rotated_ms: None,
+            })),
+            ..Override::named(name)
+        }
+    }
+
+    /// Each field as a store holds it: the record's `part` alone, at version 1.
+    fn fields(records: &[(Digest, Part, Override)]) -> HashMap<String, Kept> {
+        records
+            .iter()
+            .map(|(d, part, o)| {
+                let only = o.only(*part).unwrap_or_else(|| Override::named(&o.key));
+                (redis_set::part_field(d, *part), Kept::new(1, &only))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_parts_read_are_merged_by_digest_and_matched_to_issued_and_configured_keys() {
+        let config = tollgate_core::testing::config();
+        let yaml = config.keys.iter().find(|k| k.name == "basic-1").unwrap();
+        let (yaml_name, yaml_digest) = (yaml.name.as_str().to_string(), yaml.digest);
+        let policy = Policy::new(config, None);
+        let (a, b) = (Digest::of(b"issued-a"), Digest::of(b"issued-b"));
+        let suspended = |name: &str| Override {
+            suspended: Some(Box::new(change(2))),
+            ..Override::named(name)
+        };
+        let gone = Digest::of(b"a key no config holds");
+        let revoked = Override {
+            revoked: Some(Box::new(change(3))),
+            ..Override::named("renamed-since")
+        };
+        let mut read = fields(&[
+            (a, Part::Issued, issued("a", a)),
+            (a, Part::Suspended, suspended("a")),
+            (b, Part::Issued, issued("b", b)),
+            (yaml_digest, Part::Suspended, suspended(&yaml_name)),
+            // A part of a digest no key has: let go.
+            (gone, Part::Suspended, suspended("nobody")),
+            // A part taken out (a tombstone): holds nothing.
+            (b, Part::Limit, Override::named("b")),
+        ]);
+        // An issued record under a field that is not its digest's is not taken for the digest
+        // it names.
+        let (stray, named) = (Digest::of(b"stray"), Digest::of(b"named"));
+        read.insert(
+            redis_set::part_field(&stray, Part::Issued),
+            Kept::new(1, &issued("stray", named)),
+        );
+        // Not a field of ours.
+        read.insert("~epoch".into(), Kept::new(1, &suspended("x")));
+        let set = from_fields(&policy, &read);
+        assert_eq!(
+            set.keys().copied().collect::<Vec<_>>(),
+            {
+                let mut want = vec![a, b, yaml_digest];
+                want.sort();
+                want
+            },
+            "each digest once, in order; nothing for a digest no key has"
+        );
+        let got_a = &set[&a];
+        assert!(got_a.issued.is_some() && got_a.suspended.is_some());
+        assert_eq!(got_a.key, "a");
+        assert!(set[&b].suspended.is_none() && set[&b].limit.is_none());
+        assert!(set[&yaml_digest].suspended.is_some());
+        assert_eq!(set[&yaml_digest].key, yaml_name);
+
+        // A revocation of a key renamed since (its name in no entry): found by hashing every
+        // digest, so it still refuses the key under its new name.
+        let read = fields(&[(yaml_digest, Part::Revoked, revoked)]);
+        let set = from_fields(&policy, &read);
+        assert!(set[&yaml_digest].revoked.is_some());
+    }
+
+    #[test]
+    fn a_field_hash_is_ours_only_in_lowercase_hex_of_its_length() {
+        let f = redis_set::field(&Digest::of(b"k"));
+        assert!(hash_of(&f).is_some());
+        assert_eq!(hash_of(&f.to_uppercase()), None);
+        assert_eq!(hash_of(&f[..31]), None);
+        assert_eq!(hash_of(&format!("+{}", &f[1..])), None);
+        assert_eq!(hash_of("~epoch"), None);
+    }
+}
