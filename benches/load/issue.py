@@ -199,7 +199,10 @@ plans:
     path = os.path.join(work, "gw.yaml")
     with open(path, "w") as f:
         f.write(config)
-    env = dict(os.environ, TOLLGATE_LOG="info" if args.log else "warn")
+    # The gateway's log level: TOLLGATE_LOG from the environment when set (e.g. to see a
+    # start's debug lines), else info with --log, warn without.
+    env = dict(os.environ)
+    env.setdefault("TOLLGATE_LOG", "info" if args.log else "warn")
     log = open(args.log, "ab") if args.log else subprocess.DEVNULL
 
     def start():
