@@ -86,14 +86,14 @@ impl Parts {
 
     /// Add the part the field `f` holds, as kept.
     fn add(&mut self, f: &str, kept: &Kept) {
-        let Some(hash) = split_field(f).and_then(|(h, _)| hash_of(h)) else {
+        let Some((h, hash)) = split_field(f).and_then(|(h, _)| Some((h, hash_of(h)?))) else {
             return;
         };
         let Some(o) = kept.record().filter(|o| !o.is_empty()) else {
             return;
         };
         match o.issued.as_ref().map(|k| k.id) {
-            Some(id) if hash_of(&field(&id)) == Some(hash) => {
+            Some(id) if field(&id) == h => {
                 self.issued.push((id, o));
                 self.hashes.push(hash);
             }
