@@ -79,6 +79,14 @@ def wait_loaded(port, limit=600):
     sys.exit(f"the Redis on {port} did not load its data within {limit} s")
 
 
+def stop_all(*procs):
+    """Terminate each process given (None: none) and wait for it."""
+    for p in procs:
+        if p:
+            p.terminate()
+            p.wait()
+
+
 def rss_kb(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -228,11 +236,7 @@ plans:
                 out["idle_cpu_ms_per_s"] = round((cpu_s(gw.pid) - before) * 1000 / args.idle, 2)
             print(json.dumps(out))
         finally:
-            gw.terminate()
-            gw.wait()
-            if redis:
-                redis.terminate()
-                redis.wait()
+            stop_all(gw, redis)
         return
     gw = start()
     try:
@@ -304,11 +308,7 @@ plans:
             out["settled_rss_bytes_per_key"] = round((rss_kb(gw.pid) - base_rss) * 1024 / n)
         print(json.dumps(out))
     finally:
-        gw.terminate()
-        gw.wait()
-        if redis:
-            redis.terminate()
-            redis.wait()
+        stop_all(gw, redis)
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
 
