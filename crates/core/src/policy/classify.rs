@@ -195,8 +195,12 @@ fn classify_steps<'a>(
 
 /// A normalized path with percent-encoded non-ASCII text (`%C5%BF`, `ſ`) as a Unicode-aware,
 /// case-insensitive comparison reads it (Java's `equalsIgnoreCase`, Python's `casefold()`,
-/// JavaScript's `/iu`: `ſ` is `s`, the Kelvin sign `k`, `İ` and `ı` are `i`), when that makes
-/// it ASCII; `None` for a path with no such text, or one that stays non-ASCII.
+/// JavaScript's `/iu`: `ſ` is `s`, the Kelvin sign `k`, `İ` and `ı` are `i`); `None` for a
+/// path with no such text. Each character that folds to ASCII is replaced by its fold; any
+/// other character, and every byte that is not UTF-8 (a truncated `%C2`, which a lossy
+/// decoder reads as U+FFFD), keeps its escape. The result is ASCII, so the near-spelling
+/// guard judges it as it judges any path: `sett%C4%B0ngs/webhook/set%C2` is the webhook's
+/// `settings` with a stray byte after `set`.
 fn unicode_folded(lower: &str) -> Option<String> {
     let b = lower.as_bytes();
     let encoded_high = b
@@ -205,25 +209,52 @@ fn unicode_folded(lower: &str) -> Option<String> {
     if !encoded_high {
         return None;
     }
-    let mut bytes = Vec::with_capacity(b.len());
+    let mut out = String::with_capacity(b.len());
+    let mut run = Vec::new();
     let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex_val(b[i + 1]), hex_val(b[i + 2])) {
-                let v = h * 16 + l;
-                if v >= 0x80 {
-                    bytes.push(v);
-                    i += 3;
-                    continue;
-                }
-            }
+    while i <= b.len() {
+        let high = (b.get(i) == Some(&b'%'))
+            .then(|| Some((hex_val(*b.get(i + 1)?)?, hex_val(*b.get(i + 2)?)?)))
+            .flatten()
+            .map(|(h, l)| h * 16 + l)
+            .filter(|&v| v >= 0x80);
+        if let Some(v) = high {
+            run.push(v);
+            i += 3;
+            continue;
         }
-        bytes.push(b[i]);
+        if !run.is_empty() {
+            fold_run(&run, &mut out);
+            run.clear();
+        }
+        if let Some(&c) = b.get(i) {
+            out.push(char::from(c));
+        }
         i += 1;
     }
-    let text = String::from_utf8(bytes).ok()?;
-    let folded: String = text.chars().flat_map(super::body::fold_char).collect();
-    folded.is_ascii().then(|| folded.to_ascii_lowercase())
+    Some(out)
+}
+
+/// One run of decoded high bytes, folded into `out`: a character whose fold is ASCII as its
+/// fold, anything else as its lower-case escapes.
+fn fold_run(run: &[u8], out: &mut String) {
+    use std::fmt::Write;
+    let escape = |out: &mut String, bytes: &[u8]| {
+        for v in bytes {
+            let _ = write!(out, "%{v:02x}");
+        }
+    };
+    for chunk in run.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            let folded: String = super::body::fold_char(c).collect();
+            if folded.is_ascii() {
+                out.push_str(&folded.to_ascii_lowercase());
+            } else {
+                escape(out, c.encode_utf8(&mut [0; 4]).as_bytes());
+            }
+        }
+        escape(out, chunk.invalid());
+    }
 }
 
 /// Find the route for a lower-cased, normalized path.
@@ -455,6 +486,12 @@ mod tests {
             "/v2/%C5%BFendGroup",
             "/v2/%C5%BFervice/upgrade",
             "/v2/settings/webhook/%C5%BFet.json",
+            // A byte that is not UTF-8 beside the folded text (a lossy decoder's U+FFFD).
+            "/v2/sett%C4%B0ngs/webhook/set%C2",
+            "/v2/sett%C4%B0ngs/webhook/set%FF%FE",
+            "/v2/%C5%BFettings/webhook%C3/set",
+            // A character that stays non-ASCII, after one that folds.
+            "/v2/%C5%BFettings/webhook/set%C3%A9",
         ] {
             never_routed(&c, p);
         }
