@@ -31,15 +31,14 @@ rules=(
   # The adapter: the runtime is the ground; the Redis room above it; the rooms that keep state
   # and the edge above that; the proxy and the admin listener above those; the server is the
   # roof; the commands stand on it.
-  "src/runtime                          fleet_store|traces|shared|state|ledger|overrides|edge|proxy|admin|server|cli|demo|top"
-  "src/fleet_store                      traces|shared|state|ledger|overrides|edge|proxy|admin|server|cli|demo|top"
-  "src/traces                           fleet_store|shared|state|ledger|overrides|edge|keys|proxy|admin|server|cli|demo|top"
-  "src/state                            fleet_store|traces|shared|ledger|overrides|edge|proxy|admin|server|cli|demo|top"
-  "src/shared                           traces|state|ledger|overrides|edge|proxy|admin|server|cli|demo|top"
-  "src/ledger                           traces|overrides|edge|proxy|admin|server|cli|demo|top"
-  "src/overrides                        traces|shared|ledger|edge|proxy|admin|server|cli|demo|top"
-  "src/edge                             fleet_store|traces|shared|state|ledger|overrides|proxy|admin|server|cli|demo|top"
-  "src/keys                             traces|proxy|admin|server|cli|demo|top"
+  "src/runtime                          fleet_store|traces|shared|state|ledger|keys|edge|proxy|admin|server|cli|demo|top"
+  "src/fleet_store                      traces|shared|state|ledger|keys|edge|proxy|admin|server|cli|demo|top"
+  "src/traces                           fleet_store|shared|state|ledger|keys|edge|proxy|admin|server|cli|demo|top"
+  "src/state                            fleet_store|traces|shared|ledger|keys|edge|proxy|admin|server|cli|demo|top"
+  "src/shared                           traces|state|ledger|keys|edge|proxy|admin|server|cli|demo|top"
+  "src/ledger                           traces|keys|edge|proxy|admin|server|cli|demo|top"
+  "src/keys                             traces|shared|ledger|edge|proxy|admin|server|cli|demo|top"
+  "src/edge                             fleet_store|traces|shared|state|ledger|keys|proxy|admin|server|cli|demo|top"
   "src/proxy                            admin|server|cli|demo|top"
   "src/admin                            proxy|server|cli|demo|top"
   "src/server.rs                        cli|demo|top"

@@ -35,7 +35,7 @@
 //! | 3 | [`runtime`] | the ground of the process: the live snapshot and reload, lifecycle, logging, metrics | the core |
 //! | 4 | [`fleet_store`], [`traces`] | the one room that speaks to Redis; the one that speaks to the OpenTelemetry collector (W3C trace context in and out, spans exported off the request path) | the core, [`runtime`] |
 //! | 5 | [`state`] | the `state.path` file (redb): its disk's faults, the overrides' tables, the backup | the floors below |
-//! | 6 | [`shared`], [`overrides`], [`ledger`], [`edge`], [`keys`] | shared budgets' sync; overrides kept and spread; quota and ledger counts kept and shared; what runs before a request exists; issued keys' secrets | the floors below |
+//! | 6 | [`shared`], [`keys`], [`ledger`], [`edge`] | shared budgets' sync; a key's life while it serves (issued keys' secrets, every live change: kept, spread, applied by one owner); quota and ledger counts kept and shared; what runs before a request exists | the floors below |
 //! | 7 | [`proxy`], [`admin`] | the Pingora adapter; the admin listener | the floors below |
 //! | 8 | [`server`] | the roof: assembles everything above the ground | every floor below |
 //! | 9 | [`cli`], [`demo`], [`top`] | the commands | everything |
@@ -51,7 +51,7 @@
 //! | budgets kept by every replica of a fleet together | *shared budgets*: [`limit::SharedStore`] (the leases), [`shared::BudgetSync`] (the exchange) | the `cluster:` block, `tollgate_cluster_*` |
 //! | the requests a key may make in the rolling window, as the `RateLimit` fields tell it | *budget*: [`limit::Budget`] (on [`limit::RateState`], the key's GCRA word) | `requests_per_window`, `limits.window_seconds`; 429 `rate_limited` |
 //! | the requests a key may make in a calendar day or month | *quota*: [`metering::QuotaState`] (what a decision read), [`metering::Meter`] (counted on the request path) | `quota:`, `partner_quota`; 429 `quota_exhausted`, `tollgate_quota_exhausted_keys` |
-//! | a key's change made while it serves (a partner's upgrade, a suspension, a revocation, a live limit or quota), kept and spread | *override*: [`policy::overrides::Override`] (one record a digest), [`overrides::PlanOverrides`] (where the records are kept), [`overrides::KeyRef`] (the key a change is for) | `state.path`, `cluster:`; `tollgate_plan_overrides`, `tollgate_admin_changes_total` |
+//! | a key's change made while it serves (a partner's upgrade, a suspension, a revocation, a live limit or quota), kept and spread | *override*: [`policy::overrides::Override`] (one record a digest), [`keys::KeyChanges`] (where the records are kept, the owner of every change), [`keys::KeyRef`] (the key a change is for) | `state.path`, `cluster:`; `tollgate_plan_overrides`, `tollgate_admin_changes_total` |
 //! | what is in force for a key now, read once a request | [`policy::keys::KeyFlags`] (plan override, expired, suspended, revoked, live limit) | the key's `state` |
 //! | the config and key table in force, swapped whole on a reload | *snapshot*: [`runtime::live::Snapshot`], held by [`runtime::live::LivePolicy`] | `POST /reload`, SIGHUP |
 //! | what each request came to, by key and day | *ledger*: [`ledger::Keeper`] (kept, shared) | `ledger:`; `/api/ledger` |
@@ -79,7 +79,6 @@ pub(crate) mod edge;
 pub(crate) mod fleet_store;
 pub(crate) mod keys;
 pub(crate) mod ledger;
-pub(crate) mod overrides;
 pub(crate) mod proxy;
 pub mod runtime;
 pub mod server;

@@ -1,7 +1,7 @@
 //! The roof: the Pingora server built from a [`Config`], for `run`, `demo` and the tests — the
 //! gateway listener(s), the admin listener, and the background services of
-//! [`crate::runtime::lifecycle`], the shared budgets, the overrides and the trace exporter. This is the one place
-//! where the rooms below (proxy, admin, edge, shared budgets, overrides, the runtime's ground)
+//! [`crate::runtime::lifecycle`], the shared budgets, the key room and the trace exporter. This is the one place
+//! where the rooms below (proxy, admin, edge, shared budgets, keys, the runtime's ground)
 //! are wired together, and nothing imports from here but the commands.
 
 use std::sync::Arc;
@@ -23,8 +23,8 @@ use crate::clock::Clock;
 use crate::config::{Config, Runtime, Tls};
 use crate::edge::fds::Descriptors;
 use crate::edge::{EdgeApp, TlsListener};
+use crate::keys::{Keeping, KeyChanges, KeySync};
 use crate::limit::{LocalStore, Store};
-use crate::overrides::{OverrideSync, PlanOverrides};
 use crate::proxy::Gateway;
 use crate::runtime::error::SetupError;
 use crate::runtime::lifecycle::{BlockSweeper, Health, ReadinessProbe, ReloadOnHangup, Signals};
@@ -176,10 +176,10 @@ fn pingora_server(config: &Config, opt: Option<Opt>) -> Result<Server, SetupErro
 }
 
 /// The rooms that hold state, opened and wired: the shared budgets (with `cluster`), the
-/// overrides, the policy in force, the quota and ledger keeper.
+/// owner of the changes to keys, the policy in force, the quota and ledger keeper.
 struct Rooms {
     cluster: Option<(Arc<crate::limit::SharedStore>, Arc<BudgetSync>)>,
-    overrides: Arc<PlanOverrides>,
+    changes: Arc<KeyChanges>,
     live: Arc<LivePolicy>,
     keeper: Arc<crate::ledger::Keeper>,
     sync_every: Option<Duration>,
@@ -202,12 +202,11 @@ impl Rooms {
                 file: file.to_path_buf(),
                 message: e.to_string(),
             };
-        let (overrides, kept) = PlanOverrides::open(
+        let (keeping, kept) = Keeping::open(
             config.process.cluster.as_ref(),
             config.process.state_path.as_deref(),
         )
         .map_err(|e| state_error(&config.source, e))?;
-        let overrides = Arc::new(overrides);
         let source = config.source.clone();
         let rows = kept.rows().map_err(|e| state_error(&source, e))?;
         let sync_every = config.process.cluster.as_ref().map(|c| c.sync_interval);
@@ -226,22 +225,21 @@ impl Rooms {
                 "the changes kept at state.path put in force"
             );
         }
-        overrides.start(&live);
-        live.forget_with(Arc::clone(&overrides) as Arc<dyn crate::runtime::live::Forget>);
+        let changes = KeyChanges::new(keeping, Arc::clone(&live));
         let keeper = Arc::new(
-            crate::ledger::Keeper::open(overrides.state_file(), Arc::clone(&live)).map_err(
-                |e| SetupError::State {
+            crate::ledger::Keeper::open(changes.state_file(), Arc::clone(&live)).map_err(|e| {
+                SetupError::State {
                     file: live.path().to_path_buf(),
                     message: e.to_string(),
-                },
-            )?,
+                }
+            })?,
         );
         if let Some((_, sync)) = &cluster {
             sync.carry(Arc::clone(&keeper) as Arc<dyn crate::shared::Rider>);
         }
         Ok(Self {
             cluster,
-            overrides,
+            changes,
             live,
             keeper,
             sync_every,
@@ -256,7 +254,7 @@ impl Rooms {
 /// read took, or why it failed (a read that failed half-way left `make` the records before:
 /// the caller refuses to start).
 fn read_kept_beside<T>(
-    kept: &crate::overrides::Kept,
+    kept: &crate::keys::Kept,
     make: impl FnOnce(std::sync::mpsc::IntoIter<Batch>) -> T,
 ) -> (T, Result<Duration, crate::state::disk::DiskError>) {
     // A few batches in flight: the reader is never far ahead of what is put in force.
@@ -293,10 +291,9 @@ fn add_gateway(
     let live = &rooms.live;
     let edge_limits = live.load().policy.config.server.clone();
     let mut gateway = Gateway::new(
-        Arc::clone(live),
+        Arc::clone(&rooms.changes),
         Arc::clone(health),
         Arc::clone(clock),
-        Arc::clone(&rooms.overrides),
     );
     if let Some((_, sync)) = &rooms.cluster {
         gateway = gateway.with_settling(sync.settling());
@@ -350,7 +347,7 @@ fn add_admin(
         cluster: rooms.cluster.as_ref().map(|(s, _)| Arc::clone(s)),
         clock: Arc::clone(clock),
         failures: Arc::clone(failures),
-        overrides: Arc::clone(&rooms.overrides),
+        changes: Arc::clone(&rooms.changes),
         ledger: Arc::clone(&rooms.keeper),
         names: Default::default(),
     };
@@ -366,7 +363,7 @@ fn add_admin(
 }
 
 /// The background services: SIGHUP's reload, the auth-failure sweeper, key expiry, the
-/// keeper, the shared budgets' and the overrides' sync (with `cluster`), readiness.
+/// keeper, the shared budgets' and the key changes' sync (with `cluster`), readiness.
 fn add_background(
     server: &mut Server,
     rooms: Rooms,
@@ -404,12 +401,11 @@ fn add_background(
             svc,
         ));
     }
-    if let (Some(every), true) = (rooms.sync_every, rooms.overrides.shared()) {
+    if let (Some(every), true) = (rooms.sync_every, rooms.changes.shared()) {
         server.add_service(background_service(
-            "tollgate plan overrides sync",
-            OverrideSync {
-                overrides: Arc::clone(&rooms.overrides),
-                live: Arc::clone(live),
+            "tollgate key changes sync",
+            KeySync {
+                changes: Arc::clone(&rooms.changes),
                 every,
             },
         ));
@@ -448,7 +444,7 @@ mod tests {
             .unwrap()
             .write(|db| disk::write_all(db, &records))
             .unwrap();
-        let (_, kept) = PlanOverrides::open(None, Some(&path)).unwrap();
+        let (_, kept) = Keeping::open(None, Some(&path)).unwrap();
         let rows = kept.rows().unwrap();
         assert_eq!(rows, n);
 
@@ -469,7 +465,7 @@ mod tests {
         assert_eq!(first, Some(disk::BATCH));
 
         // Nothing kept: handed nothing, at once.
-        let (_, none) = PlanOverrides::open(None, None).unwrap();
+        let (_, none) = Keeping::open(None, None).unwrap();
         let (count, read) = read_kept_beside(&none, |b| b.count());
         read.unwrap();
         assert_eq!(count, 0);

@@ -30,7 +30,7 @@ use crate::clock::{parse_rfc3339_utc, wall_ms};
 use crate::config::{is_valid_name, MAX_REQUESTS_PER_WINDOW};
 use crate::digest::Digest;
 use crate::keys::secret;
-use crate::overrides::{ChangeError, Records};
+use crate::keys::{ChangeError, Records};
 use crate::policy::keys::KeyIdx;
 use crate::policy::overrides::{ChangeKind, ChangeRefused, NewKey, Overrides};
 use crate::policy::Policy;
@@ -196,9 +196,8 @@ pub(super) async fn create(admin: &Admin, body: &[u8]) -> Response<Vec<u8>> {
     };
     let asked = key.clone();
     let done = admin
-        .overrides
+        .changes
         .make(
-            &admin.live,
             ChangeKind::Create,
             &key.name,
             Box::new(move |policy, set| {
@@ -259,9 +258,8 @@ async fn change_named(
 ) -> Result<(), ChangeError> {
     let named = name.to_string();
     let done = admin
-        .overrides
+        .changes
         .make(
-            &admin.live,
             kind,
             name,
             Box::new(move |policy, set| {

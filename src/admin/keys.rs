@@ -26,7 +26,7 @@ use super::reply::{json, problem};
 use super::view::RevokedView;
 use super::Admin;
 use crate::fleet_store::StoreError;
-use crate::overrides::{ChangeError, KeepError, KeyRef};
+use crate::keys::{ChangeError, KeepError, KeyRef};
 use crate::policy::overrides::{Action, ChangeKind, ChangeRefused};
 use crate::runtime::live::LivePolicy;
 
@@ -112,8 +112,8 @@ pub(super) async fn change(admin: &Admin, name: &str, op: KeyOp, body: &[u8]) ->
         }
     };
     let done = admin
-        .overrides
-        .change(&admin.live, KeyRef::Name(name), action, "admin", false)
+        .changes
+        .change(KeyRef::Name(name), action, "admin", false)
         .await;
     admin.live.metrics().admin_change(op.kind(), done.is_ok());
     match done {
@@ -133,14 +133,8 @@ pub(super) async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8
         }
     };
     let done = admin
-        .overrides
-        .change(
-            &admin.live,
-            KeyRef::Digest(&digest),
-            Action::Revoke,
-            "admin",
-            false,
-        )
+        .changes
+        .change(KeyRef::Digest(&digest), Action::Revoke, "admin", false)
         .await;
     admin
         .live

@@ -79,8 +79,8 @@ use http::{Method, Response};
 use pingora::protocols::http::ServerSession;
 
 use crate::clock::Clock;
+use crate::keys::KeyChanges;
 use crate::limit::SharedStore;
-use crate::overrides::PlanOverrides;
 use crate::policy::blocking::FailureTable;
 use crate::policy::client::ClientKey;
 use crate::runtime::lifecycle::Health;
@@ -101,8 +101,8 @@ pub(crate) struct Admin {
     pub clock: Arc<dyn Clock>,
     /// Wrong admin tokens per client address ([`guard::TOKEN_FAILURES`]).
     pub failures: Arc<FailureTable>,
-    /// Where the overrides are kept (`DELETE /api/overrides/{name}`).
-    pub overrides: Arc<PlanOverrides>,
+    /// The owner of every change to a key (`/api/keys`, `DELETE /api/overrides/{name}`).
+    pub changes: Arc<KeyChanges>,
     /// The quota and ledger counts (`GET /api/ledger`).
     pub ledger: Arc<crate::ledger::Keeper>,
     /// The keys in name order, for `GET /api/keys` (sorted once per config).

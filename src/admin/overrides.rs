@@ -8,18 +8,18 @@ use super::codes::AdminCode;
 use super::reply::{json, no_content, problem};
 use super::view::OverridesView;
 use super::Admin;
-use crate::overrides::PlanOverrides;
+use crate::keys::KeyChanges;
 
 /// `GET /api/overrides`.
 pub(super) fn list(admin: &Admin) -> Response<Vec<u8>> {
     let snap = admin.live.load();
-    let overrides = PlanOverrides::shown(&admin.live, &snap.policy);
+    let overrides = KeyChanges::shown(&admin.live, &snap.policy);
     json(StatusCode::OK, &OverridesView { overrides })
 }
 
 /// `DELETE /api/overrides/{key name}`: 204, or 404 when the key had no override.
 pub(super) async fn delete(admin: &Admin, name: &str) -> Response<Vec<u8>> {
-    match admin.overrides.remove(&admin.live, name).await {
+    match admin.changes.remove(name).await {
         Ok(true) => no_content(),
         Ok(false) => problem(
             AdminCode::NoOverride,

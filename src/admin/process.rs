@@ -40,7 +40,7 @@ impl Admin {
     /// `state.path` fails its writes.
     fn degraded(&self) -> bool {
         self.cluster.as_ref().is_some_and(|c| !c.is_up())
-            || self.overrides.state_file().is_some_and(|f| f.is_failing())
+            || self.changes.state_file().is_some_and(|f| f.is_failing())
     }
 
     /// `POST /reload`: 200 and a summary when the new config is in force, 422

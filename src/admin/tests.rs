@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::router::AdminRequest;
 use super::{usage, view, Admin};
 use crate::config::Config;
-use crate::overrides::PlanOverrides;
+use crate::keys::{Keeping, KeyChanges};
 use crate::runtime::live::LivePolicy;
 use http::header::{ALLOW, CONTENT_TYPE};
 use http::{Method, Response};
@@ -17,6 +17,7 @@ fn admin(dir: &tempfile::TempDir) -> (Admin, std::path::PathBuf) {
     TestConfig::new().write(&path);
     let live = Arc::new(LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap());
     let ledger = Arc::new(crate::ledger::Keeper::open(None, Arc::clone(&live)).unwrap());
+    let changes = KeyChanges::new(Keeping::memory(), Arc::clone(&live));
     (
         Admin {
             live,
@@ -24,7 +25,7 @@ fn admin(dir: &tempfile::TempDir) -> (Admin, std::path::PathBuf) {
             cluster: None,
             clock: Arc::new(crate::clock::ManualClock::new()),
             failures: Arc::default(),
-            overrides: Arc::new(PlanOverrides::memory()),
+            changes,
             ledger,
             names: Default::default(),
         },

@@ -13,8 +13,8 @@ use super::view::{
 use super::Admin;
 use crate::clock::Clock;
 use crate::config::Allow;
+use crate::keys::KeyChanges;
 use crate::limit::SharedStore;
-use crate::overrides::PlanOverrides;
 use crate::policy::keys::{Credential, KeyIdx};
 use crate::policy::{Code, Policy};
 use crate::runtime::live::LivePolicy;
@@ -66,7 +66,7 @@ pub(crate) fn usage_view(
         search: needle,
         keys,
         anonymous_requests: live.usage().anonymous(now_ms / 1000),
-        overrides: PlanOverrides::shown(live, policy),
+        overrides: KeyChanges::shown(live, policy),
         cluster: cluster.map(|c| cluster_view(c, policy)),
         refusals: refusals(live, policy),
         blocks,

@@ -20,11 +20,11 @@ pub(super) fn overrides_summary(cfg: &Config) -> Result<String, crate::config::C
                 "  overrides     kept in the cluster's Redis ({})",
                 c.redacted_url()
             );
-            crate::overrides::check::read_redis(c).map_err(|e| e.to_string())
+            crate::keys::check::read_redis(c).map_err(|e| e.to_string())
         }
         (None, Some(p)) => {
             let _ = writeln!(s, "  overrides     kept in {}", p.display());
-            crate::overrides::check::read_state(p).map_err(|e| e.to_string())
+            crate::keys::check::read_state(p).map_err(|e| e.to_string())
         }
         (None, None) => {
             let _ = writeln!(
@@ -51,7 +51,7 @@ pub(super) fn overrides_summary(cfg: &Config) -> Result<String, crate::config::C
                     issued.len()
                 );
             }
-            for o in crate::overrides::check::upgrades(&list, &cfg.plans) {
+            for o in crate::keys::check::upgrades(&list, &cfg.plans) {
                 let _ = writeln!(
                     s,
                     "  override      {} on {} (plan_id {}; the YAML says {}) by {}",

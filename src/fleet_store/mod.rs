@@ -1,6 +1,6 @@
 //! The one room that speaks to Redis (or Valkey): one client type, one way to connect, one way
 //! to call a script, one typed error. The features that keep state there — shared budgets
-//! ([`crate::shared`]) and the overrides ([`crate::overrides`]) — are rooms of their own above
+//! ([`crate::shared`]) and the key changes ([`crate::keys`]) — are rooms of their own above
 //! this one; each keeps its Lua in `.lua` files beside its code, loaded with `include_str!`.
 //!
 //! | piece | what |

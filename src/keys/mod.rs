@@ -1,4 +1,380 @@
-//! Keys the gateway issues: the format of their secrets, and how one is told from noise
-//! without a call ([`secret`]).
+//! A key's life while it serves: the keys the gateway issues ([`secret`]), and every change
+//! made to a key live (a partner's upgrade, a suspension, a revocation, a live limit or
+//! quota, an issue, a rotation, a deletion), kept so that it outlives the process and spread
+//! to every replica.
+//!
+//! [`KeyChanges`] is the room's one owner: it holds where changes are kept, the lock that
+//! makes them one at a time, and the live policy they apply to. A caller names the change
+//! ([`KeyChanges::change`], [`KeyChanges::make`], [`KeyChanges::upgraded`]); the owner
+//! decides it on the policy in force (the core's `tollgate_core::policy::overrides`), keeps
+//! it, then applies it; readers take the live policy's snapshots. The set of records in
+//! force still sits beside the policy in [`LivePolicy`] (`with_overrides`), which a reload
+//! re-applies to the keys it compiles.
+//!
+//! | config | where | a change reaches |
+//! |---|---|---|
+//! | `cluster:` | Redis ([`redis_set`]), and a copy on every replica (`fleet.rs`), put back when Redis is found emptied | every replica within one `sync_interval` ([`sync`]: each polls the version) |
+//! | `state.path` | an embedded, crash-safe database on local disk ([`disk`]) | this process |
+//! | both | as `cluster:`, and each replica's copy at `state.path` too, put in force at start until Redis answers | as `cluster:` |
+//! | neither | memory | this process, until it stops (`check` warns) |
+//!
+//! An operator's change is kept before it is applied and acknowledged: a store that cannot
+//! keep it refuses it, and nothing is applied anywhere. An upgrade or lifecycle operation the
+//! upstream accepted is written before its answer goes back to the partner; a write that
+//! fails is logged, and the change still applies in this process. `tollgate check` reads what
+//! is kept through [`check`].
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | [`KeyChanges`]: the store opened ([`Keeping`]), a change made (kept, then applied), an upgrade, a partner's lifecycle operation, a removal |
+//! | [`secret`] | the secrets of issued keys: their format, and a malformed one told offline |
+//! | `keep.rs` | the writes: a change kept before it applies, what a reload dropped forgotten |
+//! | `batch.rs` | the operator's changes made in batches: those that wait while one is kept are kept together ([`KeyChanges::make`]) |
+//! | `shown.rs` | what `check`, the admin API and the page show of the upgrades ([`Shown`]) |
+//! | `fleet.rs`, [`redis_set`], `gather.rs`, [`sync`] | with `cluster`: this replica's copy, the set in Redis, a whole read of it, the poll that spreads it |
+//! | [`check`] | what `tollgate check` reads, read-only |
 
+mod batch;
+pub(crate) mod check;
+mod fleet;
+mod gather;
+mod keep;
+pub(crate) mod redis_set;
 pub(crate) mod secret;
+mod shown;
+pub(crate) mod sync;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::config::routes::Effect;
+use crate::config::Cluster;
+use crate::digest::Digest;
+use crate::policy::keys::{Found, KeyIdx};
+use crate::policy::overrides::{Action, ChangeKind, ChangeRefused, Override, Part, Upgrade};
+use crate::policy::Policy;
+use crate::runtime::live::{unix_ms, LivePolicy};
+use crate::state::disk;
+use crate::state::StateFile;
+pub(crate) use keep::Records;
+pub(crate) use shown::Shown;
+pub(crate) use sync::KeySync;
+
+/// Where the changes are kept.
+enum Backend {
+    Memory,
+    Disk(Arc<StateFile>),
+    /// Redis, and this replica's copy of what it holds (on disk too with `state.path`, which
+    /// a restart puts in force until Redis answers: a revocation holds through a restart while
+    /// Redis is down).
+    Redis(Box<fleet::Fleet>),
+}
+
+/// Why a change could not be kept.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum KeepError {
+    #[error(transparent)]
+    Disk(#[from] disk::DiskError),
+    #[error(transparent)]
+    Redis(#[from] crate::fleet_store::StoreError),
+    #[error("the disk writer stopped: {0}")]
+    Task(String),
+    /// The store's error for a batch of changes, told to each of them.
+    #[error("{0}")]
+    Batch(String),
+}
+
+/// Why a change to a key was not made.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ChangeError {
+    /// No key has that name (or that secret).
+    #[error("no such key")]
+    NotFound,
+    /// The change cannot be made to that key.
+    #[error(transparent)]
+    Refused(#[from] ChangeRefused),
+    /// The store could not keep it: nothing was applied.
+    #[error("not kept ({0}): nothing was changed")]
+    NotKept(#[from] KeepError),
+}
+
+/// Which key a change is for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum KeyRef<'a> {
+    /// By its name.
+    Name(&'a str),
+    /// By the digest of its secret (any of its digests in force).
+    Digest(&'a Digest),
+}
+
+/// The records kept at `state.path` that a start puts in force (none with `cluster`, whose
+/// start reads Redis's set, or without `state.path`). Read in batches, so that a start can
+/// put each in force while the next is read (`crate::server`).
+pub(crate) struct Kept(Option<Arc<StateFile>>);
+
+impl Kept {
+    /// How many there are (about: a row that is not a record counts).
+    pub(crate) fn rows(&self) -> Result<usize, disk::DiskError> {
+        self.0.as_ref().map_or(Ok(0), |f| f.read(disk::rows))
+    }
+
+    /// Read them, in the order of their digests, handing `each` a batch at a time while it
+    /// says go on (`true`).
+    pub(crate) fn read(
+        &self,
+        each: impl FnMut(Vec<(Digest, Override)>) -> bool,
+    ) -> Result<(), disk::DiskError> {
+        self.0
+            .as_ref()
+            .map_or(Ok(()), |f| f.read(|db| disk::read_batches(db, each)))
+    }
+}
+
+/// Where a config keeps the changes to keys, opened ([`Keeping::open`]) before the live
+/// policy is built, and handed to [`KeyChanges::new`] with it.
+pub(crate) struct Keeping(Backend);
+
+impl Keeping {
+    /// Changes kept in memory only (no `state`, no `cluster`; and the tests).
+    pub(crate) fn memory() -> Self {
+        Self(Backend::Memory)
+    }
+
+    /// Open the store the config names, and what a start puts in force from it: Redis with
+    /// `cluster` (whose set [`KeySync`] reads; what this replica's copy holds is put in force
+    /// by [`KeyChanges::new`]), else the file at `state.path` (its records, to read:
+    /// [`Kept`]), else memory.
+    pub(crate) fn open(
+        cluster: Option<&Cluster>,
+        state_path: Option<&Path>,
+    ) -> Result<(Self, Kept), disk::DiskError> {
+        let file = state_path.map(StateFile::open).transpose()?;
+        if let Some(c) = cluster {
+            let fleet = Box::new(fleet::Fleet::open(c, file)?);
+            return Ok((Self(Backend::Redis(fleet)), Kept(None)));
+        }
+        match file {
+            Some(db) => Ok((Self(Backend::Disk(Arc::clone(&db))), Kept(Some(db)))),
+            None => Ok((Self::memory(), Kept(None))),
+        }
+    }
+}
+
+/// The one owner of the changes made to keys while they serve: where they are kept, the lock
+/// that makes them one at a time, and the live policy they apply to.
+pub(crate) struct KeyChanges {
+    backend: Backend,
+    /// The policy in force, to which every change applies (and from which readers take
+    /// snapshots).
+    live: Arc<LivePolicy>,
+    /// Changes made here, one at a time (each reads the records in force, keeps the new ones,
+    /// then applies them), and (with Redis) the polls of the fleet's set.
+    serial: Arc<tokio::sync::Mutex<()>>,
+    /// The operator's changes waiting for their batch (`batch.rs`).
+    waiting: std::sync::Mutex<Vec<batch::Job>>,
+}
+
+impl KeyChanges {
+    /// The owner of `live`'s changes, kept by `keeping`. With `cluster`, what this replica's
+    /// copy holds (kept at `state.path`) is put in force at once, so that a restart while
+    /// Redis is down still refuses what was revoked; what no longer applies to this config is
+    /// left to the first read of the set to drop. A reload tells the owner which records it
+    /// dropped ([`crate::runtime::live::Forget`]), so that where they are kept forgets them.
+    pub(crate) fn new(keeping: Keeping, live: Arc<LivePolicy>) -> Arc<Self> {
+        let this = Arc::new(Self {
+            backend: keeping.0,
+            live,
+            serial: Arc::new(tokio::sync::Mutex::new(())),
+            waiting: std::sync::Mutex::new(Vec::new()),
+        });
+        if let Backend::Redis(fleet) = &this.backend {
+            let fields = fleet.fields();
+            if !fields.is_empty() {
+                let set = gather::from_fields(&this.live.load().policy, &fields);
+                this.live.replace_overrides(set);
+            }
+        }
+        let weak: std::sync::Weak<dyn crate::runtime::live::Forget> =
+            Arc::downgrade(&this) as std::sync::Weak<Self>;
+        this.live.forget_with(weak);
+        this
+    }
+
+    /// The live policy the changes apply to.
+    pub(crate) fn live(&self) -> &Arc<LivePolicy> {
+        &self.live
+    }
+
+    /// The `state.path` file, when there is one (the quota and ledger counts are kept there
+    /// too).
+    pub(crate) fn state_file(&self) -> Option<Arc<StateFile>> {
+        match &self.backend {
+            Backend::Memory => None,
+            Backend::Disk(db) => Some(Arc::clone(db)),
+            Backend::Redis(fleet) => fleet.disk.clone(),
+        }
+    }
+
+    /// The upstream accepted `upgrade` from the key `by`, decided on `decided` (the policy of
+    /// the request): apply it, keep it, log it. What changed, for the access line (`from->to`
+    /// plan names).
+    pub(crate) async fn upgraded(
+        &self,
+        decided: &Policy,
+        upgrade: &Upgrade,
+        by: KeyIdx,
+    ) -> Option<String> {
+        let _one = self.serial.lock().await;
+        let live = &self.live;
+        let (kept, before) = decided.apply_upgrade(upgrade, by, unix_ms())?;
+        let from = decided.config.plans[before].name.clone();
+        let to = decided.config.plans[upgrade.plan].name.clone();
+        let key = decided
+            .keys
+            .get(upgrade.key.unwrap_or_default())
+            .name
+            .as_str()
+            .to_string();
+        let partner = kept.as_ref().and_then(|o| o.partner.clone());
+        let mut record = live
+            .with_overrides(|set| set.get(&upgrade.target).cloned())
+            .unwrap_or_else(|| Override::named(&key));
+        record.clear(Part::Plan);
+        if let Some(o) = kept {
+            record.merge(o);
+        }
+        let change = [(upgrade.target, Part::Plan, record)];
+        live.put_records(&change);
+        let result = self.keep(&change).await;
+        live.metrics()
+            .admin_change(ChangeKind::Upgrade, result.is_ok());
+        if let Err(why) = result {
+            tracing::error!(
+                target: "tollgate::overrides",
+                key = %key,
+                error = %why,
+                "plan override applied here but not kept: it ends with this process"
+            );
+        }
+        tracing::info!(
+            target: "tollgate::overrides",
+            key = %key,
+            from = %from,
+            to = %to,
+            partner = %partner.as_deref().unwrap_or("-"),
+            "plan override applied"
+        );
+        Some(format!("{from}->{to}"))
+    }
+
+    /// Make `action` on the key `target`, by `by` (`admin`, or `partner:<name>`): keep it
+    /// where changes are kept, then apply it here (and, through the store, on every replica).
+    /// The key's name.
+    ///
+    /// An operator's change that cannot be kept is refused and applied nowhere ([`ChangeError::
+    /// NotKept`]); a partner's (`apply_unkept`), which the upstream has already accepted, is
+    /// applied here all the same, and the failure logged.
+    pub(crate) async fn change(
+        &self,
+        target: KeyRef<'_>,
+        action: Action,
+        by: &str,
+        apply_unkept: bool,
+    ) -> Result<String, ChangeError> {
+        let _one = self.serial.lock().await;
+        let live = &self.live;
+        let snap = live.load();
+        let keys = &snap.policy.keys;
+        let k = match target {
+            KeyRef::Name(name) => keys.find_by_name(name),
+            KeyRef::Digest(d) => match keys.resolve(d) {
+                Some(Found::Key(k)) => Some(k),
+                Some(Found::Alias(a)) => Some(keys.alias(a).key),
+                None => None,
+            },
+        }
+        .ok_or(ChangeError::NotFound)?;
+        let name = keys.get(k).name.as_str().to_string();
+        let changes =
+            live.with_overrides(|set| snap.policy.change(k, &action, by, unix_ms(), set))?;
+        let kept = self.keep(&changes).await;
+        if let Err(why) = &kept {
+            tracing::error!(
+                target: "tollgate::keys",
+                key = %name,
+                action = %action.name(),
+                by = %by,
+                error = %why,
+                "key change not kept"
+            );
+            if !apply_unkept {
+                return Err(ChangeError::NotKept(kept.unwrap_err()));
+            }
+        }
+        live.put_records(&changes);
+        tracing::info!(
+            target: "tollgate::keys",
+            key = %name,
+            action = %action.name(),
+            by = %by,
+            "key changed"
+        );
+        Ok(name)
+    }
+
+    /// The upstream accepted a partner's lifecycle operation (`effect`) on the customer key
+    /// whose digest is `target`: apply it, keep it (a failure to keep it is logged: the
+    /// provider has done it, so the edge does it too), count it. The action, for the access
+    /// line; `None` when the key is not one of this config's.
+    pub(crate) async fn partner_effect(
+        &self,
+        effect: Effect,
+        target: &Digest,
+        by: &str,
+    ) -> Option<&'static str> {
+        let action = match effect {
+            Effect::Suspend => Action::Suspend(None),
+            Effect::Resume => Action::Resume,
+            Effect::Delete => Action::Revoke,
+            Effect::Upgrade => return None,
+        };
+        let done = self.change(KeyRef::Digest(target), action, by, true).await;
+        let kind = ChangeKind::of_effect(effect);
+        self.live.metrics().admin_change(kind, done.is_ok());
+        match done {
+            Ok(_) => Some(kind.as_str()),
+            Err(why) => {
+                tracing::warn!(target: "tollgate::keys", by = %by, action = %kind.as_str(), error = %why, "partner's change not applied at the edge");
+                None
+            }
+        }
+    }
+
+    /// `DELETE /api/overrides/{name}`: the key back on its YAML plan. Whether it had one.
+    pub(crate) async fn remove(&self, name: &str) -> Result<bool, KeepError> {
+        let _one = self.serial.lock().await;
+        let live = &self.live;
+        let snap = live.load();
+        let Some(k) = snap.policy.keys.find_by_name(name) else {
+            return Ok(false);
+        };
+        let digest = snap.policy.keys.get(k).digest;
+        let Some(mut record) = live
+            .with_overrides(|set| set.get(&digest).cloned())
+            .filter(|o| o.has(Part::Plan))
+        else {
+            return Ok(false);
+        };
+        record.clear(Part::Plan);
+        let change = [(digest, Part::Plan, record)];
+        self.keep(&change).await?;
+        live.put_records(&change);
+        tracing::info!(target: "tollgate::overrides", key = %name, "plan override removed by the operator");
+        Ok(true)
+    }
+
+    /// Whether overrides are shared through Redis (and [`KeySync`] must run).
+    pub(crate) fn shared(&self) -> bool {
+        matches!(self.backend, Backend::Redis(..))
+    }
+}

@@ -37,7 +37,7 @@ use pingora::{Error, ErrorType, Result};
 
 use crate::clock::Clock;
 use crate::edge::stream::EdgeStream;
-use crate::overrides::PlanOverrides;
+use crate::keys::KeyChanges;
 use crate::policy::overrides::Pending;
 use crate::policy::{Forward, Refusal, RequestHead};
 use crate::runtime::lifecycle::Health;
@@ -71,8 +71,9 @@ pub(crate) struct Gateway {
     live: Arc<LivePolicy>,
     health: Arc<Health>,
     clock: Arc<dyn Clock>,
-    /// Where an accepted partner upgrade is kept.
-    overrides: Arc<PlanOverrides>,
+    /// The owner of the changes to keys: a partner's upgrade or lifecycle operation the
+    /// upstream accepted is made through it.
+    changes: Arc<KeyChanges>,
     ids: RequestIds,
     /// With shared budgets: how a request without a lease waits for the store.
     settling: Option<Arc<crate::shared::Settling>>,
@@ -82,16 +83,15 @@ pub(crate) struct Gateway {
 
 impl Gateway {
     pub(crate) fn new(
-        live: Arc<LivePolicy>,
+        changes: Arc<KeyChanges>,
         health: Arc<Health>,
         clock: Arc<dyn Clock>,
-        overrides: Arc<PlanOverrides>,
     ) -> Self {
         Self {
-            live,
+            live: Arc::clone(changes.live()),
             health,
             clock,
-            overrides,
+            changes,
             ids: RequestIds::new(),
             settling: None,
             traces: None,
@@ -370,11 +370,7 @@ impl ProxyHttp for Gateway {
                 // every answer's response_filter.
                 (Some(Pending::Upgrade(upgrade)), Some(snap), Some(key)) => {
                     ctx.upgraded =
-                        Box::pin(
-                            self.overrides
-                                .upgraded(&self.live, &snap.policy, &upgrade, key),
-                        )
-                        .await;
+                        Box::pin(self.changes.upgraded(&snap.policy, &upgrade, key)).await;
                 }
                 // Only on a customer key this config has (`key`): never on a partner's key.
                 (
@@ -387,11 +383,7 @@ impl ProxyHttp for Gateway {
                     Some(key),
                 ) => {
                     let by = format!("partner:{}", snap.policy.keys.get(key).name);
-                    ctx.changed = Box::pin(
-                        self.overrides
-                            .partner_effect(&self.live, effect, &target, &by),
-                    )
-                    .await;
+                    ctx.changed = Box::pin(self.changes.partner_effect(effect, &target, &by)).await;
                 }
                 _ => {}
             }

@@ -19,7 +19,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use arc_swap::ArcSwap;
 
@@ -67,13 +67,15 @@ pub struct LivePolicy {
     last_reload: Mutex<Option<LastReload>>,
     /// When the process loaded its first config (ms since the Unix epoch).
     started_ms: u64,
-    /// The plan overrides in force (partner upgrades), put on every snapshot compiled. Where
-    /// they are kept and how the fleet shares them is the override room's
-    /// (`crate::overrides`), which changes this set through [`LivePolicy::with_overrides`].
+    /// The records of the keys' live changes in force (upgrades, suspensions, revocations,
+    /// issued keys), put on every snapshot compiled. Where they are kept and how the fleet
+    /// shares them is the key room's (`crate::keys::KeyChanges`, which owns this policy and
+    /// changes this set through [`LivePolicy::with_overrides`]).
     in_force: Mutex<Overrides>,
     /// Told which overrides a compile dropped, so that where they are kept forgets them too
-    /// (set by the server when it wires the override room).
-    forget: OnceLock<Arc<dyn Forget>>,
+    /// (set by the key room's owner, which holds this policy: weak, so that neither keeps the
+    /// other alive).
+    forget: OnceLock<Weak<dyn Forget>>,
     /// Serializes reloads so two cannot interleave their carry-over of rate state.
     reload_lock: Mutex<()>,
     /// Refuse a reload to a config that holds a published demo key (`run`, unless told
@@ -149,7 +151,7 @@ impl LivePolicy {
     }
 
     /// Tell `keeper` of every override a compile drops from now on.
-    pub fn forget_with(&self, keeper: Arc<dyn Forget>) {
+    pub fn forget_with(&self, keeper: Weak<dyn Forget>) {
         let _ = self.forget.set(keeper);
     }
 
@@ -242,7 +244,10 @@ impl LivePolicy {
             let restart_required = config::changed_fields(&old.policy.config.process, &c.process);
             let mut snapshot = compile(c, Ok(&old.policy), &self.metrics)?;
             let dropped = apply_in_force(&snapshot.policy, &self.in_force, &self.metrics);
-            if let (false, Some(keeper)) = (dropped.is_empty(), self.forget.get()) {
+            if let (false, Some(keeper)) = (
+                dropped.is_empty(),
+                self.forget.get().and_then(Weak::upgrade),
+            ) {
                 keeper.forget(&dropped);
             }
             snapshot.generation = old.generation + 1;

@@ -18,7 +18,7 @@ use crate::policy::versions::Kept;
 
 pub(super) const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("plan_overrides");
 
-/// With `cluster`: this replica's copy of the fleet's overrides (`crate::overrides::fleet`), field by
+/// With `cluster`: this replica's copy of the fleet's overrides (`crate::keys::fleet`), field by
 /// field as Redis names and holds them (a hash of the digest and the part; the kept text).
 pub(super) const FIELDS: TableDefinition<'_, &str, &str> =
     TableDefinition::new("cluster_overrides");

@@ -413,7 +413,7 @@ fn a_sentinel_failover_to_a_replica_that_lost_the_data_undoes_no_change() {
 fn sent_after_kept(script: &str) -> redis::Script {
     redis::Script::new(&format!(
         "{}{script}",
-        include_str!("../../src/overrides/kept.lua")
+        include_str!("../../src/keys/kept.lua")
     ))
 }
 
@@ -438,7 +438,7 @@ fn the_store_merges_copies_by_the_replicas_rule() {
 
     let redis = RedisServer::start();
     let mut con = redis.client();
-    let script = sent_after_kept(include_str!("../../src/overrides/restore.lua"));
+    let script = sent_after_kept(include_str!("../../src/keys/restore.lua"));
     let mut next = draws(0x9E37_79B9_7F4A_7C15);
     for case in 0..300 {
         let mut copies: Vec<Vec<(String, Kept)>> = Vec::new();
@@ -500,9 +500,9 @@ fn a_trimmed_log_never_answers_a_delta_that_misses_a_change() {
 
     let redis = RedisServer::start();
     let mut con = redis.client();
-    let write = sent_after_kept(include_str!("../../src/overrides/write.lua"));
-    let restore = sent_after_kept(include_str!("../../src/overrides/restore.lua"));
-    let poll = redis::Script::new(include_str!("../../src/overrides/poll.lua"));
+    let write = sent_after_kept(include_str!("../../src/keys/write.lua"));
+    let restore = sent_after_kept(include_str!("../../src/keys/restore.lua"));
+    let poll = redis::Script::new(include_str!("../../src/keys/poll.lua"));
     let mut next = draws(0x2545_F491_4F6C_DD1D);
     let mut wholes = 0;
     let mut deltas = 0;

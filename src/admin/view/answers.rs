@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use utoipa::ToSchema;
 
-use crate::overrides::Shown;
+use crate::keys::Shown;
 
 /// One blocked address, as `GET /api/blocks`, the usage page and `tollgate top` show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

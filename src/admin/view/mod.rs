@@ -23,7 +23,7 @@ use utoipa::ToSchema;
 mod answers;
 mod keys;
 
-use crate::overrides::Shown;
+use crate::keys::Shown;
 pub(crate) use answers::{
     BlockRow, BlocksView, ConfigRefusedAt, FieldErrorView, FieldErrors, LedgerRow, LedgerView,
     OverridesView, ReloadView,

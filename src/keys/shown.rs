@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::PlanOverrides;
+use super::KeyChanges;
 use crate::config::Plan;
 use crate::policy::overrides::Override;
 use crate::policy::Policy;
@@ -20,7 +20,7 @@ pub(crate) struct Shown {
     pub at_ms: u64,
 }
 
-impl PlanOverrides {
+impl KeyChanges {
     /// The upgrades in force, for the admin API and the page.
     pub(crate) fn shown(live: &LivePolicy, policy: &Policy) -> Vec<Shown> {
         live.with_overrides(|set| show(set.values(), &policy.config.plans))

@@ -1,9 +1,9 @@
-//! Writing where the overrides are kept: a change before it applies ([`PlanOverrides::keep`]),
+//! Writing where the overrides are kept: a change before it applies ([`KeyChanges::keep`]),
 //! and what a reload dropped ([`Forget`]).
 
 use std::sync::Arc;
 
-use super::{Backend, KeepError, PlanOverrides};
+use super::{Backend, KeepError, KeyChanges};
 use crate::digest::Digest;
 use crate::policy::overrides::{Drop, Override, Part};
 use crate::runtime::live::Forget;
@@ -12,7 +12,7 @@ use crate::state::{backup, disk};
 /// What a change keeps: each digest's record after it, the part changed named.
 pub(crate) type Records = Vec<(Digest, Part, Override)>;
 
-impl PlanOverrides {
+impl KeyChanges {
     /// Keep the records `changes` name (each digest's whole record, the part changed named)
     /// where overrides are kept; returns when they are, all of them or none.
     pub(super) async fn keep(&self, changes: &[(Digest, Part, Override)]) -> Result<(), KeepError> {
@@ -40,7 +40,7 @@ impl PlanOverrides {
     }
 }
 
-impl Forget for PlanOverrides {
+impl Forget for KeyChanges {
     /// Rewrite what a reload dropped where it is kept: the disk at once; Redis through the
     /// next poll (a reload is not async): forgetting the version makes it read the whole set
     /// again, apply it to this config, and delete what this config drops.

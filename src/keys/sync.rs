@@ -20,33 +20,34 @@ use pingora::services::background::BackgroundService;
 use super::fleet::Fleet;
 use super::gather::{gather_beside, Gathered};
 use super::redis_set::{field, new_epoch, split_field, Polled};
-use super::{Backend, PlanOverrides};
+use super::{Backend, KeyChanges};
 use crate::fleet_store::StoreError;
 use crate::policy::overrides::{Override, Part};
 use crate::policy::versions::Kept;
 use crate::runtime::live::LivePolicy;
 
-/// The overrides' sync (a background service, with `cluster` only).
-pub(crate) struct OverrideSync {
-    pub overrides: Arc<PlanOverrides>,
-    pub live: Arc<LivePolicy>,
+/// The sync of the changes kept in Redis (a background service, with `cluster` only): every
+/// `every`, this replica's owner of the changes reads what the fleet changed.
+pub(crate) struct KeySync {
+    pub changes: Arc<KeyChanges>,
     pub every: Duration,
 }
 
-impl OverrideSync {
+impl KeySync {
     async fn round(&self) -> Result<(), StoreError> {
-        let Backend::Redis(fleet) = &self.overrides.backend else {
+        let Backend::Redis(fleet) = &self.changes.backend else {
             return Ok(());
         };
         // Serialized with the changes made here: a change is kept and held before a poll
         // reads the set, or after the poll's set is in force.
-        let _one = self.overrides.serial.lock().await;
+        let _one = self.changes.serial.lock().await;
+        let live = &self.changes.live;
         let (known, epoch) = fleet.known();
         let (version, about) = match fleet.set.poll(&known, &epoch).await? {
             Polled::Same => return Ok(()),
             Polled::Delta { version, fields } => {
                 let changed = fleet.adopt_delta(version, fields);
-                apply_delta(fleet, &self.live, &changed);
+                apply_delta(fleet, live, &changed);
                 fleet.copy_fields_to_disk(changed).await;
                 return Ok(());
             }
@@ -86,9 +87,9 @@ impl OverrideSync {
         let read = started.elapsed();
         let read_fields = fields.len();
         fleet.adopt(version, fields);
-        let set = parts.into_set(&self.live.load().policy);
+        let set = parts.into_set(&live.load().policy);
         let matched = started.elapsed();
-        let dropped = self.live.replace_overrides(set);
+        let dropped = live.replace_overrides(set);
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         tracing::info!(
             target: "tollgate::overrides",
@@ -200,7 +201,7 @@ fn apply_delta(fleet: &Fleet, live: &LivePolicy, changed: &[(String, Kept)]) {
 }
 
 #[async_trait]
-impl BackgroundService for OverrideSync {
+impl BackgroundService for KeySync {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut tick = tokio::time::interval(self.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

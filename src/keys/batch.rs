@@ -1,4 +1,4 @@
-//! The operator's changes to keys made in batches ([`PlanOverrides::make`]): the changes that
+//! The operator's changes to keys made in batches ([`KeyChanges::make`]): the changes that
 //! wait while one is kept are kept together, in one write (one disk commit, one Redis script),
 //! so that a store whose write is slow (`state.path`: an fsync) takes as many changes a second
 //! as come, not one a write.
@@ -16,11 +16,10 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::keep::Records;
-use super::{ChangeError, KeepError, PlanOverrides};
+use super::{ChangeError, KeepError, KeyChanges};
 use crate::fleet_store::StoreError;
 use crate::policy::overrides::{ChangeKind, ChangeRefused, Overrides, Part};
 use crate::policy::Policy;
-use crate::runtime::live::LivePolicy;
 use crate::sync::Locked;
 
 /// What a change is made of: the policy and the records in force (the batch's earlier ones
@@ -35,14 +34,13 @@ pub(super) struct Job {
     done: oneshot::Sender<Result<(), ChangeError>>,
 }
 
-impl PlanOverrides {
+impl KeyChanges {
     /// An operator's change of `kind` (`create`, `rotate`, `delete`) to the key named `name`:
     /// `make` turns the policy and the records in force into what to keep; it is kept, then
     /// applied here (and, through the store, on every replica), with the changes that came
     /// meanwhile. One that cannot be kept is applied nowhere.
     pub(crate) async fn make(
         self: &Arc<Self>,
-        live: &Arc<LivePolicy>,
         kind: ChangeKind,
         name: &str,
         make: Make,
@@ -67,9 +65,9 @@ impl PlanOverrides {
         // On a task of its own: a batch is made, kept, applied and answered whole even when
         // this request goes away meanwhile (the others in it wait on it too).
         let jobs = std::mem::take(&mut *self.waiting.locked());
-        let (this, live) = (Arc::clone(self), Arc::clone(live));
+        let this = Arc::clone(self);
         let batch = tokio::spawn(async move {
-            this.make_batch(&live, jobs).await;
+            this.make_batch(jobs).await;
             drop(one);
         });
         let _ = batch.await;
@@ -77,7 +75,8 @@ impl PlanOverrides {
     }
 
     /// Make, keep and apply `jobs`, in order; answer each.
-    async fn make_batch(&self, live: &LivePolicy, jobs: Vec<Job>) {
+    async fn make_batch(&self, jobs: Vec<Job>) {
+        let live = &self.live;
         let snap = live.load();
         let mut made: Vec<(Job, Records)> = Vec::with_capacity(jobs.len());
         let mut refused: Vec<(Job, ChangeError)> = Vec::new();
