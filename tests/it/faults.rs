@@ -437,10 +437,18 @@ fn failover_under_load(url: &str, prefix: &str, fail_over: impl FnOnce()) {
     let before = sent.load(Ordering::Relaxed);
     eventually("load flows", || sent.load(Ordering::Relaxed) >= before + 50);
     fail_over();
-    // The gateways find the new master: a change made now reaches both.
-    eventually("a change after the failover is kept", || {
-        admin(g1.1, "POST", "/api/keys/pro-1/suspend").status == 200
-    });
+    // The gateways find the new master: a change made now reaches both. When it does not,
+    // the last answer says why (and the gateways' logs, printed as they drop).
+    let r = crate::harness::settled(
+        || admin(g1.1, "POST", "/api/keys/pro-1/suspend"),
+        |r| r.status == 200,
+    );
+    assert_eq!(
+        r.status,
+        200,
+        "a change after the failover is kept: {}",
+        String::from_utf8_lossy(&r.body)
+    );
     eventually("the change reaches the other gateway", || {
         call(g0.0, "pro-key-1").status == 401
     });
