@@ -60,4 +60,13 @@ impl Forget for KeyChanges {
             Backend::Redis(fleet) => fleet.forget_version(),
         }
     }
+
+    /// With Redis, the fleet's set is read whole again at the next poll: the records of a key
+    /// this replica's YAML lacked were read and could not be matched to a digest then (a
+    /// rolling reload: another replica had the key first, and changed it).
+    fn learned_keys(&self) {
+        if let Backend::Redis(fleet) = &self.backend {
+            fleet.forget_version();
+        }
+    }
 }

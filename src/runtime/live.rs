@@ -41,6 +41,9 @@ pub struct Snapshot {
     /// Which config this is (1 for the first; one more per reload): the usage counts are for
     /// one generation.
     pub generation: u64,
+    /// When it was compiled (ms since the Unix epoch): a change made after it, by a replica
+    /// with a later config, is not this config's to drop ([`LivePolicy::replace_overrides`]).
+    pub compiled_ms: u64,
 }
 
 /// The last reload, for the operator's view.
@@ -89,6 +92,19 @@ pub struct LivePolicy {
 /// those keys in the YAML), to forget it there too.
 pub trait Forget: Send + Sync {
     fn forget(&self, drops: &[Drop]);
+
+    /// The config now has a key (a digest) the one before did not: the changes kept of it
+    /// elsewhere (by a replica whose YAML had it first) may not be in force here yet.
+    fn learned_keys(&self) {}
+}
+
+/// Whether `new` authenticates a digest `old` did not (a key or an alias the reload added).
+fn learned_keys(new: &Policy, old: &Policy) -> bool {
+    let keys = &new.keys;
+    keys.iter()
+        .map(|(_, e)| e.digest)
+        .chain(keys.aliases().map(|(_, a)| a.digest))
+        .any(|d| old.keys.resolve(&d).is_none())
 }
 
 impl LivePolicy {
@@ -193,16 +209,32 @@ impl LivePolicy {
     /// Put `set` (every record kept, as another replica may have changed any) in force in
     /// place of the set in force, moved, never copied; what the policy in force drops of it
     /// is taken out of `set` and returned (to be logged and forgotten where it is kept).
+    ///
+    /// Only what was changed before this config was compiled is its to drop (the later
+    /// decision wins): a record with a part dropped that another replica changed after it
+    /// (during a rolling reload, on a key or plan this replica's YAML does not have yet)
+    /// stays in `set` as it came, not applied here, and is not returned, so that nothing
+    /// forgets it; the reload that brings this replica's YAML up to date puts it in force.
+    /// The records a change sent here puts in force ([`LivePolicy::put_records`]) are kept
+    /// in the set the same way.
     pub fn replace_overrides(&self, mut set: Overrides) -> Vec<Drop> {
         let _serial = self.reload_lock.locked();
         let snap = self.current.load();
-        let drops = snap.policy.apply_overrides(&set);
-        for d in &drops {
-            match &d.after {
-                Some(o) => set.insert(d.digest, o.clone()),
-                None => set.remove(&d.digest),
-            };
-        }
+        let mut drops = snap.policy.apply_overrides(&set);
+        drops.retain(|d| {
+            let later = d.parts.iter().any(|&p| {
+                d.before
+                    .changed_ms(p)
+                    .is_some_and(|at| at > snap.compiled_ms)
+            });
+            if !later {
+                match &d.after {
+                    Some(o) => set.insert(d.digest, o.clone()),
+                    None => set.remove(&d.digest),
+                };
+            }
+            !later
+        });
         let before = self.with_overrides(|in_force| std::mem::replace(in_force, set));
         // The set replaced is let go outside the overrides' lock.
         drop(before);
@@ -244,11 +276,13 @@ impl LivePolicy {
             let restart_required = config::changed_fields(&old.policy.config.process, &c.process);
             let mut snapshot = compile(c, Ok(&old.policy), &self.metrics)?;
             let dropped = apply_in_force(&snapshot.policy, &self.in_force, &self.metrics);
-            if let (false, Some(keeper)) = (
-                dropped.is_empty(),
-                self.forget.get().and_then(Weak::upgrade),
-            ) {
-                keeper.forget(&dropped);
+            if let Some(keeper) = self.forget.get().and_then(Weak::upgrade) {
+                if !dropped.is_empty() {
+                    keeper.forget(&dropped);
+                }
+                if learned_keys(&snapshot.policy, &old.policy) {
+                    keeper.learned_keys();
+                }
             }
             snapshot.generation = old.generation + 1;
             let snapshot = Arc::new(snapshot);
@@ -379,6 +413,7 @@ fn compile(
         target,
         meters,
         generation: 0,
+        compiled_ms: unix_ms(),
     })
 }
 
@@ -510,5 +545,65 @@ mod tests {
         let err = live.replace(bad.try_parse()).err().unwrap();
         assert_eq!(err.field, "upstream", "{err}");
         assert!(metrics_text(&live).contains("tollgate_keys{state=\"active\"} 6"));
+    }
+
+    /// A whole read of the fleet's set (`replace_overrides`) drops only what was changed
+    /// before this config was compiled: a suspension another replica made later, of a key
+    /// this replica's YAML does not have yet (a rolling reload), is neither applied nor
+    /// dropped (nothing forgets it), and the reload that brings the key puts it in force.
+    #[test]
+    fn a_whole_read_drops_only_what_was_changed_before_its_config() {
+        use crate::policy::overrides::{Change, Override};
+        let dir = tempfile::tempdir().unwrap();
+        // The replica that made the suspension has the key, and records its YAML.
+        let newer = dir.path().join("newer.yaml");
+        TestConfig::new().write(&newer);
+        let there = LivePolicy::new(Config::load(&newer).unwrap(), Arc::default()).unwrap();
+        let there = &there.load().policy;
+        let yaml = there.fingerprint(there.keys.find_by_name("pro-1").unwrap());
+        let path = dir.path().join("gw.yaml");
+        TestConfig::new().without_key("pro-1").write(&path);
+        let live = LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap();
+        let compiled = live.load().compiled_ms;
+        let suspended = |since_ms| {
+            let mut o = Override::named("pro-1");
+            o.yaml = Some(yaml.clone());
+            o.suspended = Some(Box::new(Change {
+                since_ms,
+                by: "admin".into(),
+                reason: None,
+            }));
+            o
+        };
+        let d = Digest::of(b"pro-key-1");
+        let pro = |live: &LivePolicy| {
+            let head = RequestHead {
+                method: "GET",
+                path: "/v2/client/getStatus",
+                authorization: AuthHeader::One(b"Bearer pro-key-1"),
+            };
+            live.load()
+                .policy
+                .decide(&head, 0)
+                .verdict
+                .map(|_| ())
+                .map_err(|r| r.code)
+        };
+
+        // Changed before this config: the config's to drop.
+        let drops = live.replace_overrides(Overrides::from_iter([(d, suspended(compiled - 1))]));
+        assert_eq!(drops.len(), 1);
+        assert_eq!(live.with_overrides(|set| set.len()), 0);
+
+        // Changed after it, elsewhere: kept, not applied, not dropped.
+        let later = suspended(compiled + 60_000);
+        let drops = live.replace_overrides(Overrides::from_iter([(d, later.clone())]));
+        assert!(drops.is_empty(), "{drops:?}");
+        assert_eq!(live.with_overrides(|set| set.get(&d).cloned()), Some(later));
+
+        // The reload that brings the key puts the suspension in force.
+        TestConfig::new().write(&path);
+        live.reload().unwrap();
+        assert_eq!(pro(&live), Err(Code::Unauthorized));
     }
 }

@@ -694,3 +694,61 @@ fn a_quota_of_three_over_two_replicas_and_two_restarts_admits_at_most_five() {
 fn a_quota_of_three_over_restarts_with_state_path_admits_at_most_five() {
     a_small_quota_over_restarts(true);
 }
+
+/// A rolling reload: replica a's YAML has a key that b's does not have yet, and a suspends
+/// it. The store is flushed, so b reads the whole set back while its YAML still lacks the
+/// key: the suspension stays in force on a (b cannot match it to a key, and leaves it be).
+/// The reload that brings b the key makes b read the set whole again, and puts the
+/// suspension in force there too (before, b's set never held it: a delta had gone by and the
+/// reload dropped nothing, so nothing read it again).
+#[test]
+fn a_replica_behind_in_a_rolling_reload_undoes_no_change_of_a_key_it_lacks() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("rr{}", redis.port);
+    let late = |c: TestConfig| c.add_key("late", "late-key", "basic");
+    let ahead = late(config_for(&up).cluster(&redis.url(), &prefix, 100));
+    let behind = config_for(&up).cluster(&redis.url(), &prefix, 100);
+    let (_pa, la, admin_a) = Process::run(dir.path(), "a", &ahead);
+    let (pb, lb, admin_b) = Process::run(dir.path(), "b", &behind);
+    assert_eq!(admin(admin_a, "POST", "/api/keys/late/suspend").status, 200);
+    assert_eq!(call(la, "late-key").status, 401);
+    assert_eq!(
+        admin(admin_b, "GET", "/api/keys/late").status,
+        404,
+        "b lacks it"
+    );
+
+    let whole_reads = |p: &Process| {
+        p.output()
+            .lines()
+            .filter(|l| l.contains("overrides read whole"))
+            .count()
+    };
+    let before = whole_reads(&pb);
+    let mut con = redis.client();
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    eventually("b reads the set put back whole", || {
+        whole_reads(&pb) > before
+    });
+    // b's rounds after its whole read: one every 100 ms, each of which would carry a drop.
+    let end = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < end {
+        assert_eq!(
+            call(la, "late-key").status,
+            401,
+            "the suspension undone on a"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    late(behind).write(&dir.path().join("b.yaml"));
+    pb.signal("HUP");
+    eventually("the suspension in force on b after its reload", || {
+        let r = admin(admin_b, "GET", "/api/keys/late");
+        r.status == 200 && r.json()["state"] == "suspended"
+    });
+    assert_eq!(call(lb, "late-key").status, 401);
+    assert_eq!(call(la, "late-key").status, 401);
+}

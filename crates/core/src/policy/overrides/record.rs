@@ -327,6 +327,22 @@ impl Override {
         }
     }
 
+    /// When `part` was last changed (ms since the Unix epoch); `None` when it is not in the
+    /// record.
+    pub fn changed_ms(&self, part: Part) -> Option<u64> {
+        match part {
+            Part::Plan => self.plan_id.map(|_| self.at_ms),
+            Part::Suspended => self.suspended.as_ref().map(|c| c.since_ms),
+            Part::Revoked => self.revoked.as_ref().map(|c| c.since_ms),
+            Part::Limit => self.limit.as_ref().map(|l| l.change.since_ms),
+            Part::Quota => self.quota.as_ref().map(|q| q.change.since_ms),
+            Part::Issued => self
+                .issued
+                .as_ref()
+                .map(|k| k.change.since_ms.max(k.rotated_ms.unwrap_or(0))),
+        }
+    }
+
     /// Whether nothing is in it.
     pub fn is_empty(&self) -> bool {
         Part::ALL.into_iter().all(|p| !self.has(p))
