@@ -23,7 +23,7 @@ use crate::clock::Clock;
 use crate::config::{Config, Runtime, Tls};
 use crate::edge::fds::Descriptors;
 use crate::edge::{EdgeApp, TlsListener};
-use crate::keys::{Keeping, KeyChanges, KeySync};
+use crate::keys::{put_kept_in_force, Keeping, KeyChanges, KeySync};
 use crate::limit::{LocalStore, Store};
 use crate::proxy::Gateway;
 use crate::runtime::error::SetupError;
@@ -211,10 +211,14 @@ impl Rooms {
         let rows = kept.rows().map_err(|e| state_error(&source, e))?;
         let sync_every = config.process.cluster.as_ref().map(|c| c.sync_interval);
         let (live, read) = read_kept_beside(&kept, |batches| {
-            LivePolicy::with_store(config, metrics, store, batches, rows)
+            let m = Arc::clone(&metrics);
+            LivePolicy::with_store(config, metrics, store, |policy| {
+                put_kept_in_force(policy, batches, rows, &m)
+            })
         });
         let read_took = read.map_err(|e| state_error(&source, e))?;
-        let live = Arc::new(live?);
+        let (live, in_force) = live?;
+        let live = Arc::new(live);
         if rows > 0 {
             let ms = |d: Duration| d.as_millis() as u64;
             tracing::info!(
@@ -225,7 +229,7 @@ impl Rooms {
                 "the changes kept at state.path put in force"
             );
         }
-        let changes = KeyChanges::new(keeping, Arc::clone(&live));
+        let changes = KeyChanges::new(keeping, Arc::clone(&live), in_force);
         let keeper = Arc::new(
             crate::ledger::Keeper::open(changes.state_file(), Arc::clone(&live)).map_err(|e| {
                 SetupError::State {

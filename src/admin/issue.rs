@@ -306,6 +306,6 @@ fn issued(admin: &Admin, name: &str, key: Option<String>, status: StatusCode) ->
         // Deleted (or a reload dropped it) between the change and this answer.
         return problem(AdminCode::UnknownKey, &format!("`{name}` is gone already"));
     };
-    let view = key_view(&admin.live, &snap.policy, k);
+    let view = key_view(&admin.changes, &snap.policy, k);
     json(status, &IssuedView { key, view })
 }

@@ -26,9 +26,9 @@ use super::reply::{json, problem};
 use super::view::RevokedView;
 use super::Admin;
 use crate::fleet_store::StoreError;
+use crate::keys::KeyChanges;
 use crate::keys::{ChangeError, KeepError, KeyRef};
 use crate::policy::overrides::{Action, ChangeKind, ChangeRefused};
-use crate::runtime::live::LivePolicy;
 
 /// A change to a key, as its path and method name it; its body, when it takes one, is read by
 /// [`KeyOp::action`].
@@ -93,12 +93,12 @@ impl KeyOp {
 }
 
 /// `GET /api/keys/{name}`.
-pub(super) fn show(live: &LivePolicy, name: &str) -> Response<Vec<u8>> {
-    let snap = live.load();
+pub(super) fn show(changes: &KeyChanges, name: &str) -> Response<Vec<u8>> {
+    let snap = changes.live().load();
     let Some(k) = snap.policy.keys.find_by_name(name) else {
         return unknown_key(name);
     };
-    json(StatusCode::OK, &key_view(live, &snap.policy, k))
+    json(StatusCode::OK, &key_view(changes, &snap.policy, k))
 }
 
 /// `op` on the key named `name`, by the operator: its body read, then the change made where
@@ -117,7 +117,7 @@ pub(super) async fn change(admin: &Admin, name: &str, op: KeyOp, body: &[u8]) ->
         .await;
     admin.live.metrics().admin_change(op.kind(), done.is_ok());
     match done {
-        Ok(name) => show(&admin.live, &name),
+        Ok(name) => show(&admin.changes, &name),
         Err(e) => change_error(e, name),
     }
 }

@@ -235,7 +235,7 @@ pub(super) fn answer(admin: &Admin, query: Option<&str>) -> Response<Vec<u8>> {
     let mut keys = Vec::with_capacity(q.limit.min(order.len()));
     let mut next = None;
     for k in merged {
-        let view = key_view(&admin.live, policy, k);
+        let view = key_view(&admin.changes, policy, k);
         if !passes(&q, &view) {
             continue;
         }

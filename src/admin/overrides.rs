@@ -8,12 +8,11 @@ use super::codes::AdminCode;
 use super::reply::{json, no_content, problem};
 use super::view::OverridesView;
 use super::Admin;
-use crate::keys::KeyChanges;
 
 /// `GET /api/overrides`.
 pub(super) fn list(admin: &Admin) -> Response<Vec<u8>> {
     let snap = admin.live.load();
-    let overrides = KeyChanges::shown(&admin.live, &snap.policy);
+    let overrides = admin.changes.shown(&snap.policy);
     json(StatusCode::OK, &OverridesView { overrides })
 }
 

@@ -12,7 +12,7 @@ use crate::runtime::lifecycle::Readiness;
 impl Admin {
     /// `GET /metrics`: the Prometheus text format.
     pub(super) fn metrics(&self) -> Response<Vec<u8>> {
-        self.live.refresh_gauges();
+        self.changes.refresh_gauges();
         reply(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",

@@ -4,10 +4,10 @@
 
 use super::view::{ChangeRow, KeyQuotaView, KeyView, OverrideView, PreviousView};
 use crate::clock::rfc3339;
+use crate::keys::KeyChanges;
 use crate::policy::keys::{Credential, KeyIdx};
 use crate::policy::overrides::{Override, Part};
 use crate::policy::Policy;
-use crate::runtime::live::LivePolicy;
 
 /// The changes in `o`, the record of the key named `key`.
 fn rows(key: &str, o: &Override, policy: &Policy) -> Vec<ChangeRow> {
@@ -69,12 +69,12 @@ fn rows(key: &str, o: &Override, policy: &Policy) -> Vec<ChangeRow> {
 }
 
 /// Every change in force, and every key refused by its `expires_at`, for the page and `top`.
-pub(crate) fn changes(live: &LivePolicy, policy: &Policy) -> Vec<ChangeRow> {
+pub(crate) fn changes(changes: &KeyChanges, policy: &Policy) -> Vec<ChangeRow> {
     // Under the change lock, over every record (a million with as many issued keys, most of
     // them the key alone): nothing looked up or copied for a record that shows no change.
     let shows_a_change =
         |o: &Override| Part::ALL.into_iter().any(|p| p != Part::Issued && o.has(p));
-    let mut v: Vec<ChangeRow> = live.with_overrides(|set| {
+    let mut v: Vec<ChangeRow> = changes.with_records(|set| {
         set.iter()
             .filter(|(_, o)| shows_a_change(o))
             .filter(|(d, o)| o.issued.is_some() || policy.keys.lookup(d).is_some())
@@ -99,7 +99,7 @@ pub(crate) fn changes(live: &LivePolicy, policy: &Policy) -> Vec<ChangeRow> {
 }
 
 /// The state of the key `k` as `GET /api/keys/{name}` answers it.
-pub(crate) fn key_view(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> KeyView {
+pub(crate) fn key_view(changes: &KeyChanges, policy: &Policy, k: KeyIdx) -> KeyView {
     let e = policy.keys.get(k);
     let live_word = e.live();
     let credential = e.credential_with(live_word);
@@ -114,7 +114,7 @@ pub(crate) fn key_view(live: &LivePolicy, policy: &Policy, k: KeyIdx) -> KeyView
             Some(policy.config.partners[partner].name.clone()),
         ),
     };
-    let record = live.with_overrides(|set| set.get(&e.digest).cloned());
+    let record = changes.with_records(|set| set.get(&e.digest).cloned());
     // The quota in force (the key's own, live or YAML, else its plan's or the partners'),
     // with the requests charged in the period now.
     let quota = policy.quota_state(k, credential).map(|q| {

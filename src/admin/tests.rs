@@ -17,7 +17,7 @@ fn admin(dir: &tempfile::TempDir) -> (Admin, std::path::PathBuf) {
     TestConfig::new().write(&path);
     let live = Arc::new(LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap());
     let ledger = Arc::new(crate::ledger::Keeper::open(None, Arc::clone(&live)).unwrap());
-    let changes = KeyChanges::new(Keeping::memory(), Arc::clone(&live));
+    let changes = KeyChanges::new(Keeping::memory(), Arc::clone(&live), Default::default());
     (
         Admin {
             live,
@@ -102,7 +102,7 @@ fn the_usage_view_round_trips_through_its_json() {
     let served = answer(&a, &Method::GET, "/api/usage", Some("key=basic"));
     assert_eq!(served.status(), 200);
     let read: view::UsageView = serde_json::from_slice(served.body()).unwrap();
-    let built = usage::usage_view(&a.live, a.clock.as_ref(), None, Some("basic"), vec![]);
+    let built = usage::usage_view(&a.changes, a.clock.as_ref(), None, Some("basic"), vec![]);
     assert_eq!(read.keys, built.keys);
     assert_eq!(read.config, built.config);
     assert_eq!(read.refusals, built.refusals);

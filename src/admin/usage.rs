@@ -33,7 +33,7 @@ pub(super) fn answer(admin: &Admin, query: Option<&str>) -> Response<Vec<u8>> {
             .map(|(_, v)| v.into_owned())
     });
     let view = usage_view(
-        &admin.live,
+        &admin.changes,
         admin.clock.as_ref(),
         admin.cluster.as_deref(),
         search.as_deref(),
@@ -45,12 +45,13 @@ pub(super) fn answer(admin: &Admin, query: Option<&str>) -> Response<Vec<u8>> {
 /// The view of `/api/usage`; `search` narrows the keys to names that contain it (any case).
 /// `blocks` are the blocked addresses ([`super::blocks::rows`]).
 pub(crate) fn usage_view(
-    live: &LivePolicy,
+    changes: &KeyChanges,
     clock: &dyn Clock,
     cluster: Option<&SharedStore>,
     search: Option<&str>,
     blocks: Vec<BlockRow>,
 ) -> UsageView {
+    let live = changes.live();
     let snap = live.load();
     let policy = &snap.policy;
     let now_ms = live.usage().now_ms();
@@ -66,11 +67,11 @@ pub(crate) fn usage_view(
         search: needle,
         keys,
         anonymous_requests: live.usage().anonymous(now_ms / 1000),
-        overrides: KeyChanges::shown(live, policy),
+        overrides: changes.shown(policy),
         cluster: cluster.map(|c| cluster_view(c, policy)),
         refusals: refusals(live, policy),
         blocks,
-        key_changes: super::record::changes(live, policy),
+        key_changes: super::record::changes(changes, policy),
         timeline: timeline(live, now_ms),
     }
 }

@@ -80,7 +80,7 @@ impl KeyChanges {
         let snap = live.load();
         let mut made: Vec<(Job, Records)> = Vec::with_capacity(jobs.len());
         let mut refused: Vec<(Job, ChangeError)> = Vec::new();
-        live.with_overrides(|set| {
+        self.with_records(|set| {
             // Each job sees the batch's earlier changes; the set is put back as it was after.
             let mut saved = Vec::new();
             let mut created: HashSet<String> = HashSet::new();
@@ -124,7 +124,7 @@ impl KeyChanges {
         let all: Records = made.iter().flat_map(|(_, r)| r.iter().cloned()).collect();
         match self.keep(&all).await {
             Ok(()) => {
-                live.put_records(&all);
+                self.put_records(&all);
                 for (job, _) in made {
                     tracing::info!(target: "tollgate::keys", key = %job.name, action = job.kind.as_str(), by = "admin", "key changed");
                     let _ = job.done.send(Ok(()));

@@ -1,12 +1,11 @@
 //! Writing where the overrides are kept: a change before it applies ([`KeyChanges::keep`]),
-//! and what a reload dropped ([`Forget`]).
+//! and what a reload dropped or added ([`KeyChanges::forget`], [`KeyChanges::learned_keys`]).
 
 use std::sync::Arc;
 
 use super::{Backend, KeepError, KeyChanges};
 use crate::digest::Digest;
 use crate::policy::overrides::{Drop, Override, Part};
-use crate::runtime::live::Forget;
 use crate::state::{backup, disk};
 
 /// What a change keeps: each digest's record after it, the part changed named.
@@ -40,11 +39,12 @@ impl KeyChanges {
     }
 }
 
-impl Forget for KeyChanges {
+/// What a reload tells the store (through [`crate::runtime::live::KeyHook`], `in_force.rs`).
+impl KeyChanges {
     /// Rewrite what a reload dropped where it is kept: the disk at once; Redis through the
     /// next poll (a reload is not async): forgetting the version makes it read the whole set
     /// again, apply it to this config, and delete what this config drops.
-    fn forget(&self, drops: &[Drop]) {
+    pub(super) fn forget(&self, drops: &[Drop]) {
         match &self.backend {
             Backend::Memory => {}
             Backend::Disk(db) => {
@@ -64,7 +64,7 @@ impl Forget for KeyChanges {
     /// With Redis, the fleet's set is read whole again at the next poll: the records of a key
     /// this replica's YAML lacked were read and could not be matched to a digest then (a
     /// rolling reload: another replica had the key first, and changed it).
-    fn learned_keys(&self) {
+    pub(super) fn learned_keys(&self) {
         if let Backend::Redis(fleet) = &self.backend {
             fleet.forget_version();
         }

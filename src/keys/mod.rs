@@ -8,8 +8,8 @@
 //! ([`KeyChanges::change`], [`KeyChanges::make`], [`KeyChanges::upgraded`]); the owner
 //! decides it on the policy in force (the core's `tollgate_core::policy::overrides`), keeps
 //! it, then applies it; readers take the live policy's snapshots. The set of records in
-//! force still sits beside the policy in [`LivePolicy`] (`with_overrides`), which a reload
-//! re-applies to the keys it compiles.
+//! force is the owner's too (`in_force.rs`): a reload hands it each config it compiles
+//! ([`crate::runtime::live::KeyHook`]), and it puts the set on it.
 //!
 //! | config | where | a change reaches |
 //! |---|---|---|
@@ -38,6 +38,7 @@ mod batch;
 pub(crate) mod check;
 mod fleet;
 mod gather;
+mod in_force;
 mod keep;
 pub(crate) mod redis_set;
 pub(crate) mod secret;
@@ -51,11 +52,14 @@ use crate::config::routes::Effect;
 use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::policy::keys::{Found, KeyIdx};
-use crate::policy::overrides::{Action, ChangeKind, ChangeRefused, Override, Part, Upgrade};
+use crate::policy::overrides::{
+    Action, ChangeKind, ChangeRefused, Override, Overrides, Part, Upgrade,
+};
 use crate::policy::Policy;
 use crate::runtime::live::{unix_ms, LivePolicy};
 use crate::state::disk;
 use crate::state::StateFile;
+pub(crate) use in_force::put_kept_in_force;
 pub(crate) use keep::Records;
 pub(crate) use shown::Shown;
 pub(crate) use sync::KeySync;
@@ -160,13 +164,17 @@ impl Keeping {
     }
 }
 
-/// The one owner of the changes made to keys while they serve: where they are kept, the lock
-/// that makes them one at a time, and the live policy they apply to.
+/// The one owner of the changes made to keys while they serve: where they are kept, the set
+/// in force, the lock that makes them one at a time, and the live policy they apply to.
 pub(crate) struct KeyChanges {
     backend: Backend,
     /// The policy in force, to which every change applies (and from which readers take
     /// snapshots).
     live: Arc<LivePolicy>,
+    /// The records of the keys' live changes in force (upgrades, suspensions, revocations,
+    /// limits, quotas, issued keys), one a digest, put on every config compiled
+    /// (`in_force.rs`).
+    in_force: std::sync::Mutex<Overrides>,
     /// Changes made here, one at a time (each reads the records in force, keeps the new ones,
     /// then applies them), and (with Redis) the polls of the fleet's set.
     serial: Arc<tokio::sync::Mutex<()>>,
@@ -175,15 +183,17 @@ pub(crate) struct KeyChanges {
 }
 
 impl KeyChanges {
-    /// The owner of `live`'s changes, kept by `keeping`. With `cluster`, what this replica's
-    /// copy holds (kept at `state.path`) is put in force at once, so that a restart while
-    /// Redis is down still refuses what was revoked; what no longer applies to this config is
-    /// left to the first read of the set to drop. A reload tells the owner which records it
-    /// dropped ([`crate::runtime::live::Forget`]), so that where they are kept forgets them.
-    pub(crate) fn new(keeping: Keeping, live: Arc<LivePolicy>) -> Arc<Self> {
+    /// The owner of `live`'s changes, kept by `keeping`, with `in_force` the records already
+    /// on it (a start's from `state.path`: [`put_kept_in_force`]). With `cluster`, what this
+    /// replica's copy holds (kept at `state.path`) is put in force at once, so that a restart
+    /// while Redis is down still refuses what was revoked; what no longer applies to this
+    /// config is left to the first read of the set to drop. Every config a reload compiles is
+    /// handed to the owner ([`crate::runtime::live::KeyHook`]), which puts the set on it.
+    pub(crate) fn new(keeping: Keeping, live: Arc<LivePolicy>, in_force: Overrides) -> Arc<Self> {
         let this = Arc::new(Self {
             backend: keeping.0,
             live,
+            in_force: std::sync::Mutex::new(in_force),
             serial: Arc::new(tokio::sync::Mutex::new(())),
             waiting: std::sync::Mutex::new(Vec::new()),
         });
@@ -191,12 +201,12 @@ impl KeyChanges {
             let fields = fleet.fields();
             if !fields.is_empty() {
                 let set = gather::from_fields(&this.live.load().policy, &fields);
-                this.live.replace_overrides(set);
+                this.replace_records(set);
             }
         }
-        let weak: std::sync::Weak<dyn crate::runtime::live::Forget> =
+        let weak: std::sync::Weak<dyn crate::runtime::live::KeyHook> =
             Arc::downgrade(&this) as std::sync::Weak<Self>;
-        this.live.forget_with(weak);
+        this.live.hook(weak);
         this
     }
 
@@ -236,15 +246,15 @@ impl KeyChanges {
             .as_str()
             .to_string();
         let partner = kept.as_ref().and_then(|o| o.partner.clone());
-        let mut record = live
-            .with_overrides(|set| set.get(&upgrade.target).cloned())
+        let mut record = self
+            .with_records(|set| set.get(&upgrade.target).cloned())
             .unwrap_or_else(|| Override::named(&key));
         record.clear(Part::Plan);
         if let Some(o) = kept {
             record.merge(o);
         }
         let change = [(upgrade.target, Part::Plan, record)];
-        live.put_records(&change);
+        self.put_records(&change);
         let result = self.keep(&change).await;
         live.metrics()
             .admin_change(ChangeKind::Upgrade, result.is_ok());
@@ -296,7 +306,7 @@ impl KeyChanges {
         .ok_or(ChangeError::NotFound)?;
         let name = keys.get(k).name.as_str().to_string();
         let changes =
-            live.with_overrides(|set| snap.policy.change(k, &action, by, unix_ms(), set))?;
+            self.with_records(|set| snap.policy.change(k, &action, by, unix_ms(), set))?;
         let kept = self.keep(&changes).await;
         if let Err(why) = &kept {
             tracing::error!(
@@ -311,7 +321,7 @@ impl KeyChanges {
                 return Err(ChangeError::NotKept(kept.unwrap_err()));
             }
         }
-        live.put_records(&changes);
+        self.put_records(&changes);
         tracing::info!(
             target: "tollgate::keys",
             key = %name,
@@ -359,8 +369,8 @@ impl KeyChanges {
             return Ok(false);
         };
         let digest = snap.policy.keys.get(k).digest;
-        let Some(mut record) = live
-            .with_overrides(|set| set.get(&digest).cloned())
+        let Some(mut record) = self
+            .with_records(|set| set.get(&digest).cloned())
             .filter(|o| o.has(Part::Plan))
         else {
             return Ok(false);
@@ -368,7 +378,7 @@ impl KeyChanges {
         record.clear(Part::Plan);
         let change = [(digest, Part::Plan, record)];
         self.keep(&change).await?;
-        live.put_records(&change);
+        self.put_records(&change);
         tracing::info!(target: "tollgate::overrides", key = %name, "plan override removed by the operator");
         Ok(true)
     }

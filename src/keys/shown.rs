@@ -6,7 +6,6 @@ use super::KeyChanges;
 use crate::config::Plan;
 use crate::policy::overrides::Override;
 use crate::policy::Policy;
-use crate::runtime::live::LivePolicy;
 
 /// What `check`, the admin API and the page show of one upgrade.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -22,8 +21,8 @@ pub(crate) struct Shown {
 
 impl KeyChanges {
     /// The upgrades in force, for the admin API and the page.
-    pub(crate) fn shown(live: &LivePolicy, policy: &Policy) -> Vec<Shown> {
-        live.with_overrides(|set| show(set.values(), &policy.config.plans))
+    pub(crate) fn shown(&self, policy: &Policy) -> Vec<Shown> {
+        self.with_records(|set| show(set.values(), &policy.config.plans))
     }
 }
 

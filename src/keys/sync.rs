@@ -24,7 +24,6 @@ use super::{Backend, KeyChanges};
 use crate::fleet_store::StoreError;
 use crate::policy::overrides::{Override, Part};
 use crate::policy::versions::Kept;
-use crate::runtime::live::LivePolicy;
 
 /// The sync of the changes kept in Redis (a background service, with `cluster` only): every
 /// `every`, this replica's owner of the changes reads what the fleet changed.
@@ -47,8 +46,10 @@ impl KeySync {
             Polled::Same => return Ok(()),
             Polled::Delta { version, fields } => {
                 let changed = fleet.adopt_delta(version, fields);
-                apply_delta(fleet, live, &changed);
-                fleet.copy_fields_to_disk(changed).await;
+                // On disk first (with `state.path`): a change in force here holds through a
+                // restart while Redis is down, however soon after the restart comes.
+                fleet.copy_fields_to_disk(changed.clone()).await;
+                apply_delta(fleet, &self.changes, &changed);
                 return Ok(());
             }
             Polled::Whole { version, fields } => (version, fields),
@@ -89,7 +90,7 @@ impl KeySync {
         fleet.adopt(version, fields);
         let set = parts.into_set(&live.load().policy);
         let matched = started.elapsed();
-        let dropped = live.replace_overrides(set);
+        let dropped = self.changes.replace_records(set);
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         tracing::info!(
             target: "tollgate::overrides",
@@ -158,14 +159,14 @@ async fn put_back(fleet: &Fleet, known: &str, found: &str, fields: u64) -> Resul
 /// other names its key, whose digests (in force and `previous`) are hashed to match. The work
 /// is the delta's, whatever the number of keys; a record whose digest no key has any more (a
 /// revocation of a renamed key's digest) waits for the next whole read of the set.
-fn apply_delta(fleet: &Fleet, live: &LivePolicy, changed: &[(String, Kept)]) {
+fn apply_delta(fleet: &Fleet, changes: &KeyChanges, changed: &[(String, Kept)]) {
     let mut hashes: Vec<&str> = changed
         .iter()
         .filter_map(|(f, _)| split_field(f).map(|(h, _)| h))
         .collect();
     hashes.sort_unstable();
     hashes.dedup();
-    let snap = live.load();
+    let snap = changes.live.load();
     let keys = &snap.policy.keys;
     let mut records = Vec::new();
     for hash in hashes {
@@ -197,7 +198,7 @@ fn apply_delta(fleet: &Fleet, live: &LivePolicy, changed: &[(String, Kept)]) {
             records.push((d, part, record));
         }
     }
-    live.put_records(&records);
+    changes.put_records(&records);
 }
 
 #[async_trait]

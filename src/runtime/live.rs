@@ -26,9 +26,7 @@ use arc_swap::ArcSwap;
 use super::metrics::{Meters, Metrics};
 use super::upstream::Target;
 use crate::config::{self, Config, ConfigError};
-use crate::digest::Digest;
 use crate::limit::{LocalStore, Store};
-use crate::policy::overrides::{Drop, Override, Overrides, Part};
 use crate::policy::Policy;
 use crate::sync::Locked;
 use crate::usage::Usage;
@@ -42,7 +40,7 @@ pub struct Snapshot {
     /// one generation.
     pub generation: u64,
     /// When it was compiled (ms since the Unix epoch): a change made after it, by a replica
-    /// with a later config, is not this config's to drop ([`LivePolicy::replace_overrides`]).
+    /// with a later config, is not this config's to drop (`crate::keys`, `replace_records`).
     pub compiled_ms: u64,
 }
 
@@ -70,15 +68,10 @@ pub struct LivePolicy {
     last_reload: Mutex<Option<LastReload>>,
     /// When the process loaded its first config (ms since the Unix epoch).
     started_ms: u64,
-    /// The records of the keys' live changes in force (upgrades, suspensions, revocations,
-    /// issued keys), put on every snapshot compiled. Where they are kept and how the fleet
-    /// shares them is the key room's (`crate::keys::KeyChanges`, which owns this policy and
-    /// changes this set through [`LivePolicy::with_overrides`]).
-    in_force: Mutex<Overrides>,
-    /// Told which overrides a compile dropped, so that where they are kept forgets them too
-    /// (set by the key room's owner, which holds this policy: weak, so that neither keeps the
-    /// other alive).
-    forget: OnceLock<Weak<dyn Forget>>,
+    /// The owner of the keys' live changes (`crate::keys::KeyChanges`), told of every
+    /// config compiled so that it puts the changes in force on it (weak: the owner holds
+    /// this policy, and neither keeps the other alive).
+    hook: OnceLock<Weak<dyn KeyHook>>,
     /// Serializes reloads so two cannot interleave their carry-over of rate state.
     reload_lock: Mutex<()>,
     /// Refuse a reload to a config that holds a published demo key (`run`, unless told
@@ -88,62 +81,55 @@ pub struct LivePolicy {
     metrics: Arc<Metrics>,
 }
 
-/// Where the overrides in force are kept: told what a compile dropped (a reload that changed
-/// those keys in the YAML), to forget it there too.
-pub trait Forget: Send + Sync {
-    fn forget(&self, drops: &[Drop]);
+/// The owner of the keys' live changes, as a reload sees it: the set of changes in force is
+/// the owner's, and every config compiled is handed to it, under the reload's lock, before it
+/// serves.
+pub trait KeyHook: Send + Sync {
+    /// Whether `config` can take the changes in force (an issued key's name or digest that
+    /// the YAML now has too refuses the reload).
+    fn check(&self, config: &Config) -> Result<(), ConfigError>;
 
-    /// The config now has a key (a digest) the one before did not: the changes kept of it
-    /// elsewhere (by a replica whose YAML had it first) may not be in force here yet.
-    fn learned_keys(&self) {}
-}
-
-/// Whether `new` authenticates a digest `old` did not (a key or an alias the reload added).
-fn learned_keys(new: &Policy, old: &Policy) -> bool {
-    let keys = &new.keys;
-    keys.iter()
-        .map(|(_, e)| e.digest)
-        .chain(keys.aliases().map(|(_, a)| a.digest))
-        .any(|d| old.keys.resolve(&d).is_none())
+    /// `new` was compiled from a reload of `old`: put the changes in force on it.
+    fn compiled(&self, new: &Policy, old: &Policy);
 }
 
 impl LivePolicy {
     /// Compile `config` into the first snapshot. Fails when the upstream cannot be resolved
     /// or its CA file cannot be read.
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ConfigError> {
-        Self::with_store(config, metrics, Arc::new(LocalStore), std::iter::empty(), 0)
+        Self::with_store(config, metrics, Arc::new(LocalStore), |_| ()).map(|(live, ())| live)
     }
 
     /// [`LivePolicy::new`], deciding on budgets with `store` (a shared store when `cluster`
-    /// is configured; reloads keep it), with the overrides kept from before: `kept`, in
-    /// batches in the order of their digests, about `records` of them. Each batch is put in
-    /// force as it comes (while the caller reads the next), once the config is compiled.
-    pub fn with_store(
+    /// is configured; reloads keep it); `first` puts the changes kept from before on the
+    /// policy compiled, before it serves (`crate::keys::put_kept_in_force`), and what it
+    /// returns is handed back beside the policy.
+    pub fn with_store<T>(
         config: Config,
         metrics: Arc<Metrics>,
         store: Arc<dyn Store>,
-        kept: impl IntoIterator<Item = Vec<(Digest, Override)>>,
-        records: usize,
-    ) -> Result<Self, ConfigError> {
+        first: impl FnOnce(&Policy) -> T,
+    ) -> Result<(Self, T), ConfigError> {
         let path = config.source.clone();
         let mut snapshot = compile(config, Err(store), &metrics)?;
-        let in_force = Mutex::new(put_kept_in_force(&snapshot.policy, kept, records, &metrics));
+        snapshot.policy.keys.expire(crate::clock::wall_ms());
+        let made = first(&snapshot.policy);
         snapshot.generation = 1;
         let usage = Arc::new(Usage::new());
         usage.reset(1);
         usage.rotate(usage.now_ms() / 1000);
-        Ok(Self {
+        let live = Self {
             current: ArcSwap::from_pointee(snapshot),
             usage,
             last_reload: Mutex::new(None),
             started_ms: unix_ms(),
-            in_force,
-            forget: OnceLock::new(),
+            hook: OnceLock::new(),
             reload_lock: Mutex::new(()),
             refuse_published: AtomicBool::new(false),
             path,
             metrics,
-        })
+        };
+        Ok((live, made))
     }
 
     /// The snapshot in force now.
@@ -166,79 +152,24 @@ impl LivePolicy {
         (last, self.started_ms)
     }
 
-    /// Tell `keeper` of every override a compile drops from now on.
-    pub fn forget_with(&self, keeper: Weak<dyn Forget>) {
-        let _ = self.forget.set(keeper);
+    /// Set the gauge that counts what the keys are (`tollgate_keys`): when the metrics are
+    /// read, not at each change, so that a change costs the same with a million keys as with
+    /// ten.
+    pub fn refresh_key_states(&self) {
+        self.metrics.set_key_states(&self.current.load().policy);
     }
 
-    /// Read or change the overrides in force. A change applies to the snapshots compiled from
-    /// now on; putting it on the policy in force is the caller's. (The gauges that count them
-    /// are set when the metrics are read: [`LivePolicy::refresh_gauges`].)
-    pub fn with_overrides<R>(&self, f: impl FnOnce(&mut Overrides) -> R) -> R {
-        f(&mut self.in_force.locked())
+    /// Hand every config compiled from now on to `owner` (once; later calls are ignored).
+    pub fn hook(&self, owner: Weak<dyn KeyHook>) {
+        let _ = self.hook.set(owner);
     }
 
-    /// Set the gauges that count what the keys are (`tollgate_keys`,
-    /// `tollgate_plan_overrides`): when the metrics are read, not at each change, so that a
-    /// change costs the same with a million keys as with ten.
-    pub fn refresh_gauges(&self) {
-        let snap = self.current.load();
-        self.metrics.set_key_states(&snap.policy);
-        let upgrades = upgrades(&self.in_force.locked());
-        self.metrics.set_plan_overrides(upgrades);
-    }
-
-    /// Put records just kept in force: in the set every later snapshot is compiled with, and
-    /// on the policy in force now. Serialized with reloads, so that no reload compiled before
-    /// the change replaces the policy after it.
-    pub fn put_records(&self, changes: &[(Digest, Part, Override)]) {
+    /// Run `f` on the snapshot in force, serialized with reloads: no reload compiled before
+    /// `f` replaces the policy after it (a change put on the policy in force here is on
+    /// every later one too, through the [`KeyHook`]).
+    pub fn serialized<R>(&self, f: impl FnOnce(&Snapshot) -> R) -> R {
         let _serial = self.reload_lock.locked();
-        let snap = self.current.load();
-        self.with_overrides(|set| {
-            for (d, _, o) in changes {
-                if o.is_empty() {
-                    set.remove(d);
-                } else {
-                    set.insert(*d, o.clone());
-                }
-                snap.policy.apply_record(d, o);
-            }
-        });
-    }
-
-    /// Put `set` (every record kept, as another replica may have changed any) in force in
-    /// place of the set in force, moved, never copied; what the policy in force drops of it
-    /// is taken out of `set` and returned (to be logged and forgotten where it is kept).
-    ///
-    /// Only what was changed before this config was compiled is its to drop (the later
-    /// decision wins): a record with a part dropped that another replica changed after it
-    /// (during a rolling reload, on a key or plan this replica's YAML does not have yet)
-    /// stays in `set` as it came, not applied here, and is not returned, so that nothing
-    /// forgets it; the reload that brings this replica's YAML up to date puts it in force.
-    /// The records a change sent here puts in force ([`LivePolicy::put_records`]) are kept
-    /// in the set the same way.
-    pub fn replace_overrides(&self, mut set: Overrides) -> Vec<Drop> {
-        let _serial = self.reload_lock.locked();
-        let snap = self.current.load();
-        let mut drops = snap.policy.apply_overrides(&set);
-        drops.retain(|d| {
-            let later = d.parts.iter().any(|&p| {
-                d.before
-                    .changed_ms(p)
-                    .is_some_and(|at| at > snap.compiled_ms)
-            });
-            if !later {
-                match &d.after {
-                    Some(o) => set.insert(d.digest, o.clone()),
-                    None => set.remove(&d.digest),
-                };
-            }
-            !later
-        });
-        let before = self.with_overrides(|in_force| std::mem::replace(in_force, set));
-        // The set replaced is let go outside the overrides' lock.
-        drop(before);
-        drops
+        f(&self.current.load())
     }
 
     /// Mark what has expired at the wall clock's `wall_ms` on the policy in force; the next
@@ -272,17 +203,15 @@ impl LivePolicy {
             if refuse {
                 refuse_published_keys(&c)?;
             }
-            self.with_overrides(|set| crate::policy::overrides::check_issued(&c, set))?;
+            let hook = self.hook.get().and_then(Weak::upgrade);
+            if let Some(h) = &hook {
+                h.check(&c)?;
+            }
             let restart_required = config::changed_fields(&old.policy.config.process, &c.process);
             let mut snapshot = compile(c, Ok(&old.policy), &self.metrics)?;
-            let dropped = apply_in_force(&snapshot.policy, &self.in_force, &self.metrics);
-            if let Some(keeper) = self.forget.get().and_then(Weak::upgrade) {
-                if !dropped.is_empty() {
-                    keeper.forget(&dropped);
-                }
-                if learned_keys(&snapshot.policy, &old.policy) {
-                    keeper.learned_keys();
-                }
+            snapshot.policy.keys.expire(crate::clock::wall_ms());
+            if let Some(h) = &hook {
+                h.compiled(&snapshot.policy, &old.policy);
             }
             snapshot.generation = old.generation + 1;
             let snapshot = Arc::new(snapshot);
@@ -326,73 +255,6 @@ impl LivePolicy {
         }
         result
     }
-}
-
-/// Put the overrides in force on `policy` (and mark what has expired); drop (one log line
-/// each) and return what no longer applies to it.
-fn apply_in_force(policy: &Policy, in_force: &Mutex<Overrides>, metrics: &Metrics) -> Vec<Drop> {
-    let mut set = in_force.locked();
-    policy.keys.expire(crate::clock::wall_ms());
-    let drops = policy.apply_overrides(&set);
-    settle_drops(policy, &mut set, &drops, metrics);
-    drops
-}
-
-/// [`apply_in_force`] at a start, of the records kept from before as they come, in batches
-/// in the order of their digests: the set they make, once every batch is in force.
-fn put_kept_in_force(
-    policy: &Policy,
-    kept: impl IntoIterator<Item = Vec<(Digest, Override)>>,
-    records: usize,
-    metrics: &Metrics,
-) -> Overrides {
-    policy.keys.expire(crate::clock::wall_ms());
-    let mut kept = kept.into_iter();
-    let first = kept.next().unwrap_or_default();
-    // In the order of their digests, the records are in no order of their own: the first
-    // batch's share of issued keys is the whole set's, near enough to make room for them at
-    // once (and none for a set of other changes).
-    let issued = first.iter().filter(|(_, o)| o.issued.is_some()).count();
-    let issued = records.saturating_mul(issued) / first.len().max(1);
-    let mut applying = policy.applying(issued);
-    let mut all = Vec::with_capacity(records);
-    for batch in std::iter::once(first).chain(kept) {
-        for (d, o) in &batch {
-            applying.record(d, o);
-        }
-        all.extend(batch);
-    }
-    let drops = applying.finish();
-    // Built in one go from records in order: the tree's nodes full.
-    let mut set = Overrides::from_iter(all);
-    settle_drops(policy, &mut set, &drops, metrics);
-    set
-}
-
-/// What no longer applies to `policy` taken out of `set` (one log line each), and the gauges
-/// of what is in force set.
-fn settle_drops(policy: &Policy, set: &mut Overrides, drops: &[Drop], metrics: &Metrics) {
-    for d in drops {
-        match &d.after {
-            Some(o) => set.insert(d.digest, o.clone()),
-            None => set.remove(&d.digest),
-        };
-        let parts: Vec<&str> = d.parts.iter().map(|p| p.name()).collect();
-        tracing::info!(
-            target: "tollgate::overrides",
-            key = %d.before.key,
-            dropped = %parts.join(","),
-            reason = d.why.as_str(),
-            "override dropped"
-        );
-    }
-    metrics.set_plan_overrides(upgrades(set));
-    metrics.set_key_states(policy);
-}
-
-/// The records of `set` that hold an upgrade (`tollgate_plan_overrides`).
-fn upgrades(set: &Overrides) -> usize {
-    set.values().filter(|o| o.has(Part::Plan)).count()
 }
 
 /// Compile `config` into a snapshot, carrying rate state and the store over from the policy
@@ -481,7 +343,7 @@ mod tests {
     }
 
     fn metrics_text(live: &LivePolicy) -> String {
-        live.refresh_gauges();
+        live.refresh_key_states();
         String::from_utf8(live.metrics().render()).unwrap()
     }
 
@@ -545,65 +407,5 @@ mod tests {
         let err = live.replace(bad.try_parse()).err().unwrap();
         assert_eq!(err.field, "upstream", "{err}");
         assert!(metrics_text(&live).contains("tollgate_keys{state=\"active\"} 6"));
-    }
-
-    /// A whole read of the fleet's set (`replace_overrides`) drops only what was changed
-    /// before this config was compiled: a suspension another replica made later, of a key
-    /// this replica's YAML does not have yet (a rolling reload), is neither applied nor
-    /// dropped (nothing forgets it), and the reload that brings the key puts it in force.
-    #[test]
-    fn a_whole_read_drops_only_what_was_changed_before_its_config() {
-        use crate::policy::overrides::{Change, Override};
-        let dir = tempfile::tempdir().unwrap();
-        // The replica that made the suspension has the key, and records its YAML.
-        let newer = dir.path().join("newer.yaml");
-        TestConfig::new().write(&newer);
-        let there = LivePolicy::new(Config::load(&newer).unwrap(), Arc::default()).unwrap();
-        let there = &there.load().policy;
-        let yaml = there.fingerprint(there.keys.find_by_name("pro-1").unwrap());
-        let path = dir.path().join("gw.yaml");
-        TestConfig::new().without_key("pro-1").write(&path);
-        let live = LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap();
-        let compiled = live.load().compiled_ms;
-        let suspended = |since_ms| {
-            let mut o = Override::named("pro-1");
-            o.yaml = Some(yaml.clone());
-            o.suspended = Some(Box::new(Change {
-                since_ms,
-                by: "admin".into(),
-                reason: None,
-            }));
-            o
-        };
-        let d = Digest::of(b"pro-key-1");
-        let pro = |live: &LivePolicy| {
-            let head = RequestHead {
-                method: "GET",
-                path: "/v2/client/getStatus",
-                authorization: AuthHeader::One(b"Bearer pro-key-1"),
-            };
-            live.load()
-                .policy
-                .decide(&head, 0)
-                .verdict
-                .map(|_| ())
-                .map_err(|r| r.code)
-        };
-
-        // Changed before this config: the config's to drop.
-        let drops = live.replace_overrides(Overrides::from_iter([(d, suspended(compiled - 1))]));
-        assert_eq!(drops.len(), 1);
-        assert_eq!(live.with_overrides(|set| set.len()), 0);
-
-        // Changed after it, elsewhere: kept, not applied, not dropped.
-        let later = suspended(compiled + 60_000);
-        let drops = live.replace_overrides(Overrides::from_iter([(d, later.clone())]));
-        assert!(drops.is_empty(), "{drops:?}");
-        assert_eq!(live.with_overrides(|set| set.get(&d).cloned()), Some(later));
-
-        // The reload that brings the key puts the suspension in force.
-        TestConfig::new().write(&path);
-        live.reload().unwrap();
-        assert_eq!(pro(&live), Err(Code::Unauthorized));
     }
 }

@@ -1,0 +1,249 @@
+//! The set of changes in force ([`KeyChanges`]'s own): put on the policy in force by each
+//! change, on every config compiled by a reload ([`KeyHook`]), and at a start from what was
+//! kept ([`put_kept_in_force`]). Readers borrow it ([`KeyChanges::with_records`]).
+
+use super::KeyChanges;
+use crate::config::{Config, ConfigError};
+use crate::digest::Digest;
+use crate::policy::overrides::{Drop, Override, Overrides, Part};
+use crate::policy::Policy;
+use crate::runtime::live::KeyHook;
+use crate::runtime::metrics::Metrics;
+use crate::sync::Locked;
+
+impl KeyChanges {
+    /// Read or change the records in force. A change applies to the snapshots compiled from
+    /// now on; putting it on the policy in force is the caller's ([`KeyChanges::put_records`]).
+    pub(crate) fn with_records<R>(&self, f: impl FnOnce(&mut Overrides) -> R) -> R {
+        f(&mut self.in_force.locked())
+    }
+
+    /// Set the gauges that count what the keys are (`tollgate_keys`,
+    /// `tollgate_plan_overrides`): when the metrics are read, not at each change, so that a
+    /// change costs the same with a million keys as with ten.
+    pub(crate) fn refresh_gauges(&self) {
+        self.live.refresh_key_states();
+        let n = upgrades(&self.in_force.locked());
+        self.live.metrics().set_plan_overrides(n);
+    }
+
+    /// Put records just kept in force: in the set every later snapshot is compiled with, and
+    /// on the policy in force now, serialized with reloads (no reload compiled before the
+    /// change replaces the policy after it).
+    pub(super) fn put_records(&self, changes: &[(Digest, Part, Override)]) {
+        self.live.serialized(|snap| {
+            let mut set = self.in_force.locked();
+            for (d, _, o) in changes {
+                if o.is_empty() {
+                    set.remove(d);
+                } else {
+                    set.insert(*d, o.clone());
+                }
+                snap.policy.apply_record(d, o);
+            }
+        });
+    }
+
+    /// Put `set` (every record kept, as another replica may have changed any) in force in
+    /// place of the set in force, moved, never copied; what the policy in force drops of it
+    /// is taken out of `set` and returned (to be logged and forgotten where it is kept).
+    ///
+    /// Only what was changed before this config was compiled is its to drop (the later
+    /// decision wins): a record with a part dropped that another replica changed after it
+    /// (during a rolling reload, when this replica's YAML gives the key another plan, or has
+    /// no plan the change names) stays in `set` as it came, not applied here, and is not
+    /// returned, so that nothing forgets it; the reload that brings this replica's YAML up to
+    /// date puts it in force. The records a change sent here puts in force
+    /// ([`KeyChanges::put_records`]) are kept in the set the same way.
+    pub(super) fn replace_records(&self, mut set: Overrides) -> Vec<Drop> {
+        let before = self.live.serialized(|snap| {
+            let mut drops = snap.policy.apply_overrides(&set);
+            drops.retain(|d| {
+                let later = d.parts.iter().any(|&p| {
+                    d.before
+                        .changed_ms(p)
+                        .is_some_and(|at| at > snap.compiled_ms)
+                });
+                if !later {
+                    match &d.after {
+                        Some(o) => set.insert(d.digest, o.clone()),
+                        None => set.remove(&d.digest),
+                    };
+                }
+                !later
+            });
+            let before = std::mem::replace(&mut *self.in_force.locked(), set);
+            (before, drops)
+        });
+        // The set replaced is let go outside the locks.
+        let (before, drops) = before;
+        drop(before);
+        drops
+    }
+}
+
+impl KeyHook for KeyChanges {
+    fn check(&self, config: &Config) -> Result<(), ConfigError> {
+        self.with_records(|set| crate::policy::overrides::check_issued(config, set))
+    }
+
+    /// Put the set in force on `new`: what no longer applies is dropped and forgotten where
+    /// it is kept; a key `new` has that `old` lacked may have changes kept that this replica
+    /// could not match before ([`KeyChanges::learned_keys`]).
+    fn compiled(&self, new: &Policy, old: &Policy) {
+        let dropped = {
+            let mut set = self.in_force.locked();
+            let drops = new.apply_overrides(&set);
+            settle_drops(new, &mut set, &drops, self.live.metrics());
+            drops
+        };
+        if !dropped.is_empty() {
+            self.forget(&dropped);
+        }
+        if learned_keys(new, old) {
+            self.learned_keys();
+        }
+    }
+}
+
+/// At a start, the records kept from before put on `policy` as they come, in batches in the
+/// order of their digests, about `records` of them: the set they make, once every batch is in
+/// force (handed to [`KeyChanges::new`]).
+pub(crate) fn put_kept_in_force(
+    policy: &Policy,
+    kept: impl IntoIterator<Item = Vec<(Digest, Override)>>,
+    records: usize,
+    metrics: &Metrics,
+) -> Overrides {
+    let mut kept = kept.into_iter();
+    let first = kept.next().unwrap_or_default();
+    // In the order of their digests, the records are in no order of their own: the first
+    // batch's share of issued keys is the whole set's, near enough to make room for them at
+    // once (and none for a set of other changes).
+    let issued = first.iter().filter(|(_, o)| o.issued.is_some()).count();
+    let issued = records.saturating_mul(issued) / first.len().max(1);
+    let mut applying = policy.applying(issued);
+    let mut all = Vec::with_capacity(records);
+    for batch in std::iter::once(first).chain(kept) {
+        for (d, o) in &batch {
+            applying.record(d, o);
+        }
+        all.extend(batch);
+    }
+    let drops = applying.finish();
+    // Built in one go from records in order: the tree's nodes full.
+    let mut set = Overrides::from_iter(all);
+    settle_drops(policy, &mut set, &drops, metrics);
+    set
+}
+
+/// What no longer applies to `policy` taken out of `set` (one log line each), and the gauges
+/// of what is in force set.
+fn settle_drops(policy: &Policy, set: &mut Overrides, drops: &[Drop], metrics: &Metrics) {
+    for d in drops {
+        match &d.after {
+            Some(o) => set.insert(d.digest, o.clone()),
+            None => set.remove(&d.digest),
+        };
+        let parts: Vec<&str> = d.parts.iter().map(|p| p.name()).collect();
+        tracing::info!(
+            target: "tollgate::overrides",
+            key = %d.before.key,
+            dropped = %parts.join(","),
+            reason = d.why.as_str(),
+            "override dropped"
+        );
+    }
+    metrics.set_plan_overrides(upgrades(set));
+    metrics.set_key_states(policy);
+}
+
+/// The records of `set` that hold an upgrade (`tollgate_plan_overrides`).
+fn upgrades(set: &Overrides) -> usize {
+    set.values().filter(|o| o.has(Part::Plan)).count()
+}
+
+/// Whether `new` authenticates a digest `old` did not (a key or an alias the reload added).
+fn learned_keys(new: &Policy, old: &Policy) -> bool {
+    let keys = &new.keys;
+    keys.iter()
+        .map(|(_, e)| e.digest)
+        .chain(keys.aliases().map(|(_, a)| a.digest))
+        .any(|d| old.keys.resolve(&d).is_none())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::keys::Keeping;
+    use crate::policy::authenticate::AuthHeader;
+    use crate::policy::{Code, RequestHead};
+    use crate::runtime::live::LivePolicy;
+    use tollgate_core::testing::TestConfig;
+
+    /// A whole read of the fleet's set (`replace_records`) drops only what was changed
+    /// before this config was compiled: a suspension another replica made later, of a key
+    /// this replica's YAML does not have yet (a rolling reload), is neither applied nor
+    /// dropped (nothing forgets it), and the reload that brings the key puts it in force.
+    #[test]
+    fn a_whole_read_drops_only_what_was_changed_before_its_config() {
+        use crate::policy::overrides::{Change, Override};
+        let dir = tempfile::tempdir().unwrap();
+        // The replica that made the suspension has the key, and records its YAML.
+        let newer = dir.path().join("newer.yaml");
+        TestConfig::new().write(&newer);
+        let there = LivePolicy::new(Config::load(&newer).unwrap(), Arc::default()).unwrap();
+        let there = &there.load().policy;
+        let yaml = there.fingerprint(there.keys.find_by_name("pro-1").unwrap());
+        let path = dir.path().join("gw.yaml");
+        TestConfig::new().without_key("pro-1").write(&path);
+        let live = Arc::new(LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap());
+        let changes = KeyChanges::new(Keeping::memory(), Arc::clone(&live), Overrides::new());
+        let compiled = live.load().compiled_ms;
+        let suspended = |since_ms| {
+            let mut o = Override::named("pro-1");
+            o.yaml = Some(yaml.clone());
+            o.suspended = Some(Box::new(Change {
+                since_ms,
+                by: "admin".into(),
+                reason: None,
+            }));
+            o
+        };
+        let d = Digest::of(b"pro-key-1");
+        let pro = |live: &LivePolicy| {
+            let head = RequestHead {
+                method: "GET",
+                path: "/v2/client/getStatus",
+                authorization: AuthHeader::One(b"Bearer pro-key-1"),
+            };
+            live.load()
+                .policy
+                .decide(&head, 0)
+                .verdict
+                .map(|_| ())
+                .map_err(|r| r.code)
+        };
+
+        // Changed before this config: the config's to drop.
+        let drops = changes.replace_records(Overrides::from_iter([(d, suspended(compiled - 1))]));
+        assert_eq!(drops.len(), 1);
+        assert_eq!(changes.with_records(|set| set.len()), 0);
+
+        // Changed after it, elsewhere: kept, not applied, not dropped.
+        let later = suspended(compiled + 60_000);
+        let drops = changes.replace_records(Overrides::from_iter([(d, later.clone())]));
+        assert!(drops.is_empty(), "{drops:?}");
+        assert_eq!(
+            changes.with_records(|set| set.get(&d).cloned()),
+            Some(later)
+        );
+
+        // The reload that brings the key puts the suspension in force.
+        TestConfig::new().write(&path);
+        live.reload().unwrap();
+        assert_eq!(pro(&live), Err(Code::Unauthorized));
+    }
+}
