@@ -184,21 +184,22 @@ mod tests {
     use tollgate_core::testing::TestConfig;
 
     /// A whole read of the fleet's set (`replace_records`) drops only what was changed
-    /// before this config was compiled: a suspension another replica made later, of a key
-    /// this replica's YAML does not have yet (a rolling reload), is neither applied nor
-    /// dropped (nothing forgets it), and the reload that brings the key puts it in force.
+    /// before this config was compiled: a suspension another replica made later, under a
+    /// YAML that gives the key another plan than this replica's does yet (a rolling reload),
+    /// is neither applied nor dropped (nothing forgets it), and the reload that brings this
+    /// replica that YAML puts it in force.
     #[test]
     fn a_whole_read_drops_only_what_was_changed_before_its_config() {
         use crate::policy::overrides::{Change, Override};
         let dir = tempfile::tempdir().unwrap();
-        // The replica that made the suspension has the key, and records its YAML.
+        // The replica that made the suspension records the key's YAML there.
         let newer = dir.path().join("newer.yaml");
         TestConfig::new().write(&newer);
         let there = LivePolicy::new(Config::load(&newer).unwrap(), Arc::default()).unwrap();
         let there = &there.load().policy;
         let yaml = there.fingerprint(there.keys.find_by_name("pro-1").unwrap());
         let path = dir.path().join("gw.yaml");
-        TestConfig::new().without_key("pro-1").write(&path);
+        TestConfig::new().key_plan("pro-1", "basic").write(&path);
         let live = Arc::new(LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap());
         let changes = KeyChanges::new(Keeping::memory(), Arc::clone(&live), Overrides::new());
         let compiled = live.load().compiled_ms;
@@ -240,10 +241,77 @@ mod tests {
             changes.with_records(|set| set.get(&d).cloned()),
             Some(later)
         );
+        assert_eq!(pro(&live), Ok(()), "not in force under this YAML");
 
-        // The reload that brings the key puts the suspension in force.
+        // The reload that brings this replica the YAML puts the suspension in force.
         TestConfig::new().write(&path);
         live.reload().unwrap();
         assert_eq!(pro(&live), Err(Code::Unauthorized));
+    }
+
+    /// A change made while a reload runs is on the policy in force after it: the change
+    /// takes the reload's lock, so the config the reload compiled (and handed to the owner)
+    /// cannot replace the policy after the change was put on it. The hook below makes the
+    /// change at the worst moment, between the owner's `compiled` and the swap, and lets it
+    /// run to its end there if it can (200 ms): without the lock, it could and was lost.
+    #[test]
+    fn a_change_made_during_a_reload_is_on_the_policy_after_it() {
+        use std::sync::{mpsc, OnceLock};
+
+        use crate::policy::overrides::{Change, Override};
+
+        struct Racer {
+            changes: OnceLock<Arc<KeyChanges>>,
+            change: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+        }
+        impl KeyHook for Racer {
+            fn check(&self, config: &Config) -> Result<(), ConfigError> {
+                self.changes.get().unwrap().check(config)
+            }
+            fn compiled(&self, new: &Policy, old: &Policy) {
+                let changes = Arc::clone(self.changes.get().unwrap());
+                changes.compiled(new, old);
+                let (done, finished) = mpsc::channel();
+                let t = std::thread::spawn(move || {
+                    let mut o = Override::named("basic-1");
+                    o.revoked = Some(Box::new(Change {
+                        since_ms: 1,
+                        by: "admin".into(),
+                        reason: None,
+                    }));
+                    changes.put_records(&[(Digest::of(b"basic-key-1"), Part::Revoked, o)]);
+                    let _ = done.send(());
+                });
+                let _ = finished.recv_timeout(std::time::Duration::from_millis(200));
+                *self.change.lock().unwrap() = Some(t);
+            }
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gw.yaml");
+        TestConfig::new().write(&path);
+        let live = Arc::new(LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap());
+        let racer = Arc::new(Racer {
+            changes: OnceLock::new(),
+            change: std::sync::Mutex::new(None),
+        });
+        // The racer is the reload's hook (the first one set stays), and calls the owner.
+        live.hook(Arc::downgrade(&racer) as std::sync::Weak<dyn KeyHook>);
+        let changes = KeyChanges::new(Keeping::memory(), Arc::clone(&live), Overrides::new());
+        let _ = racer.changes.set(Arc::clone(&changes));
+
+        live.reload().unwrap();
+        let change = racer.change.lock().unwrap().take().unwrap();
+        change.join().unwrap();
+        let head = RequestHead {
+            method: "GET",
+            path: "/v2/client/getStatus",
+            authorization: AuthHeader::One(b"Bearer basic-key-1"),
+        };
+        let verdict = live.load().policy.decide(&head, 0).verdict;
+        assert_eq!(
+            verdict.map(|_| ()).map_err(|r| r.code),
+            Err(Code::Unauthorized)
+        );
     }
 }
