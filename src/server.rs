@@ -282,7 +282,7 @@ fn read_kept_beside<T>(
 }
 
 /// A batch of the records kept, as read.
-type Batch = Vec<(crate::digest::Digest, crate::policy::overrides::Override)>;
+type Batch = Vec<(crate::digest::Digest, crate::policy::overrides::KeyRecord)>;
 
 /// The gateway's service: the proxy behind the edge, on `listen` and the TLS listener.
 fn add_gateway(
@@ -427,7 +427,7 @@ fn add_background(
 mod tests {
     use super::*;
     use crate::digest::Digest;
-    use crate::policy::overrides::Override;
+    use crate::policy::overrides::KeyRecord;
     use crate::state::{disk, StateFile};
 
     /// A start is handed every record kept, in the order of their digests, in batches (each
@@ -438,10 +438,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         let n = disk::BATCH * 2 + 5;
-        let records: Vec<(Digest, Option<Override>)> = (0..n)
+        let records: Vec<(Digest, Option<KeyRecord>)> = (0..n)
             .map(|i| {
                 let name = format!("k{i}");
-                (Digest::of(name.as_bytes()), Some(Override::named(&name)))
+                (Digest::of(name.as_bytes()), Some(KeyRecord::named(&name)))
             })
             .collect();
         StateFile::open(&path)
@@ -457,8 +457,8 @@ mod tests {
         assert!(batches
             .iter()
             .all(|b| !b.is_empty() && b.len() <= disk::BATCH));
-        let got: Vec<(Digest, Override)> = batches.into_iter().flatten().collect();
-        let mut want: Vec<(Digest, Override)> =
+        let got: Vec<(Digest, KeyRecord)> = batches.into_iter().flatten().collect();
+        let mut want: Vec<(Digest, KeyRecord)> =
             records.into_iter().map(|(d, o)| (d, o.unwrap())).collect();
         want.sort_by_key(|r| r.0);
         assert_eq!(got, want);

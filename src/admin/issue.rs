@@ -32,7 +32,7 @@ use crate::digest::Digest;
 use crate::keys::secret;
 use crate::keys::{ChangeError, Records};
 use crate::policy::keys::KeyIdx;
-use crate::policy::overrides::{ChangeKind, ChangeRefused, NewKey, Overrides};
+use crate::policy::overrides::{ChangeKind, ChangeRefused, KeyRecords, NewKey};
 use crate::policy::Policy;
 
 /// The longest overlap a rotation takes: a year.
@@ -254,7 +254,7 @@ async fn change_named(
     admin: &Admin,
     kind: ChangeKind,
     name: &str,
-    make: impl FnOnce(&Policy, KeyIdx, &Overrides) -> Result<Records, ChangeRefused> + Send + 'static,
+    make: impl FnOnce(&Policy, KeyIdx, &KeyRecords) -> Result<Records, ChangeRefused> + Send + 'static,
 ) -> Result<(), ChangeError> {
     let named = name.to_string();
     let done = admin

@@ -6,11 +6,11 @@ use super::view::{ChangeRow, KeyQuotaView, KeyView, OverrideView, PreviousView};
 use crate::clock::rfc3339;
 use crate::keys::KeyChanges;
 use crate::policy::keys::{Credential, KeyIdx};
-use crate::policy::overrides::{Override, Part};
+use crate::policy::overrides::{KeyRecord, Part};
 use crate::policy::Policy;
 
 /// The changes in `o`, the record of the key named `key`.
-fn rows(key: &str, o: &Override, policy: &Policy) -> Vec<ChangeRow> {
+fn rows(key: &str, o: &KeyRecord, policy: &Policy) -> Vec<ChangeRow> {
     let row = |change: &str, detail: Option<String>, since_ms: u64, by: &str| ChangeRow {
         key: key.to_string(),
         change: change.into(),
@@ -73,7 +73,7 @@ pub(crate) fn changes(changes: &KeyChanges, policy: &Policy) -> Vec<ChangeRow> {
     // Under the change lock, over every record (a million with as many issued keys, most of
     // them the key alone): nothing looked up or copied for a record that shows no change.
     let shows_a_change =
-        |o: &Override| Part::ALL.into_iter().any(|p| p != Part::Issued && o.has(p));
+        |o: &KeyRecord| Part::ALL.into_iter().any(|p| p != Part::Issued && o.has(p));
     let mut v: Vec<ChangeRow> = changes.with_records(|set| {
         set.iter()
             .filter(|(_, o)| shows_a_change(o))

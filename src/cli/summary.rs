@@ -39,7 +39,7 @@ pub(super) fn overrides_summary(cfg: &Config) -> Result<String, crate::config::C
             let _ = writeln!(s, "  overrides     none in force");
         }
         Ok(list) => {
-            let issued: crate::policy::overrides::Overrides = list
+            let issued: crate::policy::overrides::KeyRecords = list
                 .iter()
                 .filter_map(|o| Some((o.issued.as_ref()?.id, o.clone())))
                 .collect();

@@ -18,13 +18,13 @@ use tokio::sync::oneshot;
 use super::keep::Records;
 use super::{ChangeError, KeepError, KeyChanges};
 use crate::fleet_store::StoreError;
-use crate::policy::overrides::{ChangeKind, ChangeRefused, Overrides, Part};
+use crate::policy::overrides::{ChangeKind, ChangeRefused, KeyRecords, Part};
 use crate::policy::Policy;
 use crate::sync::Locked;
 
 /// What a change is made of: the policy and the records in force (the batch's earlier ones
 /// included) to what to keep.
-pub(crate) type Make = Box<dyn FnOnce(&Policy, &Overrides) -> Result<Records, ChangeError> + Send>;
+pub(crate) type Make = Box<dyn FnOnce(&Policy, &KeyRecords) -> Result<Records, ChangeError> + Send>;
 
 /// A change waiting for its batch.
 pub(super) struct Job {

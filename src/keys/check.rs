@@ -5,15 +5,15 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::redis_set;
-use super::shown::{show, Shown};
+use super::shown::{show, UpgradeRow};
 use crate::config::{Cluster, Plan};
 use crate::fleet_store::{connect, within, StoreError};
-use crate::policy::overrides::Override;
+use crate::policy::overrides::KeyRecord;
 use crate::policy::versions::Kept;
 use crate::state::disk;
 
 /// The records kept at `state.path` (upgrades and key changes).
-pub(crate) fn read_state(path: &Path) -> Result<Vec<Override>, disk::DiskError> {
+pub(crate) fn read_state(path: &Path) -> Result<Vec<KeyRecord>, disk::DiskError> {
     if !path.exists() {
         return Ok(Vec::new());
     }
@@ -23,7 +23,7 @@ pub(crate) fn read_state(path: &Path) -> Result<Vec<Override>, disk::DiskError> 
 }
 
 /// The records kept in the cluster's Redis, with a runtime of its own (`check` has none).
-pub(crate) fn read_redis(cfg: &Cluster) -> Result<Vec<Override>, StoreError> {
+pub(crate) fn read_redis(cfg: &Cluster) -> Result<Vec<KeyRecord>, StoreError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -50,8 +50,8 @@ pub(crate) fn read_redis(cfg: &Cluster) -> Result<Vec<Override>, StoreError> {
 
 /// The records of a Redis set (field → one part as kept), each digest's parts merged: one
 /// record per digest, whatever their number; parts taken out (tombstones) hold nothing.
-fn records_of_fields(pairs: &HashMap<String, String>) -> Vec<Override> {
-    let mut by_hash: HashMap<&str, Override> = HashMap::new();
+fn records_of_fields(pairs: &HashMap<String, String>) -> Vec<KeyRecord> {
+    let mut by_hash: HashMap<&str, KeyRecord> = HashMap::new();
     for (f, v) in pairs {
         let Some((hash, _)) = redis_set::split_field(f) else {
             continue;
@@ -64,14 +64,14 @@ fn records_of_fields(pairs: &HashMap<String, String>) -> Vec<Override> {
     sorted(by_hash.into_values())
 }
 
-fn sorted(records: impl Iterator<Item = Override>) -> Vec<Override> {
-    let mut v: Vec<Override> = records.collect();
+fn sorted(records: impl Iterator<Item = KeyRecord>) -> Vec<KeyRecord> {
+    let mut v: Vec<KeyRecord> = records.collect();
     v.sort_by(|a, b| a.key.cmp(&b.key));
     v
 }
 
 /// The upgrades among `records`, as `check` shows them.
-pub(crate) fn upgrades(records: &[Override], plans: &[Plan]) -> Vec<Shown> {
+pub(crate) fn upgrades(records: &[KeyRecord], plans: &[Plan]) -> Vec<UpgradeRow> {
     show(records.iter(), plans)
 }
 
@@ -86,11 +86,11 @@ mod tests {
         let plans = tollgate_core::testing::config().plans;
         let pairs: HashMap<String, String> = (0..300)
             .map(|i| {
-                let o = Override {
+                let o = KeyRecord {
                     plan_id: Some(3),
                     replaced: Some(1),
                     at_ms: i,
-                    ..Override::named(&format!("shop-{i:03}"))
+                    ..KeyRecord::named(&format!("shop-{i:03}"))
                 };
                 let field = redis_set::field(&crate::digest::Digest::of(&i.to_be_bytes()));
                 (field, serde_json::to_string(&o).unwrap())

@@ -15,7 +15,7 @@ use super::redis_set::{part_field, NewPart, RedisSet};
 use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::fleet_store::StoreError;
-use crate::policy::overrides::{Override, Part};
+use crate::policy::overrides::{KeyRecord, Part};
 use crate::policy::versions::{part_of_field, Hlc, Kept};
 use crate::runtime::live::unix_ms;
 use crate::state::backup;
@@ -173,12 +173,12 @@ impl Fleet {
     /// later than any this replica has seen; held here once Redis has them.
     pub(super) async fn keep(
         &self,
-        changes: &[(Digest, Part, Override)],
+        changes: &[(Digest, Part, KeyRecord)],
     ) -> Result<(), StoreError> {
         let parts: Vec<NewPart> = changes
             .iter()
             .map(|(d, part, o)| {
-                let record = o.only(*part).unwrap_or_else(|| Override::named(&o.key));
+                let record = o.only(*part).unwrap_or_else(|| KeyRecord::named(&o.key));
                 NewPart {
                     field: part_field(d, *part),
                     version: self.hlc.next(unix_ms()),
@@ -222,7 +222,7 @@ impl Fleet {
 
 /// The fields of a record kept before versions (each part at version 0, as plain JSON, which
 /// is how Redis held it then).
-fn legacy_fields(d: &Digest, o: &Override) -> Vec<(String, Kept)> {
+fn legacy_fields(d: &Digest, o: &KeyRecord) -> Vec<(String, Kept)> {
     Part::ALL
         .into_iter()
         .filter_map(|part| {

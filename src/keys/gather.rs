@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::redis_set::{field, split_field, Pages};
 use crate::digest::Digest;
-use crate::policy::overrides::{Override, Overrides};
+use crate::policy::overrides::{KeyRecord, KeyRecords};
 use crate::policy::versions::{part_of_field, Kept};
 use crate::policy::Policy;
 
@@ -57,7 +57,7 @@ pub(super) fn gather_beside(about: usize) -> (Pages, tokio::task::JoinHandle<Gat
 
 /// The records of `fields` (field → one part as kept) in force for `policy`: see
 /// [`Parts::into_set`].
-pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Overrides {
+pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> KeyRecords {
     let mut parts = Parts::with_capacity(fields.len());
     for (f, k) in fields {
         parts.add(f, k);
@@ -69,10 +69,10 @@ pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> Ov
 /// names (checked against the field's hash, and most records are of issued keys), any other
 /// under the hash of its digest (the field's first 32 hex digits, read as a number).
 pub(super) struct Parts {
-    issued: Vec<(Digest, Override)>,
+    issued: Vec<(Digest, KeyRecord)>,
     /// The hash of each of `issued`'s digests, in the same order.
     hashes: Vec<u128>,
-    other: Vec<(u128, Override)>,
+    other: Vec<(u128, KeyRecord)>,
 }
 
 impl Parts {
@@ -108,7 +108,7 @@ impl Parts {
     /// whatever the number of records; only a revocation whose key's name is in no entry any
     /// more (a renamed or removed key) makes every digest be hashed, so that it still finds
     /// its digest.
-    pub(super) fn into_set(self, policy: &Policy) -> Overrides {
+    pub(super) fn into_set(self, policy: &Policy) -> KeyRecords {
         let Parts {
             mut issued,
             hashes,
@@ -116,7 +116,7 @@ impl Parts {
         } = self;
         // Each other part by its hash, merged; then into an issued key's record when it is of
         // one (a suspension of an issued key), else found by its key's name.
-        let mut by_hash: HashMap<u128, Override> = HashMap::new();
+        let mut by_hash: HashMap<u128, KeyRecord> = HashMap::new();
         for (h, o) in other {
             by_hash.entry(h).or_default().merge(o);
         }
@@ -167,7 +167,7 @@ impl Parts {
         // Sorted where they lie, so the tree is built from them without another buffer of a
         // million records.
         issued.sort_unstable_by_key(|(d, _)| *d);
-        Overrides::from_iter(issued)
+        KeyRecords::from_iter(issued)
     }
 }
 
@@ -194,8 +194,8 @@ mod tests {
         }
     }
 
-    fn issued(name: &str, id: Digest) -> Override {
-        Override {
+    fn issued(name: &str, id: Digest) -> KeyRecord {
+        KeyRecord {
             issued: Some(Box::new(IssuedKey {
                 id,
                 digest: id,
@@ -208,16 +208,16 @@ mod tests {
                 change: change(1),
                 rotated_ms: None,
             })),
-            ..Override::named(name)
+            ..KeyRecord::named(name)
         }
     }
 
     /// Each field as a store holds it: the record's `part` alone, at version 1.
-    fn fields(records: &[(Digest, Part, Override)]) -> HashMap<String, Kept> {
+    fn fields(records: &[(Digest, Part, KeyRecord)]) -> HashMap<String, Kept> {
         records
             .iter()
             .map(|(d, part, o)| {
-                let only = o.only(*part).unwrap_or_else(|| Override::named(&o.key));
+                let only = o.only(*part).unwrap_or_else(|| KeyRecord::named(&o.key));
                 (redis_set::part_field(d, *part), Kept::new(1, &only))
             })
             .collect()
@@ -230,14 +230,14 @@ mod tests {
         let (yaml_name, yaml_digest) = (yaml.name.as_str().to_string(), yaml.digest);
         let policy = Policy::new(config, None);
         let (a, b) = (Digest::of(b"issued-a"), Digest::of(b"issued-b"));
-        let suspended = |name: &str| Override {
+        let suspended = |name: &str| KeyRecord {
             suspended: Some(Box::new(change(2))),
-            ..Override::named(name)
+            ..KeyRecord::named(name)
         };
         let gone = Digest::of(b"a key no config holds");
-        let revoked = Override {
+        let revoked = KeyRecord {
             revoked: Some(Box::new(change(3))),
-            ..Override::named("renamed-since")
+            ..KeyRecord::named("renamed-since")
         };
         let mut read = fields(&[
             (a, Part::Issued, issued("a", a)),
@@ -247,7 +247,7 @@ mod tests {
             // A part of a digest no key has: let go.
             (gone, Part::Suspended, suspended("nobody")),
             // A part taken out (a tombstone): holds nothing.
-            (b, Part::Limit, Override::named("b")),
+            (b, Part::Limit, KeyRecord::named("b")),
         ]);
         // An issued record under a field that is not its digest's is not taken for the digest
         // it names.

@@ -5,7 +5,7 @@
 use super::KeyChanges;
 use crate::config::{Config, ConfigError};
 use crate::digest::Digest;
-use crate::policy::overrides::{Drop, Override, Overrides, Part};
+use crate::policy::overrides::{Drop, KeyRecord, KeyRecords, Part};
 use crate::policy::Policy;
 use crate::runtime::live::KeyHook;
 use crate::runtime::metrics::Metrics;
@@ -14,7 +14,7 @@ use crate::sync::Locked;
 impl KeyChanges {
     /// Read or change the records in force. A change applies to the snapshots compiled from
     /// now on; putting it on the policy in force is the caller's ([`KeyChanges::put_records`]).
-    pub(crate) fn with_records<R>(&self, f: impl FnOnce(&mut Overrides) -> R) -> R {
+    pub(crate) fn with_records<R>(&self, f: impl FnOnce(&mut KeyRecords) -> R) -> R {
         f(&mut self.in_force.locked())
     }
 
@@ -30,7 +30,7 @@ impl KeyChanges {
     /// Put records just kept in force: in the set every later snapshot is compiled with, and
     /// on the policy in force now, serialized with reloads (no reload compiled before the
     /// change replaces the policy after it).
-    pub(super) fn put_records(&self, changes: &[(Digest, Part, Override)]) {
+    pub(super) fn put_records(&self, changes: &[(Digest, Part, KeyRecord)]) {
         self.live.serialized(|snap| {
             let mut set = self.in_force.locked();
             for (d, _, o) in changes {
@@ -55,7 +55,7 @@ impl KeyChanges {
     /// returned, so that nothing forgets it; the reload that brings this replica's YAML up to
     /// date puts it in force. The records a change sent here puts in force
     /// ([`KeyChanges::put_records`]) are kept in the set the same way.
-    pub(super) fn replace_records(&self, mut set: Overrides) -> Vec<Drop> {
+    pub(super) fn replace_records(&self, mut set: KeyRecords) -> Vec<Drop> {
         let before = self.live.serialized(|snap| {
             let mut drops = snap.policy.apply_overrides(&set);
             drops.retain(|d| {
@@ -111,10 +111,10 @@ impl KeyHook for KeyChanges {
 /// force (handed to [`KeyChanges::new`]).
 pub(crate) fn put_kept_in_force(
     policy: &Policy,
-    kept: impl IntoIterator<Item = Vec<(Digest, Override)>>,
+    kept: impl IntoIterator<Item = Vec<(Digest, KeyRecord)>>,
     records: usize,
     metrics: &Metrics,
-) -> Overrides {
+) -> KeyRecords {
     let mut kept = kept.into_iter();
     let first = kept.next().unwrap_or_default();
     // In the order of their digests, the records are in no order of their own: the first
@@ -132,14 +132,14 @@ pub(crate) fn put_kept_in_force(
     }
     let drops = applying.finish();
     // Built in one go from records in order: the tree's nodes full.
-    let mut set = Overrides::from_iter(all);
+    let mut set = KeyRecords::from_iter(all);
     settle_drops(policy, &mut set, &drops, metrics);
     set
 }
 
 /// What no longer applies to `policy` taken out of `set` (one log line each), and the gauges
 /// of what is in force set.
-fn settle_drops(policy: &Policy, set: &mut Overrides, drops: &[Drop], metrics: &Metrics) {
+fn settle_drops(policy: &Policy, set: &mut KeyRecords, drops: &[Drop], metrics: &Metrics) {
     for d in drops {
         match &d.after {
             Some(o) => set.insert(d.digest, o.clone()),
@@ -159,7 +159,7 @@ fn settle_drops(policy: &Policy, set: &mut Overrides, drops: &[Drop], metrics: &
 }
 
 /// The records of `set` that hold an upgrade (`tollgate_plan_overrides`).
-fn upgrades(set: &Overrides) -> usize {
+fn upgrades(set: &KeyRecords) -> usize {
     set.values().filter(|o| o.has(Part::Plan)).count()
 }
 
@@ -190,7 +190,7 @@ mod tests {
     /// replica that YAML puts it in force.
     #[test]
     fn a_whole_read_drops_only_what_was_changed_before_its_config() {
-        use crate::policy::overrides::{Change, Override};
+        use crate::policy::overrides::{Change, KeyRecord};
         let dir = tempfile::tempdir().unwrap();
         // The replica that made the suspension records the key's YAML there.
         let newer = dir.path().join("newer.yaml");
@@ -201,10 +201,10 @@ mod tests {
         let path = dir.path().join("gw.yaml");
         TestConfig::new().key_plan("pro-1", "basic").write(&path);
         let live = Arc::new(LivePolicy::new(Config::load(&path).unwrap(), Arc::default()).unwrap());
-        let changes = KeyChanges::new(Keeping::memory(), Arc::clone(&live), Overrides::new());
+        let changes = KeyChanges::new(Keeping::memory(), Arc::clone(&live), KeyRecords::new());
         let compiled = live.load().compiled_ms;
         let suspended = |since_ms| {
-            let mut o = Override::named("pro-1");
+            let mut o = KeyRecord::named("pro-1");
             o.yaml = Some(yaml.clone());
             o.suspended = Some(Box::new(Change {
                 since_ms,
@@ -229,13 +229,13 @@ mod tests {
         };
 
         // Changed before this config: the config's to drop.
-        let drops = changes.replace_records(Overrides::from_iter([(d, suspended(compiled - 1))]));
+        let drops = changes.replace_records(KeyRecords::from_iter([(d, suspended(compiled - 1))]));
         assert_eq!(drops.len(), 1);
         assert_eq!(changes.with_records(|set| set.len()), 0);
 
         // Changed after it, elsewhere: kept, not applied, not dropped.
         let later = suspended(compiled + 60_000);
-        let drops = changes.replace_records(Overrides::from_iter([(d, later.clone())]));
+        let drops = changes.replace_records(KeyRecords::from_iter([(d, later.clone())]));
         assert!(drops.is_empty(), "{drops:?}");
         assert_eq!(
             changes.with_records(|set| set.get(&d).cloned()),
@@ -258,7 +258,7 @@ mod tests {
     fn a_change_made_during_a_reload_is_on_the_policy_after_it() {
         use std::sync::{mpsc, OnceLock};
 
-        use crate::policy::overrides::{Change, Override};
+        use crate::policy::overrides::{Change, KeyRecord};
 
         struct Racer {
             changes: OnceLock<Arc<KeyChanges>>,
@@ -273,7 +273,7 @@ mod tests {
                 changes.compiled(new, old);
                 let (done, finished) = mpsc::channel();
                 let t = std::thread::spawn(move || {
-                    let mut o = Override::named("basic-1");
+                    let mut o = KeyRecord::named("basic-1");
                     o.revoked = Some(Box::new(Change {
                         since_ms: 1,
                         by: "admin".into(),
@@ -297,7 +297,7 @@ mod tests {
         });
         // The racer is the reload's hook (the first one set stays), and calls the owner.
         live.hook(Arc::downgrade(&racer) as std::sync::Weak<dyn KeyHook>);
-        let changes = KeyChanges::new(Keeping::memory(), Arc::clone(&live), Overrides::new());
+        let changes = KeyChanges::new(Keeping::memory(), Arc::clone(&live), KeyRecords::new());
         let _ = racer.changes.set(Arc::clone(&changes));
 
         live.reload().unwrap();

@@ -5,28 +5,31 @@ use std::sync::Arc;
 
 use super::{Backend, KeepError, KeyChanges};
 use crate::digest::Digest;
-use crate::policy::overrides::{Drop, Override, Part};
+use crate::policy::overrides::{Drop, KeyRecord, Part};
 use crate::state::{backup, disk};
 
 /// What a change keeps: each digest's record after it, the part changed named.
-pub(crate) type Records = Vec<(Digest, Part, Override)>;
+pub(crate) type Records = Vec<(Digest, Part, KeyRecord)>;
 
 impl KeyChanges {
     /// Keep the records `changes` name (each digest's whole record, the part changed named)
     /// where overrides are kept; returns when they are, all of them or none.
-    pub(super) async fn keep(&self, changes: &[(Digest, Part, Override)]) -> Result<(), KeepError> {
+    pub(super) async fn keep(
+        &self,
+        changes: &[(Digest, Part, KeyRecord)],
+    ) -> Result<(), KeepError> {
         match &self.backend {
             Backend::Memory => Ok(()),
             Backend::Disk(db) => {
                 let db = Arc::clone(db);
-                let records: Vec<(Digest, Option<Override>)> = changes
+                let records: Vec<(Digest, Option<KeyRecord>)> = changes
                     .iter()
                     .map(|(d, _, o)| (*d, (!o.is_empty()).then(|| o.clone())))
                     .collect();
                 tokio::task::spawn_blocking(move || {
                     db.write_kept(
                         |db| disk::write_all(db, &records),
-                        backup::Delta::Overrides(&records),
+                        backup::Delta::KeyRecords(&records),
                     )
                 })
                 .await
@@ -48,11 +51,11 @@ impl KeyChanges {
         match &self.backend {
             Backend::Memory => {}
             Backend::Disk(db) => {
-                let records: Vec<(Digest, Option<Override>)> =
+                let records: Vec<(Digest, Option<KeyRecord>)> =
                     drops.iter().map(|d| (d.digest, d.after.clone())).collect();
                 if let Err(e) = db.write_kept(
                     |db| disk::write_all(db, &records),
-                    backup::Delta::Overrides(&records),
+                    backup::Delta::KeyRecords(&records),
                 ) {
                     tracing::error!(target: "tollgate::overrides", error = %e, "could not forget a dropped override on disk");
                 }

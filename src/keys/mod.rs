@@ -30,7 +30,7 @@
 //! | [`secret`] | the secrets of issued keys: their format, and a malformed one told offline |
 //! | `keep.rs` | the writes: a change kept before it applies, what a reload dropped forgotten |
 //! | `batch.rs` | the operator's changes made in batches: those that wait while one is kept are kept together ([`KeyChanges::make`]) |
-//! | `shown.rs` | what `check`, the admin API and the page show of the upgrades ([`Shown`]) |
+//! | `shown.rs` | what `check`, the admin API and the page show of the upgrades ([`UpgradeRow`]) |
 //! | `fleet.rs`, [`redis_set`], `gather.rs`, [`sync`] | with `cluster`: this replica's copy, the set in Redis, a whole read of it, the poll that spreads it |
 //! | [`check`] | what `tollgate check` reads, read-only |
 
@@ -53,7 +53,7 @@ use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::policy::keys::{Found, KeyIdx};
 use crate::policy::overrides::{
-    Action, ChangeKind, ChangeRefused, Override, Overrides, Part, Upgrade,
+    Action, ChangeKind, ChangeRefused, KeyRecord, KeyRecords, Part, Upgrade,
 };
 use crate::policy::Policy;
 use crate::runtime::live::{unix_ms, LivePolicy};
@@ -61,7 +61,7 @@ use crate::state::disk;
 use crate::state::StateFile;
 pub(crate) use in_force::put_kept_in_force;
 pub(crate) use keep::Records;
-pub(crate) use shown::Shown;
+pub(crate) use shown::UpgradeRow;
 pub(crate) use sync::KeySync;
 
 /// Where the changes are kept.
@@ -126,7 +126,7 @@ impl Kept {
     /// says go on (`true`).
     pub(crate) fn read(
         &self,
-        each: impl FnMut(Vec<(Digest, Override)>) -> bool,
+        each: impl FnMut(Vec<(Digest, KeyRecord)>) -> bool,
     ) -> Result<(), disk::DiskError> {
         self.0
             .as_ref()
@@ -174,7 +174,7 @@ pub(crate) struct KeyChanges {
     /// The records of the keys' live changes in force (upgrades, suspensions, revocations,
     /// limits, quotas, issued keys), one a digest, put on every config compiled
     /// (`in_force.rs`).
-    in_force: std::sync::Mutex<Overrides>,
+    in_force: std::sync::Mutex<KeyRecords>,
     /// Changes made here, one at a time (each reads the records in force, keeps the new ones,
     /// then applies them), and (with Redis) the polls of the fleet's set.
     serial: Arc<tokio::sync::Mutex<()>>,
@@ -189,7 +189,7 @@ impl KeyChanges {
     /// while Redis is down still refuses what was revoked; what no longer applies to this
     /// config is left to the first read of the set to drop. Every config a reload compiles is
     /// handed to the owner ([`crate::runtime::live::KeyHook`]), which puts the set on it.
-    pub(crate) fn new(keeping: Keeping, live: Arc<LivePolicy>, in_force: Overrides) -> Arc<Self> {
+    pub(crate) fn new(keeping: Keeping, live: Arc<LivePolicy>, in_force: KeyRecords) -> Arc<Self> {
         let this = Arc::new(Self {
             backend: keeping.0,
             live,
@@ -248,7 +248,7 @@ impl KeyChanges {
         let partner = kept.as_ref().and_then(|o| o.partner.clone());
         let mut record = self
             .with_records(|set| set.get(&upgrade.target).cloned())
-            .unwrap_or_else(|| Override::named(&key));
+            .unwrap_or_else(|| KeyRecord::named(&key));
         record.clear(Part::Plan);
         if let Some(o) = kept {
             record.merge(o);

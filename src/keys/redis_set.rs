@@ -1,4 +1,4 @@
-//! Overrides in Redis (with the `cluster` block): one hash `{<prefix>:ov}:set`, a version
+//! Key records in Redis (with the `cluster` block): one hash `{<prefix>:ov}:set`, a version
 //! counter `{<prefix>:ov}:v`, a log of the fields by the version that last wrote each
 //! `{<prefix>:ov}:log` (a sorted set) and the version the log is up to `{<prefix>:ov}:lv`; all
 //! expire 30 days after the last replica touched them. Each

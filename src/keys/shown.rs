@@ -1,15 +1,15 @@
-//! What `check`, the admin API and the page show of the upgrades in force ([`Shown`]).
+//! What `check`, the admin API and the page show of the upgrades in force ([`UpgradeRow`]).
 
 use serde::{Deserialize, Serialize};
 
 use super::KeyChanges;
 use crate::config::Plan;
-use crate::policy::overrides::Override;
+use crate::policy::overrides::KeyRecord;
 use crate::policy::Policy;
 
 /// What `check`, the admin API and the page show of one upgrade.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub(crate) struct Shown {
+pub(crate) struct UpgradeRow {
     pub key: String,
     pub plan: String,
     pub plan_id: u32,
@@ -21,24 +21,27 @@ pub(crate) struct Shown {
 
 impl KeyChanges {
     /// The upgrades in force, for the admin API and the page.
-    pub(crate) fn shown(&self, policy: &Policy) -> Vec<Shown> {
+    pub(crate) fn shown(&self, policy: &Policy) -> Vec<UpgradeRow> {
         self.with_records(|set| show(set.values(), &policy.config.plans))
     }
 }
 
 /// The upgrades among `records`, as shown, sorted by key name; a plan no plan has any more is
 /// shown by its id.
-pub(super) fn show<'o>(records: impl Iterator<Item = &'o Override>, plans: &[Plan]) -> Vec<Shown> {
+pub(super) fn show<'o>(
+    records: impl Iterator<Item = &'o KeyRecord>,
+    plans: &[Plan],
+) -> Vec<UpgradeRow> {
     let name = |id: u32| {
         plans
             .iter()
             .find(|p| p.plan_id == id)
             .map_or_else(|| format!("plan_id {id}"), |p| p.name.clone())
     };
-    let mut v: Vec<Shown> = records
+    let mut v: Vec<UpgradeRow> = records
         .filter_map(|o| {
             let (plan_id, replaced) = (o.plan_id?, o.replaced.unwrap_or(0));
-            Some(Shown {
+            Some(UpgradeRow {
                 key: o.key.clone(),
                 plan: name(plan_id),
                 plan_id,

@@ -22,7 +22,7 @@ use super::gather::{gather_beside, Gathered};
 use super::redis_set::{field, new_epoch, split_field, Polled};
 use super::{Backend, KeyChanges};
 use crate::fleet_store::StoreError;
-use crate::policy::overrides::{Override, Part};
+use crate::policy::overrides::{KeyRecord, Part};
 use crate::policy::versions::Kept;
 
 /// The sync of the changes kept in Redis (a background service, with `cluster` only): every
@@ -110,7 +110,7 @@ impl KeySync {
                 .flat_map(|d| {
                     d.parts
                         .iter()
-                        .map(|&p| (d.digest, p, Override::named(&d.before.key)))
+                        .map(|&p| (d.digest, p, KeyRecord::named(&d.before.key)))
                 })
                 .collect();
             let _ = fleet.keep(&gone).await;
@@ -171,7 +171,7 @@ fn apply_delta(fleet: &Fleet, changes: &KeyChanges, changed: &[(String, Kept)]) 
     let mut records = Vec::new();
     for hash in hashes {
         let parts = fleet.parts_of(hash);
-        let mut record = Override::default();
+        let mut record = KeyRecord::default();
         for o in parts.iter().filter_map(Kept::record) {
             if record.key.is_empty() {
                 record.key.clone_from(&o.key);

@@ -13,7 +13,7 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use super::disk::{replace_fields, table_in, write_all, FIELDS, TABLE};
 use crate::digest::Digest;
-use crate::policy::overrides::Override;
+use crate::policy::overrides::KeyRecord;
 use crate::policy::versions::Kept;
 
 /// Where the backup of the file at `path` is: `<name>.backup.json`.
@@ -26,7 +26,7 @@ pub(crate) fn backup_path(path: &Path) -> PathBuf {
 /// The backup: the overrides by digest (hex), and the copy of the fleet's by field.
 #[derive(serde::Serialize, serde::Deserialize, Default)]
 struct Backup {
-    overrides: BTreeMap<String, Override>,
+    overrides: BTreeMap<String, KeyRecord>,
     fields: BTreeMap<String, String>,
 }
 
@@ -63,7 +63,7 @@ pub(crate) fn write_backup(
         let (k, v) = row?;
         let (Ok(d), Ok(o)) = (
             <[u8; 32]>::try_from(k.value()),
-            serde_json::from_slice::<Override>(v.value()),
+            serde_json::from_slice::<KeyRecord>(v.value()),
         ) else {
             continue;
         };
@@ -111,7 +111,7 @@ pub(crate) fn backup_log_path(path: &Path) -> PathBuf {
 /// What a change wrote, for the backup's log.
 pub(crate) enum Delta<'a> {
     /// Records written (or taken out: `None`).
-    Overrides(&'a [(Digest, Option<Override>)]),
+    KeyRecords(&'a [(Digest, Option<KeyRecord>)]),
     /// Fields of the fleet's copy written.
     Fields(&'a [(String, Kept)]),
     /// The fleet's copy replaced whole: the backup is written whole.
@@ -122,7 +122,7 @@ pub(crate) enum Delta<'a> {
 #[derive(serde::Serialize, serde::Deserialize, Default)]
 struct Line {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    overrides: BTreeMap<String, Option<Override>>,
+    overrides: BTreeMap<String, Option<KeyRecord>>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     fields: BTreeMap<String, String>,
 }
@@ -168,7 +168,7 @@ pub(crate) fn log_backup(
             rewrite_backup(db, path, Wait::Yes)?;
             return Ok(Logged::Appended);
         }
-        Delta::Overrides(records) => Line {
+        Delta::KeyRecords(records) => Line {
             overrides: records
                 .iter()
                 .map(|(d, o)| (d.to_hex(), o.clone()))
@@ -321,7 +321,7 @@ pub(crate) fn restore_backup(db: &redb::Database, path: &Path) -> String {
     if backup.overrides.is_empty() && backup.fields.is_empty() && replayed == 0 {
         return format!("nothing: no backup at {}", from.display());
     }
-    let records: Vec<(Digest, Option<Override>)> = backup
+    let records: Vec<(Digest, Option<KeyRecord>)> = backup
         .overrides
         .into_iter()
         .filter_map(|(d, o)| Some((Digest::from_hex(&d)?, Some(o))))

@@ -1,4 +1,4 @@
-//! Overrides on local disk (`state.path`): an embedded, crash-safe [redb] database, one table
+//! Key records on local disk (`state.path`): an embedded, crash-safe [redb] database, one table
 //! from a key's digest to its override as JSON.
 //!
 //! Why redb and not SQLite: the data is a map from a 32-byte digest to a small record; redb is
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::digest::Digest;
-use crate::policy::overrides::{Override, Overrides};
+use crate::policy::overrides::{KeyRecord, KeyRecords};
 use crate::policy::versions::Kept;
 
 pub(super) const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("plan_overrides");
@@ -140,7 +140,7 @@ pub(super) fn table_in<K: redb::Key + 'static, V: redb::Value + 'static>(
 }
 
 /// Every override in the file.
-pub(crate) fn read_all(db: &impl ReadableDatabase) -> Result<Overrides, DiskError> {
+pub(crate) fn read_all(db: &impl ReadableDatabase) -> Result<KeyRecords, DiskError> {
     // Gathered, then built in one go: a tree built from its records in order has its nodes
     // full, where one that grows a record at a time leaves them about half full.
     let mut records = Vec::new();
@@ -148,7 +148,7 @@ pub(crate) fn read_all(db: &impl ReadableDatabase) -> Result<Overrides, DiskErro
         records.extend(batch);
         true
     })?;
-    Ok(Overrides::from_iter(records))
+    Ok(KeyRecords::from_iter(records))
 }
 
 /// How many records the file holds (a row that is not a record included).
@@ -166,7 +166,7 @@ pub(crate) const BATCH: usize = 4096;
 /// up to [`BATCH`] while it says go on (`true`). A row that is not a record is passed over.
 pub(crate) fn read_batches(
     db: &impl ReadableDatabase,
-    mut each: impl FnMut(Vec<(Digest, Override)>) -> bool,
+    mut each: impl FnMut(Vec<(Digest, KeyRecord)>) -> bool,
 ) -> Result<(), DiskError> {
     let Some(table) = read_table(db, TABLE).map_err(store)? else {
         return Ok(());
@@ -177,7 +177,7 @@ pub(crate) fn read_batches(
         let Ok(d) = <[u8; 32]>::try_from(k.value()) else {
             continue;
         };
-        if let Ok(o) = serde_json::from_slice::<Override>(v.value()) {
+        if let Ok(o) = serde_json::from_slice::<KeyRecord>(v.value()) {
             batch.push((Digest(d), o));
         }
         if batch.len() == BATCH && !each(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))) {
@@ -194,7 +194,7 @@ pub(crate) fn read_batches(
 /// (redb's default durability): all of them are kept, or none.
 pub(crate) fn write_all(
     db: &redb::Database,
-    records: &[(Digest, Option<Override>)],
+    records: &[(Digest, Option<KeyRecord>)],
 ) -> Result<(), DiskError> {
     let txn = db.begin_write().map_err(store)?;
     {
@@ -294,7 +294,7 @@ pub(crate) fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
 pub(crate) fn write(
     db: &redb::Database,
     d: &Digest,
-    record: Option<&Override>,
+    record: Option<&KeyRecord>,
 ) -> Result<(), DiskError> {
     write_all(db, &[(*d, record.cloned())])
 }
@@ -308,12 +308,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         let db = open(&path).unwrap();
-        let o = Override {
+        let o = KeyRecord {
             plan_id: Some(2),
             replaced: Some(1),
             partner: Some("p".into()),
             at_ms: 7,
-            ..Override::named("k")
+            ..KeyRecord::named("k")
         };
         let d = Digest([3; 32]);
         write(&db, &d, Some(&o)).unwrap();

@@ -255,25 +255,25 @@ fn probe(db: &redb::Database) -> Result<(), redb::Error> {
 mod tests {
     use super::*;
     use crate::digest::Digest;
-    use crate::policy::overrides::Override;
+    use crate::policy::overrides::KeyRecord;
 
     #[test]
     fn a_file_that_is_not_a_database_is_set_aside_and_the_changes_come_back_from_the_backup() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let revoked = Override {
+        let revoked = KeyRecord {
             revoked: Some(Box::new(crate::policy::overrides::Change {
                 since_ms: 7,
                 by: "admin".into(),
                 reason: None,
             })),
-            ..Override::named("basic-1")
+            ..KeyRecord::named("basic-1")
         };
         let file = StateFile::open(&path).unwrap();
         let records = [(Digest([1; 32]), Some(revoked.clone()))];
         file.write_kept(
             |db| disk::write_all(db, &records),
-            backup::Delta::Overrides(&records),
+            backup::Delta::KeyRecords(&records),
         )
         .unwrap();
         drop(file);
@@ -315,20 +315,20 @@ mod tests {
     fn the_backup_keeps_each_change_in_its_log_and_a_restore_replays_them_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
-        let record = |name: &str| Override {
+        let record = |name: &str| KeyRecord {
             revoked: Some(Box::new(crate::policy::overrides::Change {
                 since_ms: 7,
                 by: "admin".into(),
                 reason: None,
             })),
-            ..Override::named(name)
+            ..KeyRecord::named(name)
         };
         let (a, b, c) = (Digest([1; 32]), Digest([2; 32]), Digest([3; 32]));
         let file = StateFile::open(&path).unwrap();
-        let write = |records: Vec<(Digest, Option<Override>)>| {
+        let write = |records: Vec<(Digest, Option<KeyRecord>)>| {
             file.write_kept(
                 |db| disk::write_all(db, &records),
-                backup::Delta::Overrides(&records),
+                backup::Delta::KeyRecords(&records),
             )
             .unwrap();
         };
@@ -355,7 +355,7 @@ mod tests {
         let records = [(d, Some(record("d")))];
         file.write_kept(
             |db| disk::write_all(db, &records),
-            backup::Delta::Overrides(&records),
+            backup::Delta::KeyRecords(&records),
         )
         .unwrap();
         drop(file);
@@ -373,14 +373,14 @@ mod tests {
     }
 
     /// A revoked record whose reason is `len` bytes long.
-    fn revoked(name: &str, len: usize) -> Override {
-        Override {
+    fn revoked(name: &str, len: usize) -> KeyRecord {
+        KeyRecord {
             revoked: Some(Box::new(crate::policy::overrides::Change {
                 since_ms: 7,
                 by: "admin".into(),
                 reason: Some("r".repeat(len)),
             })),
-            ..Override::named(name)
+            ..KeyRecord::named(name)
         }
     }
 
@@ -389,11 +389,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         let file = StateFile::open(&path).unwrap();
-        let keep = |d: Digest, o: Override| {
+        let keep = |d: Digest, o: KeyRecord| {
             let records = [(d, Some(o))];
             file.write_kept(
                 |db| disk::write_all(db, &records),
-                backup::Delta::Overrides(&records),
+                backup::Delta::KeyRecords(&records),
             )
             .unwrap();
         };
@@ -465,7 +465,7 @@ mod tests {
                     Step::Change(d, o) => {
                         let records = [(Digest([*d; 32]), o.map(|len| revoked("k", len)))];
                         disk::write_all(&db, &records).unwrap();
-                        backup::log_backup(&db, &path, backup::Delta::Overrides(&records)).unwrap();
+                        backup::log_backup(&db, &path, backup::Delta::KeyRecords(&records)).unwrap();
                     }
                     Step::Rewrite => {
                         match next {

@@ -433,7 +433,7 @@ fn draws(mut seed: u64) -> impl FnMut(u64) -> u64 {
 #[test]
 fn the_store_merges_copies_by_the_replicas_rule() {
     use std::collections::HashMap;
-    use tollgate::policy::overrides::{Change, Override, Part};
+    use tollgate::policy::overrides::{Change, KeyRecord, Part};
     use tollgate::policy::versions::{merge, Kept};
 
     let redis = RedisServer::start();
@@ -447,7 +447,7 @@ fn the_store_merges_copies_by_the_replicas_rule() {
             for _ in 0..next(6) {
                 let part = [Part::Revoked, Part::Suspended, Part::Plan][next(3) as usize];
                 let field = format!("{}{}", "d".repeat(31) + &next(2).to_string(), part.suffix());
-                let mut o = Override::named("k");
+                let mut o = KeyRecord::named("k");
                 if next(3) > 0 {
                     let c = Change {
                         since_ms: next(3),

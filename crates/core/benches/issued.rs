@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use tollgate_core::digest::Digest;
-use tollgate_core::policy::overrides::{NewKey, Overrides};
+use tollgate_core::policy::overrides::{KeyRecords, NewKey};
 use tollgate_core::policy::Policy;
 use tollgate_core::testing::TestConfig;
 
@@ -65,7 +65,7 @@ fn key(name: String) -> NewKey {
 }
 
 /// Issue `key` on `p` as the runtime does: the record made, kept in `set`, applied.
-fn issue(p: &Policy, set: &mut Overrides, name: String, d: Digest) {
+fn issue(p: &Policy, set: &mut KeyRecords, name: String, d: Digest) {
     for (d, _, o) in p.issue(&key(name), d, "admin", 1, set).expect("issued") {
         set.insert(d, o.clone());
         p.apply_record(&d, &o);
@@ -94,7 +94,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|");
     for &n in &sizes {
         let p = Policy::new(config.parse(), None);
-        let mut set = Overrides::new();
+        let mut set = KeyRecords::new();
         let before = LIVE.load(Ordering::Relaxed);
         let digest = |i: usize| Digest::of(format!("issued-{i}").as_bytes());
         let fill = n.saturating_sub(1000);

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use utoipa::ToSchema;
 
-use crate::keys::Shown;
+use crate::keys::UpgradeRow;
 
 /// One blocked address, as `GET /api/blocks`, the usage page and `tollgate top` show it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -52,7 +52,7 @@ pub(crate) struct BlocksView {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct OverridesView {
     #[serde(serialize_with = "in_name_order")]
-    pub overrides: Vec<Shown>,
+    pub overrides: Vec<UpgradeRow>,
 }
 
 /// `GET /api/ledger` as JSON.

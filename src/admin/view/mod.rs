@@ -23,7 +23,7 @@ use utoipa::ToSchema;
 mod answers;
 mod keys;
 
-use crate::keys::Shown;
+use crate::keys::UpgradeRow;
 pub(crate) use answers::{
     BlockRow, BlocksView, ConfigRefusedAt, FieldErrorView, FieldErrors, LedgerRow, LedgerView,
     OverridesView, ReloadView,
@@ -45,7 +45,7 @@ pub(crate) struct UsageView {
     /// Requests of the last minute without a known key.
     pub anonymous_requests: u64,
     /// The partner upgrades in force.
-    pub overrides: Vec<Shown>,
+    pub overrides: Vec<UpgradeRow>,
     /// Shared budgets' state, with the `cluster` block.
     pub cluster: Option<ClusterView>,
     /// The latest refusals, newest first.

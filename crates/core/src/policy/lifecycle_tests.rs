@@ -4,7 +4,7 @@
 
 use super::authenticate::AuthHeader;
 use super::keys::KeyRefusal;
-use super::overrides::{Action, ChangeRefused, Dropped, Overrides, Part, Pending};
+use super::overrides::{Action, ChangeRefused, Dropped, KeyRecords, Part, Pending};
 use super::*;
 use crate::config::file::FilePrevious;
 use crate::config::routes::Effect;
@@ -92,7 +92,7 @@ fn a_key_is_refused_from_its_expires_at() {
     assert_eq!(refused(&p, "Bearer nobody"), Some(KeyRefusal::Unknown));
 }
 
-fn act(p: &Policy, set: &mut Overrides, name: &str, action: Action) -> Result<(), ChangeRefused> {
+fn act(p: &Policy, set: &mut KeyRecords, name: &str, action: Action) -> Result<(), ChangeRefused> {
     let k = p.keys.find_by_name(name).unwrap();
     for (d, _, o) in p.change(k, &action, "admin", 7, set)? {
         assert_eq!(p.apply_record(&d, &o), None);
@@ -108,7 +108,7 @@ fn act(p: &Policy, set: &mut Overrides, name: &str, action: Action) -> Result<()
 #[test]
 fn suspended_keys_are_refused_until_resumed_and_count_as_failed_authentications() {
     let p = Policy::new(TestConfig::new().auth_failures(3, 60, 120).parse(), None);
-    let mut set = Overrides::new();
+    let mut set = KeyRecords::new();
     act(
         &p,
         &mut set,
@@ -149,7 +149,7 @@ fn a_revocation_holds_for_every_digest_in_force_whatever_the_yaml_says() {
     let cfg = rotated();
     let p = Policy::new(cfg.parse(), None);
     p.keys.expire(DEC_1 - 1);
-    let mut set = Overrides::new();
+    let mut set = KeyRecords::new();
     act(&p, &mut set, "basic-1", Action::Revoke).unwrap();
     assert_eq!(set.len(), 2, "the key's digest and its previous one");
     assert_eq!(refused(&p, "Bearer basic-key-1"), Some(KeyRefusal::Revoked));
@@ -215,7 +215,7 @@ fn a_key_of_its_own_limit_has_a_policy_of_its_own() {
     assert_eq!(policy, "\"pro-1\";q=500;w=10");
     assert_eq!(state, "\"pro-1\";r=499;t=1");
     // Live, then back to the YAML's.
-    let mut set = Overrides::new();
+    let mut set = KeyRecords::new();
     act(&p, &mut set, "basic-1", Action::Limit(Some(3))).unwrap();
     let codes: Vec<bool> = (0..4)
         .map(|_| send(&p, "Bearer basic-key-1").verdict.is_ok())
@@ -234,7 +234,7 @@ fn a_key_of_its_own_limit_has_a_policy_of_its_own() {
 fn a_reload_that_changes_the_key_drops_its_suspension_limit_and_quota_only() {
     let cfg = TestConfig::new();
     let p = Policy::new(cfg.parse(), None);
-    let mut set = Overrides::new();
+    let mut set = KeyRecords::new();
     act(&p, &mut set, "basic-1", Action::Suspend(None)).unwrap();
     act(&p, &mut set, "basic-1", Action::Limit(Some(5))).unwrap();
     act(&p, &mut set, "standard-1", Action::Suspend(None)).unwrap();

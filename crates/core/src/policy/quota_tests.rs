@@ -3,7 +3,7 @@
 //! a key's own quota (from the YAML, and live), a new period, and a reload.
 
 use super::authenticate::AuthHeader;
-use super::overrides::{Action, Overrides};
+use super::overrides::{Action, KeyRecords};
 use super::*;
 use crate::testing::{quota, TestConfig};
 
@@ -140,7 +140,7 @@ fn a_keys_own_quota_is_named_by_the_key_and_a_live_one_counts_what_was_charged()
         assert!(send(&p, "Bearer basic-key-1", 0).verdict.is_ok());
     }
     let k = p.keys.find_by_name("basic-1").unwrap();
-    let mut set = Overrides::new();
+    let mut set = KeyRecords::new();
     for (d, _, o) in p
         .change(k, &Action::Quota(Some(quota(5, "month"))), "admin", 0, &set)
         .unwrap()
@@ -156,7 +156,7 @@ fn a_keys_own_quota_is_named_by_the_key_and_a_live_one_counts_what_was_charged()
         Code::QuotaExhausted
     );
     // Taken off: the plan's again, with the same count.
-    p.apply_overrides(&Overrides::new());
+    p.apply_overrides(&KeyRecords::new());
     assert_eq!(
         send(&p, "Bearer basic-key-1", 0)
             .quota_state

@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::overrides::{Override, Part};
+use super::overrides::{KeyRecord, Part};
 
 /// A kept part's version: a [`Hlc`] reading.
 pub type Version = u64;
@@ -50,7 +50,7 @@ pub struct Kept {
 
 impl Kept {
     /// The kept form of `record` (one part, or none: a tombstone) at `version`.
-    pub fn new(version: Version, record: &Override) -> Self {
+    pub fn new(version: Version, record: &KeyRecord) -> Self {
         let json = serde_json::to_string(record).expect("a record serializes");
         Self::of_json(version, &json)
     }
@@ -103,7 +103,7 @@ impl Kept {
     }
 
     /// The record it holds (one part, or none); `None` when its JSON is not a record.
-    pub fn record(&self) -> Option<Override> {
+    pub fn record(&self) -> Option<KeyRecord> {
         serde_json::from_str(self.json()).ok()
     }
 
@@ -200,13 +200,13 @@ mod tests {
     }
 
     fn suspended(v: Version, since_ms: u64) -> Kept {
-        let o = Override {
+        let o = KeyRecord {
             suspended: Some(Box::new(Change {
                 since_ms,
                 by: "admin".into(),
                 reason: None,
             })),
-            ..Override::named("k")
+            ..KeyRecord::named("k")
         };
         Kept::new(v, &o)
     }
@@ -215,7 +215,7 @@ mod tests {
     fn a_later_resume_beats_an_earlier_suspension_and_a_revocation_stays() {
         let f = field(":s");
         let mut a = HashMap::from([(f.clone(), suspended(5, 1))]);
-        let resume = Kept::new(6, &Override::named("k"));
+        let resume = Kept::new(6, &KeyRecord::named("k"));
         assert!(resume.is_tombstone());
         let b = HashMap::from([(f.clone(), resume.clone())]);
         // Either order: the resume.
@@ -229,13 +229,13 @@ mod tests {
         let revoked = |v: Version, since_ms: u64| {
             Kept::new(
                 v,
-                &Override {
+                &KeyRecord {
                     revoked: Some(Box::new(Change {
                         since_ms,
                         by: "admin".into(),
                         reason: None,
                     })),
-                    ..Override::named("k")
+                    ..KeyRecord::named("k")
                 },
             )
         };
@@ -244,7 +244,7 @@ mod tests {
             &mut kept,
             [
                 (r.clone(), revoked(9, 9)),
-                (r.clone(), Kept::new(10, &Override::named("k"))),
+                (r.clone(), Kept::new(10, &KeyRecord::named("k"))),
             ],
         );
         assert!(changed.is_empty());
@@ -304,7 +304,7 @@ mod tests {
                         char::from(b'a' + digest).to_string().repeat(32),
                         part.suffix()
                     );
-                    let mut o = Override::named("k");
+                    let mut o = KeyRecord::named("k");
                     if !tombstone {
                         let c = Change {
                             since_ms: since,

@@ -2,7 +2,7 @@
 //! upstream has yet to accept ([`Upgrade`], [`Pending`]), an operator's change ([`Action`]),
 //! why one is refused ([`ChangeRefused`]), and what a config dropped ([`Dropped`], [`Drop`]).
 
-use super::record::{Override, Part};
+use super::record::{KeyRecord, Part};
 use crate::config::QuotaSpec;
 use crate::digest::Digest;
 use crate::policy::keys::KeyIdx;
@@ -132,9 +132,9 @@ pub struct Drop {
     /// The digest the record is kept under.
     pub digest: Digest,
     /// The record as it was.
-    pub before: Override,
+    pub before: KeyRecord,
     /// What is left; `None` when nothing is.
-    pub after: Option<Override>,
+    pub after: Option<KeyRecord>,
     /// The parts taken out.
     pub parts: Vec<Part>,
     /// Why.

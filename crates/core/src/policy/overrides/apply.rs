@@ -5,7 +5,7 @@
 use sha2::Digest as _;
 
 use super::action::{Action, ChangeRefused, Drop, Dropped, Upgrade};
-use super::record::{Change, LimitChange, Override, Overrides, Part, QuotaChange};
+use super::record::{Change, KeyRecord, KeyRecords, LimitChange, Part, QuotaChange};
 use crate::digest::Digest;
 use crate::policy::keys::{Credential, Found, KeyIdx, REVOKED, SUSPENDED};
 use crate::policy::Policy;
@@ -49,7 +49,7 @@ impl Policy {
         upgrade: &Upgrade,
         by: KeyIdx,
         at_ms: u64,
-    ) -> Option<(Option<Override>, usize)> {
+    ) -> Option<(Option<KeyRecord>, usize)> {
         let k = upgrade.key?;
         let entry = self.keys.get(k);
         let yaml = entry.configured_plan()?;
@@ -64,12 +64,12 @@ impl Policy {
             Credential::Customer { .. } => None,
         };
         Some((
-            Some(Override {
+            Some(KeyRecord {
                 plan_id: Some(self.config.plans[upgrade.plan].plan_id),
                 replaced: Some(self.config.plans[yaml].plan_id),
                 partner,
                 at_ms,
-                ..Override::named(entry.name.as_str())
+                ..KeyRecord::named(entry.name.as_str())
             }),
             before,
         ))
@@ -109,7 +109,7 @@ impl Policy {
     /// has now (kept, so that the digest never authenticates again). A suspension, a live
     /// limit or quota hold until the YAML changes the key ([`Policy::fingerprint`]); an
     /// upgrade until the YAML moves the key to another plan.
-    pub fn apply_overrides(&self, set: &Overrides) -> Vec<Drop> {
+    pub fn apply_overrides(&self, set: &KeyRecords) -> Vec<Drop> {
         let issued = if self.keys.issued().is_empty() {
             set.values().filter(|o| o.issued.is_some()).count()
         } else {
@@ -141,13 +141,13 @@ impl Policy {
 
     /// Put the record `o` kept under `digest` on this config's keys (leaving the others as
     /// they are); what of it no longer applies ([`Policy::apply_overrides`]).
-    pub fn apply_record(&self, digest: &Digest, o: &Override) -> Option<Drop> {
+    pub fn apply_record(&self, digest: &Digest, o: &KeyRecord) -> Option<Drop> {
         self.apply_one(digest, o, crate::clock::wall_ms()).1
     }
 
     /// What `digest`'s record is of here, once applied: an issued key is put in the table
     /// first (or taken out, when its record no longer holds it).
-    fn found(&self, digest: &Digest, o: &Override, now_ms: u64) -> Option<Found> {
+    fn found(&self, digest: &Digest, o: &KeyRecord, now_ms: u64) -> Option<Found> {
         let issued_here = || {
             self.keys
                 .issued()
@@ -182,19 +182,19 @@ impl Policy {
     fn apply_one(
         &self,
         digest: &Digest,
-        o: &Override,
+        o: &KeyRecord,
         now_ms: u64,
     ) -> (Option<Found>, Option<Drop>) {
         let found = self.found(digest, o, now_ms);
         (found, self.apply_found(digest, o, found))
     }
 
-    fn apply_found(&self, digest: &Digest, o: &Override, found: Option<Found>) -> Option<Drop> {
+    fn apply_found(&self, digest: &Digest, o: &KeyRecord, found: Option<Found>) -> Option<Drop> {
         // Copied only when a part is dropped (a start puts back a million records, each whole).
         let mut after = std::borrow::Cow::Borrowed(o);
         let mut parts = Vec::new();
         let mut why = Dropped::KeyGone;
-        let mut drop = |after: &mut std::borrow::Cow<'_, Override>, part: Part, w: Dropped| {
+        let mut drop = |after: &mut std::borrow::Cow<'_, KeyRecord>, part: Part, w: Dropped| {
             if after.has(part) {
                 after.to_mut().clear(part);
                 parts.push(part);
@@ -269,15 +269,15 @@ impl Policy {
         action: &Action,
         by: &str,
         now_ms: u64,
-        in_force: &Overrides,
-    ) -> Result<Vec<(Digest, Part, Override)>, ChangeRefused> {
+        in_force: &KeyRecords,
+    ) -> Result<Vec<(Digest, Part, KeyRecord)>, ChangeRefused> {
         let entry = self.keys.get(k);
         let name = entry.name.as_str();
         let record = |d: &Digest| {
             let mut o = in_force
                 .get(d)
                 .cloned()
-                .unwrap_or_else(|| Override::named(name));
+                .unwrap_or_else(|| KeyRecord::named(name));
             o.key = name.to_string();
             o
         };
@@ -369,7 +369,7 @@ pub struct Applying<'p> {
 
 impl Applying<'_> {
     /// Put the record `o`, kept under `digest`, on the keys.
-    pub fn record(&mut self, digest: &Digest, o: &Override) {
+    pub fn record(&mut self, digest: &Digest, o: &KeyRecord) {
         let (found, drop) = self.policy.apply_one(digest, o, self.now_ms);
         match found {
             Some(Found::Key(k)) => {

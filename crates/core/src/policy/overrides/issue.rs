@@ -4,7 +4,7 @@
 //! the caller keeps the records, then applies them ([`Policy::apply_record`]).
 
 use super::action::ChangeRefused;
-use super::record::{Change, IssuedKey, Override, Overrides, Part, PreviousDigest};
+use super::record::{Change, IssuedKey, KeyRecord, KeyRecords, Part, PreviousDigest};
 use crate::config::{KeyExtra, QuotaSpec};
 use crate::digest::Digest;
 use crate::policy::keys::{Credential, KeyIdx, NewIssued};
@@ -38,8 +38,8 @@ impl Policy {
         digest: Digest,
         by: &str,
         now_ms: u64,
-        in_force: &Overrides,
-    ) -> Result<Vec<(Digest, Part, Override)>, ChangeRefused> {
+        in_force: &KeyRecords,
+    ) -> Result<Vec<(Digest, Part, KeyRecord)>, ChangeRefused> {
         if self.keys.find_by_name(&key.name).is_some() {
             return Err(ChangeRefused::KeyExists("name"));
         }
@@ -71,9 +71,9 @@ impl Policy {
             },
             rotated_ms: None,
         };
-        let record = Override {
+        let record = KeyRecord {
             issued: Some(Box::new(issued)),
-            ..Override::named(&key.name)
+            ..KeyRecord::named(&key.name)
         };
         Ok(vec![(digest, Part::Issued, record)])
     }
@@ -87,8 +87,8 @@ impl Policy {
         digest: Digest,
         overlap_ms: u64,
         now_ms: u64,
-        in_force: &Overrides,
-    ) -> Result<Vec<(Digest, Part, Override)>, ChangeRefused> {
+        in_force: &KeyRecords,
+    ) -> Result<Vec<(Digest, Part, KeyRecord)>, ChangeRefused> {
         let (id, mut record) = self.issued_record(k, in_force)?;
         if record.revoked.is_some() {
             return Err(ChangeRefused::Revoked);
@@ -116,8 +116,8 @@ impl Policy {
         k: KeyIdx,
         by: &str,
         now_ms: u64,
-        in_force: &Overrides,
-    ) -> Result<Vec<(Digest, Part, Override)>, ChangeRefused> {
+        in_force: &KeyRecords,
+    ) -> Result<Vec<(Digest, Part, KeyRecord)>, ChangeRefused> {
         let (id, record) = self.issued_record(k, in_force)?;
         let issued = record.issued.clone().expect("an issued key's record");
         let revoked = Change {
@@ -130,7 +130,7 @@ impl Policy {
             let mut o = in_force
                 .get(&d)
                 .cloned()
-                .unwrap_or_else(|| Override::named(&record.key));
+                .unwrap_or_else(|| KeyRecord::named(&record.key));
             o.issued = None;
             let first = o.revoked.is_none();
             o.revoked.get_or_insert_with(|| Box::new(revoked.clone()));
@@ -148,8 +148,8 @@ impl Policy {
     fn issued_record(
         &self,
         k: KeyIdx,
-        in_force: &Overrides,
-    ) -> Result<(Digest, Override), ChangeRefused> {
+        in_force: &KeyRecords,
+    ) -> Result<(Digest, KeyRecord), ChangeRefused> {
         let id = self
             .keys
             .issued_slot(k)
@@ -204,7 +204,7 @@ impl Policy {
 /// removes an issued key), naming the field, as `tollgate check` refuses the file.
 pub fn check_issued(
     config: &crate::config::Config,
-    set: &Overrides,
+    set: &KeyRecords,
 ) -> Result<(), crate::config::ConfigError> {
     use std::collections::HashMap;
     let issued: Vec<(&str, &IssuedKey)> = set

@@ -36,7 +36,7 @@ fn who(p: &Policy, secret: &str) -> Result<String, String> {
 }
 
 /// Keep and apply `changes` as the runtime does: in the set, then on the policy.
-fn put(p: &Policy, set: &mut Overrides, changes: Vec<(Digest, Part, Override)>) {
+fn put(p: &Policy, set: &mut KeyRecords, changes: Vec<(Digest, Part, KeyRecord)>) {
     for (d, _, o) in changes {
         if o.is_empty() {
             set.remove(&d);
@@ -50,7 +50,7 @@ fn put(p: &Policy, set: &mut Overrides, changes: Vec<(Digest, Part, Override)>) 
 #[test]
 fn an_issued_key_authenticates_rotates_with_an_overlap_and_is_deleted_for_good() {
     let p = Policy::new(TestConfig::new().parse(), None);
-    let mut set = Overrides::new();
+    let mut set = KeyRecords::new();
     let first = Digest::of(b"first");
     let c = p
         .issue(&new_key("shop-1"), first, "admin", 1_000, &set)
@@ -65,7 +65,7 @@ fn an_issued_key_authenticates_rotates_with_an_overlap_and_is_deleted_for_good()
 
     // Refused: a name or a digest a key has.
     let again =
-        |name: &str, d: Digest, set: &Overrides| p.issue(&new_key(name), d, "admin", 1, set);
+        |name: &str, d: Digest, set: &KeyRecords| p.issue(&new_key(name), d, "admin", 1, set);
     assert_eq!(
         again("shop-1", Digest::of(b"x"), &set),
         Err(ChangeRefused::KeyExists("name"))
@@ -152,7 +152,7 @@ fn an_issued_key_authenticates_rotates_with_an_overlap_and_is_deleted_for_good()
 fn a_reload_puts_every_issued_key_back_with_its_budget_and_a_clash_is_refused() {
     let config = TestConfig::new();
     let p = Policy::new(config.parse(), None);
-    let mut set = Overrides::new();
+    let mut set = KeyRecords::new();
     for i in 0..3 {
         let name = format!("shop-{i}");
         let c = p
@@ -204,7 +204,7 @@ fn a_reload_puts_every_issued_key_back_with_its_budget_and_a_clash_is_refused() 
 fn an_issued_key_expires_at_its_instant_and_a_reload_after_it_does_not_bring_it_back() {
     let config = TestConfig::new();
     let p = Policy::new(config.parse(), None);
-    let mut set = Overrides::new();
+    let mut set = KeyRecords::new();
     let now = crate::clock::wall_ms();
     let key = NewKey {
         expires_ms: Some(now + 60_000),

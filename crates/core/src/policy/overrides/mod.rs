@@ -7,7 +7,7 @@
 //! budget carries over as on a reload: the limiter's state is time, so the share of the window
 //! already used is kept.
 //!
-//! An [`Override`] is what is kept (on disk or in Redis, by the runtime) so that it outlives
+//! A [`KeyRecord`] is what is kept (on disk or in Redis, by the runtime) so that it outlives
 //! the process: the plan given, and the plan the YAML gave the key at the time. The YAML stays
 //! the operator's: when a config is compiled
 //! ([`Policy::apply_overrides`](super::Policy::apply_overrides)) an override whose key is gone,
@@ -17,7 +17,7 @@
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | these docs, and the names of the files below, re-exported |
-//! | `record.rs` | what is kept: [`Override`] and its parts ([`Part`], [`Change`], [`LimitChange`], [`QuotaChange`]), [`Overrides`] |
+//! | `record.rs` | what is kept: [`KeyRecord`] and its parts ([`Part`], [`Change`], [`LimitChange`], [`QuotaChange`]), [`KeyRecords`] |
 //! | `action.rs` | what is asked and what comes of it: [`Upgrade`], [`Pending`], [`Action`], [`ChangeRefused`], [`Dropped`], [`Drop`] |
 //! | `issue.rs` | keys issued through the admin API: a new key, a rotation, a deletion as records ([`NewKey`], `Policy::issue`, `rotate`, `delete`), a kept key put in the table |
 //! | `kind.rs` | every kind of change, one row each ([`ChangeKind`]): the metric's and the log's `action` |
@@ -39,5 +39,5 @@ pub use apply::Applying;
 pub use issue::{check_issued, NewKey};
 pub use kind::ChangeKind;
 pub use record::{
-    Change, IssuedKey, LimitChange, Override, Overrides, Part, PreviousDigest, QuotaChange,
+    Change, IssuedKey, KeyRecord, KeyRecords, LimitChange, Part, PreviousDigest, QuotaChange,
 };

@@ -1,5 +1,5 @@
-//! What is kept of the changes to one key: the record ([`Override`]), its parts ([`Part`],
-//! [`Change`], [`LimitChange`], [`QuotaChange`]), and every record by digest ([`Overrides`]).
+//! What is kept of the changes to one key: the record ([`KeyRecord`]), its parts ([`Part`],
+//! [`Change`], [`LimitChange`], [`QuotaChange`]), and every record by digest ([`KeyRecords`]).
 
 use std::collections::BTreeMap;
 
@@ -15,7 +15,7 @@ use crate::digest::Digest;
 /// Each part is kept on its own ([`Part`]): with Redis, replicas that change two parts of one
 /// key at once never overwrite each other.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Override {
+pub struct KeyRecord {
     /// The key's name when the change was made (for the admin API and logs; never the key).
     pub key: String,
     /// The `plan_id` of the plan in force for the key (an upgrade).
@@ -54,7 +54,7 @@ pub struct Override {
 
 // A million records are held at once: the parts a record rarely has (and an issued key's,
 // which a key of the YAML never has) are boxed, so that a record is small where it sits.
-const _: () = assert!(std::mem::size_of::<Override>() <= 136);
+const _: () = assert!(std::mem::size_of::<KeyRecord>() <= 136);
 
 /// When a change was made, and by whom: `admin`, or `partner:<name>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -247,7 +247,7 @@ mod hex_digest {
     }
 }
 
-/// One part of an [`Override`], kept on its own.
+/// One part of a [`KeyRecord`], kept on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Part {
     /// A partner's upgrade.
@@ -306,7 +306,7 @@ impl Part {
     }
 }
 
-impl Override {
+impl KeyRecord {
     /// A record for the key named `key` with nothing in it yet.
     pub fn named(key: &str) -> Self {
         Self {
@@ -371,7 +371,7 @@ impl Override {
     /// The record holding `part` alone (with the key's name, and the YAML's fingerprint for
     /// the parts a reload may drop): what is kept under the part's own name. `None` when the
     /// part is not in the record.
-    pub fn only(&self, part: Part) -> Option<Override> {
+    pub fn only(&self, part: Part) -> Option<KeyRecord> {
         if !self.has(part) {
             return None;
         }
@@ -388,7 +388,7 @@ impl Override {
     }
 
     /// Add what `other` holds (one part, as kept) to this record.
-    pub fn merge(&mut self, other: Override) {
+    pub fn merge(&mut self, other: KeyRecord) {
         if other.plan_id.is_some() {
             self.plan_id = other.plan_id;
             self.replaced = other.replaced;
@@ -414,4 +414,4 @@ impl Override {
 /// A B-tree, not a hash map: it grows a node at a time, where a hash map of a million records
 /// doubles at once under the change lock (a create waited 1.2 s at 458,753 records:
 /// docs/keyscale.md, "Records made compact").
-pub type Overrides = BTreeMap<Digest, Override>;
+pub type KeyRecords = BTreeMap<Digest, KeyRecord>;

@@ -98,7 +98,7 @@ fn the_budget_carries_over_as_the_share_of_the_window_used() {
 fn a_new_config_keeps_an_override_unless_the_yaml_moved_the_key_or_dropped_it() {
     let first = policy(TestConfig::new());
     let by = partner(&first, "acme-partner-key");
-    let mut set = Overrides::new();
+    let mut set = KeyRecords::new();
     for (key, plan) in [
         ("basic-key-1", 2),
         ("acme-customer-key", 3),
@@ -150,7 +150,7 @@ fn a_record_is_kept_in_the_spelling_it_was_always_kept_in() {
         by: by.into(),
         reason: reason.map(Into::into),
     };
-    let record = Override {
+    let record = KeyRecord {
         plan_id: Some(3),
         replaced: Some(1),
         partner: Some("p".into()),
@@ -187,7 +187,7 @@ fn a_record_is_kept_in_the_spelling_it_was_always_kept_in() {
             rotated_ms: Some(17),
         })),
         yaml: Some("f".into()),
-        ..Override::named("k")
+        ..KeyRecord::named("k")
     };
     let hex = |s: &str| digest(s).to_hex();
     let kept = format!(
@@ -207,14 +207,14 @@ fn a_record_is_kept_in_the_spelling_it_was_always_kept_in() {
         hex("before")
     );
     assert_eq!(serde_json::to_string(&record).unwrap(), kept);
-    assert_eq!(serde_json::from_str::<Override>(&kept).unwrap(), record);
+    assert_eq!(serde_json::from_str::<KeyRecord>(&kept).unwrap(), record);
     // What was left out reads as nothing (and an issued key's own fields as theirs).
     let bare = format!(
         r#"{{"key":"k","issued":{{"id":"{}","digest":"{}","plan_id":2,"since_ms":1,"by":"admin"}}}}"#,
         hex("id"),
         hex("id")
     );
-    let read: Override = serde_json::from_str(&bare).unwrap();
+    let read: KeyRecord = serde_json::from_str(&bare).unwrap();
     assert_eq!(
         serde_json::to_string(&read)
             .unwrap()
@@ -238,12 +238,12 @@ fn a_kept_digest_is_read_however_spelled_and_refused_unless_hex() {
             id, now, before
         )
     };
-    let plain: Override = serde_json::from_str(&record(&hex, &hex, &hex)).unwrap();
+    let plain: KeyRecord = serde_json::from_str(&record(&hex, &hex, &hex)).unwrap();
     let issued = plain.issued.as_deref().unwrap();
     assert_eq!((issued.id, issued.digest), (digest("id"), digest("id")));
     assert_eq!(issued.previous[0].digest, digest("id"));
     let escaped = format!("\\u00{:x}{}", hex.as_bytes()[0], &hex[1..]);
-    let read: Override = serde_json::from_str(&record(&escaped, &escaped, &escaped)).unwrap();
+    let read: KeyRecord = serde_json::from_str(&record(&escaped, &escaped, &escaped)).unwrap();
     assert_eq!(read, plain);
     let short = &hex[..63];
     let not_hex = format!("z{}", &hex[1..]);
@@ -253,11 +253,11 @@ fn a_kept_digest_is_read_however_spelled_and_refused_unless_hex() {
             record(&hex, bad, &hex),
             record(&hex, &hex, bad),
         ] {
-            let e = serde_json::from_str::<Override>(&spelled).unwrap_err();
+            let e = serde_json::from_str::<KeyRecord>(&spelled).unwrap_err();
             assert!(e.to_string().contains("not 64 hex characters"), "{e}");
         }
     }
-    let e = serde_json::from_str::<Override>(
+    let e = serde_json::from_str::<KeyRecord>(
         &record(&hex, &hex, &hex).replace(&format!(r#""id":"{hex}""#), r#""id":7"#),
     )
     .unwrap_err();
