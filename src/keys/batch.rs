@@ -80,7 +80,7 @@ impl KeyChanges {
         let snap = live.load();
         let mut made: Vec<(Job, Records)> = Vec::with_capacity(jobs.len());
         let mut refused: Vec<(Job, ChangeError)> = Vec::new();
-        self.with_records(|set| {
+        self.with_records_for_a_while(|set| {
             // Each job sees the batch's earlier changes; the set is put back as it was after.
             let mut saved = Vec::new();
             let mut created: HashSet<String> = HashSet::new();

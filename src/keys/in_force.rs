@@ -11,11 +11,47 @@ use crate::runtime::live::KeyHook;
 use crate::runtime::metrics::Metrics;
 use crate::sync::Locked;
 
+/// The records in force, and how many of them hold an upgrade (`tollgate_plan_overrides`),
+/// counted as they change: a scrape reads the count, and never walks the set under its lock.
+pub(super) struct InForce {
+    records: KeyRecords,
+    upgrades: usize,
+}
+
+impl InForce {
+    pub(super) fn new(records: KeyRecords) -> Self {
+        let upgrades = upgrades(&records);
+        Self { records, upgrades }
+    }
+
+    /// `o` in force under `d` (taken out when it holds nothing).
+    fn put(&mut self, d: Digest, o: &KeyRecord) {
+        let was = self.records.get(&d).is_some_and(|r| r.has(Part::Plan));
+        if o.is_empty() {
+            self.records.remove(&d);
+        } else {
+            self.records.insert(d, o.clone());
+        }
+        let is = !o.is_empty() && o.has(Part::Plan);
+        self.upgrades = self.upgrades + usize::from(is) - usize::from(was);
+    }
+
+    /// The records changed in place, wholesale: counted again.
+    fn recounted(&mut self) {
+        self.upgrades = upgrades(&self.records);
+    }
+}
+
 impl KeyChanges {
-    /// Read or change the records in force. A change applies to the snapshots compiled from
-    /// now on; putting it on the policy in force is the caller's ([`KeyChanges::put_records`]).
-    pub(crate) fn with_records<R>(&self, f: impl FnOnce(&mut KeyRecords) -> R) -> R {
-        f(&mut self.in_force.locked())
+    /// Read the records in force.
+    pub(crate) fn with_records<R>(&self, f: impl FnOnce(&KeyRecords) -> R) -> R {
+        f(&self.in_force.locked().records)
+    }
+
+    /// Change the records in force for a while: `f` must leave them as it found them (the
+    /// batch of changes tries each on the set, then puts it back: `batch.rs`).
+    pub(super) fn with_records_for_a_while<R>(&self, f: impl FnOnce(&mut KeyRecords) -> R) -> R {
+        f(&mut self.in_force.locked().records)
     }
 
     /// Set the gauges that count what the keys are (`tollgate_keys`,
@@ -23,7 +59,7 @@ impl KeyChanges {
     /// change costs the same with a million keys as with ten.
     pub(crate) fn refresh_gauges(&self) {
         self.live.refresh_key_states();
-        let n = upgrades(&self.in_force.locked());
+        let n = self.in_force.locked().upgrades;
         self.live.metrics().set_plan_overrides(n);
     }
 
@@ -32,13 +68,9 @@ impl KeyChanges {
     /// change replaces the policy after it).
     pub(super) fn put_records(&self, changes: &[(Digest, Part, KeyRecord)]) {
         self.live.serialized(|snap| {
-            let mut set = self.in_force.locked();
+            let mut in_force = self.in_force.locked();
             for (d, _, o) in changes {
-                if o.is_empty() {
-                    set.remove(d);
-                } else {
-                    set.insert(*d, o.clone());
-                }
+                in_force.put(*d, o);
                 snap.policy.apply_record(d, o);
             }
         });
@@ -72,7 +104,9 @@ impl KeyChanges {
                 }
                 !later
             });
-            let before = std::mem::replace(&mut *self.in_force.locked(), set);
+            // Counted before the lock is taken: readers wait for the swap only.
+            let fresh = InForce::new(set);
+            let before = std::mem::replace(&mut *self.in_force.locked(), fresh);
             (before, drops)
         });
         // The set replaced is let go outside the locks.
@@ -92,9 +126,11 @@ impl KeyHook for KeyChanges {
     /// could not match before ([`KeyChanges::learned_keys`]).
     fn compiled(&self, new: &Policy, old: &Policy) {
         let dropped = {
-            let mut set = self.in_force.locked();
-            let drops = new.apply_overrides(&set);
-            settle_drops(new, &mut set, &drops, self.live.metrics());
+            let mut in_force = self.in_force.locked();
+            let drops = new.apply_overrides(&in_force.records);
+            settle_drops(new, &mut in_force.records, &drops, self.live.metrics());
+            in_force.recounted();
+            self.live.metrics().set_plan_overrides(in_force.upgrades);
             drops
         };
         if !dropped.is_empty() {
@@ -134,11 +170,12 @@ pub(crate) fn put_kept_in_force(
     // Built in one go from records in order: the tree's nodes full.
     let mut set = KeyRecords::from_iter(all);
     settle_drops(policy, &mut set, &drops, metrics);
+    metrics.set_plan_overrides(upgrades(&set));
     set
 }
 
-/// What no longer applies to `policy` taken out of `set` (one log line each), and the gauges
-/// of what is in force set.
+/// What no longer applies to `policy` taken out of `set` (one log line each), and the gauge
+/// of the keys' states set.
 fn settle_drops(policy: &Policy, set: &mut KeyRecords, drops: &[Drop], metrics: &Metrics) {
     for d in drops {
         match &d.after {
@@ -154,7 +191,6 @@ fn settle_drops(policy: &Policy, set: &mut KeyRecords, drops: &[Drop], metrics: 
             "override dropped"
         );
     }
-    metrics.set_plan_overrides(upgrades(set));
     metrics.set_key_states(policy);
 }
 
@@ -313,5 +349,39 @@ mod tests {
             verdict.map(|_| ()).map_err(|r| r.code),
             Err(Code::Unauthorized)
         );
+    }
+
+    proptest::proptest! {
+        /// The count of upgrades kept beside the records is the count of the records that
+        /// hold one, whatever changes come: upgrades given and taken back, other parts, a
+        /// record emptied.
+        #[test]
+        fn the_upgrades_counted_as_they_change_are_the_records_that_hold_one(
+            steps in proptest::collection::vec((0u8..6, 0u8..3), 0..60),
+        ) {
+            use crate::policy::overrides::{Change, KeyRecord};
+            let mut in_force = InForce::new(KeyRecords::new());
+            for (key, what) in steps {
+                let d = Digest::of(&[key]);
+                let mut o = KeyRecord::named("k");
+                match what {
+                    0 => {}
+                    1 => {
+                        o.plan_id = Some(3);
+                        o.replaced = Some(1);
+                        o.at_ms = 1;
+                    }
+                    _ => {
+                        o.suspended = Some(Box::new(Change {
+                            since_ms: 1,
+                            by: "admin".into(),
+                            reason: None,
+                        }));
+                    }
+                }
+                in_force.put(d, &o);
+                proptest::prop_assert_eq!(in_force.upgrades, upgrades(&in_force.records));
+            }
+        }
     }
 }

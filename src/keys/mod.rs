@@ -174,7 +174,7 @@ pub(crate) struct KeyChanges {
     /// The records of the keys' live changes in force (upgrades, suspensions, revocations,
     /// limits, quotas, issued keys), one a digest, put on every config compiled
     /// (`in_force.rs`).
-    in_force: std::sync::Mutex<KeyRecords>,
+    in_force: std::sync::Mutex<in_force::InForce>,
     /// Changes made here, one at a time (each reads the records in force, keeps the new ones,
     /// then applies them), and (with Redis) the polls of the fleet's set.
     serial: Arc<tokio::sync::Mutex<()>>,
@@ -193,7 +193,7 @@ impl KeyChanges {
         let this = Arc::new(Self {
             backend: keeping.0,
             live,
-            in_force: std::sync::Mutex::new(in_force),
+            in_force: std::sync::Mutex::new(in_force::InForce::new(in_force)),
             serial: Arc::new(tokio::sync::Mutex::new(())),
             waiting: std::sync::Mutex::new(Vec::new()),
         });
