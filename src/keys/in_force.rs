@@ -55,8 +55,8 @@ impl KeyChanges {
     }
 
     /// Set the gauges that count what the keys are (`tollgate_keys`,
-    /// `tollgate_plan_overrides`): when the metrics are read, not at each change, so that a
-    /// change costs the same with a million keys as with ten.
+    /// `tollgate_plan_overrides`), when the metrics are read: the keys' states counted then
+    /// (a walk of the keys, not a cost of each change), the upgrades read from their count.
     pub(crate) fn refresh_gauges(&self) {
         self.live.refresh_key_states();
         let n = self.in_force.locked().upgrades;

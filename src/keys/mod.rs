@@ -3,8 +3,8 @@
 //! quota, an issue, a rotation, a deletion), kept so that it outlives the process and spread
 //! to every replica.
 //!
-//! [`KeyChanges`] is the room's one owner: it holds where changes are kept, the lock that
-//! makes them one at a time, and the live policy they apply to. A caller names the change
+//! [`KeyChanges`] is the room's one owner: it holds where changes are kept, the set of them
+//! in force, the lock that makes them one at a time, and the live policy they apply to. A caller names the change
 //! ([`KeyChanges::change`], [`KeyChanges::make`], [`KeyChanges::upgraded`]); the owner
 //! decides it on the policy in force (the core's `tollgate_core::policy::overrides`), keeps
 //! it, then applies it; readers take the live policy's snapshots. The set of records in
@@ -28,7 +28,8 @@
 //! |---|---|
 //! | `mod.rs` | [`KeyChanges`]: the store opened ([`Keeping`]), a change made (kept, then applied), an upgrade, a partner's lifecycle operation, a removal |
 //! | [`secret`] | the secrets of issued keys: their format, and a malformed one told offline |
-//! | `keep.rs` | the writes: a change kept before it applies, what a reload dropped forgotten |
+//! | `in_force.rs` | the set in force: a change put on the policy, a whole read put in its place, each config a reload compiles handed the set ([`crate::runtime::live::KeyHook`]), a start's records |
+//! | `keep.rs` | the writes: a change kept before it applies, what a reload dropped forgotten, a key it added read again |
 //! | `batch.rs` | the operator's changes made in batches: those that wait while one is kept are kept together ([`KeyChanges::make`]) |
 //! | `shown.rs` | what `check`, the admin API and the page show of the upgrades ([`UpgradeRow`]) |
 //! | `fleet.rs`, [`redis_set`], `gather.rs`, [`sync`] | with `cluster`: this replica's copy, the set in Redis, a whole read of it, the poll that spreads it |
