@@ -3,7 +3,8 @@
 #
 #   1. a redis-server of its own (no persistence), `tollgate stand-in` as the upstream, and
 #      three `tollgate run` replicas of policies/cluster.yaml, all on free loopback ports, their
-#      output in log files (shown only when something fails);
+#      output in log files (shown only when something fails); a port another program takes
+#      before its server binds it starts the fleet again on other ports (three times at most);
 #   2. waits (bounded) until every replica is ready and its heartbeat counts the fleet:
 #      `/readyz` says `ready` and `tollgate_cluster_replicas` is 3 on each (before that, a
 #      replica that counted itself alone would spend the budget as if it were);
@@ -57,6 +58,7 @@ pids=()
 names=()
 logs=()
 failed=1
+launching=""
 
 # Whether process $1 runs (a zombie, exited but not yet reaped, does not). Every return
 # names its status: a bare `return` in a function called from a trap returns the status from
@@ -86,21 +88,15 @@ show_logs() {
   done
 }
 
-stop_all() {
-  local status=$? i p
-  # Once begun, the cleaning runs to its end (5 s at most): a signal now would cut it short.
-  trap - EXIT
-  trap '' INT TERM HUP
-  set +e
-  # On a failure, what the processes said; not when stopped by a signal (Ctrl-C).
-  [ "$failed" = 1 ] && [ "$status" -lt 128 ] && show_logs
-  [ "$status" -ge 128 ] && echo "fleet-demo: stopped by a signal; stopping what it started" >&2
+# Stop every process started (5 s at most), and forget them.
+stop_started() {
+  local i p
   # The replicas and the stand-in exit at once on SIGINT; redis-server on SIGTERM.
   for i in "${!pids[@]}"; do
     if [ "${names[$i]}" = redis-server ]; then
-      kill -TERM "${pids[$i]}" 2>/dev/null
+      kill -TERM "${pids[$i]}" 2>/dev/null || true
     else
-      kill -INT "${pids[$i]}" 2>/dev/null
+      kill -INT "${pids[$i]}" 2>/dev/null || true
     fi
   done
   for _ in $(seq 50); do
@@ -110,9 +106,25 @@ stop_all() {
     sleep 0.1
   done
   for i in "${!pids[@]}"; do
-    alive "${pids[$i]}" && kill -KILL "${pids[$i]}" 2>/dev/null
-    wait "${pids[$i]}" 2>/dev/null
+    if alive "${pids[$i]}"; then kill -KILL "${pids[$i]}" 2>/dev/null || true; fi
+    wait "${pids[$i]}" 2>/dev/null || true
   done
+  pids=()
+  names=()
+  logs=()
+  return 0
+}
+
+stop_all() {
+  local status=$?
+  # Once begun, the cleaning runs to its end (5 s at most): a signal now would cut it short.
+  trap - EXIT
+  trap '' INT TERM HUP
+  set +e
+  # On a failure, what the processes said; not when stopped by a signal (Ctrl-C).
+  [ "$failed" = 1 ] && [ "$status" -lt 128 ] && show_logs
+  [ "$status" -ge 128 ] && echo "fleet-demo: stopped by a signal; stopping what it started" >&2
+  stop_started
   [ -n "$work" ] && rm -rf "$work"
   exit "$status"
 }
@@ -132,11 +144,18 @@ start() {
   logs+=("$work/$name.log")
 }
 
-# Fail (with the logs) if something started has died.
+# Whether the log $1 says its process could not bind its port: another program took it
+# between free_ports's probe and the bind (redis-server: "Address already in use"; tollgate:
+# the OS's error, "os error 98").
+port_taken() { grep -qiE 'address already in use|os error 98' "$1"; }
+
+# Fail (with the logs) if something started has died; while the fleet is being launched
+# (`launching`), return 2 instead when it died because its port was taken.
 check_alive() {
   local i status
   for i in "${!pids[@]}"; do
     if ! alive "${pids[$i]}"; then
+      [ -n "$launching" ] && port_taken "${logs[$i]}" && return 2
       status=0
       wait "${pids[$i]}" || status=$?
       die "${names[$i]} exited early, status $status (its log is below)"
@@ -156,7 +175,7 @@ wait_for() {
   shift
   end=$(($(now_us) + READY_SECONDS * 1000000))
   until "$@"; do
-    check_alive
+    check_alive || return $?
     [ "$(now_us)" -lt "$end" ] || die "timed out after ${READY_SECONDS} s waiting for $what"
     sleep 0.05
   done
@@ -243,37 +262,55 @@ else
 fi
 [ -x "$bin" ] || die "TOLLGATE=$bin is not an executable file"
 
-read -r redis_port upstream_port l1 l2 l3 a1 a2 a3 < <(free_ports)
-listen=("$l1" "$l2" "$l3")
-admin=("$a1" "$a2" "$a3")
-say "tollgate $bin; ports: redis $redis_port, stand-in $upstream_port, replicas ${listen[*]} (admin ${admin[*]})"
+# Start the fleet on free ports; 2 when a process found its port taken (see check_alive).
+launch() {
+  read -r redis_port upstream_port l1 l2 l3 a1 a2 a3 < <(free_ports)
+  listen=("$l1" "$l2" "$l3")
+  admin=("$a1" "$a2" "$a3")
+  say "tollgate $bin; ports: redis $redis_port, stand-in $upstream_port, replicas ${listen[*]} (admin ${admin[*]})"
 
-started=$(now_us)
-start redis-server redis-server --port "$redis_port" --bind 127.0.0.1 --save "" \
-  --appendonly no --daemonize no --dir "$work"
-start stand-in "$bin" stand-in --listen "127.0.0.1:$upstream_port"
-wait_for "redis-server on port $redis_port" redis_pong "$redis_port"
-wait_for "the stand-in on port $upstream_port" port_open "$upstream_port"
+  started=$(now_us)
+  start redis-server redis-server --port "$redis_port" --bind 127.0.0.1 --save "" \
+    --appendonly no --daemonize no --dir "$work"
+  start stand-in "$bin" stand-in --listen "127.0.0.1:$upstream_port"
+  wait_for "redis-server on port $redis_port" redis_pong "$redis_port" || return $?
+  wait_for "the stand-in on port $upstream_port" port_open "$upstream_port" || return $?
 
-# policies/cluster.yaml with this run's ports; each substitution must have happened.
-for i in 0 1 2; do
-  config="$work/replica$((i + 1)).yaml"
-  sed -e "s|^listen: \"127.0.0.1:8080\"|listen: \"127.0.0.1:${listen[$i]}\"|" \
-    -e "s|^admin_listen: \"127.0.0.1:9091\"|admin_listen: \"127.0.0.1:${admin[$i]}\"|" \
-    -e "s|base_url: \"http://127.0.0.1:8081\"|base_url: \"http://127.0.0.1:$upstream_port\"|" \
-    -e "s|redis_url: \"redis://127.0.0.1:6379/0\"|redis_url: \"redis://127.0.0.1:$redis_port/0\"|" \
-    -e "s|path: \"replica-state.db\"|path: \"replica$((i + 1))-state.db\"|" \
-    policies/cluster.yaml >"$config"
-  for want in "listen: \"127.0.0.1:${listen[$i]}\"" "admin_listen: \"127.0.0.1:${admin[$i]}\"" \
-    "base_url: \"http://127.0.0.1:$upstream_port\"" "redis_url: \"redis://127.0.0.1:$redis_port/0\"" \
-    "path: \"replica$((i + 1))-state.db\""; do
-    grep -qF "$want" "$config" ||
-      die "policies/cluster.yaml no longer has the line this script rewrites to $want"
+  # policies/cluster.yaml with this run's ports; each substitution must have happened.
+  local i config want
+  for i in 0 1 2; do
+    config="$work/replica$((i + 1)).yaml"
+    sed -e "s|^listen: \"127.0.0.1:8080\"|listen: \"127.0.0.1:${listen[$i]}\"|" \
+      -e "s|^admin_listen: \"127.0.0.1:9091\"|admin_listen: \"127.0.0.1:${admin[$i]}\"|" \
+      -e "s|base_url: \"http://127.0.0.1:8081\"|base_url: \"http://127.0.0.1:$upstream_port\"|" \
+      -e "s|redis_url: \"redis://127.0.0.1:6379/0\"|redis_url: \"redis://127.0.0.1:$redis_port/0\"|" \
+      -e "s|path: \"replica-state.db\"|path: \"replica$((i + 1))-state.db\"|" \
+      policies/cluster.yaml >"$config"
+    for want in "listen: \"127.0.0.1:${listen[$i]}\"" "admin_listen: \"127.0.0.1:${admin[$i]}\"" \
+      "base_url: \"http://127.0.0.1:$upstream_port\"" "redis_url: \"redis://127.0.0.1:$redis_port/0\"" \
+      "path: \"replica$((i + 1))-state.db\""; do
+      grep -qF "$want" "$config" ||
+        die "policies/cluster.yaml no longer has the line this script rewrites to $want"
+    done
+    start "replica$((i + 1))" "$bin" run --config "$config" --allow-demo-keys
   done
-  start "replica$((i + 1))" "$bin" run --config "$config" --allow-demo-keys
+  say "started redis-server, the stand-in and three replicas (logs in $work, shown if something fails)"
+  wait_for "every replica to be ready and to count three replicas" fleet_ready || return $?
+}
+
+# The ports free_ports found free are not held: another program may bind one before this
+# script's servers do (seen in CI, with the test suite running beside it). Then the fleet
+# is stopped and started again on other ports, three times at most.
+launching=1
+for attempt in 1 2 3; do
+  status=0
+  launch || status=$?
+  [ "$status" = 0 ] && break
+  [ "$attempt" = 3 ] && die "a port this script found free was taken before it could bind it, three times"
+  say "a port this script found free was taken before it could bind it; starting again on other ports"
+  stop_started
 done
-say "started redis-server, the stand-in and three replicas (logs in $work, shown if something fails)"
-wait_for "every replica to be ready and to count three replicas" fleet_ready
+launching=""
 ready=$(now_us)
 say "fleet ready in $(((ready - started) / 1000)) ms: /readyz ready, tollgate_cluster_replicas 3 and tollgate_cluster_store_up 1 on each"
 

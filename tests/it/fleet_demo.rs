@@ -33,10 +33,16 @@ struct Script {
 
 impl Script {
     fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// [`Script::start`] with more environment.
+    fn start_with(env: &[(&str, String)]) -> Self {
         let mut child = Command::new("bash")
             .arg("scripts/fleet-demo.sh")
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env("TOLLGATE", env!("CARGO_BIN_EXE_tollgate"))
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -115,8 +121,10 @@ impl Script {
 /// (`ports: redis P, stand-in P, replicas P P P (admin P P P)`) and the directory of its second
 /// (`logs in DIR,`).
 fn what_it_started(out: &str) -> (Vec<u16>, String) {
+    // The last: a port taken before the script bound it starts the fleet again on others.
     let ports_line = out
         .lines()
+        .rev()
         .find_map(|l| l.split_once("ports: ").map(|(_, p)| p))
         .unwrap_or_else(|| panic!("no `ports:` line:\n{out}"));
     let ports: Vec<u16> = ports_line
@@ -225,5 +233,90 @@ fn fleet_demo_stopped_midway_leaves_nothing_running() {
     assert_eq!(status.code(), Some(143), "exit on TERM\n{out}\n{err}");
     assert!(!out.contains("as promised"), "{out}");
     let (ports, dir) = what_it_started(&out);
+    nothing_left(&ports, &dir);
+}
+
+/// A port the script found free is taken before its server binds it (seen in CI: another
+/// program bound the Redis port between the probe and the bind). The script starts the fleet
+/// again on other ports and keeps its promise. The first ports it draws are made the test's:
+/// a `python3` first in `PATH` answers the draw once with a port this test holds, then hands
+/// every call to the real one.
+#[test]
+fn fleet_demo_starts_again_on_other_ports_when_one_is_taken() {
+    if !tools_present("fleet_demo_starts_again_on_other_ports_when_one_is_taken") {
+        return;
+    }
+    let _one = one_fleet();
+    let python = String::from_utf8(
+        Command::new("bash")
+            .args(["-c", "command -v python3"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    if python.is_empty() {
+        eprintln!("skipped: no python3 (the script's port draw)");
+        return;
+    }
+    // The Redis port: held by this test for the whole run. Seven more that are free now.
+    let mut held = None;
+    let mut others = Vec::new();
+    for port in (16_000u16..20_000).step_by(37) {
+        match std::net::TcpListener::bind(("127.0.0.1", port)) {
+            Ok(l) if held.is_none() => held = Some((port, l)),
+            Ok(_) if others.len() < 7 => others.push(port),
+            _ => {}
+        }
+        if others.len() == 7 {
+            break;
+        }
+    }
+    let (taken, _listener) = held.expect("a free port in 16000-19999");
+    let dir = tempfile::tempdir().unwrap();
+    let first: Vec<String> = std::iter::once(taken)
+        .chain(others)
+        .map(|p| p.to_string())
+        .collect();
+    let fake = dir.path().join("python3");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/bash\nif [ ! -e '{used}' ]; then : > '{used}'; echo '{first}'; exit 0; fi\nexec '{python}' \"$@\"\n",
+            used = dir.path().join("used").display(),
+            first = first.join(" "),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        dir.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    let end = Instant::now() + WAIT;
+    let mut script = Script::start_with(&[("PATH", path)]);
+    while let Some(line) = script.next_line(end) {
+        if line.contains("fleet ready") {
+            break;
+        }
+    }
+    script.signal("TERM");
+    let (status, out, err) = script.finish(end);
+    assert_eq!(status.code(), Some(143), "exit on TERM\n{out}\n{err}");
+    assert!(
+        out.contains(&format!("ports: redis {taken},")),
+        "the test's ports first:\n{out}"
+    );
+    assert!(
+        out.contains("starting again on other ports"),
+        "{out}\n{err}"
+    );
+    assert!(out.contains("fleet ready"), "{out}\n{err}");
+    let (ports, dir) = what_it_started(&out);
+    assert!(!ports.contains(&taken), "{ports:?}");
     nothing_left(&ports, &dir);
 }
