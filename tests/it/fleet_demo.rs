@@ -109,6 +109,21 @@ impl Script {
         (status, self.stdout.join("\n"), err)
     }
 
+    /// Stopped by SIGTERM once the fleet is ready (every process is up then), as Ctrl-C or a
+    /// CI timeout would: it exits 143. Its stdout and stderr.
+    fn stopped_when_ready(mut self) -> (String, String) {
+        let end = Instant::now() + WAIT;
+        while let Some(line) = self.next_line(end) {
+            if line.contains("fleet ready") {
+                break;
+            }
+        }
+        self.signal("TERM");
+        let (status, out, err) = self.finish(end);
+        assert_eq!(status.code(), Some(143), "exit on TERM\n{out}\n{err}");
+        (out, err)
+    }
+
     /// A signal to the script itself (its trap stops what it started).
     fn signal(&self, name: &str) {
         let _ = Command::new("kill")
@@ -220,17 +235,7 @@ fn fleet_demo_stopped_midway_leaves_nothing_running() {
         return;
     }
     let _one = one_fleet();
-    let end = Instant::now() + WAIT;
-    let mut script = Script::start();
-    // Every process is up once the fleet is ready: stop it there, as Ctrl-C or a CI timeout would.
-    while let Some(line) = script.next_line(end) {
-        if line.contains("fleet ready") {
-            break;
-        }
-    }
-    script.signal("TERM");
-    let (status, out, err) = script.finish(end);
-    assert_eq!(status.code(), Some(143), "exit on TERM\n{out}\n{err}");
+    let (out, _) = Script::start().stopped_when_ready();
     assert!(!out.contains("as promised"), "{out}");
     let (ports, dir) = what_it_started(&out);
     nothing_left(&ports, &dir);
@@ -297,16 +302,7 @@ fn fleet_demo_starts_again_on_other_ports_when_one_is_taken() {
         std::env::var("PATH").unwrap_or_default()
     );
 
-    let end = Instant::now() + WAIT;
-    let mut script = Script::start_with(&[("PATH", path)]);
-    while let Some(line) = script.next_line(end) {
-        if line.contains("fleet ready") {
-            break;
-        }
-    }
-    script.signal("TERM");
-    let (status, out, err) = script.finish(end);
-    assert_eq!(status.code(), Some(143), "exit on TERM\n{out}\n{err}");
+    let (out, err) = Script::start_with(&[("PATH", path)]).stopped_when_ready();
     assert!(
         out.contains(&format!("ports: redis {taken},")),
         "the test's ports first:\n{out}"
