@@ -88,7 +88,7 @@ impl KeyChanges {
     /// date puts it in force. The records a change sent here puts in force
     /// ([`KeyChanges::put_records`]) are kept in the set the same way.
     pub(super) fn replace_records(&self, mut set: KeyRecords) -> Vec<Drop> {
-        let before = self.live.serialized(|snap| {
+        let (before, drops) = self.live.serialized(|snap| {
             let mut drops = snap.policy.apply_overrides(&set);
             drops.retain(|d| {
                 let later = d.parts.iter().any(|&p| {
@@ -110,7 +110,6 @@ impl KeyChanges {
             (before, drops)
         });
         // The set replaced is let go outside the locks.
-        let (before, drops) = before;
         drop(before);
         drops
     }
@@ -170,7 +169,6 @@ pub(crate) fn put_kept_in_force(
     // Built in one go from records in order: the tree's nodes full.
     let mut set = KeyRecords::from_iter(all);
     settle_drops(policy, &mut set, &drops, metrics);
-    metrics.set_plan_overrides(upgrades(&set));
     set
 }
 

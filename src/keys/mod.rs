@@ -205,6 +205,7 @@ impl KeyChanges {
                 this.replace_records(set);
             }
         }
+        this.refresh_gauges();
         let weak: std::sync::Weak<dyn crate::runtime::live::KeyHook> =
             Arc::downgrade(&this) as std::sync::Weak<Self>;
         this.live.hook(weak);
