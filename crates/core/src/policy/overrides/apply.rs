@@ -5,7 +5,8 @@
 use sha2::Digest as _;
 
 use super::action::{Action, ChangeRefused, Drop, Dropped, Upgrade};
-use super::record::{Change, KeyRecord, KeyRecords, LimitChange, Part, QuotaChange};
+use super::kind::Part;
+use super::record::{Change, KeyRecord, KeyRecords, LimitChange, QuotaChange};
 use crate::digest::Digest;
 use crate::policy::keys::{Credential, Found, KeyIdx, REVOKED, SUSPENDED};
 use crate::policy::Policy;

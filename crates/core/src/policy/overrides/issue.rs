@@ -4,7 +4,8 @@
 //! the caller keeps the records, then applies them ([`Policy::apply_record`]).
 
 use super::action::ChangeRefused;
-use super::record::{Change, IssuedKey, KeyRecord, KeyRecords, Part, PreviousDigest};
+use super::kind::Part;
+use super::record::{Change, IssuedKey, KeyRecord, KeyRecords, PreviousDigest};
 use crate::config::{KeyExtra, QuotaSpec};
 use crate::digest::Digest;
 use crate::policy::keys::{Credential, KeyIdx, NewIssued};

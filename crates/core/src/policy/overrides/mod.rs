@@ -37,7 +37,7 @@ mod tests;
 pub use action::{Action, ChangeRefused, Drop, Dropped, Pending, Upgrade};
 pub use apply::Applying;
 pub use issue::{check_issued, NewKey};
-pub use kind::ChangeKind;
+pub use kind::{ChangeKind, Part};
 pub use record::{
-    Change, IssuedKey, KeyRecord, KeyRecords, LimitChange, Part, PreviousDigest, QuotaChange,
+    Change, IssuedKey, KeyRecord, KeyRecords, LimitChange, PreviousDigest, QuotaChange,
 };

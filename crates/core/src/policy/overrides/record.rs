@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::kind::Part;
 use crate::config::QuotaSpec;
 use crate::digest::Digest;
 
@@ -244,65 +245,6 @@ mod hex_digest {
             }
         }
         d.deserialize_str(Hex)
-    }
-}
-
-/// One part of a [`KeyRecord`], kept on its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Part {
-    /// A partner's upgrade.
-    Plan,
-    /// A suspension.
-    Suspended,
-    /// A revocation.
-    Revoked,
-    /// A live window limit.
-    Limit,
-    /// A live quota.
-    Quota,
-    /// A key issued through the admin API.
-    Issued,
-}
-
-impl Part {
-    /// Every part.
-    pub const ALL: [Part; 6] = [
-        Part::Plan,
-        Part::Suspended,
-        Part::Revoked,
-        Part::Limit,
-        Part::Quota,
-        Part::Issued,
-    ];
-
-    /// What is appended to a digest's name for this part (the upgrade's name is the digest's
-    /// own, as in part two).
-    pub fn suffix(self) -> &'static str {
-        match self {
-            Part::Plan => "",
-            Part::Suspended => ":s",
-            Part::Revoked => ":r",
-            Part::Limit => ":l",
-            Part::Quota => ":q",
-            Part::Issued => ":k",
-        }
-    }
-
-    /// The part in words (`upgrade`, `suspended`, `revoked`, `limit`, `quota`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Part::Plan => "upgrade",
-            Part::Suspended => "suspended",
-            Part::Revoked => "revoked",
-            Part::Limit => "limit",
-            Part::Quota => "quota",
-            Part::Issued => "issued",
-        }
-    }
-
-    /// The part a suffix names.
-    pub fn of_suffix(suffix: &str) -> Option<Part> {
-        Part::ALL.into_iter().find(|p| p.suffix() == suffix)
     }
 }
 
