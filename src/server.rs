@@ -406,11 +406,18 @@ fn add_background(
         ));
     }
     if let (Some(every), true) = (rooms.sync_every, rooms.changes.shared()) {
+        // A replica that keeps no copy of its own knows the fleet's changes (revocations
+        // among them) only once it has read them: not ready before.
+        let awaiting_first_read = rooms.changes.state_file().is_none();
+        if awaiting_first_read {
+            health.awaiting_first_read();
+        }
         server.add_service(background_service(
             "tollgate key changes sync",
             KeySync {
                 changes: Arc::clone(&rooms.changes),
                 every,
+                first_read: awaiting_first_read.then(|| Arc::clone(health)),
             },
         ));
     }

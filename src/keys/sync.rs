@@ -24,18 +24,24 @@ use super::{Backend, KeyChanges};
 use crate::fleet_store::StoreError;
 use crate::policy::overrides::{KeyRecord, Part};
 use crate::policy::versions::Kept;
+use crate::runtime::lifecycle::Health;
 
 /// The sync of the changes kept in Redis (a background service, with `cluster` only): every
 /// `every`, this replica's owner of the changes reads what the fleet changed.
 pub(crate) struct KeySync {
     pub changes: Arc<KeyChanges>,
     pub every: Duration,
+    /// Told when the first read is in force, when the process waits for it to be ready (a
+    /// replica that keeps no copy of its own: [`Health::awaiting_first_read`]).
+    pub first_read: Option<Arc<Health>>,
 }
 
 impl KeySync {
-    async fn round(&self) -> Result<(), StoreError> {
+    /// One poll: whether the set as Redis holds it is in force here after it (not when the
+    /// set was emptied or replaced during the round: the next one reads it).
+    async fn round(&self) -> Result<bool, StoreError> {
         let Backend::Redis(fleet) = &self.changes.backend else {
-            return Ok(());
+            return Ok(true);
         };
         // Serialized with the changes made here: a change is kept and held before a poll
         // reads the set, or after the poll's set is in force.
@@ -43,14 +49,14 @@ impl KeySync {
         let live = &self.changes.live;
         let (known, epoch) = fleet.known();
         let (version, about) = match fleet.set.poll(&known, &epoch).await? {
-            Polled::Same => return Ok(()),
+            Polled::Same => return Ok(true),
             Polled::Delta { version, fields } => {
                 let changed = fleet.adopt_delta(version, fields);
                 // On disk first (with `state.path`): a change in force here holds through a
                 // restart while Redis is down, however soon after the restart comes.
                 fleet.copy_fields_to_disk(changed.clone()).await;
                 apply_delta(fleet, &self.changes, &changed);
-                return Ok(());
+                return Ok(true);
             }
             Polled::Whole { version, fields } => (version, fields),
             Polled::Unknown {
@@ -61,14 +67,16 @@ impl KeySync {
                     // No set, and nothing to put back: nothing to mark either (a fleet that
                     // never changed a key leaves nothing in Redis).
                     fleet.marked(String::new());
-                    return Ok(());
+                    return Ok(true);
                 }
                 put_back(fleet, &epoch, &found, fields).await?;
                 let (_, epoch) = fleet.known();
                 match fleet.set.poll("", &epoch).await? {
                     Polled::Whole { version, fields } => (version, fields),
                     // Emptied again meanwhile: the next round puts back again.
-                    Polled::Same | Polled::Delta { .. } | Polled::Unknown { .. } => return Ok(()),
+                    Polled::Same | Polled::Delta { .. } | Polled::Unknown { .. } => {
+                        return Ok(false)
+                    }
                 }
             }
         };
@@ -80,7 +88,7 @@ impl KeySync {
         drop(pages);
         if !held? {
             // Emptied or replaced while it was read: the next round finds it so.
-            return Ok(());
+            return Ok(false);
         }
         let Gathered { fields, parts } = gathering
             .await
@@ -118,7 +126,7 @@ impl KeySync {
             fleet.forget_version();
         }
         fleet.copy_to_disk(fleet.fields()).await;
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -206,14 +214,31 @@ impl BackgroundService for KeySync {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let mut tick = tokio::time::interval(self.every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut awaiting = self.first_read.clone();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = shutdown.changed() => return,
             }
-            if let Err(why) = self.round().await {
+            let round = self.round().await;
+            if let Err(why) = &round {
                 tracing::debug!(target: "tollgate::overrides", error = %why, "overrides not read from the cluster store");
             }
+            let Some(health) = awaiting.take_if(|_| !matches!(round, Ok(false))) else {
+                continue;
+            };
+            match round {
+                Ok(_) => {
+                    tracing::info!(target: "tollgate::overrides", "the fleet's key changes are in force: ready once the listener accepts")
+                }
+                // As when Redis goes down later: serving (degraded), on the YAML alone until
+                // the store answers.
+                Err(why) => {
+                    tracing::warn!(target: "tollgate::overrides", error = %why, "the fleet's key changes could not be read at the start: serving with the YAML's keys alone until the cluster store answers")
+                }
+            }
+            // After the line: whoever sees the replica ready finds it in the log.
+            health.first_read_done();
         }
     }
 }

@@ -8,10 +8,12 @@
 //! | `SIGINT` | exit now |
 //!
 //! `/readyz` is ready once the gateway's listener accepts a connection (probed here, from
-//! inside the process) and until SIGTERM begins draining.
+//! inside the process) and, for a replica of a fleet that keeps nothing of its own (`cluster`
+//! without `state.path`), the fleet's key changes are read and in force
+//! ([`Health::awaiting_first_read`]); and until SIGTERM begins draining.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +33,11 @@ const DRAINING: u8 = 3;
 /// Where the process is in its life; shared by the gateway, the admin listener and the
 /// signal handlers.
 #[derive(Debug, Default)]
-pub struct Health(AtomicU8);
+pub struct Health {
+    state: AtomicU8,
+    /// Still starting, whatever the listener does: the fleet's key changes are not read yet.
+    awaiting: AtomicBool,
+}
 
 /// What `/readyz` reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,8 +52,9 @@ pub enum Readiness {
 
 impl Health {
     pub fn readiness(&self) -> Readiness {
-        match self.0.load(Ordering::Acquire) {
+        match self.state.load(Ordering::Acquire) {
             STARTING => Readiness::Starting,
+            READY if self.awaiting.load(Ordering::Acquire) => Readiness::Starting,
             READY => Readiness::Ready,
             UPGRADING => Readiness::Upgrading,
             _ => Readiness::Draining,
@@ -56,22 +63,36 @@ impl Health {
 
     /// Whether answers should ask the client to close the connection (draining or upgrading).
     pub fn closing(&self) -> bool {
-        self.0.load(Ordering::Relaxed) >= UPGRADING
+        self.state.load(Ordering::Relaxed) >= UPGRADING
     }
 
     /// Mark ready, unless shutdown has already begun.
     fn set_ready(&self) {
         let _ = self
-            .0
+            .state
             .compare_exchange(STARTING, READY, Ordering::AcqRel, Ordering::Acquire);
     }
 
+    /// Not ready, whatever the listener does, until [`Health::first_read_done`]: a replica
+    /// that keeps no copy of its own (`cluster` without `state.path`) starts with the YAML
+    /// alone, and knows the fleet's revocations, suspensions and issued keys only once it has
+    /// read them. Envoy waits for its first configuration the same way before it serves.
+    pub fn awaiting_first_read(&self) {
+        self.awaiting.store(true, Ordering::Release);
+    }
+
+    /// The fleet's key changes are in force (or the store did not answer: then the replica
+    /// serves degraded, as when Redis goes down later).
+    pub fn first_read_done(&self) {
+        self.awaiting.store(false, Ordering::Release);
+    }
+
     pub fn set_upgrading(&self) {
-        self.0.fetch_max(UPGRADING, Ordering::AcqRel);
+        self.state.fetch_max(UPGRADING, Ordering::AcqRel);
     }
 
     pub fn set_draining(&self) {
-        self.0.fetch_max(DRAINING, Ordering::AcqRel);
+        self.state.fetch_max(DRAINING, Ordering::AcqRel);
     }
 }
 
@@ -238,7 +259,11 @@ impl BackgroundService for ReadinessProbe {
             });
             if matches!(probe.await, Ok(true)) {
                 self.health.set_ready();
-                tracing::info!(listen = %self.listen, "ready: the gateway listener accepts connections");
+                if self.health.readiness() == Readiness::Ready {
+                    tracing::info!(listen = %self.listen, "ready: the gateway listener accepts connections");
+                } else {
+                    tracing::info!(listen = %self.listen, "the gateway listener accepts connections; ready once the fleet's key changes are read");
+                }
                 return;
             }
             tokio::select! {
@@ -267,6 +292,28 @@ mod tests {
         assert_eq!(h.readiness(), Readiness::Draining);
         h.set_upgrading();
         h.set_ready();
+        assert_eq!(h.readiness(), Readiness::Draining);
+    }
+
+    #[test]
+    fn a_replica_awaiting_its_first_read_is_starting_until_it_is_done() {
+        let h = Health::default();
+        h.awaiting_first_read();
+        h.set_ready();
+        assert_eq!(h.readiness(), Readiness::Starting, "listening, not read");
+        h.first_read_done();
+        assert_eq!(h.readiness(), Readiness::Ready);
+        // Read before the listener accepts: still starting until it does.
+        let h = Health::default();
+        h.awaiting_first_read();
+        h.first_read_done();
+        assert_eq!(h.readiness(), Readiness::Starting);
+        h.set_ready();
+        assert_eq!(h.readiness(), Readiness::Ready);
+        // Draining is draining, read or not.
+        let h = Health::default();
+        h.awaiting_first_read();
+        h.set_draining();
         assert_eq!(h.readiness(), Readiness::Draining);
     }
 

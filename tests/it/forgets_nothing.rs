@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    admin, config_for, eventually, metric, metrics_page, send_raw, Mode, Process, RedisSentinel,
-    RedisServer, Response, TestConfig, Upstream,
+    admin, config_for, eventually, metric, metrics_page, send_raw, DelayProxy, Mode, Process,
+    RedisSentinel, RedisServer, Response, TestConfig, Upstream,
 };
 
 /// The test config with a key for each kind of change, sharing through `redis_url`; one
@@ -344,6 +344,67 @@ fn every_replica_and_redis_restarted_together_keep_what_state_path_holds() {
         1,
         "a found it empty and put its copy back"
     );
+}
+
+/// A replica with `cluster` and no `state.path` knows the fleet's changes only once it has
+/// read them: its `/readyz` says `503 starting` while Redis does not answer the read (behind
+/// a proxy that holds the connections made once the replica has read the fleet's quota
+/// counts, within a long `timeout_ms`), though its listener accepts; from the first `200` on, every change (revocations among
+/// them) is in force and a key issued through the other replica authenticates.
+#[test]
+fn a_replica_without_state_path_is_ready_only_once_the_fleets_changes_are_in_force() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("rd{}", redis.port);
+    let config = |url: &str| fleet(&up, url, &prefix).cluster_with(|c| c.timeout_ms = 30_000);
+    let (_pa, la, admin_a) = Process::run(dir.path(), "a", &config(&redis.url()));
+    make_every_change(la, admin_a, admin_a);
+    let issued = "a-secret-only-the-caller-keeps";
+    let body = format!(
+        r#"{{"name":"shop","plan":"basic","sha256":"{}"}}"#,
+        tollgate_core::digest::Digest::of(issued.as_bytes()).to_hex()
+    );
+    assert_eq!(admin_json(admin_a, "POST", "/api/keys", &body).status, 201);
+
+    // The first connect (the fleet's quota counts, read before it serves: a probe and the
+    // connection) goes through;
+    // the later ones wait for `release`.
+    let gate = DelayProxy::holding_after(([127, 0, 0, 1], redis.port).into(), 2);
+    let b = config(&gate.redis_url());
+    let path = dir.path().join("b.yaml");
+    b.write(&path);
+    let pb = Process::spawn(
+        dir.path(),
+        "b",
+        &["run", "--config", path.to_str().unwrap()],
+        &[("TOLLGATE_LOG", "info")],
+    );
+    let (lb, admin_b): (SocketAddr, SocketAddr) = (
+        b.file.listen.parse().unwrap(),
+        b.file.admin_listen.parse().unwrap(),
+    );
+    eventually("b's listener accepts (its own probe says so)", || {
+        pb.output()
+            .contains("the gateway listener accepts connections")
+    });
+    let r = admin(admin_b, "GET", "/readyz");
+    assert_eq!(
+        (
+            r.status,
+            String::from_utf8_lossy(&r.body).trim().to_string()
+        ),
+        (503, "starting".to_string()),
+        "not ready while the fleet's changes are unread"
+    );
+    gate.release();
+    crate::harness::wait_ready(admin_b, 200);
+    assert_eq!(changes_in_force(lb, admin_b), None, "from the first 200 on");
+    assert_ne!(call(lb, issued).status, 401, "the key issued on a");
+    // Logged before it became ready; the log is written off the thread that logs it.
+    eventually("b says why it is ready", || {
+        pb.output().contains("the fleet's key changes are in force")
+    });
 }
 
 #[test]
