@@ -55,8 +55,8 @@ impl KeyChanges {
     }
 
     /// Set the gauges that count what the keys are (`tollgate_keys`,
-    /// `tollgate_plan_overrides`), when the metrics are read: the keys' states counted then
-    /// (a walk of the keys, not a cost of each change), the upgrades read from their count.
+    /// `tollgate_plan_overrides`), when the metrics are read, from counts kept as the keys
+    /// change (the table's by state, the set's of upgrades): no walk of the keys.
     pub(crate) fn refresh_gauges(&self) {
         self.live.refresh_key_states();
         let n = self.in_force.locked().upgrades;

@@ -845,7 +845,7 @@ mod tests {
         assert_eq!((d.key, d.route), (first.key, first.route));
         // A key revoked or suspended while its request waited is refused when decided again.
         let k = first.key.unwrap();
-        assert!(p.keys.get(k).set_flag(keys::SUSPENDED, true));
+        assert!(p.keys.set_flag(k, keys::SUSPENDED, true));
         let d = p.decide_waiting(&again, None, 0, false);
         assert_eq!(code(&d), Some(Code::Unauthorized));
         // A decision that settled has nothing to carry: its head is the request's.

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use super::credential::{Credential, KeyRefusal};
+use super::credential::{Credential, KeyRefusal, KeyState};
 use super::flags::{KeyFlags, EXPIRED, FLAGS, LIMIT_SHIFT, PLAN_MASK, REVOKED};
 use crate::config::keyname::KeyName;
 use crate::digest::Digest;
@@ -88,12 +88,19 @@ impl KeyEntry {
         }
     }
 
-    /// Set or clear state flags ([`EXPIRED`], [`SUSPENDED`](super::SUSPENDED), [`REVOKED`]);
-    /// whether that changed them.
-    pub fn set_flag(&self, flag: u64, on: bool) -> bool {
+    /// Set or clear state flags ([`EXPIRED`], [`SUSPENDED`](super::SUSPENDED), [`REVOKED`]):
+    /// whether that changed them, and the key's state before and after. (Through
+    /// [`KeyTable::set_flag`](super::KeyTable::set_flag), which counts the keys in each
+    /// state.)
+    pub(super) fn set_flag(&self, flag: u64, on: bool) -> (bool, KeyState, KeyState) {
         let flag = flag & FLAGS;
-        let before = self.update(|v| if on { v | flag } else { v & !flag });
-        before & flag != if on { flag } else { 0 }
+        let set = |v: u64| if on { v | flag } else { v & !flag };
+        let before = self.update(set);
+        (
+            before & flag != if on { flag } else { 0 },
+            KeyFlags(before).state(),
+            KeyFlags(set(before)).state(),
+        )
     }
 
     /// Set a customer key's live window limit, or take it off (`None`: the YAML's).

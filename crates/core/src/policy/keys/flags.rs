@@ -1,5 +1,8 @@
 //! What changes while a key serves, in one word: [`KeyFlags`] and its state flags
-//! ([`EXPIRED`], [`SUSPENDED`], [`REVOKED`]).
+//! ([`EXPIRED`], [`SUSPENDED`], [`REVOKED`]); and how many keys are in each state, counted as
+//! the flags change ([`StateCounts`]).
+
+use std::sync::atomic::{AtomicIsize, Ordering};
 
 use super::credential::{KeyRefusal, KeyState};
 
@@ -73,5 +76,40 @@ impl KeyFlags {
             0 => None,
             n => Some(n),
         }
+    }
+}
+
+/// How many keys are in each state, in [`KeyState::ALL`]'s order, counted as their flags
+/// change (every change goes through the table: [`KeyTable::set_flag`](super::KeyTable::set_flag)):
+/// `tollgate_keys{state}` reads four numbers, never a walk of a million keys.
+#[derive(Debug, Default)]
+pub(super) struct StateCounts([AtomicIsize; 4]);
+
+impl StateCounts {
+    /// `n` keys, every one active.
+    pub(super) fn active(n: usize) -> Self {
+        let me = Self::default();
+        me.add(KeyState::Active, n as isize);
+        me
+    }
+
+    /// `n` keys more (fewer, when negative) in `state`.
+    pub(super) fn add(&self, state: KeyState, n: isize) {
+        self.0[state as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A key moved from `from` to `to`.
+    pub(super) fn moved(&self, from: KeyState, to: KeyState) {
+        if from != to {
+            self.add(from, -1);
+            self.add(to, 1);
+        }
+    }
+
+    /// The counts (a key moving while they are read may be seen in neither state or both).
+    pub(super) fn get(&self) -> [usize; 4] {
+        self.0
+            .each_ref()
+            .map(|n| usize::try_from(n.load(Ordering::Relaxed)).unwrap_or(0))
     }
 }

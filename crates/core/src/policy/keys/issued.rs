@@ -19,8 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::credential::Credential;
+use super::credential::KeyState;
 use super::entry::KeyEntry;
-use super::flags::{EXPIRED, REVOKED};
+use super::flags::{StateCounts, EXPIRED, REVOKED};
 use crate::config::keyname::KeyName;
 use crate::config::KeyExtra;
 use crate::digest::Digest;
@@ -108,6 +109,8 @@ pub struct Issued {
     by_digest: papaya::HashMap<CtDigest, u32, foldhash::fast::RandomState>,
     /// Keys not deleted.
     live: AtomicU64,
+    /// How many keys not deleted are in each state.
+    states: StateCounts,
     book: Mutex<Book>,
     /// The rate state of the previous table's issued keys, by id, for the keys put here
     /// again (a reload keeps every issued key's budget).
@@ -129,6 +132,7 @@ impl Default for Issued {
             slots: boxcar::Vec::new(),
             by_digest: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
             live: AtomicU64::new(0),
+            states: StateCounts::default(),
             book: Mutex::default(),
             inherited: Mutex::default(),
         }
@@ -249,10 +253,11 @@ impl Issued {
                 }) as u32;
                 book.names.insert(key.name.into(), s);
                 self.live.fetch_add(1, Ordering::Relaxed);
+                self.states.add(KeyState::Active, 1);
                 let slot = &self.slots[s as usize];
                 match slot.extra.as_ref().and_then(|x| x.expires_ms) {
                     Some(ms) if ms <= key.now_ms => {
-                        slot.entry.set_flag(EXPIRED, true);
+                        self.set_flag(s, EXPIRED, true);
                     }
                     Some(ms) => {
                         book.lapses.insert((ms, Lapse::Key(s)));
@@ -286,6 +291,23 @@ impl Issued {
         at
     }
 
+    /// Set or clear state flags of the key in slot `s` (see
+    /// [`KeyTable::set_flag`](super::KeyTable::set_flag)); a deleted key is counted in no
+    /// state.
+    pub(super) fn set_flag(&self, s: u32, flag: u64, on: bool) -> bool {
+        let slot = &self.slots[s as usize];
+        let (changed, from, to) = slot.entry.set_flag(flag, on);
+        if !slot.is_gone() {
+            self.states.moved(from, to);
+        }
+        changed
+    }
+
+    /// How many keys not deleted are in each state, in [`KeyState::ALL`]'s order.
+    pub(super) fn states(&self) -> [usize; 4] {
+        self.states.get()
+    }
+
     /// Delete the key in slot `s`: no digest finds it, its name is free again; it stays
     /// revoked for whoever still holds its entry.
     pub fn remove(&self, s: u32) {
@@ -298,7 +320,9 @@ impl Issued {
         if slot.gone.swap(true, Ordering::Relaxed) {
             return;
         }
-        slot.entry.set_flag(REVOKED, true);
+        // Gone first: no change counts it any more.
+        let (_, was, _) = slot.entry.set_flag(REVOKED, true);
+        self.states.add(was, -1);
         self.live.fetch_sub(1, Ordering::Relaxed);
         let map = self.by_digest.pin();
         let held = book
@@ -323,7 +347,7 @@ impl Issued {
             }
             book.lapses.pop_first();
             match what {
-                Lapse::Key(s) => changed |= self.slots[s as usize].entry.set_flag(EXPIRED, true),
+                Lapse::Key(s) => changed |= self.set_flag(s, EXPIRED, true),
                 Lapse::Digest(s, bytes) => {
                     let d = Digest(bytes);
                     let map = self.by_digest.pin();

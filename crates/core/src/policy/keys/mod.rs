@@ -23,7 +23,7 @@
 //! |---|---|
 //! | `mod.rs` | these docs, and the names of the files below, re-exported |
 //! | `credential.rs` | who a key belongs to ([`Credential`]), its state ([`KeyState`]), why a token is refused ([`KeyRefusal`]) |
-//! | `flags.rs` | what changes while a key serves, in one word ([`KeyFlags`], [`EXPIRED`], [`SUSPENDED`], [`REVOKED`]) |
+//! | `flags.rs` | what changes while a key serves, in one word ([`KeyFlags`], [`EXPIRED`], [`SUSPENDED`], [`REVOKED`]); the keys in each state, counted as the flags change |
 //! | `entry.rs` | one key ([`KeyEntry`]), a `previous` digest ([`Alias`]), what a digest names ([`Found`], [`KeyIdx`]) |
 //! | `table.rs` | the [`KeyTable`]: built per config, its digest index, the rate state carried over a reload |
 //! | [`issued`] | the keys issued through the admin API, a segment of the table that changes one key at a time ([`Issued`]) |

@@ -10,7 +10,7 @@ use hashbrown::HashTable;
 
 use super::credential::Credential;
 use super::entry::{Alias, Found, KeyEntry, KeyIdx};
-use super::flags::EXPIRED;
+use super::flags::{StateCounts, EXPIRED};
 use super::issued::{Issued, NewIssued, Slot};
 use crate::config::keyname::KeyName;
 use crate::config::{Config, KeyExtra};
@@ -42,6 +42,8 @@ pub struct KeyTable {
     own_quotas: std::sync::atomic::AtomicBool,
     /// Keys issued through the admin API.
     issued: Issued,
+    /// How many of `entries` are in each state.
+    states: StateCounts,
     /// The YAML's entries by a hash of their names (the admin API's lookups).
     names: HashTable<KeyIdx>,
 }
@@ -113,6 +115,7 @@ impl KeyTable {
                 )
                 .or_insert(i as u32);
         }
+        let yaml_keys = entries.len();
         Self {
             entries,
             aliases: aliases.into_boxed_slice(),
@@ -128,6 +131,7 @@ impl KeyTable {
                     .any(|k| k.extra.as_ref().is_some_and(|x| x.quota.is_some())),
             ),
             issued: Issued::after(previous.map(|p| &p.issued)),
+            states: StateCounts::active(yaml_keys),
             names,
         }
     }
@@ -206,7 +210,7 @@ impl KeyTable {
         for &(at, target) in self.deadlines.iter() {
             let past = at <= wall_ms;
             changed |= match target {
-                Found::Key(k) => self.get(k).set_flag(EXPIRED, past),
+                Found::Key(k) => self.set_flag(k, EXPIRED, past),
                 Found::Alias(a) => self.alias(a).set_flag(EXPIRED, past),
             };
         }
@@ -221,13 +225,37 @@ impl KeyTable {
     }
 
     /// How many customer and partner keys are in each state, in
-    /// [`KeyState::ALL`](super::KeyState::ALL)'s order.
+    /// [`KeyState::ALL`](super::KeyState::ALL)'s order: counted as their flags change
+    /// ([`KeyTable::set_flag`]), read without a walk of the keys.
     pub fn states(&self) -> [usize; 4] {
+        let (yaml, issued) = (self.states.get(), self.issued.states());
+        std::array::from_fn(|i| yaml[i] + issued[i])
+    }
+
+    /// [`KeyTable::states`] counted by walking every key (for tests: the two agree).
+    pub fn states_walked(&self) -> [usize; 4] {
         let mut n = [0; 4];
         for (_, e) in self.iter() {
             n[e.live().state() as usize] += 1;
         }
         n
+    }
+
+    /// Set or clear state flags ([`EXPIRED`], [`SUSPENDED`](super::SUSPENDED),
+    /// [`REVOKED`](super::REVOKED)) of the key `k`, and count it in its new state: whether
+    /// that changed them. Every change of a key's flags goes through here.
+    pub fn set_flag(&self, k: KeyIdx, flag: u64, on: bool) -> bool {
+        match self.entries.get(k as usize) {
+            Some(e) => {
+                let (changed, from, to) = e.set_flag(flag, on);
+                self.states.moved(from, to);
+                changed
+            }
+            None => {
+                let s = k - self.entries.len() as KeyIdx;
+                self.issued.set_flag(s, flag, on)
+            }
+        }
     }
 
     /// The entry with this digest; every digest comparison is constant-time.

@@ -145,3 +145,84 @@ fn an_issued_name_is_new_then_brought_up_to_date_then_replaced_by_another_id() {
     let entry = &seg.slot(second).unwrap().entry;
     assert_eq!(entry.live().state(), KeyState::Expired);
 }
+
+mod state_counts {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// One change to a table's keys.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// A flag of the `n`th key (YAML or issued, modulo their number) set or cleared.
+        Flag(usize, u8, bool),
+        /// A key issued under name `n`, expiring at `expires` (ms; the table's now is 50).
+        Issue(u8, Option<u64>),
+        /// The issued key of name `n` deleted.
+        Delete(u8),
+        /// The clock at `ms`: what has expired marked (and cleared, when it steps back).
+        Expire(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..64usize, 0..3u8, any::<bool>()).prop_map(|(n, f, on)| Op::Flag(n, f, on)),
+            (0..8u8, proptest::option::of(0..100u64)).prop_map(|(n, e)| Op::Issue(n, e)),
+            (0..8u8).prop_map(Op::Delete),
+            (0..100u64).prop_map(Op::Expire),
+        ]
+    }
+
+    proptest! {
+        /// Whatever changes the keys' flags, in any order (a key issued, expired at once,
+        /// suspended, deleted; a YAML key's expiry crossed both ways), the counts read
+        /// without a walk are the walk's.
+        #[test]
+        fn the_states_counted_as_flags_change_are_the_states_walked(
+            ops in proptest::collection::vec(op(), 1..60)
+        ) {
+            let mut cfg = crate::testing::config();
+            // Some YAML keys expire, at instants the clock crosses both ways.
+            for (i, k) in cfg.keys.iter_mut().enumerate().step_by(3) {
+                k.extra = Some(Box::new(crate::config::KeyExtra {
+                    expires_ms: Some(10 * i as u64),
+                    ..crate::config::KeyExtra::default()
+                }));
+            }
+            let table = KeyTable::build(&cfg, None);
+            let flags = [EXPIRED, SUSPENDED, REVOKED];
+            for op in ops {
+                match op {
+                    Op::Flag(n, f, on) => {
+                        let keys: Vec<KeyIdx> = table.iter().map(|(k, _)| k).collect();
+                        table.set_flag(keys[n % keys.len()], flags[f as usize], on);
+                    }
+                    Op::Issue(n, expires_ms) => {
+                        let name = format!("issued-{n}");
+                        let id = Digest::of(format!("{name}-{expires_ms:?}").as_bytes());
+                        table.put_issued(NewIssued {
+                            name: &name,
+                            id,
+                            credential: Credential::Customer { plan: 0, partner: None, limit: 0 },
+                            extra: expires_ms.map(|ms| crate::config::KeyExtra {
+                                expires_ms: Some(ms),
+                                ..crate::config::KeyExtra::default()
+                            }),
+                            digests: vec![(id, u64::MAX)],
+                            now_ms: 50,
+                        });
+                    }
+                    Op::Delete(n) => {
+                        if let Some(s) = table.issued().find(&format!("issued-{n}")) {
+                            table.remove_issued(table.configured() as KeyIdx + s);
+                        }
+                    }
+                    Op::Expire(ms) => {
+                        table.expire(ms);
+                    }
+                }
+                prop_assert_eq!(table.states(), table.states_walked());
+            }
+        }
+    }
+}

@@ -243,8 +243,8 @@ impl Policy {
                     }
                 }
                 entry.set_plan_override(after.plan_id.and_then(|id| self.plan_by_id(id)));
-                entry.set_flag(SUSPENDED, after.suspended.is_some());
-                entry.set_flag(REVOKED, after.revoked.is_some());
+                self.keys.set_flag(k, SUSPENDED, after.suspended.is_some());
+                self.keys.set_flag(k, REVOKED, after.revoked.is_some());
                 entry.set_live_limit(after.limit.as_ref().map(|l| l.requests_per_window));
                 let yaml = self.keys.extra(k).and_then(|x| x.quota);
                 self.keys
@@ -413,7 +413,7 @@ impl Applying<'_> {
             }
             if e.live().changed_beyond_expiry() {
                 e.set_plan_override(None);
-                e.set_flag(SUSPENDED | REVOKED, false);
+                p.keys.set_flag(k, SUSPENDED | REVOKED, false);
                 e.set_live_limit(None);
             }
             let yaml = p.keys.extra(k).and_then(|x| x.quota);
