@@ -5,7 +5,7 @@
 use super::view::{ChangeRow, KeyQuotaView, KeyView, OverrideView, PreviousView};
 use crate::clock::rfc3339;
 use crate::keys::KeyChanges;
-use crate::policy::keys::{Credential, KeyIdx};
+use crate::policy::keys::{Credential, KeyIdx, KeyState};
 use crate::policy::overrides::{KeyRecord, Part};
 use crate::policy::Policy;
 
@@ -70,19 +70,17 @@ fn rows(key: &str, o: &KeyRecord, policy: &Policy) -> Vec<ChangeRow> {
 
 /// Every change in force, and every key refused by its `expires_at`, for the page and `top`.
 pub(crate) fn changes(changes: &KeyChanges, policy: &Policy) -> Vec<ChangeRow> {
-    // Under the change lock, over every record (a million with as many issued keys, most of
-    // them the key alone): nothing looked up or copied for a record that shows no change.
-    let shows_a_change =
-        |o: &KeyRecord| Part::ALL.into_iter().any(|p| p != Part::Issued && o.has(p));
-    let mut v: Vec<ChangeRow> = changes.with_records(|set| {
-        set.iter()
-            .filter(|(_, o)| shows_a_change(o))
-            .filter(|(d, o)| o.issued.is_some() || policy.keys.lookup(d).is_some())
+    // Under the change lock, over the records that show a change (kept as they change: not
+    // a walk of a million issued keys' records).
+    let mut v: Vec<ChangeRow> = changes.with_changed_records(|set| {
+        set.filter(|(d, o)| o.issued.is_some() || policy.keys.lookup(d).is_some())
             .flat_map(|(_, o)| rows(&o.key, o, policy))
             .collect()
     });
-    for (k, e) in policy.keys.iter() {
-        if e.live().state() == crate::policy::keys::KeyState::Expired {
+    // The expired keys, walked only when there are some (counted as keys change).
+    let expired = policy.keys.states()[KeyState::Expired as usize];
+    for (k, e) in policy.keys.iter().filter(|_| expired > 0) {
+        if e.live().state() == KeyState::Expired {
             let at = policy.keys.extra(k).and_then(|x| x.expires_ms).unwrap_or(0);
             v.push(ChangeRow {
                 key: e.name.as_str().to_string(),

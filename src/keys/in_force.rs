@@ -2,6 +2,8 @@
 //! change, on every config compiled by a reload ([`KeyHook`]), and at a start from what was
 //! kept ([`put_kept_in_force`]). Readers borrow it ([`KeyChanges::with_records`]).
 
+use std::collections::BTreeSet;
+
 use super::KeyChanges;
 use crate::config::{Config, ConfigError};
 use crate::digest::Digest;
@@ -11,17 +13,26 @@ use crate::runtime::live::KeyHook;
 use crate::runtime::metrics::Metrics;
 use crate::sync::Locked;
 
-/// The records in force, and how many of them hold an upgrade (`tollgate_plan_overrides`),
-/// counted as they change: a scrape reads the count, and never walks the set under its lock.
+/// The records in force; how many of them hold an upgrade (`tollgate_plan_overrides`); and
+/// which of them show a change beyond the key they issue (a suspension, a revocation, a live
+/// limit or quota, an upgrade: the rows of the usage page and of `GET /api/overrides`), all
+/// kept as the records change: a scrape or a page reads them without a walk of the set under
+/// its lock, which holds a record for each of a million issued keys.
 pub(super) struct InForce {
     records: KeyRecords,
     upgrades: usize,
+    showing: BTreeSet<Digest>,
 }
 
 impl InForce {
     pub(super) fn new(records: KeyRecords) -> Self {
-        let upgrades = upgrades(&records);
-        Self { records, upgrades }
+        let mut me = Self {
+            records,
+            upgrades: 0,
+            showing: BTreeSet::new(),
+        };
+        me.recounted();
+        me
     }
 
     /// `o` in force under `d` (taken out when it holds nothing).
@@ -34,18 +45,50 @@ impl InForce {
         }
         let is = !o.is_empty() && o.has(Part::Plan);
         self.upgrades = self.upgrades + usize::from(is) - usize::from(was);
+        if shows_a_change(o) {
+            self.showing.insert(d);
+        } else {
+            self.showing.remove(&d);
+        }
     }
 
     /// The records changed in place, wholesale: counted again.
     fn recounted(&mut self) {
         self.upgrades = upgrades(&self.records);
+        self.showing = self
+            .records
+            .iter()
+            .filter(|(_, o)| shows_a_change(o))
+            .map(|(d, _)| *d)
+            .collect();
     }
+
+    /// The records that show a change, in their digests' order.
+    fn showing(&self) -> impl Iterator<Item = (&Digest, &KeyRecord)> {
+        self.showing
+            .iter()
+            .filter_map(|d| Some((d, self.records.get(d)?)))
+    }
+}
+
+/// Whether a record shows a change beyond the key it issues.
+fn shows_a_change(o: &KeyRecord) -> bool {
+    Part::ALL.into_iter().any(|p| p != Part::Issued && o.has(p))
 }
 
 impl KeyChanges {
     /// Read the records in force.
     pub(crate) fn with_records<R>(&self, f: impl FnOnce(&KeyRecords) -> R) -> R {
         f(&self.in_force.locked().records)
+    }
+
+    /// Read the records in force that show a change beyond the key they issue (see
+    /// [`InForce`]), in their digests' order: as many as there are changes, not keys.
+    pub(crate) fn with_changed_records<R>(
+        &self,
+        f: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a Digest, &'a KeyRecord)>) -> R,
+    ) -> R {
+        f(&mut self.in_force.locked().showing())
     }
 
     /// Change the records in force for a while: `f` must leave them as it found them (the
@@ -351,8 +394,9 @@ mod tests {
 
     proptest::proptest! {
         /// The count of upgrades kept beside the records is the count of the records that
-        /// hold one, whatever changes come: upgrades given and taken back, other parts, a
-        /// record emptied.
+        /// hold one, and the records kept as showing a change are those a walk finds,
+        /// whatever changes come: upgrades given and taken back, other parts, a record
+        /// emptied.
         #[test]
         fn the_upgrades_counted_as_they_change_are_the_records_that_hold_one(
             steps in proptest::collection::vec((0u8..6, 0u8..3), 0..60),
@@ -379,6 +423,14 @@ mod tests {
                 }
                 in_force.put(d, &o);
                 proptest::prop_assert_eq!(in_force.upgrades, upgrades(&in_force.records));
+                let walked: Vec<Digest> = in_force
+                    .records
+                    .iter()
+                    .filter(|(_, o)| shows_a_change(o))
+                    .map(|(d, _)| *d)
+                    .collect();
+                let kept: Vec<Digest> = in_force.showing().map(|(d, _)| *d).collect();
+                proptest::prop_assert_eq!(kept, walked);
             }
         }
     }

@@ -22,7 +22,7 @@ pub(crate) struct UpgradeRow {
 impl KeyChanges {
     /// The upgrades in force, for the admin API and the page.
     pub(crate) fn shown(&self, policy: &Policy) -> Vec<UpgradeRow> {
-        self.with_records(|set| show(set.values(), &policy.config.plans))
+        self.with_changed_records(|set| show(set.map(|(_, o)| o), &policy.config.plans))
     }
 }
 
