@@ -125,13 +125,8 @@ fn rows(
 
 fn config_view(live: &LivePolicy, policy: &Policy) -> ConfigView {
     let (last, started_ms) = live.last_reload();
-    // Keys on each plan (overrides included), in one pass over the keys.
-    let mut on_plan = vec![0usize; policy.config.plans.len()];
-    for (_, e) in policy.keys.iter() {
-        if let Credential::Customer { plan, .. } = e.credential() {
-            on_plan[plan] += 1;
-        }
-    }
+    // Keys on each plan (upgrades included), counted as keys change: no walk of the keys.
+    let on_plan = policy.keys.keys_on_plans();
     let plans = policy
         .config
         .plans

@@ -976,7 +976,7 @@ mod tests {
         let d = p.decide(&head("POST", "/v2/sendMessage/", "Bearer basic-key-1"), 0);
         let key = d.key.unwrap();
         let pro = p.plan_by_id(3).unwrap();
-        p.keys.get(key).set_plan_override(Some(pro));
+        p.keys.set_plan_override(key, Some(pro));
         let (policy, state) = p.rate_limit_headers(
             d.key.unwrap(),
             d.credential.unwrap(),

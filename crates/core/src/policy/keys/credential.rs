@@ -21,6 +21,16 @@ pub enum Credential {
     },
 }
 
+impl Credential {
+    /// The plan of a customer key (`None`: a partner key).
+    pub fn plan(self) -> Option<usize> {
+        match self {
+            Credential::Customer { plan, .. } => Some(plan),
+            Credential::Partner { .. } => None,
+        }
+    }
+}
+
 /// The state of a key, as the admin API and `tollgate_keys{state}` name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KeyState {

@@ -81,11 +81,25 @@ impl KeyEntry {
     }
 
     /// Put a customer key on `plan` (an index into the config's plans), or back on its
-    /// YAML plan (`None`). Partner keys have no plan: nothing changes.
-    pub fn set_plan_override(&self, plan: Option<usize>) {
-        if matches!(self.configured, Credential::Customer { .. }) {
-            self.update(|v| (v & !PLAN_MASK) | plan_bits(plan));
-        }
+    /// YAML plan (`None`). Partner keys have no plan: nothing changes. The plan it was on and
+    /// the plan it is on. (Through
+    /// [`KeyTable::set_plan_override`](super::KeyTable::set_plan_override), which counts the
+    /// keys on each plan.)
+    pub(super) fn set_plan_override(&self, plan: Option<usize>) -> (Option<usize>, Option<usize>) {
+        let Credential::Customer { plan: yaml, .. } = self.configured else {
+            return (None, None);
+        };
+        let before = self.update(|v| (v & !PLAN_MASK) | plan_bits(plan));
+        (
+            Some(KeyFlags(before).plan().unwrap_or(yaml)),
+            Some(plan.unwrap_or(yaml)),
+        )
+    }
+
+    /// The plan it is on now (an upgrade's, else the YAML's); `None` for a partner key.
+    pub(super) fn plan_now(&self) -> Option<usize> {
+        self.configured_plan()
+            .map(|yaml| self.plan_override().unwrap_or(yaml))
     }
 
     /// Set or clear state flags ([`EXPIRED`], [`SUSPENDED`](super::SUSPENDED), [`REVOKED`]):

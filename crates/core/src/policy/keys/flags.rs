@@ -113,3 +113,39 @@ impl StateCounts {
             .map(|n| usize::try_from(n.load(Ordering::Relaxed)).unwrap_or(0))
     }
 }
+
+/// How many customer keys are on each plan (an upgrade counts on the plan it gives), by plan
+/// index, counted as keys come, go and change plan (through the table:
+/// [`KeyTable::set_plan_override`](super::KeyTable::set_plan_override)).
+#[derive(Debug, Default)]
+pub(super) struct PlanCounts(Box<[AtomicIsize]>);
+
+impl PlanCounts {
+    /// For `plans` plans, no key on any.
+    pub(super) fn new(plans: usize) -> Self {
+        Self((0..plans).map(|_| AtomicIsize::new(0)).collect())
+    }
+
+    /// `n` keys more (fewer, when negative) on `plan` (none: a partner key, not counted).
+    pub(super) fn add(&self, plan: Option<usize>, n: isize) {
+        if let Some(c) = plan.and_then(|p| self.0.get(p)) {
+            c.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// A key moved from `from` to `to`.
+    pub(super) fn moved(&self, from: Option<usize>, to: Option<usize>) {
+        if from != to {
+            self.add(from, -1);
+            self.add(to, 1);
+        }
+    }
+
+    /// The counts, by plan index.
+    pub(super) fn get(&self) -> Vec<usize> {
+        self.0
+            .iter()
+            .map(|n| usize::try_from(n.load(Ordering::Relaxed)).unwrap_or(0))
+            .collect()
+    }
+}

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use super::credential::Credential;
 use super::credential::KeyState;
 use super::entry::KeyEntry;
-use super::flags::{StateCounts, EXPIRED, REVOKED};
+use super::flags::{PlanCounts, StateCounts, EXPIRED, REVOKED};
 use crate::config::keyname::KeyName;
 use crate::config::KeyExtra;
 use crate::digest::Digest;
@@ -111,6 +111,8 @@ pub struct Issued {
     live: AtomicU64,
     /// How many keys not deleted are in each state.
     states: StateCounts,
+    /// How many keys not deleted are on each plan.
+    plans: PlanCounts,
     book: Mutex<Book>,
     /// The rate state of the previous table's issued keys, by id, for the keys put here
     /// again (a reload keeps every issued key's budget).
@@ -133,6 +135,7 @@ impl Default for Issued {
             by_digest: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
             live: AtomicU64::new(0),
             states: StateCounts::default(),
+            plans: PlanCounts::default(),
             book: Mutex::default(),
             inherited: Mutex::default(),
         }
@@ -140,9 +143,13 @@ impl Default for Issued {
 }
 
 impl Issued {
-    /// An empty segment that hands each key of `previous` put here again its rate state.
-    pub fn after(previous: Option<&Issued>) -> Self {
-        let me = Self::default();
+    /// An empty segment for a config of `plans` plans, that hands each key of `previous` put
+    /// here again its rate state.
+    pub fn after(previous: Option<&Issued>, plans: usize) -> Self {
+        let me = Self {
+            plans: PlanCounts::new(plans),
+            ..Self::default()
+        };
         if let Some(p) = previous.filter(|p| !p.is_empty()) {
             let mut carry = me.inherited_mut();
             for (_, s) in p.slots.iter().filter(|(_, s)| !s.is_gone()) {
@@ -254,6 +261,7 @@ impl Issued {
                 book.names.insert(key.name.into(), s);
                 self.live.fetch_add(1, Ordering::Relaxed);
                 self.states.add(KeyState::Active, 1);
+                self.plans.add(key.credential.plan(), 1);
                 let slot = &self.slots[s as usize];
                 match slot.extra.as_ref().and_then(|x| x.expires_ms) {
                     Some(ms) if ms <= key.now_ms => {
@@ -303,6 +311,21 @@ impl Issued {
         changed
     }
 
+    /// Put the key in slot `s` on `plan`, or back on the plan it was issued on (see
+    /// [`KeyTable::set_plan_override`](super::KeyTable::set_plan_override)).
+    pub(super) fn set_plan_override(&self, s: u32, plan: Option<usize>) {
+        let slot = &self.slots[s as usize];
+        let (from, to) = slot.entry.set_plan_override(plan);
+        if !slot.is_gone() {
+            self.plans.moved(from, to);
+        }
+    }
+
+    /// How many keys not deleted are on each plan, by plan index.
+    pub(super) fn plans(&self) -> Vec<usize> {
+        self.plans.get()
+    }
+
     /// How many keys not deleted are in each state, in [`KeyState::ALL`]'s order.
     pub(super) fn states(&self) -> [usize; 4] {
         self.states.get()
@@ -323,6 +346,7 @@ impl Issued {
         // Gone first: no change counts it any more.
         let (_, was, _) = slot.entry.set_flag(REVOKED, true);
         self.states.add(was, -1);
+        self.plans.add(slot.entry.plan_now(), -1);
         self.live.fetch_sub(1, Ordering::Relaxed);
         let map = self.by_digest.pin();
         let held = book

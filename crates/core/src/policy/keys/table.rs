@@ -10,7 +10,7 @@ use hashbrown::HashTable;
 
 use super::credential::Credential;
 use super::entry::{Alias, Found, KeyEntry, KeyIdx};
-use super::flags::{StateCounts, EXPIRED};
+use super::flags::{PlanCounts, StateCounts, EXPIRED};
 use super::issued::{Issued, NewIssued, Slot};
 use crate::config::keyname::KeyName;
 use crate::config::{Config, KeyExtra};
@@ -44,6 +44,8 @@ pub struct KeyTable {
     issued: Issued,
     /// How many of `entries` are in each state.
     states: StateCounts,
+    /// How many of `entries` are on each plan.
+    plans: PlanCounts,
     /// The YAML's entries by a hash of their names (the admin API's lookups).
     names: HashTable<KeyIdx>,
 }
@@ -116,6 +118,10 @@ impl KeyTable {
                 .or_insert(i as u32);
         }
         let yaml_keys = entries.len();
+        let plans = PlanCounts::new(config.plans.len());
+        for e in entries.iter() {
+            plans.add(e.configured_plan(), 1);
+        }
         Self {
             entries,
             aliases: aliases.into_boxed_slice(),
@@ -130,8 +136,9 @@ impl KeyTable {
                     .iter()
                     .any(|k| k.extra.as_ref().is_some_and(|x| x.quota.is_some())),
             ),
-            issued: Issued::after(previous.map(|p| &p.issued)),
+            issued: Issued::after(previous.map(|p| &p.issued), config.plans.len()),
             states: StateCounts::active(yaml_keys),
+            plans,
             names,
         }
     }
@@ -230,6 +237,43 @@ impl KeyTable {
     pub fn states(&self) -> [usize; 4] {
         let (yaml, issued) = (self.states.get(), self.issued.states());
         std::array::from_fn(|i| yaml[i] + issued[i])
+    }
+
+    /// How many customer keys are on each plan (an upgrade counts on the plan it gives), by
+    /// plan index: counted as keys come, go and change plan, read without a walk.
+    pub fn keys_on_plans(&self) -> Vec<usize> {
+        let (yaml, issued) = (self.plans.get(), self.issued.plans());
+        yaml.iter()
+            .enumerate()
+            .map(|(i, n)| n + issued.get(i).copied().unwrap_or(0))
+            .collect()
+    }
+
+    /// [`KeyTable::keys_on_plans`] counted by walking every key (for tests: the two agree).
+    pub fn keys_on_plans_walked(&self) -> Vec<usize> {
+        let mut n = vec![0; self.plans.get().len()];
+        for (_, e) in self.iter() {
+            if let Some(p) = e.plan_now() {
+                n[p] += 1;
+            }
+        }
+        n
+    }
+
+    /// Put the customer key `k` on `plan` (an index into the config's plans), or back on its
+    /// YAML plan (`None`), and count it there; partner keys have no plan: nothing changes.
+    /// Every change of a key's plan goes through here.
+    pub fn set_plan_override(&self, k: KeyIdx, plan: Option<usize>) {
+        match self.entries.get(k as usize) {
+            Some(e) => {
+                let (from, to) = e.set_plan_override(plan);
+                self.plans.moved(from, to);
+            }
+            None => {
+                let s = k - self.entries.len() as KeyIdx;
+                self.issued.set_plan_override(s, plan);
+            }
+        }
     }
 
     /// [`KeyTable::states`] counted by walking every key (for tests: the two agree).

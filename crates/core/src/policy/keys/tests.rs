@@ -162,6 +162,8 @@ mod state_counts {
         Delete(u8),
         /// The clock at `ms`: what has expired marked (and cleared, when it steps back).
         Expire(u64),
+        /// The `n`th key put on plan `p` (modulo the plans), or back on its own (`None`).
+        Upgrade(usize, Option<usize>),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -170,15 +172,16 @@ mod state_counts {
             (0..8u8, proptest::option::of(0..100u64)).prop_map(|(n, e)| Op::Issue(n, e)),
             (0..8u8).prop_map(Op::Delete),
             (0..100u64).prop_map(Op::Expire),
+            (0..64usize, proptest::option::of(0..8usize)).prop_map(|(n, p)| Op::Upgrade(n, p)),
         ]
     }
 
     proptest! {
-        /// Whatever changes the keys' flags, in any order (a key issued, expired at once,
-        /// suspended, deleted; a YAML key's expiry crossed both ways), the counts read
-        /// without a walk are the walk's.
+        /// Whatever changes the keys' flags and plans, in any order (a key issued, expired at
+        /// once, suspended, upgraded, deleted; a YAML key's expiry crossed both ways), the
+        /// counts by state and by plan read without a walk are the walk's.
         #[test]
-        fn the_states_counted_as_flags_change_are_the_states_walked(
+        fn the_states_and_plans_counted_as_keys_change_are_the_ones_walked(
             ops in proptest::collection::vec(op(), 1..60)
         ) {
             let mut cfg = crate::testing::config();
@@ -220,8 +223,14 @@ mod state_counts {
                     Op::Expire(ms) => {
                         table.expire(ms);
                     }
+                    Op::Upgrade(n, plan) => {
+                        let keys: Vec<KeyIdx> = table.iter().map(|(k, _)| k).collect();
+                        let plans = table.keys_on_plans().len();
+                        table.set_plan_override(keys[n % keys.len()], plan.map(|p| p % plans));
+                    }
                 }
                 prop_assert_eq!(table.states(), table.states_walked());
+                prop_assert_eq!(table.keys_on_plans(), table.keys_on_plans_walked());
             }
         }
     }

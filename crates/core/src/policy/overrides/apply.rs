@@ -56,10 +56,10 @@ impl Policy {
         let yaml = entry.configured_plan()?;
         let before = entry.plan_override().unwrap_or(yaml);
         if upgrade.plan == yaml {
-            entry.set_plan_override(None);
+            self.keys.set_plan_override(k, None);
             return Some((None, before));
         }
-        entry.set_plan_override(Some(upgrade.plan));
+        self.keys.set_plan_override(k, Some(upgrade.plan));
         let partner = match self.keys.get(by).configured {
             Credential::Partner { partner } => Some(self.config.partners[partner].name.clone()),
             Credential::Customer { .. } => None,
@@ -242,7 +242,8 @@ impl Policy {
                         drop(&mut after, part, Dropped::YamlChanged);
                     }
                 }
-                entry.set_plan_override(after.plan_id.and_then(|id| self.plan_by_id(id)));
+                self.keys
+                    .set_plan_override(k, after.plan_id.and_then(|id| self.plan_by_id(id)));
                 self.keys.set_flag(k, SUSPENDED, after.suspended.is_some());
                 self.keys.set_flag(k, REVOKED, after.revoked.is_some());
                 entry.set_live_limit(after.limit.as_ref().map(|l| l.requests_per_window));
@@ -412,7 +413,7 @@ impl Applying<'_> {
                 continue;
             }
             if e.live().changed_beyond_expiry() {
-                e.set_plan_override(None);
+                p.keys.set_plan_override(k, None);
                 p.keys.set_flag(k, SUSPENDED | REVOKED, false);
                 e.set_live_limit(None);
             }
