@@ -2,7 +2,7 @@
 //! upstream has yet to accept ([`Upgrade`], [`Pending`]), an operator's change ([`Action`]),
 //! why one is refused ([`ChangeRefused`]), and what a config dropped ([`Dropped`], [`Drop`]).
 
-use super::kind::Part;
+use super::part::Part;
 use super::record::KeyRecord;
 use crate::config::QuotaSpec;
 use crate::digest::Digest;

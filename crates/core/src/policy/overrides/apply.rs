@@ -5,7 +5,7 @@
 use sha2::Digest as _;
 
 use super::action::{Action, ChangeRefused, Drop, Dropped, Upgrade};
-use super::kind::Part;
+use super::part::Part;
 use super::record::{Change, KeyRecord, KeyRecords, LimitChange, QuotaChange};
 use crate::digest::Digest;
 use crate::policy::keys::{Credential, Found, KeyIdx, REVOKED, SUSPENDED};

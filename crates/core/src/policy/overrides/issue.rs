@@ -4,7 +4,7 @@
 //! the caller keeps the records, then applies them ([`Policy::apply_record`]).
 
 use super::action::ChangeRefused;
-use super::kind::Part;
+use super::part::Part;
 use super::record::{Change, IssuedKey, KeyRecord, KeyRecords, PreviousDigest};
 use crate::config::{KeyExtra, QuotaSpec};
 use crate::digest::Digest;

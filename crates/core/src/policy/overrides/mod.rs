@@ -17,7 +17,8 @@
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | these docs, and the names of the files below, re-exported |
-//! | `record.rs` | what is kept: [`KeyRecord`] and its parts ([`Part`], [`Change`], [`LimitChange`], [`QuotaChange`]), [`KeyRecords`] |
+//! | `record.rs` | what is kept: [`KeyRecord`] and its parts ([`Change`], [`LimitChange`], [`QuotaChange`]), [`KeyRecords`] |
+//! | `part.rs` | every part of a record, one row each ([`Part`]): its field's suffix and its word |
 //! | `action.rs` | what is asked and what comes of it: [`Upgrade`], [`Pending`], [`Action`], [`ChangeRefused`], [`Dropped`], [`Drop`] |
 //! | `issue.rs` | keys issued through the admin API: a new key, a rotation, a deletion as records ([`NewKey`], `Policy::issue`, `rotate`, `delete`), a kept key put in the table |
 //! | `kind.rs` | every kind of change, one row each ([`ChangeKind`]): the metric's and the log's `action` |
@@ -30,6 +31,7 @@ mod issue;
 #[cfg(test)]
 mod issue_tests;
 mod kind;
+mod part;
 mod record;
 #[cfg(test)]
 mod tests;
@@ -37,7 +39,8 @@ mod tests;
 pub use action::{Action, ChangeRefused, Drop, Dropped, Pending, Upgrade};
 pub use apply::Applying;
 pub use issue::{check_issued, NewKey};
-pub use kind::{ChangeKind, Part};
+pub use kind::ChangeKind;
+pub use part::Part;
 pub use record::{
     Change, IssuedKey, KeyRecord, KeyRecords, LimitChange, PreviousDigest, QuotaChange,
 };

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::kind::Part;
+use super::part::Part;
 use crate::config::QuotaSpec;
 use crate::digest::Digest;
 
