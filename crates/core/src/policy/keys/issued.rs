@@ -18,8 +18,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::credential::Credential;
-use super::credential::KeyState;
+use super::credential::{Credential, KeyState};
 use super::entry::KeyEntry;
 use super::flags::{PlanCounts, StateCounts, EXPIRED, REVOKED};
 use crate::config::keyname::KeyName;

@@ -249,8 +249,9 @@ impl KeyTable {
             .collect()
     }
 
-    /// [`KeyTable::keys_on_plans`] counted by walking every key (for tests: the two agree).
-    pub fn keys_on_plans_walked(&self) -> Vec<usize> {
+    /// [`KeyTable::keys_on_plans`] counted by walking every key (the tests hold the two equal).
+    #[cfg(test)]
+    pub(crate) fn keys_on_plans_walked(&self) -> Vec<usize> {
         let mut n = vec![0; self.plans.get().len()];
         for (_, e) in self.iter() {
             if let Some(p) = e.plan_now() {
@@ -276,8 +277,9 @@ impl KeyTable {
         }
     }
 
-    /// [`KeyTable::states`] counted by walking every key (for tests: the two agree).
-    pub fn states_walked(&self) -> [usize; 4] {
+    /// [`KeyTable::states`] counted by walking every key (the tests hold the two equal).
+    #[cfg(test)]
+    pub(crate) fn states_walked(&self) -> [usize; 4] {
         let mut n = [0; 4];
         for (_, e) in self.iter() {
             n[e.live().state() as usize] += 1;
