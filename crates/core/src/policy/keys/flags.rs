@@ -79,56 +79,31 @@ impl KeyFlags {
     }
 }
 
-/// How many keys are in each state, in [`KeyState::ALL`]'s order, counted as their flags
-/// change (every change goes through the table: [`KeyTable::set_flag`](super::KeyTable::set_flag)):
-/// `tollgate_keys{state}` reads four numbers, never a walk of a million keys.
+/// How many keys are in each of a few classes (a state, a plan), by the class's index,
+/// counted as keys come, go and move (every move goes through the table:
+/// [`KeyTable::set_flag`](super::KeyTable::set_flag),
+/// [`KeyTable::set_plan_override`](super::KeyTable::set_plan_override)): `tollgate_keys{state}`
+/// and the page's plans read a few numbers, never a walk of a million keys.
 #[derive(Debug, Default)]
-pub(super) struct StateCounts([AtomicIsize; 4]);
+pub(super) struct Counts(Box<[AtomicIsize]>);
 
-impl StateCounts {
-    /// `n` keys, every one active.
-    pub(super) fn active(n: usize) -> Self {
-        let me = Self::default();
-        me.add(KeyState::Active, n as isize);
+impl Counts {
+    /// For `classes` classes, no key in any.
+    pub(super) fn new(classes: usize) -> Self {
+        Self((0..classes).map(|_| AtomicIsize::new(0)).collect())
+    }
+
+    /// By state ([`KeyState::ALL`]'s order), `active` keys, every one active.
+    pub(super) fn of_states(active: usize) -> Self {
+        let me = Self::new(KeyState::ALL.len());
+        me.add(Some(KeyState::Active as usize), active as isize);
         me
     }
 
-    /// `n` keys more (fewer, when negative) in `state`.
-    pub(super) fn add(&self, state: KeyState, n: isize) {
-        self.0[state as usize].fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// A key moved from `from` to `to`.
-    pub(super) fn moved(&self, from: KeyState, to: KeyState) {
-        if from != to {
-            self.add(from, -1);
-            self.add(to, 1);
-        }
-    }
-
-    /// The counts (a key moving while they are read may be seen in neither state or both).
-    pub(super) fn get(&self) -> [usize; 4] {
-        self.0
-            .each_ref()
-            .map(|n| usize::try_from(n.load(Ordering::Relaxed)).unwrap_or(0))
-    }
-}
-
-/// How many customer keys are on each plan (an upgrade counts on the plan it gives), by plan
-/// index, counted as keys come, go and change plan (through the table:
-/// [`KeyTable::set_plan_override`](super::KeyTable::set_plan_override)).
-#[derive(Debug, Default)]
-pub(super) struct PlanCounts(Box<[AtomicIsize]>);
-
-impl PlanCounts {
-    /// For `plans` plans, no key on any.
-    pub(super) fn new(plans: usize) -> Self {
-        Self((0..plans).map(|_| AtomicIsize::new(0)).collect())
-    }
-
-    /// `n` keys more (fewer, when negative) on `plan` (none: a partner key, not counted).
-    pub(super) fn add(&self, plan: Option<usize>, n: isize) {
-        if let Some(c) = plan.and_then(|p| self.0.get(p)) {
+    /// `n` keys more (fewer, when negative) in `class` (none: a key not counted, such as a
+    /// partner key by plan).
+    pub(super) fn add(&self, class: Option<usize>, n: isize) {
+        if let Some(c) = class.and_then(|i| self.0.get(i)) {
             c.fetch_add(n, Ordering::Relaxed);
         }
     }
@@ -141,7 +116,8 @@ impl PlanCounts {
         }
     }
 
-    /// The counts, by plan index.
+    /// The counts, by class (a key moving while they are read may be seen in neither class
+    /// or both).
     pub(super) fn get(&self) -> Vec<usize> {
         self.0
             .iter()

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::credential::{Credential, KeyState};
 use super::entry::KeyEntry;
-use super::flags::{PlanCounts, StateCounts, EXPIRED, REVOKED};
+use super::flags::{Counts, EXPIRED, REVOKED};
 use crate::config::keyname::KeyName;
 use crate::config::KeyExtra;
 use crate::digest::Digest;
@@ -109,9 +109,9 @@ pub struct Issued {
     /// Keys not deleted.
     live: AtomicU64,
     /// How many keys not deleted are in each state.
-    states: StateCounts,
+    states: Counts,
     /// How many keys not deleted are on each plan.
-    plans: PlanCounts,
+    plans: Counts,
     book: Mutex<Book>,
     /// The rate state of the previous table's issued keys, by id, for the keys put here
     /// again (a reload keeps every issued key's budget).
@@ -133,8 +133,8 @@ impl Default for Issued {
             slots: boxcar::Vec::new(),
             by_digest: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
             live: AtomicU64::new(0),
-            states: StateCounts::default(),
-            plans: PlanCounts::default(),
+            states: Counts::of_states(0),
+            plans: Counts::default(),
             book: Mutex::default(),
             inherited: Mutex::default(),
         }
@@ -146,7 +146,7 @@ impl Issued {
     /// here again its rate state.
     pub fn after(previous: Option<&Issued>, plans: usize) -> Self {
         let me = Self {
-            plans: PlanCounts::new(plans),
+            plans: Counts::new(plans),
             ..Self::default()
         };
         if let Some(p) = previous.filter(|p| !p.is_empty()) {
@@ -259,7 +259,7 @@ impl Issued {
                 }) as u32;
                 book.names.insert(key.name.into(), s);
                 self.live.fetch_add(1, Ordering::Relaxed);
-                self.states.add(KeyState::Active, 1);
+                self.states.add(Some(KeyState::Active as usize), 1);
                 self.plans.add(key.credential.plan(), 1);
                 let slot = &self.slots[s as usize];
                 match slot.extra.as_ref().and_then(|x| x.expires_ms) {
@@ -305,7 +305,7 @@ impl Issued {
         let slot = &self.slots[s as usize];
         let (changed, from, to) = slot.entry.set_flag(flag, on);
         if !slot.is_gone() {
-            self.states.moved(from, to);
+            self.states.moved(Some(from as usize), Some(to as usize));
         }
         changed
     }
@@ -326,7 +326,7 @@ impl Issued {
     }
 
     /// How many keys not deleted are in each state, in [`KeyState::ALL`]'s order.
-    pub(super) fn states(&self) -> [usize; 4] {
+    pub(super) fn states(&self) -> Vec<usize> {
         self.states.get()
     }
 
@@ -344,7 +344,7 @@ impl Issued {
         }
         // Gone first: no change counts it any more.
         let (_, was, _) = slot.entry.set_flag(REVOKED, true);
-        self.states.add(was, -1);
+        self.states.add(Some(was as usize), -1);
         self.plans.add(slot.entry.plan_now(), -1);
         self.live.fetch_sub(1, Ordering::Relaxed);
         let map = self.by_digest.pin();

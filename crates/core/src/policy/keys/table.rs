@@ -10,7 +10,7 @@ use hashbrown::HashTable;
 
 use super::credential::Credential;
 use super::entry::{Alias, Found, KeyEntry, KeyIdx};
-use super::flags::{PlanCounts, StateCounts, EXPIRED};
+use super::flags::{Counts, EXPIRED};
 use super::issued::{Issued, NewIssued, Slot};
 use crate::config::keyname::KeyName;
 use crate::config::{Config, KeyExtra};
@@ -43,9 +43,9 @@ pub struct KeyTable {
     /// Keys issued through the admin API.
     issued: Issued,
     /// How many of `entries` are in each state.
-    states: StateCounts,
+    states: Counts,
     /// How many of `entries` are on each plan.
-    plans: PlanCounts,
+    plans: Counts,
     /// The YAML's entries by a hash of their names (the admin API's lookups).
     names: HashTable<KeyIdx>,
 }
@@ -118,7 +118,7 @@ impl KeyTable {
                 .or_insert(i as u32);
         }
         let yaml_keys = entries.len();
-        let plans = PlanCounts::new(config.plans.len());
+        let plans = Counts::new(config.plans.len());
         for e in entries.iter() {
             plans.add(e.configured_plan(), 1);
         }
@@ -137,7 +137,7 @@ impl KeyTable {
                     .any(|k| k.extra.as_ref().is_some_and(|x| x.quota.is_some())),
             ),
             issued: Issued::after(previous.map(|p| &p.issued), config.plans.len()),
-            states: StateCounts::active(yaml_keys),
+            states: Counts::of_states(yaml_keys),
             plans,
             names,
         }
@@ -235,18 +235,14 @@ impl KeyTable {
     /// [`KeyState::ALL`](super::KeyState::ALL)'s order: counted as their flags change
     /// ([`KeyTable::set_flag`]), read without a walk of the keys.
     pub fn states(&self) -> [usize; 4] {
-        let (yaml, issued) = (self.states.get(), self.issued.states());
-        std::array::from_fn(|i| yaml[i] + issued[i])
+        let n = summed(&self.states.get(), &self.issued.states());
+        std::array::from_fn(|i| n.get(i).copied().unwrap_or(0))
     }
 
     /// How many customer keys are on each plan (an upgrade counts on the plan it gives), by
     /// plan index: counted as keys come, go and change plan, read without a walk.
     pub fn keys_on_plans(&self) -> Vec<usize> {
-        let (yaml, issued) = (self.plans.get(), self.issued.plans());
-        yaml.iter()
-            .enumerate()
-            .map(|(i, n)| n + issued.get(i).copied().unwrap_or(0))
-            .collect()
+        summed(&self.plans.get(), &self.issued.plans())
     }
 
     /// [`KeyTable::keys_on_plans`] counted by walking every key (the tests hold the two equal).
@@ -294,7 +290,7 @@ impl KeyTable {
         match self.entries.get(k as usize) {
             Some(e) => {
                 let (changed, from, to) = e.set_flag(flag, on);
-                self.states.moved(from, to);
+                self.states.moved(Some(from as usize), Some(to as usize));
                 changed
             }
             None => {
@@ -464,4 +460,11 @@ impl Carry<'_> {
             None => Arc::default(),
         }
     }
+}
+
+/// The YAML's entries' counts and the issued keys', class by class.
+fn summed(yaml: &[usize], issued: &[usize]) -> Vec<usize> {
+    (0..yaml.len().max(issued.len()))
+        .map(|i| yaml.get(i).copied().unwrap_or(0) + issued.get(i).copied().unwrap_or(0))
+        .collect()
 }
