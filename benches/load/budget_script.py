@@ -128,7 +128,10 @@ def main():
     a = ap.parse_args()
     lua = script_of(a.rev)
     packed = "struct.unpack" in lua
-    leases = "'<I8I8I8I8I8I8'" in lua
+    leases = "'<I8I8I8I8I8I8'" in lua or "'<I8I8I8I8I8I8I8'" in lua
+    # The lease script since `early` (a seventh word: how far ahead of its refill a key may
+    # be granted) was added.
+    words = 7 if "'<I8I8I8I8I8I8I8'" in lua else 6
     with redis_server() as (redis, conn, f):
         conn.sendall(resp("SCRIPT", "LOAD", lua))
         sha = read_reply(f).decode()
@@ -138,8 +141,8 @@ def main():
             keys = names[at:at + a.batch]
             if leases:
                 args = ["EVALSHA", sha, len(keys)] + keys + [10000]
-                args.append(struct.pack("<%dQ" % (6 * len(keys)),
-                                        *([1, 0, 0, 66667, 150, 0] * len(keys))))
+                args.append(struct.pack("<%dQ" % (words * len(keys)),
+                                        *([1, 0, 0, 66667, 150, 0, 0][:words] * len(keys))))
                 calls.append(resp(*args))
                 continue
             args = ["EVALSHA", sha, len(keys)] + keys + ["0123456789abcdef", 10000, 200]

@@ -23,10 +23,12 @@ for k = 1, #KEYS do
   local granted = want
   if granted > room then granted = room end
   tat = tat + granted * interval
-  redis.call('HSET', key, 't', string.format('%.0f', tat))
+  -- `tat` is a whole number of µs (every term is), below 2^53: '%d' writes the digits '%.0f'
+  -- did, for less of Redis's CPU.
+  redis.call('HSET', key, 't', string.format('%d', tat))
   local ahead = tat - now
   redis.call('PEXPIRE', key, math.floor((ahead + 999) / 1000) + horizon)
-  out[#out + 1] = granted
-  out[#out + 1] = ahead
+  out[2 * k - 1] = granted
+  out[2 * k] = ahead
 end
 return struct.pack('<' .. string.rep('I8', #out), unpack(out))
