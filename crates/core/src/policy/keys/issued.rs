@@ -235,42 +235,27 @@ impl Issued {
     /// and what lapses: a rotation); its slot. What a slot was issued with (plan, partner,
     /// expiry, limit, quota, id) does not change: a key of the same name with another id is
     /// a new slot (the old one deleted).
-    pub fn put(&self, key: NewIssued<'_>) -> u32 {
+    pub fn put(&self, mut key: NewIssued<'_>) -> u32 {
+        use std::collections::btree_map::Entry;
         let mut book = self.book();
-        let (at, known) = match book.names.get(key.name).copied() {
-            Some(s) if self.slots[s as usize].entry.digest == key.id => (s, true),
-            held => {
-                if let Some(old) = held {
-                    self.forget(&mut book, old);
-                }
-                let rate = self.inherited_mut().remove(&key.id).unwrap_or_default();
-                let quota = crate::metering::pack_quota(key.extra.as_ref().and_then(|x| x.quota));
-                let s = self.slots.push(Slot {
-                    entry: KeyEntry {
-                        name: KeyName::new(key.name),
-                        configured: key.credential,
-                        digest: key.id,
-                        rate,
-                        live: AtomicU64::new(0),
-                        quota: AtomicU64::new(quota),
-                    },
-                    extra: key.extra.map(Box::new),
-                    gone: AtomicBool::new(false),
-                }) as u32;
-                book.names.insert(key.name.into(), s);
-                self.live.fetch_add(1, Ordering::Relaxed);
-                self.states.add(Some(KeyState::Active as usize), 1);
-                self.plans.add(key.credential.plan(), 1);
-                let slot = &self.slots[s as usize];
-                match slot.extra.as_ref().and_then(|x| x.expires_ms) {
-                    Some(ms) if ms <= key.now_ms => {
-                        self.set_flag(s, EXPIRED, true);
-                    }
-                    Some(ms) => {
-                        book.lapses.insert((ms, Lapse::Key(s)));
-                    }
-                    None => {}
-                }
+        let book = &mut *book;
+        // One search of the names for a key new here (a start puts back a million): its name
+        // is taken with the search that finds it free.
+        let (at, known) = match book.names.entry(key.name.into()) {
+            Entry::Occupied(e) if self.slots[*e.get() as usize].entry.digest == key.id => {
+                (*e.get(), true)
+            }
+            Entry::Occupied(mut e) => {
+                // Another key of that name: deleted, its name given to this one.
+                let old = *e.get();
+                let s = self.push(&mut key, &mut book.lapses);
+                e.insert(s);
+                self.forget(&mut book.digests, old, false);
+                (s, false)
+            }
+            Entry::Vacant(e) => {
+                let s = self.push(&mut key, &mut book.lapses);
+                e.insert(s);
                 (s, false)
             }
         };
@@ -291,11 +276,51 @@ impl Issued {
                 book.lapses.insert((until, Lapse::Digest(at, d.0)));
             }
         }
-        let now: Vec<Digest> = key.digests.iter().map(|&(d, _)| d).collect();
-        if now != [key.id] {
-            book.digests.insert(at, now);
+        // A key with no digest but the one it was issued with (most keys) has no list.
+        if !matches!(key.digests.as_slice(), [(d, _)] if *d == key.id) {
+            book.digests
+                .insert(at, key.digests.iter().map(|&(d, _)| d).collect());
         }
         at
+    }
+
+    /// A new slot for `key` (its name not yet in the book), counted, its expiry set.
+    fn push(&self, key: &mut NewIssued<'_>, lapses: &mut BTreeSet<(u64, Lapse)>) -> u32 {
+        let expires = key.extra.as_ref().and_then(|x| x.expires_ms);
+        let rate = {
+            let mut inherited = self.inherited_mut();
+            match inherited.is_empty() {
+                true => None,
+                false => inherited.remove(&key.id),
+            }
+        }
+        .unwrap_or_default();
+        let quota = crate::metering::pack_quota(key.extra.as_ref().and_then(|x| x.quota));
+        let s = self.slots.push(Slot {
+            entry: KeyEntry {
+                name: KeyName::new(key.name),
+                configured: key.credential,
+                digest: key.id,
+                rate,
+                live: AtomicU64::new(0),
+                quota: AtomicU64::new(quota),
+            },
+            extra: key.extra.take().map(Box::new),
+            gone: AtomicBool::new(false),
+        }) as u32;
+        self.live.fetch_add(1, Ordering::Relaxed);
+        self.states.add(Some(KeyState::Active as usize), 1);
+        self.plans.add(key.credential.plan(), 1);
+        match expires {
+            Some(ms) if ms <= key.now_ms => {
+                self.set_flag(s, EXPIRED, true);
+            }
+            Some(ms) => {
+                lapses.insert((ms, Lapse::Key(s)));
+            }
+            None => {}
+        }
+        s
     }
 
     /// Set or clear state flags of the key in slot `s` (see
@@ -334,13 +359,19 @@ impl Issued {
     /// revoked for whoever still holds its entry.
     pub fn remove(&self, s: u32) {
         let mut book = self.book();
-        self.forget(&mut book, s);
+        let book = &mut *book;
+        if self.forget(&mut book.digests, s, true) {
+            book.names.remove(self.slots[s as usize].entry.name.as_str());
+        }
     }
 
-    fn forget(&self, book: &mut Book, s: u32) {
+    /// Take the key in slot `s` out: no digest finds it, it is counted nowhere; whether it
+    /// was not already (its name is then the caller's to free, `free_name`, or already
+    /// another key's).
+    fn forget(&self, digests: &mut HashMap<u32, Vec<Digest>>, s: u32, free_name: bool) -> bool {
         let slot = &self.slots[s as usize];
         if slot.gone.swap(true, Ordering::Relaxed) {
-            return;
+            return false;
         }
         // Gone first: no change counts it any more.
         let (_, was, _) = slot.entry.set_flag(REVOKED, true);
@@ -348,14 +379,13 @@ impl Issued {
         self.plans.add(slot.entry.plan_now(), -1);
         self.live.fetch_sub(1, Ordering::Relaxed);
         let map = self.by_digest.pin();
-        let held = book
-            .digests
+        let held = digests
             .remove(&s)
             .unwrap_or_else(|| vec![slot.entry.digest]);
         for d in held {
             map.remove(&CtDigest(d));
         }
-        book.names.remove(slot.entry.name.as_str());
+        free_name
     }
 
     /// Apply what has lapsed at `wall_ms` (an expiry, an overlap's end); whether anything
