@@ -93,7 +93,7 @@ enum Lapse {
 #[derive(Default)]
 struct Book {
     /// Names of the keys not deleted, in order (the admin API's pages).
-    names: BTreeMap<Box<str>, u32>,
+    names: BTreeMap<KeyName, u32>,
     /// The digests each key has in the map, for the keys that have others than the one they
     /// were issued with (a rotation); a key not here has that one alone (a million keys never
     /// rotated cost nothing here).
@@ -207,7 +207,7 @@ impl Issued {
 
     /// The slot of the key named `name` (not deleted).
     pub fn find(&self, name: &str) -> Option<u32> {
-        self.book().names.get(name).copied()
+        self.book().names.get(&KeyName::new(name)).copied()
     }
 
     /// Up to `n` slots in name order, from the first name after `after` (from the first with
@@ -215,9 +215,9 @@ impl Issued {
     pub fn names_after(&self, after: Option<&str>, n: usize) -> Vec<u32> {
         use std::ops::Bound;
         let book = self.book();
-        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let from = after.map_or(Bound::Unbounded, |a| Bound::Excluded(KeyName::new(a)));
         book.names
-            .range::<str, _>((from, Bound::Unbounded))
+            .range((from, Bound::Unbounded))
             .take(n)
             .map(|(_, &s)| s)
             .collect()
@@ -241,7 +241,7 @@ impl Issued {
         let book = &mut *book;
         // One search of the names for a key new here (a start puts back a million): its name
         // is taken with the search that finds it free.
-        let (at, known) = match book.names.entry(key.name.into()) {
+        let (at, known) = match book.names.entry(KeyName::new(key.name)) {
             Entry::Occupied(e) if self.slots[*e.get() as usize].entry.digest == key.id => {
                 (*e.get(), true)
             }
@@ -361,7 +361,7 @@ impl Issued {
         let mut book = self.book();
         let book = &mut *book;
         if self.forget(&mut book.digests, s, true) {
-            book.names.remove(self.slots[s as usize].entry.name.as_str());
+            book.names.remove(&self.slots[s as usize].entry.name);
         }
     }
 
