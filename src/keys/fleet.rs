@@ -8,7 +8,6 @@
 //! ([`crate::policy::versions`]): a later resume beats an earlier suspension, a revocation is
 //! never undone, whichever copy reaches the store first.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::redis_set::{part_field, NewPart, RedisSet};
@@ -16,7 +15,7 @@ use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::fleet_store::StoreError;
 use crate::policy::overrides::{KeyRecord, Part};
-use crate::policy::versions::{part_of_field, Hlc, Kept};
+use crate::policy::versions::{part_of_field, Fields, Hlc, Kept};
 use crate::runtime::live::unix_ms;
 use crate::state::backup;
 use crate::state::disk::{self, DiskError};
@@ -38,7 +37,7 @@ struct Copy {
     /// Every field, as last read or written; shared with whoever reads it whole (a start, a
     /// put-back, the copy to disk) instead of copied: a million issued keys are a million
     /// fields. A change while one holds it copies it ([`Arc::make_mut`]).
-    fields: Arc<HashMap<String, Kept>>,
+    fields: Arc<Fields>,
     /// The set's version the copy is of (empty: read the whole set next time).
     version: String,
     /// The set's epoch as last read (empty: none read yet).
@@ -60,7 +59,7 @@ impl Fleet {
                     .flat_map(|(d, o)| legacy_fields(d, o))
                     .collect())
             })?,
-            None => HashMap::new(),
+            None => Fields::default(),
         };
         let hlc = Hlc::default();
         fields.values().for_each(|k| hlc.observe(k.version));
@@ -80,7 +79,7 @@ impl Fleet {
     }
 
     /// The fields held.
-    pub(super) fn fields(&self) -> Arc<HashMap<String, Kept>> {
+    pub(super) fn fields(&self) -> Arc<Fields> {
         Arc::clone(&self.copy().fields)
     }
 
@@ -104,7 +103,7 @@ impl Fleet {
 
     /// Take the set read from Redis (same epoch: Redis has every change) as the copy, at
     /// `version`: the fields that name a part, parsed.
-    pub(super) fn adopt(&self, version: String, fields: HashMap<String, Kept>) {
+    pub(super) fn adopt(&self, version: String, fields: Fields) {
         fields.values().for_each(|k| self.hlc.observe(k.version));
         let mut c = self.copy();
         c.fields = Arc::new(fields);
@@ -203,7 +202,7 @@ impl Fleet {
     }
 
     /// Keep the copy at `state.path` as `fields` (what the set holds now).
-    pub(super) async fn copy_to_disk(&self, fields: Arc<HashMap<String, Kept>>) {
+    pub(super) async fn copy_to_disk(&self, fields: Arc<Fields>) {
         let Some(file) = &self.disk else {
             return;
         };

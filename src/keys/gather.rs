@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::redis_set::{field, split_field, Pages};
 use crate::digest::Digest;
 use crate::policy::overrides::{KeyRecord, KeyRecords};
-use crate::policy::versions::{part_of_field, Kept};
+use crate::policy::versions::{part_of_field, Fields, Kept};
 use crate::policy::Policy;
 
 /// Pages a whole read may hold ready before the parse takes them.
@@ -25,7 +25,7 @@ const PAGES_AHEAD: usize = 4;
 /// The set read whole, as it came: the copy's fields and the records' parts.
 pub(super) struct Gathered {
     /// Every field that names a part, as kept.
-    pub(super) fields: HashMap<String, Kept>,
+    pub(super) fields: Fields,
     pub(super) parts: Parts,
 }
 
@@ -35,7 +35,7 @@ pub(super) fn gather_beside(about: usize) -> (Pages, tokio::task::JoinHandle<Gat
     let (pages, mut rx) = mpsc::channel::<Vec<(String, String)>>(PAGES_AHEAD);
     let gathering = tokio::task::spawn_blocking(move || {
         let mut g = Gathered {
-            fields: HashMap::with_capacity(about),
+            fields: Fields::with_capacity_and_hasher(about, Default::default()),
             parts: Parts::with_capacity(about),
         };
         while let Some(page) = rx.blocking_recv() {
@@ -57,7 +57,7 @@ pub(super) fn gather_beside(about: usize) -> (Pages, tokio::task::JoinHandle<Gat
 
 /// The records of `fields` (field → one part as kept) in force for `policy`: see
 /// [`Parts::into_set`].
-pub(super) fn from_fields(policy: &Policy, fields: &HashMap<String, Kept>) -> KeyRecords {
+pub(super) fn from_fields(policy: &Policy, fields: &Fields) -> KeyRecords {
     let mut parts = Parts::with_capacity(fields.len());
     for (f, k) in fields {
         parts.add(f, k);
@@ -213,7 +213,7 @@ mod tests {
     }
 
     /// Each field as a store holds it: the record's `part` alone, at version 1.
-    fn fields(records: &[(Digest, Part, KeyRecord)]) -> HashMap<String, Kept> {
+    fn fields(records: &[(Digest, Part, KeyRecord)]) -> Fields {
         records
             .iter()
             .map(|(d, part, o)| {

@@ -6,7 +6,7 @@
 //! backup, a thread of its own writes the backup whole again ([`rewrite_backup`]), and no
 //! change waits for that. The database itself is [`super::disk`]'s.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use redb::{ReadableDatabase, ReadableTable};
@@ -14,7 +14,7 @@ use redb::{ReadableDatabase, ReadableTable};
 use super::disk::{replace_fields, table_in, write_all, FIELDS, TABLE};
 use crate::digest::Digest;
 use crate::policy::overrides::KeyRecord;
-use crate::policy::versions::Kept;
+use crate::policy::versions::{Fields, Kept};
 
 /// Where the backup of the file at `path` is: `<name>.backup.json`.
 pub(crate) fn backup_path(path: &Path) -> PathBuf {
@@ -326,7 +326,7 @@ pub(crate) fn restore_backup(db: &redb::Database, path: &Path) -> String {
         .into_iter()
         .filter_map(|(d, o)| Some((Digest::from_hex(&d)?, Some(o))))
         .collect();
-    let fields: HashMap<String, Kept> = backup
+    let fields: Fields = backup
         .fields
         .into_iter()
         .filter_map(|(f, raw)| Some((f, Kept::parse(&raw)?)))

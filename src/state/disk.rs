@@ -7,14 +7,13 @@
 //! the file while a gateway holds it. SQLite (through rusqlite) would bring a C library and SQL
 //! for one table of two columns.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::digest::Digest;
 use crate::policy::overrides::{KeyRecord, KeyRecords};
-use crate::policy::versions::Kept;
+use crate::policy::versions::{Fields, Kept};
 
 pub(super) const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("plan_overrides");
 
@@ -221,11 +220,11 @@ pub(crate) fn write_all(
 }
 
 /// The copy of the fleet's overrides kept here (empty when none was ever written).
-pub(crate) fn read_fields(db: &impl ReadableDatabase) -> Result<HashMap<String, Kept>, DiskError> {
+pub(crate) fn read_fields(db: &impl ReadableDatabase) -> Result<Fields, DiskError> {
     let Some(table) = read_table(db, FIELDS).map_err(store)? else {
-        return Ok(HashMap::new());
+        return Ok(Fields::default());
     };
-    let mut out = HashMap::new();
+    let mut out = Fields::default();
     for row in table.iter().map_err(store)? {
         let (f, v) = row.map_err(store)?;
         if let Some(k) = Kept::parse(v.value()) {
@@ -253,7 +252,7 @@ pub(crate) fn write_fields(
 /// Make the copy hold `fields` and nothing else, in one transaction.
 pub(crate) fn replace_fields(
     db: &redb::Database,
-    fields: &HashMap<String, Kept>,
+    fields: &Fields,
 ) -> Result<(), DiskError> {
     let txn = db.begin_write().map_err(store)?;
     {

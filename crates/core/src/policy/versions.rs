@@ -38,6 +38,11 @@ pub const VERSION_DIGITS: usize = 16;
 /// compare and add to it (µs since the Unix epoch reach it in the year 2255).
 pub const MAX_VERSION: Version = (1 << 53) - 1;
 
+/// Fields as a store holds them, by name (a field's name is a digest's hash and a part's
+/// suffix): a copy of a million issued keys' fields is filled at a start, each name hashed
+/// once, by foldhash rather than SipHash (the names come from the replicas' own store).
+pub type Fields = HashMap<String, Kept, foldhash::fast::RandomState>;
+
 /// One part of a digest's record as it is kept: `<version>|<JSON>` (a record written before
 /// versions, plain JSON, reads as version 0).
 #[derive(Clone, Debug, PartialEq, Eq)]
