@@ -242,11 +242,16 @@ impl Policy {
                         drop(&mut after, part, Dropped::YamlChanged);
                     }
                 }
-                self.keys
-                    .set_plan_override(k, after.plan_id.and_then(|id| self.plan_by_id(id)));
-                self.keys.set_flag(k, SUSPENDED, after.suspended.is_some());
-                self.keys.set_flag(k, REVOKED, after.revoked.is_some());
-                entry.set_live_limit(after.limit.as_ref().map(|l| l.requests_per_window));
+                // A key with nothing in force, and a record with nothing for it but its quota
+                // (a key issued, put back at a start: a million of them), is left as it is.
+                let sets = [Part::Plan, Part::Suspended, Part::Revoked, Part::Limit];
+                if !entry.live().is_plain() || sets.iter().any(|&p| after.has(p)) {
+                    self.keys
+                        .set_plan_override(k, after.plan_id.and_then(|id| self.plan_by_id(id)));
+                    self.keys.set_flag(k, SUSPENDED, after.suspended.is_some());
+                    self.keys.set_flag(k, REVOKED, after.revoked.is_some());
+                    entry.set_live_limit(after.limit.as_ref().map(|l| l.requests_per_window));
+                }
                 let yaml = self.keys.extra(k).and_then(|x| x.quota);
                 self.keys
                     .set_own_quota(k, after.quota.as_ref().map(|q| q.quota).or(yaml));
