@@ -127,7 +127,10 @@ fn rows(
 /// `name.to_lowercase().contains(needle)` says, since names are ASCII (`is_valid_name`), without
 /// a lowercased copy of each of a million names for one search.
 fn holds(name: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty() || name.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle))
+    needle.is_empty()
+        || name
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 fn config_view(live: &LivePolicy, policy: &Policy) -> ConfigView {

@@ -250,10 +250,7 @@ pub(crate) fn write_fields(
 }
 
 /// Make the copy hold `fields` and nothing else, in one transaction.
-pub(crate) fn replace_fields(
-    db: &redb::Database,
-    fields: &Fields,
-) -> Result<(), DiskError> {
+pub(crate) fn replace_fields(db: &redb::Database, fields: &Fields) -> Result<(), DiskError> {
     let txn = db.begin_write().map_err(store)?;
     {
         let mut table = txn.open_table(FIELDS).map_err(store)?;

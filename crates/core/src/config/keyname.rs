@@ -101,10 +101,9 @@ fn words(bytes: &[u8; KeyName::INLINE]) -> (u64, u64, u64) {
 impl Ord for KeyName {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         match (&self.0, &other.0) {
-            (
-                NameRepr::Inline { len: a, bytes: x },
-                NameRepr::Inline { len: b, bytes: y },
-            ) => words(x).cmp(&words(y)).then(a.cmp(b)),
+            (NameRepr::Inline { len: a, bytes: x }, NameRepr::Inline { len: b, bytes: y }) => {
+                words(x).cmp(&words(y)).then(a.cmp(b))
+            }
             _ => self.as_bytes().cmp(other.as_bytes()),
         }
     }
