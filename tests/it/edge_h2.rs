@@ -217,6 +217,9 @@ fn over_http2_the_upstreams_status_decides_the_quota_and_the_ledger() {
                     tokio::task::block_in_place(|| up.wait_for(1));
                     body.send_reset(h2::Reason::CANCEL);
                     drop(resp);
+                    // The answer is let go only once the gateway has given the request up:
+                    // an answer that came first would find the stream still open to it.
+                    tokio::task::block_in_place(|| up.wait_abandoned());
                 }
             }
         });

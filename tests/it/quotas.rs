@@ -218,6 +218,8 @@ fn every_way_a_request_ends_is_charged_and_booked_by_one_rule() {
                 let up = up.as_ref().unwrap();
                 up.wait_for(1);
                 drop(c);
+                // Let go once the gateway has given the request up (see edge_h2.rs).
+                up.wait_abandoned();
                 up.release();
             }
         }

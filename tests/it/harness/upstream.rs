@@ -60,6 +60,8 @@ pub(crate) struct Upstream {
     pub(crate) connections: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     released: Arc<AtomicBool>,
+    /// The held answer's connection was closed by the gateway while held.
+    abandoned: Arc<AtomicBool>,
 }
 
 impl Upstream {
@@ -71,11 +73,13 @@ impl Upstream {
         let connections = Arc::new(AtomicUsize::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let released = Arc::new(AtomicBool::new(false));
-        let (s, c, st, rel) = (
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let (s, c, st, rel, ab) = (
             Arc::clone(&seen),
             Arc::clone(&connections),
             Arc::clone(&stop),
             Arc::clone(&released),
+            Arc::clone(&abandoned),
         );
         std::thread::spawn(move || {
             let deadline = Instant::now() + Duration::from_secs(120);
@@ -83,7 +87,7 @@ impl Upstream {
                 match listener.accept() {
                     Ok((stream, _)) => {
                         c.fetch_add(1, Ordering::SeqCst);
-                        let flags = (Arc::clone(&st), Arc::clone(&rel));
+                        let flags = (Arc::clone(&st), Arc::clone(&rel), Arc::clone(&ab));
                         let s = Arc::clone(&s);
                         std::thread::spawn(move || serve_conn(stream, mode, s, flags));
                     }
@@ -97,6 +101,20 @@ impl Upstream {
             connections,
             stop,
             released,
+            abandoned,
+        }
+    }
+
+    /// Wait (bounded) until the gateway has closed the connection of the held answer
+    /// ([`Mode::HoldFirst`]): it gave the request up (its client left).
+    pub(crate) fn wait_abandoned(&self) {
+        let end = Instant::now() + Duration::from_secs(20);
+        while !self.abandoned.load(Ordering::SeqCst) {
+            assert!(
+                Instant::now() < end,
+                "the gateway never gave up the held request"
+            );
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -133,7 +151,7 @@ fn serve_conn(
     stream: TcpStream,
     mode: Mode,
     seen: Arc<Mutex<Vec<Seen>>>,
-    (stop, released): (Arc<AtomicBool>, Arc<AtomicBool>),
+    (stop, released, abandoned): (Arc<AtomicBool>, Arc<AtomicBool>, Arc<AtomicBool>),
 ) {
     stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
     let mut w = stream.try_clone().unwrap();
@@ -153,12 +171,22 @@ fn serve_conn(
         };
         if mode == Mode::HoldFirst && first {
             let end = Instant::now() + Duration::from_secs(30);
+            r.get_ref().set_nonblocking(true).ok();
             while !released.load(Ordering::SeqCst)
                 && !stop.load(Ordering::SeqCst)
                 && Instant::now() < end
             {
+                // The gateway closing the connection while the answer is held: it gave up.
+                let gone = match r.get_ref().peek(&mut [0u8; 1]) {
+                    Ok(n) => n == 0,
+                    Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                };
+                if gone {
+                    abandoned.store(true, Ordering::SeqCst);
+                }
                 std::thread::sleep(Duration::from_millis(5));
             }
+            r.get_ref().set_nonblocking(false).ok();
         }
         match mode {
             Mode::Ok | Mode::HoldFirst => {
