@@ -250,7 +250,7 @@ impl Issued {
                 let old = *e.get();
                 let s = self.push(&mut key, &mut book.lapses);
                 e.insert(s);
-                self.forget(&mut book.digests, old, false);
+                self.forget(&mut book.digests, old);
                 (s, false)
             }
             Entry::Vacant(e) => {
@@ -360,15 +360,14 @@ impl Issued {
     pub fn remove(&self, s: u32) {
         let mut book = self.book();
         let book = &mut *book;
-        if self.forget(&mut book.digests, s, true) {
+        if self.forget(&mut book.digests, s) {
             book.names.remove(&self.slots[s as usize].entry.name);
         }
     }
 
     /// Take the key in slot `s` out: no digest finds it, it is counted nowhere; whether it
-    /// was not already (its name is then the caller's to free, `free_name`, or already
-    /// another key's).
-    fn forget(&self, digests: &mut HashMap<u32, Vec<Digest>>, s: u32, free_name: bool) -> bool {
+    /// was not out already. Its name is the caller's to free (or to give another key).
+    fn forget(&self, digests: &mut HashMap<u32, Vec<Digest>>, s: u32) -> bool {
         let slot = &self.slots[s as usize];
         if slot.gone.swap(true, Ordering::Relaxed) {
             return false;
@@ -385,7 +384,7 @@ impl Issued {
         for d in held {
             map.remove(&CtDigest(d));
         }
-        free_name
+        true
     }
 
     /// Apply what has lapsed at `wall_ms` (an expiry, an overlap's end); whether anything
