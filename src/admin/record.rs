@@ -74,7 +74,7 @@ pub(crate) fn changes(changes: &KeyChanges, policy: &Policy) -> Vec<ChangeRow> {
     // a walk of a million issued keys' records).
     let mut v: Vec<ChangeRow> = changes.with_changed_records(|set| {
         set.filter(|(d, o)| o.issued.is_some() || policy.keys.lookup(d).is_some())
-            .flat_map(|(_, o)| rows(&o.key, o, policy))
+            .flat_map(|(_, o)| rows(&o.key, &o, policy))
             .collect()
     });
     // The expired keys, walked only when there are some (counted as keys change).
@@ -112,7 +112,7 @@ pub(crate) fn key_view(changes: &KeyChanges, policy: &Policy, k: KeyIdx) -> KeyV
             Some(policy.config.partners[partner].name.clone()),
         ),
     };
-    let record = changes.with_records(|set| set.get(&e.digest).cloned());
+    let record = changes.with_records(|set| set.record(&e.digest));
     // The quota in force (the key's own, live or YAML, else its plan's or the partners'),
     // with the requests charged in the period now.
     let quota = policy.quota_state(k, credential).map(|q| {

@@ -19,7 +19,7 @@ pub(crate) fn read_state(path: &Path) -> Result<Vec<KeyRecord>, disk::DiskError>
     }
     let db = disk::open_read_only(path)?;
     let set = disk::read_all(&db)?;
-    Ok(sorted(set.into_values()))
+    Ok(sorted(set.into_iter().map(|(_, o)| o)))
 }
 
 /// The records kept in the cluster's Redis, with a runtime of its own (`check` has none).

@@ -56,7 +56,7 @@ impl Fleet {
                 // A copy written before versions: the same records, at version 0.
                 Ok(disk::read_all(db)?
                     .iter()
-                    .flat_map(|(d, o)| legacy_fields(d, o))
+                    .flat_map(|(d, o)| legacy_fields(d, &o))
                     .collect())
             })?,
             None => Fields::default(),

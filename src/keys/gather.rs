@@ -268,18 +268,20 @@ mod tests {
             },
             "each digest once, in order; nothing for a digest no key has"
         );
-        let got_a = &set[&a];
+        let got_a = set.record(&a).unwrap();
         assert!(got_a.issued.is_some() && got_a.suspended.is_some());
         assert_eq!(got_a.key, "a");
-        assert!(set[&b].suspended.is_none() && set[&b].limit.is_none());
-        assert!(set[&yaml_digest].suspended.is_some());
-        assert_eq!(set[&yaml_digest].key, yaml_name);
+        assert!(
+            set.record(&b).unwrap().suspended.is_none() && set.record(&b).unwrap().limit.is_none()
+        );
+        assert!(set.record(&yaml_digest).unwrap().suspended.is_some());
+        assert_eq!(set.record(&yaml_digest).unwrap().key, yaml_name);
 
         // A revocation of a key renamed since (its name in no entry): found by hashing every
         // digest, so it still refuses the key under its new name.
         let read = fields(&[(yaml_digest, Part::Revoked, revoked)]);
         let set = from_fields(&policy, &read);
-        assert!(set[&yaml_digest].revoked.is_some());
+        assert!(set.record(&yaml_digest).unwrap().revoked.is_some());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! change, on every config compiled by a reload ([`KeyHook`]), and at a start from what was
 //! kept ([`put_kept_in_force`]). Readers borrow it ([`KeyChanges::with_records`]).
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use super::KeyChanges;
@@ -64,7 +65,7 @@ impl InForce {
     }
 
     /// The records that show a change, in their digests' order.
-    fn showing(&self) -> impl Iterator<Item = (&Digest, &KeyRecord)> {
+    fn showing(&self) -> impl Iterator<Item = (&Digest, Cow<'_, KeyRecord>)> {
         self.showing
             .iter()
             .filter_map(|d| Some((d, self.records.get(d)?)))
@@ -86,7 +87,7 @@ impl KeyChanges {
     /// [`InForce`]), in their digests' order: as many as there are changes, not keys.
     pub(crate) fn with_changed_records<R>(
         &self,
-        f: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a Digest, &'a KeyRecord)>) -> R,
+        f: impl for<'a> FnOnce(&mut dyn Iterator<Item = (&'a Digest, Cow<'a, KeyRecord>)>) -> R,
     ) -> R {
         f(&mut self.in_force.locked().showing())
     }
@@ -201,16 +202,18 @@ pub(crate) fn put_kept_in_force(
     let issued = first.iter().filter(|(_, o)| o.issued.is_some()).count();
     let issued = records.saturating_mul(issued) / first.len().max(1);
     let mut applying = policy.applying(issued);
-    let mut all = Vec::with_capacity(records);
-    for batch in std::iter::once(first).chain(kept) {
-        for (d, o) in &batch {
-            applying.record(d, o);
-        }
-        all.extend(batch);
-    }
+    // Built in one go from records in order (the tree's nodes full), each batch made slim
+    // as it is put in force: the whole records of a batch are let go before the next.
+    let mut set: KeyRecords = std::iter::once(first)
+        .chain(kept)
+        .flat_map(|batch| {
+            for (d, o) in &batch {
+                applying.record(d, o);
+            }
+            batch
+        })
+        .collect();
     let drops = applying.finish();
-    // Built in one go from records in order: the tree's nodes full.
-    let mut set = KeyRecords::from_iter(all);
     settle_drops(policy, &mut set, &drops, metrics);
     set
 }
@@ -314,10 +317,7 @@ mod tests {
         let later = suspended(compiled + 60_000);
         let drops = changes.replace_records(KeyRecords::from_iter([(d, later.clone())]));
         assert!(drops.is_empty(), "{drops:?}");
-        assert_eq!(
-            changes.with_records(|set| set.get(&d).cloned()),
-            Some(later)
-        );
+        assert_eq!(changes.with_records(|set| set.record(&d)), Some(later));
         assert_eq!(pro(&live), Ok(()), "not in force under this YAML");
 
         // The reload that brings this replica the YAML puts the suspension in force.

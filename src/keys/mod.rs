@@ -249,7 +249,7 @@ impl KeyChanges {
             .to_string();
         let partner = kept.as_ref().and_then(|o| o.partner.clone());
         let mut record = self
-            .with_records(|set| set.get(&upgrade.target).cloned())
+            .with_records(|set| set.record(&upgrade.target))
             .unwrap_or_else(|| KeyRecord::named(&key));
         record.clear(Part::Plan);
         if let Some(o) = kept {
@@ -372,7 +372,7 @@ impl KeyChanges {
         };
         let digest = snap.policy.keys.get(k).digest;
         let Some(mut record) = self
-            .with_records(|set| set.get(&digest).cloned())
+            .with_records(|set| set.record(&digest))
             .filter(|o| o.has(Part::Plan))
         else {
             return Ok(false);

@@ -28,8 +28,8 @@ impl KeyChanges {
 
 /// The upgrades among `records`, as shown, sorted by key name; a plan no plan has any more is
 /// shown by its id.
-pub(super) fn show<'o>(
-    records: impl Iterator<Item = &'o KeyRecord>,
+pub(super) fn show<O: std::ops::Deref<Target = KeyRecord>>(
+    records: impl Iterator<Item = O>,
     plans: &[Plan],
 ) -> Vec<UpgradeRow> {
     let name = |id: u32| {

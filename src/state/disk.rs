@@ -322,6 +322,6 @@ mod tests {
         let db = open(&path).unwrap();
         let set = read_all(&db).unwrap();
         assert_eq!(set.len(), 1);
-        assert_eq!(set[&d], o);
+        assert_eq!(set.record(&d).unwrap(), o);
     }
 }

@@ -285,7 +285,7 @@ mod tests {
             std::fs::write(&path, &damage).unwrap();
             let file = StateFile::open(&path).unwrap();
             let set = file.read(disk::read_all).unwrap();
-            assert_eq!(set.get(&Digest([1; 32])), Some(&revoked));
+            assert_eq!(set.record(&Digest([1; 32])), Some(revoked.clone()));
             let aside: Vec<_> = std::fs::read_dir(dir.path())
                 .unwrap()
                 .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -348,8 +348,8 @@ mod tests {
         let file = StateFile::open(&path).unwrap();
         let set = file.read(disk::read_all).unwrap();
         assert_eq!(set.len(), 2);
-        assert_eq!(set.get(&b), Some(&record("b")));
-        assert_eq!(set.get(&c), Some(&record("c")));
+        assert_eq!(set.record(&b), Some(record("b")));
+        assert_eq!(set.record(&c), Some(record("c")));
         // The next change after the cut line is kept whole in the log.
         let d = Digest([4; 32]);
         let records = [(d, Some(record("d")))];
@@ -363,7 +363,7 @@ mod tests {
         let file = StateFile::open(&path).unwrap();
         let set = file.read(disk::read_all).unwrap();
         assert_eq!(set.len(), 3);
-        assert_eq!(set.get(&d), Some(&record("d")));
+        assert_eq!(set.record(&d), Some(record("d")));
         // Written whole (the fleet's copy replaced): the log starts again.
         file.write_kept(|_| Ok::<(), DiskError>(()), backup::Delta::Whole)
             .unwrap();

@@ -117,7 +117,8 @@ fn suspended_keys_are_refused_until_resumed_and_count_as_failed_authentications(
     )
     .unwrap();
     assert_eq!(
-        set[&digest("basic-key-1")]
+        set.record(&digest("basic-key-1"))
+            .unwrap()
             .suspended
             .as_ref()
             .unwrap()

@@ -6,7 +6,8 @@ use sha2::Digest as _;
 
 use super::action::{Action, ChangeRefused, Drop, Dropped, Upgrade};
 use super::part::Part;
-use super::record::{Change, KeyRecord, KeyRecords, LimitChange, QuotaChange};
+use super::record::{Change, KeyRecord, LimitChange, QuotaChange};
+use super::records::KeyRecords;
 use crate::digest::Digest;
 use crate::policy::keys::{Credential, Found, KeyIdx, REVOKED, SUSPENDED};
 use crate::policy::Policy;
@@ -112,13 +113,13 @@ impl Policy {
     /// upgrade until the YAML moves the key to another plan.
     pub fn apply_overrides(&self, set: &KeyRecords) -> Vec<Drop> {
         let issued = if self.keys.issued().is_empty() {
-            set.values().filter(|o| o.issued.is_some()).count()
+            set.issued_count()
         } else {
             0
         };
         let mut applying = self.applying(issued);
         for (digest, o) in set {
-            applying.record(digest, o);
+            applying.record(digest, &o);
         }
         applying.finish()
     }
@@ -281,10 +282,7 @@ impl Policy {
         let entry = self.keys.get(k);
         let name = entry.name.as_str();
         let record = |d: &Digest| {
-            let mut o = in_force
-                .get(d)
-                .cloned()
-                .unwrap_or_else(|| KeyRecord::named(name));
+            let mut o = in_force.record(d).unwrap_or_else(|| KeyRecord::named(name));
             o.key = name.to_string();
             o
         };

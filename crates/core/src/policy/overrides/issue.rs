@@ -5,7 +5,8 @@
 
 use super::action::ChangeRefused;
 use super::part::Part;
-use super::record::{Change, IssuedKey, KeyRecord, KeyRecords, PreviousDigest};
+use super::record::{Change, IssuedKey, KeyRecord, PreviousDigest};
+use super::records::KeyRecords;
 use crate::config::{KeyExtra, QuotaSpec};
 use crate::digest::Digest;
 use crate::policy::keys::{Credential, KeyIdx, NewIssued};
@@ -129,8 +130,7 @@ impl Policy {
         let mut out = Vec::new();
         for d in issued.digests() {
             let mut o = in_force
-                .get(&d)
-                .cloned()
+                .record(&d)
                 .unwrap_or_else(|| KeyRecord::named(&record.key));
             o.issued = None;
             let first = o.revoked.is_none();
@@ -158,9 +158,8 @@ impl Policy {
             .entry
             .digest;
         let record = in_force
-            .get(&id)
+            .record(&id)
             .filter(|o| o.issued.is_some())
-            .cloned()
             .ok_or(ChangeRefused::DefinedInConfig)?;
         Ok((id, record))
     }
@@ -208,11 +207,8 @@ pub fn check_issued(
     set: &KeyRecords,
 ) -> Result<(), crate::config::ConfigError> {
     use std::collections::HashMap;
-    let issued: Vec<(&str, &IssuedKey)> = set
-        .values()
-        .filter_map(|o| Some((o.key.as_str(), o.issued.as_deref()?)))
-        .collect();
-    if issued.is_empty() {
+    let mut issued = set.issued().peekable();
+    if issued.peek().is_none() {
         return Ok(());
     }
     let fail = |field: String, message: String| {
@@ -223,11 +219,12 @@ pub fn check_issued(
             message,
         })
     };
-    let mut names: HashMap<&str, ()> = HashMap::with_capacity(issued.len());
+    let mut names: HashMap<&str, ()> = HashMap::with_capacity(set.len());
     let mut digests: HashMap<Digest, &str> = HashMap::new();
-    for (name, i) in &issued {
+    for i in issued {
+        let name = i.name;
         names.insert(name, ());
-        for d in i.digests() {
+        for d in i.digests {
             digests.insert(d, name);
         }
         if !config.plans.iter().any(|p| p.plan_id == i.plan_id) {
@@ -236,8 +233,8 @@ pub fn check_issued(
                 format!("no plan has plan_id {} any more, and the issued key `{name}` is on it: keep the plan, or delete the key first (DELETE /api/keys/{name})", i.plan_id),
             );
         }
-        if let Some(p) = &i.partner {
-            if !config.partners.iter().any(|x| &x.name == p) {
+        if let Some(p) = i.partner {
+            if !config.partners.iter().any(|x| x.name.as_str() == p) {
                 return fail(
                     "partners".into(),
                     format!("no partner is named `{p}` any more, and it manages the issued key `{name}`: keep the partner, or delete the key first"),

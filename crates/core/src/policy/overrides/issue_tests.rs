@@ -119,7 +119,7 @@ fn an_issued_key_authenticates_rotates_with_an_overlap_and_is_deleted_for_good()
     put(&p, &mut set, c);
     assert_eq!(p.keys.get(k).live().state(), KeyState::Suspended);
     assert!(
-        set[&first].issued.is_some(),
+        set.record(&first).unwrap().issued.is_some(),
         "the key's record keeps the key"
     );
     let c = p.change(k, &Action::Resume, "admin", now, &set).unwrap();
@@ -221,7 +221,7 @@ fn an_issued_key_expires_at_its_instant_and_a_reload_after_it_does_not_bring_it_
     assert_eq!(who(&p, "exp"), Err("unauthorized".into()));
     // Its record says when it expires: a table built after that instant (a reload, a restart)
     // puts it back expired.
-    let mut record = set[&Digest::of(b"exp")].clone();
+    let mut record = set.record(&Digest::of(b"exp")).unwrap();
     record.issued.as_mut().unwrap().expires_ms = Some(now - 1);
     set.insert(Digest::of(b"exp"), record);
     let q = Policy::new(config.parse(), Some(&p));

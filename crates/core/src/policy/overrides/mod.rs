@@ -17,7 +17,8 @@
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | these docs, and the names of the files below, re-exported |
-//! | `record.rs` | what is kept: [`KeyRecord`] and its parts ([`Change`], [`LimitChange`], [`QuotaChange`]), [`KeyRecords`] |
+//! | `record.rs` | what is kept: [`KeyRecord`] and its parts ([`Change`], [`LimitChange`], [`QuotaChange`]) |
+//! | `records.rs` | every record in force by digest ([`KeyRecords`]), a plain issued key's held in a few words |
 //! | `part.rs` | every part of a record, one row each ([`Part`]): its field's suffix and its word |
 //! | `action.rs` | what is asked and what comes of it: [`Upgrade`], [`Pending`], [`Action`], [`ChangeRefused`], [`Dropped`], [`Drop`] |
 //! | `issue.rs` | keys issued through the admin API: a new key, a rotation, a deletion as records ([`NewKey`], `Policy::issue`, `rotate`, `delete`), a kept key put in the table |
@@ -33,6 +34,7 @@ mod issue_tests;
 mod kind;
 mod part;
 mod record;
+mod records;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +43,5 @@ pub use apply::Applying;
 pub use issue::{check_issued, NewKey};
 pub use kind::ChangeKind;
 pub use part::Part;
-pub use record::{
-    Change, IssuedKey, KeyRecord, KeyRecords, LimitChange, PreviousDigest, QuotaChange,
-};
+pub use record::{Change, IssuedKey, KeyRecord, LimitChange, PreviousDigest, QuotaChange};
+pub use records::{IssuedView, KeyRecords};

@@ -1,7 +1,5 @@
 //! What is kept of the changes to one key: the record ([`KeyRecord`]), its parts ([`Part`],
-//! [`Change`], [`LimitChange`], [`QuotaChange`]), and every record by digest ([`KeyRecords`]).
-
-use std::collections::BTreeMap;
+//! [`Change`], [`LimitChange`], [`QuotaChange`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -350,10 +348,3 @@ impl KeyRecord {
         }
     }
 }
-
-/// Every override kept, by the key's digest.
-///
-/// A B-tree, not a hash map: it grows a node at a time, where a hash map of a million records
-/// doubles at once under the change lock (a create waited 1.2 s at 458,753 records:
-/// docs/keyscale.md, "Records made compact").
-pub type KeyRecords = BTreeMap<Digest, KeyRecord>;

@@ -1,0 +1,447 @@
+//! Every record in force, by the key's digest ([`KeyRecords`]), held compactly: a key issued
+//! through the admin API whose record holds nothing but its issued part (almost all of a
+//! million issued keys) is held in a few words ([`Slim`]), not as a whole [`KeyRecord`]
+//! (a node entry of 168 bytes, its `IssuedKey` boxed in 256, its name and `by` allocated).
+//! Readers are handed the record itself ([`Cow`]): borrowed when it is held whole, made
+//! again when it is slim, always the record that was put (a property test holds the two to
+//! each other). docs/keyscale.md, "The set of records made slim", has the measurements.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::num::{NonZeroU32, NonZeroU64};
+
+use super::record::{Change, IssuedKey, KeyRecord};
+use crate::config::keyname::KeyName;
+use crate::config::QuotaSpec;
+use crate::digest::Digest;
+
+/// Every record kept, by the key's digest.
+///
+/// A B-tree, not a hash map: it grows a node at a time, where a hash map of a million records
+/// doubles at once under the change lock (a create waited 1.2 s at 458,753 records:
+/// docs/keyscale.md, "Records made compact").
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct KeyRecords {
+    map: BTreeMap<Digest, Held>,
+}
+
+/// One record as the set holds it.
+#[derive(Clone, PartialEq, Eq)]
+enum Held {
+    /// An issued key with nothing else in force, in the plain shape most have.
+    Slim(Slim),
+    /// Any other record.
+    Whole(Box<KeyRecord>),
+}
+
+/// An issued key's record that holds its issued part alone, issued by `admin` with no
+/// reason, never rotated, managed by no partner: the record is this and its digest, which is
+/// the key's `id` and the digest in force. A limit or expiry of zero (which no slim key has)
+/// is held whole.
+#[derive(Clone, PartialEq, Eq)]
+struct Slim {
+    name: KeyName,
+    since_ms: u64,
+    expires_ms: Option<NonZeroU64>,
+    plan_id: u32,
+    requests_per_window: Option<NonZeroU32>,
+    quota: Option<QuotaSpec>,
+}
+
+// The entry of a slim key in the tree: 32 bytes of digest and this.
+const _: () = assert!(std::mem::size_of::<Held>() <= 64);
+
+/// Who issues a slim key.
+const ADMIN: &str = "admin";
+
+impl Slim {
+    /// `o`, kept under `digest`, in a few words, when it has the plain shape.
+    fn of(digest: &Digest, o: &KeyRecord) -> Option<Slim> {
+        let KeyRecord {
+            key,
+            plan_id: None,
+            replaced: None,
+            partner: None,
+            at_ms: 0,
+            suspended: None,
+            revoked: None,
+            limit: None,
+            quota: None,
+            issued: Some(i),
+            yaml: None,
+        } = o
+        else {
+            return None;
+        };
+        let plain = i.id == *digest
+            && i.digest == i.id
+            && i.previous.is_empty()
+            && i.partner.is_none()
+            && i.change.by == ADMIN
+            && i.change.reason.is_none()
+            && i.rotated_ms.is_none();
+        if !plain {
+            return None;
+        }
+        let expires_ms = match i.expires_ms {
+            None => None,
+            Some(ms) => Some(NonZeroU64::new(ms)?),
+        };
+        let requests_per_window = match i.requests_per_window {
+            None => None,
+            Some(n) => Some(NonZeroU32::new(n)?),
+        };
+        Some(Slim {
+            name: KeyName::new(key),
+            since_ms: i.change.since_ms,
+            expires_ms,
+            plan_id: i.plan_id,
+            requests_per_window,
+            quota: i.quota,
+        })
+    }
+
+    /// The record again, as it was put under `digest`.
+    fn record(&self, digest: &Digest) -> KeyRecord {
+        KeyRecord {
+            issued: Some(Box::new(IssuedKey {
+                id: *digest,
+                digest: *digest,
+                previous: Vec::new(),
+                plan_id: self.plan_id,
+                partner: None,
+                expires_ms: self.expires_ms.map(NonZeroU64::get),
+                requests_per_window: self.requests_per_window.map(NonZeroU32::get),
+                quota: self.quota,
+                change: Change {
+                    since_ms: self.since_ms,
+                    by: ADMIN.to_string(),
+                    reason: None,
+                },
+                rotated_ms: None,
+            })),
+            ..KeyRecord::named(self.name.as_str())
+        }
+    }
+}
+
+impl Held {
+    fn of(digest: &Digest, o: KeyRecord) -> Held {
+        match Slim::of(digest, &o) {
+            Some(slim) => Held::Slim(slim),
+            None => Held::Whole(Box::new(o)),
+        }
+    }
+
+    fn record(&self, digest: &Digest) -> Cow<'_, KeyRecord> {
+        match self {
+            Held::Slim(s) => Cow::Owned(s.record(digest)),
+            Held::Whole(o) => Cow::Borrowed(o),
+        }
+    }
+
+    fn into_record(self, digest: &Digest) -> KeyRecord {
+        match self {
+            Held::Slim(s) => s.record(digest),
+            Held::Whole(o) => *o,
+        }
+    }
+}
+
+/// What a reload checks of an issued key ([`check_issued`](super::check_issued)), read where
+/// it is held: no record made again.
+#[derive(Debug)]
+pub struct IssuedView<'a> {
+    /// The key's name.
+    pub name: &'a str,
+    /// Its plan, by `plan_id`.
+    pub plan_id: u32,
+    /// The partner that manages it.
+    pub partner: Option<&'a str>,
+    /// Every digest of the key (as [`IssuedKey::digests`]).
+    pub digests: Vec<Digest>,
+}
+
+impl KeyRecords {
+    /// No record.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many records.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Whether a record is kept under `digest`.
+    pub fn contains_key(&self, digest: &Digest) -> bool {
+        self.map.contains_key(digest)
+    }
+
+    /// The record under `digest`.
+    pub fn get(&self, digest: &Digest) -> Option<Cow<'_, KeyRecord>> {
+        Some(self.map.get(digest)?.record(digest))
+    }
+
+    /// The record under `digest`, owned.
+    pub fn record(&self, digest: &Digest) -> Option<KeyRecord> {
+        self.get(digest).map(Cow::into_owned)
+    }
+
+    /// Put `o` under `digest`; the record it replaces.
+    pub fn insert(&mut self, digest: Digest, o: KeyRecord) -> Option<KeyRecord> {
+        let before = self.map.insert(digest, Held::of(&digest, o))?;
+        Some(before.into_record(&digest))
+    }
+
+    /// Take the record under `digest` out.
+    pub fn remove(&mut self, digest: &Digest) -> Option<KeyRecord> {
+        Some(self.map.remove(digest)?.into_record(digest))
+    }
+
+    /// Every record, in the order of their digests.
+    pub fn iter(&self) -> impl Iterator<Item = (&Digest, Cow<'_, KeyRecord>)> + '_ {
+        self.map.iter().map(|(d, h)| (d, h.record(d)))
+    }
+
+    /// Every record, in the order of their digests.
+    pub fn values(&self) -> impl Iterator<Item = Cow<'_, KeyRecord>> + '_ {
+        self.iter().map(|(_, o)| o)
+    }
+
+    /// Every digest, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &Digest> + '_ {
+        self.map.keys()
+    }
+
+    /// How many records issue a key: counted without making any again.
+    pub fn issued_count(&self) -> usize {
+        self.map
+            .values()
+            .filter(|h| match h {
+                Held::Slim(_) => true,
+                Held::Whole(o) => o.issued.is_some(),
+            })
+            .count()
+    }
+
+    /// Every issued key's name, plan, partner and digests, read where they are held.
+    pub fn issued(&self) -> impl Iterator<Item = IssuedView<'_>> + '_ {
+        self.map.iter().filter_map(|(d, h)| match h {
+            Held::Slim(s) => Some(IssuedView {
+                name: s.name.as_str(),
+                plan_id: s.plan_id,
+                partner: None,
+                digests: vec![*d],
+            }),
+            Held::Whole(o) => {
+                let i = o.issued.as_deref()?;
+                Some(IssuedView {
+                    name: o.key.as_str(),
+                    plan_id: i.plan_id,
+                    partner: i.partner.as_deref(),
+                    digests: i.digests(),
+                })
+            }
+        })
+    }
+}
+
+impl FromIterator<(Digest, KeyRecord)> for KeyRecords {
+    /// Built in one go: from records in their digests' order the tree's nodes are full. A
+    /// digest given twice keeps its last record, as [`KeyRecords::insert`] would.
+    fn from_iter<I: IntoIterator<Item = (Digest, KeyRecord)>>(iter: I) -> Self {
+        Self {
+            map: iter
+                .into_iter()
+                .map(|(d, o)| (d, Held::of(&d, o)))
+                .collect(),
+        }
+    }
+}
+
+impl<const N: usize> From<[(Digest, KeyRecord); N]> for KeyRecords {
+    fn from(records: [(Digest, KeyRecord); N]) -> Self {
+        records.into_iter().collect()
+    }
+}
+
+impl Extend<(Digest, KeyRecord)> for KeyRecords {
+    fn extend<I: IntoIterator<Item = (Digest, KeyRecord)>>(&mut self, iter: I) {
+        for (d, o) in iter {
+            self.insert(d, o);
+        }
+    }
+}
+
+impl IntoIterator for KeyRecords {
+    type Item = (Digest, KeyRecord);
+    type IntoIter = Box<dyn Iterator<Item = (Digest, KeyRecord)>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.map.into_iter().map(|(d, h)| {
+            let o = h.into_record(&d);
+            (d, o)
+        }))
+    }
+}
+
+impl<'a> IntoIterator for &'a KeyRecords {
+    type Item = (&'a Digest, Cow<'a, KeyRecord>);
+    type IntoIter = Box<dyn Iterator<Item = Self::Item> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+impl std::fmt::Debug for KeyRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::policy::overrides::{LimitChange, PreviousDigest};
+
+    fn issued(d: Digest) -> KeyRecord {
+        KeyRecord {
+            issued: Some(Box::new(IssuedKey {
+                id: d,
+                digest: d,
+                previous: Vec::new(),
+                plan_id: 2,
+                partner: None,
+                expires_ms: None,
+                requests_per_window: None,
+                quota: None,
+                change: Change {
+                    since_ms: 1_700_000_000_000,
+                    by: ADMIN.into(),
+                    reason: None,
+                },
+                rotated_ms: None,
+            })),
+            ..KeyRecord::named("acct-1")
+        }
+    }
+
+    /// A record of every shape: plain issued keys (with and without an expiry, a limit, a
+    /// quota, zeros among them), and each way one stops being plain.
+    fn any_record() -> impl Strategy<Value = (Digest, KeyRecord)> {
+        (
+            any::<[u8; 4]>(),
+            0u8..12,
+            proptest::option::of(0u64..3),
+            proptest::option::of(0u32..3),
+            any::<bool>(),
+            "[a-z0-9-]{1,40}",
+        )
+            .prop_map(|(seed, shape, expires, limit, quota, name)| {
+                let d = Digest::of(&seed);
+                let mut o = issued(d);
+                o.key = name;
+                let i = o.issued.as_deref_mut().unwrap();
+                i.expires_ms = expires;
+                i.requests_per_window = limit;
+                if quota {
+                    i.quota = Some(QuotaSpec {
+                        requests: 1_000,
+                        per: crate::config::Period::Month,
+                    });
+                }
+                match shape {
+                    0 => i.id = Digest::of(b"another"),
+                    1 => i.digest = Digest::of(b"rotated"),
+                    2 => i.previous.push(PreviousDigest {
+                        digest: Digest::of(b"before"),
+                        until_ms: 5,
+                    }),
+                    3 => i.partner = Some("acme".into()),
+                    4 => i.change.by = "partner:acme".into(),
+                    5 => i.change.reason = Some("why".into()),
+                    6 => i.rotated_ms = Some(7),
+                    7 => o.yaml = Some("fp".into()),
+                    8 => {
+                        o.limit = Some(Box::new(LimitChange {
+                            requests_per_window: 3,
+                            change: i.change.clone(),
+                        }))
+                    }
+                    9 => o.issued = None,
+                    _ => {}
+                }
+                if o.is_empty() {
+                    o.at_ms = 9;
+                    o.plan_id = Some(1);
+                }
+                (d, o)
+            })
+    }
+
+    proptest! {
+        /// Whatever is put, the same record is read back, by `get`, `iter`, `remove` and
+        /// `into_iter`, and a record replaced is handed back whole.
+        #[test]
+        fn every_record_is_read_back_as_it_was_put(
+            records in proptest::collection::vec(any_record(), 0..40),
+        ) {
+            let mut set = KeyRecords::new();
+            let mut plain: BTreeMap<Digest, KeyRecord> = BTreeMap::new();
+            for (d, o) in &records {
+                prop_assert_eq!(set.insert(*d, o.clone()), plain.insert(*d, o.clone()));
+            }
+            prop_assert_eq!(set.len(), plain.len());
+            for (d, o) in &plain {
+                prop_assert_eq!(set.record(d), Some(o.clone()));
+            }
+            let read: Vec<(Digest, KeyRecord)> =
+                set.iter().map(|(d, o)| (*d, o.into_owned())).collect();
+            let want: Vec<(Digest, KeyRecord)> =
+                plain.iter().map(|(d, o)| (*d, o.clone())).collect();
+            prop_assert_eq!(&read, &want);
+            prop_assert_eq!(
+                set.issued_count(),
+                plain.values().filter(|o| o.issued.is_some()).count()
+            );
+            let names: Vec<(String, u32)> =
+                set.issued().map(|v| (v.name.to_string(), v.plan_id)).collect();
+            let want_names: Vec<(String, u32)> = plain
+                .values()
+                .filter_map(|o| Some((o.key.clone(), o.issued.as_ref()?.plan_id)))
+                .collect();
+            prop_assert_eq!(names, want_names);
+            prop_assert_eq!(KeyRecords::from_iter(records.clone()), set.clone());
+            prop_assert_eq!(set.clone().into_iter().collect::<Vec<_>>(), want);
+            for (d, o) in &plain {
+                prop_assert_eq!(set.remove(d), Some(o.clone()));
+            }
+            prop_assert!(set.is_empty());
+        }
+    }
+
+    /// The plain shape is held slim, and each way out of it is held whole.
+    #[test]
+    fn a_plain_issued_key_is_held_slim_and_any_other_whole() {
+        let d = Digest::of(b"k");
+        let mut set = KeyRecords::from([(d, issued(d))]);
+        assert!(matches!(set.map[&d], Held::Slim(_)));
+        let mut o = issued(d);
+        o.issued.as_deref_mut().unwrap().change.by = "partner:acme".into();
+        set.insert(d, o);
+        assert!(matches!(set.map[&d], Held::Whole(_)));
+        let mut o = issued(d);
+        o.issued.as_deref_mut().unwrap().expires_ms = Some(0);
+        set.insert(d, o);
+        assert!(matches!(set.map[&d], Held::Whole(_)));
+    }
+}
