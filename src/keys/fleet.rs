@@ -121,7 +121,7 @@ impl Fleet {
         let changed: Vec<(String, Kept)> = raw
             .into_iter()
             .filter(|(f, _)| part_of_field(f).is_some())
-            .filter_map(|(f, v)| Some((f, Kept::from_text(v)?)))
+            .filter_map(|(f, v)| Some((f, Kept::parse(&v)?)))
             .collect();
         changed
             .iter()

@@ -43,10 +43,11 @@ pub(super) fn gather_beside(about: usize) -> (Pages, tokio::task::JoinHandle<Gat
                 if part_of_field(&f).is_none() {
                     continue;
                 }
-                let Some(kept) = Kept::from_text(text) else {
+                let Some(kept) = Kept::parse(&text) else {
                     continue;
                 };
-                g.parts.add(&f, &kept);
+                // Read from the text, before the copy holds it packed.
+                g.parts.add_record(&f, Kept::record_of(&text));
                 g.fields.insert(f, kept);
             }
         }
@@ -86,10 +87,15 @@ impl Parts {
 
     /// Add the part the field `f` holds, as kept.
     fn add(&mut self, f: &str, kept: &Kept) {
+        self.add_record(f, kept.record());
+    }
+
+    /// Add the part `o` the field `f` holds (`None`: not a record).
+    fn add_record(&mut self, f: &str, o: Option<KeyRecord>) {
         let Some((h, hash)) = split_field(f).and_then(|(h, _)| Some((h, hash_of(h)?))) else {
             return;
         };
-        let Some(o) = kept.record().filter(|o| !o.is_empty()) else {
+        let Some(o) = o.filter(|o| !o.is_empty()) else {
             return;
         };
         match o.issued.as_ref().map(|k| k.id) {

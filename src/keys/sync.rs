@@ -138,7 +138,7 @@ async fn put_back(fleet: &Fleet, known: &str, found: &str, fields: u64) -> Resul
     let copy: Vec<(String, String)> = fleet
         .fields()
         .iter()
-        .map(|(f, k)| (f.clone(), k.raw.clone()))
+        .map(|(f, k)| (f.clone(), k.raw()))
         .collect();
     let (epoch, changed) = fleet.set.restore(&copy, &new_epoch()).await?;
     let held = copy.len();

@@ -176,10 +176,7 @@ pub(crate) fn log_backup(
             ..Line::default()
         },
         Delta::Fields(fields) => Line {
-            fields: fields
-                .iter()
-                .map(|(f, k)| (f.clone(), k.raw.clone()))
-                .collect(),
+            fields: fields.iter().map(|(f, k)| (f.clone(), k.raw())).collect(),
             ..Line::default()
         },
     };

@@ -243,7 +243,7 @@ pub(crate) fn write_fields(
     {
         let mut table = txn.open_table(FIELDS).map_err(store)?;
         for (f, k) in fields {
-            table.insert(f.as_str(), k.raw.as_str()).map_err(store)?;
+            table.insert(f.as_str(), k.raw().as_str()).map_err(store)?;
         }
     }
     txn.commit().map_err(store)
@@ -256,7 +256,7 @@ pub(crate) fn replace_fields(db: &redb::Database, fields: &Fields) -> Result<(),
         let mut table = txn.open_table(FIELDS).map_err(store)?;
         table.retain(|_, _| false).map_err(store)?;
         for (f, k) in fields {
-            table.insert(f.as_str(), k.raw.as_str()).map_err(store)?;
+            table.insert(f.as_str(), k.raw().as_str()).map_err(store)?;
         }
     }
     txn.commit().map_err(store)

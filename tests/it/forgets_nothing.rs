@@ -538,14 +538,14 @@ fn the_store_merges_copies_by_the_replicas_rule() {
                 .arg("e")
                 .arg(1000);
             for (f, k) in copy {
-                inv.arg(f).arg(&k.raw);
+                inv.arg(f).arg(&k.raw());
             }
             let _: (String, u64) = inv.invoke(&mut con).unwrap();
         }
         let mut got: HashMap<String, String> =
             redis::cmd("HGETALL").arg(&set).query(&mut con).unwrap();
         assert_eq!(got.remove("~epoch").as_deref(), Some("e"));
-        let want: HashMap<String, String> = want.into_iter().map(|(f, k)| (f, k.raw)).collect();
+        let want: HashMap<String, String> = want.into_iter().map(|(f, k)| (f, k.raw())).collect();
         assert_eq!(got, want, "case {case}: {copies:?}");
     }
 }

@@ -28,6 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::overrides::{KeyRecord, Part};
 
+mod packed;
+use packed::Packed;
+
 /// A kept part's version: a [`Hlc`] reading.
 pub type Version = u64;
 
@@ -44,13 +47,23 @@ pub const MAX_VERSION: Version = (1 << 53) - 1;
 pub type Fields = HashMap<String, Kept, foldhash::fast::RandomState>;
 
 /// One part of a digest's record as it is kept: `<version>|<JSON>` (a record written before
-/// versions, plain JSON, reads as version 0).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// versions, plain JSON, reads as version 0). The text is held packed (`versions/packed.rs`:
+/// a million issued keys' parts in a replica's copy) and given back byte for byte.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Kept {
     /// When it was made, in the order of changes.
     pub version: Version,
     /// The text kept, version included: what the store holds, byte for byte.
-    pub raw: String,
+    text: Packed,
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kept")
+            .field("version", &self.version)
+            .field("raw", &self.raw())
+            .finish()
+    }
 }
 
 impl Kept {
@@ -63,29 +76,26 @@ impl Kept {
     /// `json` at `version`.
     pub fn of_json(version: Version, json: &str) -> Self {
         let v = version.min(MAX_VERSION);
-        Self {
-            version: v,
-            raw: format!("{v:0width$}|{json}", width = VERSION_DIGITS),
-        }
+        Self::parse(&format!("{v:0width$}|{json}", width = VERSION_DIGITS))
+            .expect("a version and JSON is a kept text")
     }
 
     /// A kept text as the store holds it; `None` when it is neither form.
     pub fn parse(raw: &str) -> Option<Self> {
+        let version = Self::version_of(raw)?;
         Some(Self {
-            version: Self::version_of(raw)?,
-            raw: raw.to_string(),
+            version,
+            text: Packed::pack(raw, version),
         })
     }
 
-    /// [`Kept::parse`] of a text already owned (a store's answer): taken, not copied.
-    pub fn from_text(raw: String) -> Option<Self> {
-        Some(Self {
-            version: Self::version_of(&raw)?,
-            raw,
-        })
+    /// The text kept, version included: what the store holds, byte for byte.
+    pub fn raw(&self) -> String {
+        self.text.text(self.version)
     }
 
-    fn version_of(raw: &str) -> Option<Version> {
+    /// The version of a kept text as the store holds it; `None` when it is neither form.
+    pub fn version_of(raw: &str) -> Option<Version> {
         match raw.as_bytes().get(VERSION_DIGITS) {
             Some(b'|')
                 if raw.as_bytes()[..VERSION_DIGITS]
@@ -99,17 +109,22 @@ impl Kept {
         }
     }
 
-    /// The JSON part of it.
-    pub fn json(&self) -> &str {
-        match self.raw.split_once('|') {
+    /// The JSON part of a kept text.
+    pub fn json_of(raw: &str) -> &str {
+        match raw.split_once('|') {
             Some((v, json)) if v.len() == VERSION_DIGITS => json,
-            _ => &self.raw,
+            _ => raw,
         }
+    }
+
+    /// The record a kept text holds (one part, or none); `None` when its JSON is not a record.
+    pub fn record_of(raw: &str) -> Option<KeyRecord> {
+        serde_json::from_str(Self::json_of(raw)).ok()
     }
 
     /// The record it holds (one part, or none); `None` when its JSON is not a record.
     pub fn record(&self) -> Option<KeyRecord> {
-        serde_json::from_str(self.json()).ok()
+        Self::record_of(&self.raw())
     }
 
     /// Whether it holds no part: a removal.
@@ -124,7 +139,8 @@ impl Kept {
 
     /// Whether this copy of a field of `part` replaces `current` (see the module's table).
     pub fn replaces(&self, part: Part, current: &Kept) -> bool {
-        let later = (self.version, &self.raw) > (current.version, &current.raw);
+        let (mine, theirs) = (self.raw(), current.raw());
+        let later = (self.version, &mine) > (current.version, &theirs);
         if part != Part::Revoked {
             return later;
         }
@@ -132,7 +148,7 @@ impl Kept {
             (true, false) => true,
             (false, true) => false,
             // The earliest revocation: the one every copy keeps, whichever came first.
-            (true, true) => (self.version, &self.raw) < (current.version, &current.raw),
+            (true, true) => (self.version, &mine) < (current.version, &theirs),
             (false, false) => later,
         }
     }
@@ -263,8 +279,8 @@ mod tests {
     #[test]
     fn a_kept_text_reads_back_and_plain_json_is_version_0() {
         let k = suspended(1_796_083_200_000_123, 7);
-        assert!(k.raw.starts_with("1796083200000123|{"));
-        assert_eq!(Kept::parse(&k.raw), Some(k.clone()));
+        assert!(k.raw().starts_with("1796083200000123|{"));
+        assert_eq!(Kept::parse(&k.raw()), Some(k.clone()));
         assert_eq!(k.record().unwrap().suspended.unwrap().since_ms, 7);
         let legacy = Kept::parse(r#"{"key":"k","plan_id":2}"#).unwrap();
         assert_eq!(legacy.version, 0);
@@ -276,6 +292,45 @@ mod tests {
         assert_eq!(part_of_field(&field(":q")), Some(Part::Quota));
         assert_eq!(part_of_field(&field("")), Some(Part::Plan));
         assert_eq!(part_of_field("~epoch"), None);
+    }
+
+    /// A million issued keys' parts are held in a replica's copy: each packed in under two
+    /// fifths of its text, and read back as it was.
+    #[test]
+    fn an_issued_keys_part_is_held_in_under_two_fifths_of_its_text() {
+        use crate::digest::Digest;
+        use crate::policy::overrides::IssuedKey;
+        let id = Digest::of(b"k");
+        let o = KeyRecord {
+            issued: Some(Box::new(IssuedKey {
+                id,
+                digest: id,
+                previous: Vec::new(),
+                plan_id: 2,
+                partner: None,
+                expires_ms: None,
+                requests_per_window: None,
+                quota: None,
+                change: Change {
+                    since_ms: 1_796_083_200_000,
+                    by: "admin".into(),
+                    reason: None,
+                },
+                rotated_ms: None,
+            })),
+            ..KeyRecord::named("shop-0000001")
+        };
+        let k = Kept::new(1_796_083_200_000_123, &o);
+        let raw = k.raw();
+        println!("{raw}");
+        assert_eq!(Kept::parse(&raw), Some(k.clone()));
+        assert_eq!(k.record(), Some(o));
+        assert!(
+            k.text.len() * 5 < raw.len() * 2,
+            "{} of {}",
+            k.text.len(),
+            raw.len()
+        );
     }
 
     #[test]
