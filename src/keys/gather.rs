@@ -34,10 +34,8 @@ pub(super) struct Gathered {
 pub(super) fn gather_beside(about: usize) -> (Pages, tokio::task::JoinHandle<Gathered>) {
     let (pages, mut rx) = mpsc::channel::<Vec<(String, String)>>(PAGES_AHEAD);
     let gathering = tokio::task::spawn_blocking(move || {
-        let mut g = Gathered {
-            fields: Fields::with_capacity_and_hasher(about, Default::default()),
-            parts: Parts::with_capacity(about),
-        };
+        let mut fields = Vec::with_capacity(about);
+        let mut parts = Parts::with_capacity(about);
         while let Some(page) = rx.blocking_recv() {
             for (f, text) in page {
                 if part_of_field(&f).is_none() {
@@ -47,11 +45,16 @@ pub(super) fn gather_beside(about: usize) -> (Pages, tokio::task::JoinHandle<Gat
                     continue;
                 };
                 // Read from the text, before the copy holds it packed.
-                g.parts.add_record(&f, Kept::record_of(&text));
-                g.fields.insert(f, kept);
+                parts.add_record(&f, Kept::record_of(&text));
+                fields.push((f, kept));
             }
         }
-        g
+        // Built in one go (sorted, the tree's nodes full; a field read twice keeps the
+        // later copy, as an insert would).
+        Gathered {
+            fields: Fields::from_iter(fields),
+            parts,
+        }
     });
     (pages, gathering)
 }

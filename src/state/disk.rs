@@ -224,14 +224,15 @@ pub(crate) fn read_fields(db: &impl ReadableDatabase) -> Result<Fields, DiskErro
     let Some(table) = read_table(db, FIELDS).map_err(store)? else {
         return Ok(Fields::default());
     };
-    let mut out = Fields::default();
+    let mut out = Vec::new();
     for row in table.iter().map_err(store)? {
         let (f, v) = row.map_err(store)?;
         if let Some(k) = Kept::parse(v.value()) {
-            out.insert(f.value().to_string(), k);
+            out.push((f.value().to_string(), k));
         }
     }
-    Ok(out)
+    // Built in one go from the table's order: the tree's nodes full.
+    Ok(Fields::from_iter(out))
 }
 
 /// Put `fields` in the copy (each replacing what was under its name), in one transaction.

@@ -23,7 +23,7 @@
 //! was seen is later, whatever the two replicas' clocks say; the store's write script also
 //! moves a change past the version it replaces ([`Kept`] is what it answers).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::overrides::{KeyRecord, Part};
@@ -42,9 +42,11 @@ pub const VERSION_DIGITS: usize = 16;
 pub const MAX_VERSION: Version = (1 << 53) - 1;
 
 /// Fields as a store holds them, by name (a field's name is a digest's hash and a part's
-/// suffix): a copy of a million issued keys' fields is filled at a start, each name hashed
-/// once, by foldhash rather than SipHash (the names come from the replicas' own store).
-pub type Fields = HashMap<String, Kept, foldhash::fast::RandomState>;
+/// suffix). A B-tree, not a hash map: a replica's copy holds a field for each of a million
+/// issued keys, and a hash map doubles at once, under the copy's lock that every change
+/// takes (a create waited over a second at some 917,000 keys: docs/keyscale.md), where a
+/// B-tree grows a node at a time, in less memory a field.
+pub type Fields = BTreeMap<String, Kept>;
 
 /// One part of a digest's record as it is kept: `<version>|<JSON>` (a record written before
 /// versions, plain JSON, reads as version 0). The text is held packed (`versions/packed.rs`:
