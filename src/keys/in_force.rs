@@ -58,7 +58,7 @@ impl InForce {
         self.upgrades = upgrades(&self.records);
         self.showing = self
             .records
-            .iter()
+            .whole()
             .filter(|(_, o)| shows_a_change(o))
             .map(|(d, _)| *d)
             .collect();
@@ -240,7 +240,7 @@ fn settle_drops(policy: &Policy, set: &mut KeyRecords, drops: &[Drop], metrics: 
 
 /// The records of `set` that hold an upgrade (`tollgate_plan_overrides`).
 fn upgrades(set: &KeyRecords) -> usize {
-    set.values().filter(|o| o.has(Part::Plan)).count()
+    set.whole().filter(|(_, o)| o.has(Part::Plan)).count()
 }
 
 /// Whether `new` authenticates a digest `old` did not (a key or an alias the reload added).

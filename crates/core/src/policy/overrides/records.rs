@@ -219,6 +219,17 @@ impl KeyRecords {
         self.map.keys()
     }
 
+    /// The records held whole, in the order of their digests: every record but a plain
+    /// issued key's that holds nothing else, so every one that holds an upgrade, a
+    /// suspension, a revocation, a live limit or quota. Read in place: a count of those over
+    /// a million issued keys makes none again.
+    pub fn whole(&self) -> impl Iterator<Item = (&Digest, &KeyRecord)> + '_ {
+        self.map.iter().filter_map(|(d, h)| match h {
+            Held::Slim(_) => None,
+            Held::Whole(o) => Some((d, &**o)),
+        })
+    }
+
     /// How many records issue a key: counted without making any again.
     pub fn issued_count(&self) -> usize {
         self.map
@@ -311,7 +322,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::policy::overrides::{LimitChange, PreviousDigest};
+    use crate::policy::overrides::{LimitChange, Part, PreviousDigest};
 
     fn issued(d: Digest) -> KeyRecord {
         KeyRecord {
@@ -420,6 +431,15 @@ mod tests {
                 .filter_map(|o| Some((o.key.clone(), o.issued.as_ref()?.plan_id)))
                 .collect();
             prop_assert_eq!(names, want_names);
+            let whole: Vec<(Digest, KeyRecord)> =
+                set.whole().map(|(d, o)| (*d, o.clone())).collect();
+            let beyond: Vec<(Digest, KeyRecord)> = plain
+                .iter()
+                .filter(|(_, o)| Part::ALL.into_iter().any(|p| p != Part::Issued && o.has(p)))
+                .map(|(d, o)| (*d, o.clone()))
+                .collect();
+            prop_assert!(whole.iter().all(|w| want.contains(w)));
+            prop_assert!(beyond.iter().all(|b| whole.contains(b)));
             prop_assert_eq!(KeyRecords::from_iter(records.clone()), set.clone());
             prop_assert_eq!(set.clone().into_iter().collect::<Vec<_>>(), want);
             for (d, o) in &plain {
