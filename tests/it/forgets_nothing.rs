@@ -538,7 +538,7 @@ fn the_store_merges_copies_by_the_replicas_rule() {
                 .arg("e")
                 .arg(1000);
             for (f, k) in copy {
-                inv.arg(f).arg(&k.raw());
+                inv.arg(f).arg(k.raw());
             }
             let _: (String, u64) = inv.invoke(&mut con).unwrap();
         }

@@ -33,6 +33,7 @@ pub mod keys;
 mod lifecycle_tests;
 pub mod method;
 pub mod overrides;
+mod packed;
 #[cfg(test)]
 mod quota_tests;
 pub mod versions;

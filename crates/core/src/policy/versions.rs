@@ -28,14 +28,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::overrides::{KeyRecord, Part};
 
-mod packed;
-use packed::Packed;
+use super::packed::Packed;
 
 /// A kept part's version: a [`Hlc`] reading.
 pub type Version = u64;
 
 /// Digits of a version as kept (zero-padded, so that the texts order as the numbers do).
-pub const VERSION_DIGITS: usize = 16;
+pub const VERSION_DIGITS: usize = super::packed::VERSION_DIGITS;
 
 /// The largest version: a Lua number (a double) holds it exactly, as the store's scripts
 /// compare and add to it (µs since the Unix epoch reach it in the year 2255).
@@ -49,7 +48,7 @@ pub const MAX_VERSION: Version = (1 << 53) - 1;
 pub type Fields = BTreeMap<String, Kept>;
 
 /// One part of a digest's record as it is kept: `<version>|<JSON>` (a record written before
-/// versions, plain JSON, reads as version 0). The text is held packed (`versions/packed.rs`:
+/// versions, plain JSON, reads as version 0). The text is held packed (`policy/packed.rs`:
 /// a million issued keys' parts in a replica's copy) and given back byte for byte.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Kept {

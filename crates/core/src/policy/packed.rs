@@ -1,7 +1,7 @@
 //! A kept text held in fewer bytes ([`Packed`]), given back byte for byte: a replica's copy
 //! of the set holds a field for each of a million issued keys, and an issued key's part is
 //! mostly hex (its `id` and `digest`, 64 characters each, the same two until it is
-//! rotated) after a version the [`Kept`](super::Kept) holds as a number already.
+//! rotated) after a version the `Kept` holds as a number already.
 //!
 //! The bytes: a head (whether the text starts with the version's 16 digits and `|`, which
 //! are left out), then the text with each run of 64 lowercase hex digits as [`DIGEST`] and
@@ -11,7 +11,8 @@
 //! function of the text alone (the first word that fits wins, in the table's order): two
 //! texts are equal when their packed bytes are.
 
-use super::{Version, VERSION_DIGITS};
+/// Digits of a version as kept, zero-padded (the crate's `VERSION_DIGITS`).
+pub(crate) const VERSION_DIGITS: usize = 16;
 
 /// 64 hex digits follow, as 32 bytes.
 const DIGEST: u8 = 0xFF;
@@ -39,11 +40,11 @@ const VERSIONED: u8 = 1;
 
 /// A kept text, packed (see the module's docs).
 #[derive(Clone, PartialEq, Eq)]
-pub(super) struct Packed(Box<[u8]>);
+pub(crate) struct Packed(Box<[u8]>);
 
 impl Packed {
     /// `raw`, whose version (read from it) is `version`.
-    pub(super) fn pack(raw: &str, version: Version) -> Self {
+    pub(crate) fn pack(raw: &str, version: u64) -> Self {
         let prefix = format!("{version:0VERSION_DIGITS$}|");
         let (head, body) = match raw.strip_prefix(prefix.as_str()) {
             Some(body) => (VERSIONED, body),
@@ -88,12 +89,12 @@ impl Packed {
 
     /// How many bytes it holds.
     #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 
     /// The text again, as it was packed, of `version`.
-    pub(super) fn text(&self, version: Version) -> String {
+    pub(crate) fn text(&self, version: u64) -> String {
         let (head, body) = self.0.split_first().unwrap_or((&0, &[]));
         let mut out = Vec::with_capacity(body.len() * 2 + VERSION_DIGITS + 1);
         if *head == VERSIONED {
