@@ -27,7 +27,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::overrides::{KeyRecord, Part};
-
 use super::packed::Packed;
 
 /// A kept part's version: a [`Hlc`] reading.
@@ -96,7 +95,7 @@ impl Kept {
     }
 
     /// The version of a kept text as the store holds it; `None` when it is neither form.
-    pub fn version_of(raw: &str) -> Option<Version> {
+    fn version_of(raw: &str) -> Option<Version> {
         match raw.as_bytes().get(VERSION_DIGITS) {
             Some(b'|')
                 if raw.as_bytes()[..VERSION_DIGITS]
@@ -111,7 +110,7 @@ impl Kept {
     }
 
     /// The JSON part of a kept text.
-    pub fn json_of(raw: &str) -> &str {
+    fn json_of(raw: &str) -> &str {
         match raw.split_once('|') {
             Some((v, json)) if v.len() == VERSION_DIGITS => json,
             _ => raw,
@@ -323,7 +322,6 @@ mod tests {
         };
         let k = Kept::new(1_796_083_200_000_123, &o);
         let raw = k.raw();
-        println!("{raw}");
         assert_eq!(Kept::parse(&raw), Some(k.clone()));
         assert_eq!(k.record(), Some(o));
         assert!(
