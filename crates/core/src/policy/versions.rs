@@ -302,22 +302,7 @@ mod tests {
         use crate::policy::overrides::IssuedKey;
         let id = Digest::of(b"k");
         let o = KeyRecord {
-            issued: Some(Box::new(IssuedKey {
-                id,
-                digest: id,
-                previous: Vec::new(),
-                plan_id: 2,
-                partner: None,
-                expires_ms: None,
-                requests_per_window: None,
-                quota: None,
-                change: Change {
-                    since_ms: 1_796_083_200_000,
-                    by: "admin".into(),
-                    reason: None,
-                },
-                rotated_ms: None,
-            })),
+            issued: Some(Box::new(IssuedKey::plain(id, 2, 1_796_083_200_000))),
             ..KeyRecord::named("shop-0000001")
         };
         let k = Kept::new(1_796_083_200_000_123, &o);

@@ -195,6 +195,27 @@ pub struct PreviousDigest {
 }
 
 impl IssuedKey {
+    /// The key issued under `id` on the plan `plan_id` at `since_ms` by `admin`, with nothing
+    /// else: never rotated, no partner, expiry, limit or quota of its own.
+    pub fn plain(id: Digest, plan_id: u32, since_ms: u64) -> Self {
+        IssuedKey {
+            id,
+            digest: id,
+            previous: Vec::new(),
+            plan_id,
+            partner: None,
+            expires_ms: None,
+            requests_per_window: None,
+            quota: None,
+            change: Change {
+                since_ms,
+                by: "admin".to_string(),
+                reason: None,
+            },
+            rotated_ms: None,
+        }
+    }
+
     /// Every digest of the key: the id, the one in force, the earlier ones (each once).
     pub fn digests(&self) -> Vec<Digest> {
         let mut all = vec![self.id];

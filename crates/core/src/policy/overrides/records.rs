@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::num::{NonZeroU32, NonZeroU64};
 
-use super::record::{Change, IssuedKey, KeyRecord};
+use super::record::{IssuedKey, KeyRecord};
 use crate::config::keyname::KeyName;
 use crate::config::QuotaSpec;
 use crate::digest::Digest;
@@ -105,20 +105,10 @@ impl Slim {
     fn record(&self, digest: &Digest) -> KeyRecord {
         KeyRecord {
             issued: Some(Box::new(IssuedKey {
-                id: *digest,
-                digest: *digest,
-                previous: Vec::new(),
-                plan_id: self.plan_id,
-                partner: None,
                 expires_ms: self.expires_ms.map(NonZeroU64::get),
                 requests_per_window: self.requests_per_window.map(NonZeroU32::get),
                 quota: self.quota,
-                change: Change {
-                    since_ms: self.since_ms,
-                    by: ADMIN.to_string(),
-                    reason: None,
-                },
-                rotated_ms: None,
+                ..IssuedKey::plain(*digest, self.plan_id, self.since_ms)
             })),
             ..KeyRecord::named(self.name.as_str())
         }
@@ -326,22 +316,7 @@ mod tests {
 
     fn issued(d: Digest) -> KeyRecord {
         KeyRecord {
-            issued: Some(Box::new(IssuedKey {
-                id: d,
-                digest: d,
-                previous: Vec::new(),
-                plan_id: 2,
-                partner: None,
-                expires_ms: None,
-                requests_per_window: None,
-                quota: None,
-                change: Change {
-                    since_ms: 1_700_000_000_000,
-                    by: ADMIN.into(),
-                    reason: None,
-                },
-                rotated_ms: None,
-            })),
+            issued: Some(Box::new(IssuedKey::plain(d, 2, 1_700_000_000_000))),
             ..KeyRecord::named("acct-1")
         }
     }
