@@ -38,12 +38,12 @@ impl InForce {
 
     /// `o` in force under `d` (taken out when it holds nothing).
     fn put(&mut self, d: Digest, o: &KeyRecord) {
-        let was = self.records.get(&d).is_some_and(|r| r.has(Part::Plan));
-        if o.is_empty() {
-            self.records.remove(&d);
+        let before = if o.is_empty() {
+            self.records.remove(&d)
         } else {
-            self.records.insert(d, o.clone());
-        }
+            self.records.insert(d, o.clone())
+        };
+        let was = before.is_some_and(|r| r.has(Part::Plan));
         let is = !o.is_empty() && o.has(Part::Plan);
         self.upgrades = self.upgrades + usize::from(is) - usize::from(was);
         if shows_a_change(o) {
