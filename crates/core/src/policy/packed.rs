@@ -45,12 +45,20 @@ pub(crate) struct Packed(Box<[u8]>);
 impl Packed {
     /// `raw`, whose version (read from it) is `version`.
     pub(crate) fn pack(raw: &str, version: u64) -> Self {
-        let prefix = format!("{version:0VERSION_DIGITS$}|");
-        let (head, body) = match raw.strip_prefix(prefix.as_str()) {
-            Some(body) => (VERSIONED, body),
-            None => (0, raw),
-        };
-        let bytes = body.as_bytes();
+        match raw.as_bytes().strip_prefix(&prefix(version)) {
+            Some(body) => Self::of_body(VERSIONED, body),
+            None => Self::of_body(0, raw.as_bytes()),
+        }
+    }
+
+    /// `{version}|{json}` for the version it is given back with: the same as [`Packed::pack`]
+    /// of that text, without the text made first.
+    pub(crate) fn versioned(json: &str) -> Self {
+        Self::of_body(VERSIONED, json.as_bytes())
+    }
+
+    /// The text's `bytes` after its `head`.
+    fn of_body(head: u8, bytes: &[u8]) -> Self {
         let mut out = Vec::with_capacity(bytes.len() / 2 + 8);
         out.push(head);
         let mut last: Option<&[u8]> = None;
@@ -98,7 +106,7 @@ impl Packed {
         let (head, body) = self.0.split_first().unwrap_or((&0, &[]));
         let mut out = Vec::with_capacity(body.len() * 2 + VERSION_DIGITS + 1);
         if *head == VERSIONED {
-            out.extend_from_slice(format!("{version:0VERSION_DIGITS$}|").as_bytes());
+            out.extend_from_slice(&prefix(version));
         }
         let mut last: &[u8] = &[];
         let mut i = 0;
@@ -126,6 +134,20 @@ impl Packed {
         // Only the bytes of a `&str` and hex were put in: UTF-8.
         String::from_utf8(out).unwrap_or_default()
     }
+}
+
+/// `version` as a text starts with it: its last 16 digits, zero-padded, and `|` (with no
+/// allocation: a start packs a million texts). A version read from a text has 16 digits at
+/// most, so this is its prefix exactly.
+fn prefix(version: u64) -> [u8; VERSION_DIGITS + 1] {
+    let mut p = [b'0'; VERSION_DIGITS + 1];
+    p[VERSION_DIGITS] = b'|';
+    let mut v = version;
+    for d in p[..VERSION_DIGITS].iter_mut().rev() {
+        *d = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    p
 }
 
 fn nibble(h: u8) -> u8 {
@@ -177,7 +199,8 @@ mod tests {
             for t in [&a, &b] {
                 prop_assert_eq!(&Packed::pack(t, version).text(version), t);
                 let versioned = format!("{version:016}|{t}");
-                prop_assert_eq!(Packed::pack(&versioned, version).text(version), versioned);
+                prop_assert_eq!(Packed::pack(&versioned, version).text(version), versioned.clone());
+                prop_assert!(Packed::versioned(t) == Packed::pack(&versioned, version));
             }
             prop_assert_eq!(Packed::pack(&a, version) == Packed::pack(&b, version), a == b);
         }

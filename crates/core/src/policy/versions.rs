@@ -75,9 +75,11 @@ impl Kept {
 
     /// `json` at `version`.
     pub fn of_json(version: Version, json: &str) -> Self {
-        let v = version.min(MAX_VERSION);
-        Self::parse(&format!("{v:0width$}|{json}", width = VERSION_DIGITS))
-            .expect("a version and JSON is a kept text")
+        let version = version.min(MAX_VERSION);
+        Self {
+            version,
+            text: Packed::versioned(json),
+        }
     }
 
     /// A kept text as the store holds it; `None` when it is neither form.
