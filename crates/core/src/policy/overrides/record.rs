@@ -194,6 +194,9 @@ pub struct PreviousDigest {
     pub until_ms: u64,
 }
 
+/// Who makes the changes an operator makes through the admin API (a [`Change`]'s `by`).
+pub(super) const ADMIN: &str = "admin";
+
 impl IssuedKey {
     /// The key issued under `id` on the plan `plan_id` at `since_ms` by `admin`, with nothing
     /// else: never rotated, no partner, expiry, limit or quota of its own.
@@ -209,7 +212,7 @@ impl IssuedKey {
             quota: None,
             change: Change {
                 since_ms,
-                by: "admin".to_string(),
+                by: ADMIN.to_string(),
                 reason: None,
             },
             rotated_ms: None,

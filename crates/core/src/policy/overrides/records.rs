@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::num::{NonZeroU32, NonZeroU64};
 
-use super::record::{IssuedKey, KeyRecord};
+use super::record::{IssuedKey, KeyRecord, ADMIN};
 use crate::config::keyname::KeyName;
 use crate::config::QuotaSpec;
 use crate::digest::Digest;
@@ -50,9 +50,6 @@ struct Slim {
 
 // The entry of a slim key in the tree: 32 bytes of digest and this.
 const _: () = assert!(std::mem::size_of::<Held>() <= 64);
-
-/// Who issues a slim key.
-const ADMIN: &str = "admin";
 
 impl Slim {
     /// `o`, kept under `digest`, in a few words, when it has the plain shape.
@@ -199,11 +196,6 @@ impl KeyRecords {
         self.map.iter().map(|(d, h)| (d, h.record(d)))
     }
 
-    /// Every record, in the order of their digests.
-    pub fn values(&self) -> impl Iterator<Item = Cow<'_, KeyRecord>> + '_ {
-        self.iter().map(|(_, o)| o)
-    }
-
     /// Every digest, in order.
     pub fn keys(&self) -> impl Iterator<Item = &Digest> + '_ {
         self.map.keys()
@@ -262,20 +254,6 @@ impl FromIterator<(Digest, KeyRecord)> for KeyRecords {
                 .into_iter()
                 .map(|(d, o)| (d, Held::of(&d, o)))
                 .collect(),
-        }
-    }
-}
-
-impl<const N: usize> From<[(Digest, KeyRecord); N]> for KeyRecords {
-    fn from(records: [(Digest, KeyRecord); N]) -> Self {
-        records.into_iter().collect()
-    }
-}
-
-impl Extend<(Digest, KeyRecord)> for KeyRecords {
-    fn extend<I: IntoIterator<Item = (Digest, KeyRecord)>>(&mut self, iter: I) {
-        for (d, o) in iter {
-            self.insert(d, o);
         }
     }
 }
@@ -428,7 +406,7 @@ mod tests {
     #[test]
     fn a_plain_issued_key_is_held_slim_and_any_other_whole() {
         let d = Digest::of(b"k");
-        let mut set = KeyRecords::from([(d, issued(d))]);
+        let mut set = KeyRecords::from_iter([(d, issued(d))]);
         assert!(matches!(set.map[&d], Held::Slim(_)));
         let mut o = issued(d);
         o.issued.as_deref_mut().unwrap().change.by = "partner:acme".into();
