@@ -12,9 +12,10 @@
 //!   for up to 500 keys; `/api/ledger` reads the days asked.
 //!
 //! Both expire: a quota hash a day after its period, a ledger hash `retention_days` after its
-//! day. The hash tag `{meters}` puts every one in one slot of a Redis Cluster. An exchange that
-//! fails puts the ledger counts back on their meters, and the quota counts are sent again with
-//! the next (their total here has not moved): nothing counted is lost.
+//! day. The hash tag `{meters}` puts every one in one slot of a Redis Cluster. The calls of an
+//! exchange that fails, or that no replica confirmed, are sent again as they were, and each is
+//! applied once however often it is sent (`super::quotas`, "Counts sent again add nothing"):
+//! nothing counted is lost, nothing is counted twice.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -22,8 +23,9 @@ use std::sync::Mutex;
 use redis::Value;
 
 use super::book::{BookError, Delta, Row};
-use super::quotas::{Rounds, Sent};
-use super::{named, stash, who, Keeper, Today, DAY_MS};
+use super::kept::Kept;
+use super::quotas::{Round, Rounds, Sent};
+use super::{named, who, Keeper, Today, DAY_MS};
 use crate::config::Cluster;
 use crate::fleet_store::{Client, StoreError};
 use crate::shared::Rider;
@@ -51,8 +53,10 @@ const NAMES_REFRESH_MS: u64 = 60_000;
 #[derive(Default)]
 struct InFlight {
     sent: Vec<Sent>,
-    /// The ledger counts sent, to put back if the exchange fails.
-    deltas: Vec<Delta>,
+    /// The calls that add counts, in order, as they are sent again if unconfirmed.
+    again: Vec<(redis::Cmd, Sent)>,
+    /// Whether the round laid new counts (not only calls sent again).
+    added: bool,
 }
 
 impl Fleet {
@@ -134,6 +138,21 @@ impl Rider for Keeper {
             return Vec::new();
         };
         let mut kept = self.lock();
+        let mut rounds = fleet.rounds();
+        // What waits for a replica's confirmation goes first, as it was sent; while too many
+        // rounds wait, it goes alone and new counts wait on their meters.
+        let mut again = rounds.pending.clone();
+        let mut cmds: Vec<redis::Cmd> = again.iter().map(|(c, _)| c.clone()).collect();
+        let mut sent: Vec<Sent> = again.iter().map(|(_, s)| s.clone()).collect();
+        if rounds.held_back() {
+            *fleet.in_flight.locked() = InFlight {
+                sent,
+                again,
+                added: false,
+            };
+            return cmds;
+        }
+        let resent = again.len();
         let snap = self.live.load();
         let now_ms = snap.policy.metering.calendar.now_ms();
         let Today {
@@ -149,19 +168,17 @@ impl Rider for Keeper {
             .into_iter()
             .map(|s| kept.hold(s, (0, 0)))
             .collect();
-        let mut rounds = fleet.rounds();
         let mut round = rounds.round();
-        let mut cmds = Vec::new();
-        let mut sent = Vec::new();
         if !tick {
             for &at in &parked {
                 self.quota_command(&kept, at, true, false, &mut round);
             }
-            rounds.lay_out(&fleet.cfg, round, None, now_ms, &mut cmds, &mut sent);
-            *fleet.in_flight.locked() = InFlight {
-                sent,
-                deltas: Vec::new(),
-            };
+            rounds.lay_out(
+                &fleet.cfg, round, None, now_ms, &mut cmds, &mut sent, &mut again,
+            );
+            sent_now(&mut kept, &again[resent..]);
+            let added = again.len() > resent;
+            *fleet.in_flight.locked() = InFlight { sent, again, added };
             return cmds;
         }
         let mut visit: BTreeSet<usize> = self.visits(&mut kept).into_iter().collect();
@@ -177,12 +194,7 @@ impl Rider for Keeper {
             .config
             .ledger
             .map_or(400, |l| u64::from(l.retention_days));
-        // What an earlier exchange did not take goes first, as it was.
-        let mut deltas = std::mem::take(&mut kept.unsent);
         let mut days = Days::default();
-        for d in &deltas {
-            days.add(fleet, retention, d, true);
-        }
         let mut last_named = fleet.named.locked();
         let mut over = Vec::new();
         for &at in &visit {
@@ -219,24 +231,32 @@ impl Rider for Keeper {
                     partner,
                     counts: named(&counts),
                 };
-                days.add(fleet, retention, &d, renamed);
-                deltas.push(d);
+                days.add(fleet, retention, &d, renamed, &mut round);
             }
         }
         drop(last_named);
         kept.watch.extend(over);
         self.restore_commands(&fleet.cfg, &mut rounds, &kept, &mut round);
         let current = Some([day_id, month_id]);
-        rounds.lay_out(&fleet.cfg, round, current, now_ms, &mut cmds, &mut sent);
-        for c in days.0.into_values().flatten() {
-            cmds.push(c.0);
-            sent.push(Sent::Other);
+        rounds.lay_out(
+            &fleet.cfg, round, current, now_ms, &mut cmds, &mut sent, &mut again,
+        );
+        sent_now(&mut kept, &again[resent..]);
+        for (c, _) in days.0.into_values().flatten() {
+            again.push((c.clone(), Sent::Day));
+            cmds.push(c);
+            sent.push(Sent::Day);
         }
-        *fleet.in_flight.locked() = InFlight { sent, deltas };
+        let added = again.len() > resent;
+        *fleet.in_flight.locked() = InFlight { sent, again, added };
         cmds
     }
 
-    fn answered(&self, answers: Result<Vec<redis::RedisResult<Value>>, StoreError>) {
+    fn answered(
+        &self,
+        answers: Result<Vec<redis::RedisResult<Value>>, StoreError>,
+        replicated: bool,
+    ) {
         let Some(fleet) = &self.fleet else {
             return;
         };
@@ -246,31 +266,34 @@ impl Rider for Keeper {
             _ => {
                 // Every row names its plan and partner again (the names may not have landed).
                 fleet.named.locked().clear();
-                // Nothing taken as applied: the ledger counts are sent again next tick; so
-                // are the quota counts (their total here has not moved: their meters are
-                // visited again, changed or not), and the counts to put back.
-                let mut kept = self.lock();
-                stash(&mut kept.unsent, flight.deltas);
+                // Nothing taken as applied: the calls that add counts are sent again as
+                // they were (applied once whatever happened to this round), and the counts
+                // to put back are put back again.
                 let mut rounds = fleet.rounds();
                 for s in &flight.sent {
-                    match *s {
-                        Sent::Reserve { at, .. } => {
-                            kept.watch.insert(at);
-                        }
-                        Sent::Report { ref entries, .. } => {
-                            kept.watch.extend(entries.iter().map(|&(at, _)| at));
-                        }
-                        Sent::Restore { id, .. } => rounds.restore(id),
-                        _ => {}
+                    if let Sent::Restore { id, .. } = *s {
+                        rounds.restore(id);
                     }
                 }
+                rounds.settle_pending(flight.again, None, false, flight.added);
                 return;
             }
         };
+        if !replicated {
+            fleet.named.locked().clear();
+        }
         let now_ms = self.live.load().policy.metering.calendar.now_ms();
         let mut kept = self.lock();
         let mut rounds = fleet.rounds();
         self.quota_answers(&mut rounds, &mut kept, &flight.sent, &answers, now_ms);
+        let answered = flight
+            .sent
+            .iter()
+            .zip(&answers)
+            .filter(|(s, _)| s.counts())
+            .map(|(_, a)| a.is_ok())
+            .collect();
+        rounds.settle_pending(flight.again, Some(answered), replicated, flight.added);
     }
 
     fn waiting(&self) -> bool {
@@ -290,16 +313,20 @@ const DAY_BATCH: usize = 500;
 struct Days(BTreeMap<u32, Vec<(redis::Cmd, usize)>>);
 
 impl Days {
-    /// Add `d` to its day's call (a new one when the last is full), which also sets the day's
-    /// expiry (`retention` days after it); with its plan and partner when `names`.
-    fn add(&mut self, fleet: &Fleet, retention: u64, d: &Delta, names: bool) {
+    /// Add `d` to its day's call (a new one, numbered in `round`, when the last is full),
+    /// which also sets the day's expiry (`retention` days after it); with its plan and
+    /// partner when `names`.
+    fn add(&mut self, fleet: &Fleet, retention: u64, d: &Delta, names: bool, round: &mut Round) {
         let calls = self.0.entry(d.day).or_default();
         if calls.last().is_none_or(|(_, n)| *n >= DAY_BATCH) {
+            let call = round.numbered();
             let mut c = redis::cmd("EVAL");
             c.arg(include_str!("day.lua"))
                 .arg(1)
                 .arg(fleet.ledger_key(d.day))
-                .arg((u64::from(d.day) + retention + 1) * DAY_MS);
+                .arg((u64::from(d.day) + retention + 1) * DAY_MS)
+                .arg(call.field)
+                .arg(call.number);
             calls.push((c, 0));
         }
         let (c, n) = calls.last_mut().expect("pushed above");
@@ -313,5 +340,26 @@ impl Days {
             c.arg(col).arg(count);
         }
         *n += 1;
+    }
+}
+
+/// The quota counts of the calls laid out are the meters' bases now: a call not applied is
+/// sent again as it was, so the next report carries only what was charged after.
+fn sent_now(kept: &mut Kept, laid: &[(redis::Cmd, Sent)]) {
+    let mut base = |at: usize, id: u32, count: u64| {
+        if let Some((_, last)) = kept.meters.get_mut(at) {
+            *last = (id, count);
+        }
+    };
+    for (_, s) in laid {
+        match *s {
+            Sent::Report { id, ref entries } => {
+                for &(at, count) in entries {
+                    base(at, id, count);
+                }
+            }
+            Sent::Reserve { at, id, count } => base(at, id, count),
+            _ => {}
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! What each round sends for the quota counts, and what their answers do to the meters
 //! (the protocol is [`super::quotas`]'s).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use redis::Value;
 
@@ -35,28 +35,51 @@ impl Keeper {
         }
         match (want > 0).then_some(quota) {
             Some(q) => {
-                let mut c = redis::cmd("EVAL");
-                c.arg(include_str!("reserve.lua"))
-                    .arg(1)
-                    .arg(quota_key(&fleet.cfg, id))
-                    .arg(m.name.as_str())
-                    .arg(delta)
-                    .arg(want)
-                    .arg(q)
-                    .arg(count)
-                    .arg(&round.mark);
-                round.counts.push((c, Sent::Reserve { at, id, count }));
+                let mark = round.mark.clone();
+                let call = round.numbered();
+                let reserve = |want: u32| {
+                    let mut c = redis::cmd("EVAL");
+                    c.arg(include_str!("reserve.lua"))
+                        .arg(1)
+                        .arg(quota_key(&fleet.cfg, id))
+                        .arg(m.name.as_str())
+                        .arg(delta)
+                        .arg(want)
+                        .arg(q)
+                        .arg(count)
+                        .arg(&mark)
+                        .arg(call.field)
+                        .arg(call.number);
+                    c
+                };
+                let (c, twin, n) = (reserve(want), reserve(0), call.number);
+                round
+                    .counts
+                    .push((c, Sent::Reserve { at, id, count }, twin, n));
             }
             None if delta != 0 || exhausted => {
-                let calls = round.reports.entry(id).or_default();
-                if calls.last().is_none_or(|(_, e)| e.len() >= REPORT_BATCH) {
+                let full = round
+                    .reports
+                    .get(&id)
+                    .and_then(|calls| calls.last())
+                    .is_none_or(|(_, e, _)| e.len() >= REPORT_BATCH);
+                if full {
+                    let call = round.numbered();
                     let mut c = redis::cmd("EVAL");
                     c.arg(include_str!("report.lua"))
                         .arg(1)
-                        .arg(quota_key(&fleet.cfg, id));
-                    calls.push((c, Vec::new()));
+                        .arg(quota_key(&fleet.cfg, id))
+                        .arg(call.field)
+                        .arg(call.number);
+                    let n = call.number;
+                    round
+                        .reports
+                        .entry(id)
+                        .or_default()
+                        .push((c, Vec::new(), n));
                 }
-                let (c, entries) = calls.last_mut().expect("pushed above");
+                let calls = round.reports.get_mut(&id).expect("pushed above");
+                let (c, entries, _) = calls.last_mut().expect("pushed above");
                 c.arg(m.name.as_str()).arg(delta);
                 entries.push((at, count));
             }
@@ -139,15 +162,28 @@ impl Keeper {
                 _ => Vec::new(),
             })
             .collect();
+        // A meter sent more than once in a round (calls sent again, then its new count)
+        // takes the last answer only: it counts every call before it.
+        let mut last: HashMap<usize, usize> = HashMap::new();
+        for (i, s) in sent.iter().enumerate() {
+            match s {
+                Sent::Report { entries, .. } => last.extend(entries.iter().map(|&(at, _)| (at, i))),
+                &Sent::Reserve { at, .. } => {
+                    last.insert(at, i);
+                }
+                _ => {}
+            }
+        }
+        let is_last = |at: usize, i: usize| last.get(&at) == Some(&i);
         let mut raised = 0;
-        for (s, a) in sent.iter().zip(answers) {
+        for (i, (s, a)) in sent.iter().zip(answers).enumerate() {
             match (s, a) {
                 (Sent::Expire { id }, Ok(_)) if !lost.contains(id) => {
                     rounds.expiring.insert(*id);
                 }
                 (Sent::Report { id, entries }, Ok(Value::Array(v))) if v.len() == entries.len() => {
                     for (&(at, count), t) in entries.iter().zip(v) {
-                        if restored.contains(&at) {
+                        if restored.contains(&at) || !is_last(at, i) {
                             continue;
                         }
                         let total = match t {
@@ -174,7 +210,7 @@ impl Keeper {
                     // back first), and granted only where this replica's mark was there: the
                     // answer holds. A restore in the same round answers for the count.
                     let granted = u64::try_from(granted).unwrap_or(0);
-                    if !restored.contains(&at) {
+                    if !restored.contains(&at) && is_last(at, i) {
                         kept.rebased(at, id, count, u64::try_from(total).unwrap_or(0), now_ms);
                     }
                     if granted > 0 {

@@ -26,6 +26,18 @@
 //! period.
 //!
 //! Grants not used within a whole interval go back with the next report.
+//!
+//! **Counts sent again add nothing.** Every call that adds counts (`report.lua`,
+//! `reserve.lua`, and the ledger's `day.lua`) carries a number, rising with each call this
+//! process sends, and the script keeps the highest it applied in this replica's own field of
+//! the hash (`~<replica id>#`): a call whose number is not above it was applied already and
+//! adds nothing. A call whose answer did not come, or that no replica confirmed behind
+//! Sentinel or on a Redis Cluster (`WAIT`), is sent again as it was, ahead of anything newer,
+//! until a round is confirmed (a confirmed round confirms every write before it on the
+//! connection): a master that applied it and failed over before a replica had it gets it
+//! back, one that kept it adds nothing. New counts go on while at most
+//! [`UNCONFIRMED_ROUNDS`] rounds wait to be confirmed, and then wait on their meters (the
+//! calls held are bounded; nothing is counted twice, nothing is dropped).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -41,10 +53,17 @@ pub(super) const RESTORE_BATCH: usize = 500;
 /// Keys per `report.lua` call (Redis runs a script alone: a few hundred keep it short).
 pub(super) const REPORT_BATCH: usize = 500;
 
+/// Rounds whose counts may wait for a replica's confirmation before new counts wait too.
+pub(super) const UNCONFIRMED_ROUNDS: u32 = 3;
+
 /// What the quota rounds remember from one round to the next.
 pub(super) struct Rounds {
     /// This process's mark in a period's hash (no key's name starts with `~`).
     mark: String,
+    /// The field of a hash holding the highest call number of this process applied there.
+    applied: String,
+    /// The number of the last call that adds counts.
+    number: u64,
     /// Periods whose hash holds this process's mark (it set it, and found it since).
     pub(super) marked: BTreeSet<u32>,
     /// Periods whose hash this process has set to expire (again after a missing mark).
@@ -55,9 +74,15 @@ pub(super) struct Rounds {
     /// Meters (places in the keeper's list) granted reservations in this interval, and in
     /// the one before: what the latter did not use goes back at this tick.
     pub(super) granted: [Vec<usize>; 2],
+    /// The calls that add counts not yet confirmed, in the order sent: sent again, first,
+    /// with every round until one is confirmed.
+    pub(super) pending: Vec<(Cmd, Sent)>,
+    /// Rounds in a row that laid new counts and were not confirmed (or had one fail).
+    pub(super) unconfirmed: u32,
 }
 
 /// One command of a round, and what its answer is for.
+#[derive(Clone)]
 pub(super) enum Sent {
     /// Period `id`'s quota counts of the meters `at`, as they stood (`count`): answered by
     /// the fleet's counts, in order.
@@ -70,24 +95,59 @@ pub(super) enum Sent {
     Expire { id: u32 },
     /// Period `id`'s counts put back: the meters and the counts sent.
     Restore { id: u32, entries: Vec<(usize, u64)> },
-    /// A ledger count, a ledger name, or a ledger day's expiry.
-    Other,
+    /// One `day.lua` call: a day's ledger counts.
+    Day,
+    /// A call that adds counts sent again whose first answer was read: its answer is not.
+    Again,
 }
 
-/// One `report.lua` call, with the meters and the counts it carries.
-pub(super) type ReportCall = (Cmd, Vec<(usize, u64)>);
+impl Sent {
+    /// Whether the command adds counts (and is sent again until a replica confirms it).
+    pub(super) fn counts(&self) -> bool {
+        matches!(
+            self,
+            Sent::Report { .. } | Sent::Reserve { .. } | Sent::Day | Sent::Again
+        )
+    }
+}
+
+/// A call that adds counts: the field of this process and the call's number.
+pub(super) struct Numbered<'a> {
+    pub(super) field: &'a str,
+    pub(super) number: u64,
+}
+
+/// One `report.lua` call, with the meters and the counts it carries, and its number.
+pub(super) type ReportCall = (Cmd, Vec<(usize, u64)>, u64);
 
 /// The quota commands of one round, before they are laid out in order.
 #[derive(Default)]
 pub(super) struct Round {
     /// This process's mark (what a reservation looks for).
     pub(super) mark: String,
+    /// Its field of call numbers, and the number of the last call made.
+    pub(super) applied: String,
+    pub(super) number: u64,
     /// Periods reported (each gets a mark first, and an expiry when due).
     pub(super) periods: BTreeSet<u32>,
     /// Per period, its `report.lua` calls, each with the meters and counts it carries.
     pub(super) reports: BTreeMap<u32, Vec<ReportCall>>,
-    pub(super) counts: Vec<(Cmd, Sent)>,
+    /// Reservations, each with the call sent again in its place when unconfirmed (the same
+    /// number, no request wanted: a master that lost it gets the charges, not a second
+    /// grant), and its number.
+    pub(super) counts: Vec<(Cmd, Sent, Cmd, u64)>,
     pub(super) restores: Vec<(Cmd, Sent)>,
+}
+
+impl Round {
+    /// The next call that adds counts.
+    pub(super) fn numbered(&mut self) -> Numbered<'_> {
+        self.number += 1;
+        Numbered {
+            field: &self.applied,
+            number: self.number,
+        }
+    }
 }
 
 /// The name of period `id`'s hash.
@@ -100,10 +160,44 @@ impl Rounds {
     pub(super) fn new(replica: &str) -> Self {
         Self {
             mark: format!("~{replica}"),
+            applied: format!("~{replica}#"),
+            number: 0,
             marked: BTreeSet::new(),
             expiring: HashSet::new(),
             restore: BTreeSet::new(),
             granted: [Vec::new(), Vec::new()],
+            pending: Vec::new(),
+            unconfirmed: 0,
+        }
+    }
+
+    /// Whether new counts wait on their meters: too many rounds wait to be confirmed.
+    pub(super) fn held_back(&self) -> bool {
+        self.unconfirmed >= UNCONFIRMED_ROUNDS
+    }
+
+    /// A round's calls that add counts were answered (`answers`, in order, where they
+    /// came) and confirmed or not: what is sent again. Confirmed, a call is done unless its
+    /// own answer failed; unconfirmed, every call is sent again, and one answered here
+    /// (applied by the master) is [`Sent::Again`], its answer no longer read.
+    pub(super) fn settle_pending(
+        &mut self,
+        calls: Vec<(Cmd, Sent)>,
+        answers: Option<Vec<bool>>,
+        confirmed: bool,
+        added: bool,
+    ) {
+        let answered = answers.unwrap_or_else(|| vec![false; calls.len()]);
+        self.pending = calls
+            .into_iter()
+            .zip(answered)
+            .filter(|((_, s), ok)| !(confirmed && (*ok || matches!(s, Sent::Again))))
+            .map(|((c, s), ok)| (c, if ok { Sent::Again } else { s }))
+            .collect();
+        if confirmed && self.pending.is_empty() {
+            self.unconfirmed = 0;
+        } else if added {
+            self.unconfirmed += 1;
         }
     }
 
@@ -117,6 +211,8 @@ impl Rounds {
     pub(super) fn round(&self) -> Round {
         Round {
             mark: self.mark.clone(),
+            applied: self.applied.clone(),
+            number: self.number,
             ..Round::default()
         }
     }
@@ -130,8 +226,10 @@ impl Rounds {
 
     /// The counts, the restores, then the marks (of the periods reported or put back, and at a
     /// tick of those this process holds counts of, while they are `current`), and the
-    /// expiries due, in the order their answers are read. Nothing when there is nothing to
+    /// expiries due, in the order their answers are read; the calls that add counts also in
+    /// `again`, as they are sent again if unconfirmed. Nothing when there is nothing to
     /// report (an urgent round then carries no quota command at all).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn lay_out(
         &mut self,
         cfg: &Cluster,
@@ -140,7 +238,9 @@ impl Rounds {
         now_ms: u64,
         cmds: &mut Vec<Cmd>,
         sent: &mut Vec<Sent>,
+        again: &mut Vec<(Cmd, Sent)>,
     ) {
+        self.number = round.number;
         let mut periods = round.periods;
         periods.extend(round.restores.iter().filter_map(|(_, s)| match s {
             Sent::Restore { id, .. } => Some(*id),
@@ -151,13 +251,29 @@ impl Rounds {
             self.marked
                 .retain(|id| current.contains(id) || periods.contains(id));
         }
-        for (id, calls) in round.reports {
-            for (c, entries) in calls {
-                cmds.push(c);
-                sent.push(Sent::Report { id, entries });
-            }
+        // In the order of their numbers: a hash applies a call only above the last it took.
+        let mut adding: Vec<(u64, Cmd, Sent, Cmd)> = round
+            .reports
+            .into_iter()
+            .flat_map(|(id, calls)| {
+                calls
+                    .into_iter()
+                    .map(move |(c, entries, n)| (n, c.clone(), Sent::Report { id, entries }, c))
+            })
+            .chain(
+                round
+                    .counts
+                    .into_iter()
+                    .map(|(c, s, twin, n)| (n, c, s, twin)),
+            )
+            .collect();
+        adding.sort_unstable_by_key(|a| a.0);
+        for (_, c, s, twin) in adding {
+            again.push((twin, s.clone()));
+            cmds.push(c);
+            sent.push(s);
         }
-        for (c, s) in round.counts.into_iter().chain(round.restores) {
+        for (c, s) in round.restores {
             cmds.push(c);
             sent.push(s);
         }
@@ -284,5 +400,135 @@ mod tests {
                 assert_eq!(period_end(per, p.id), Some(p.end_ms), "{per:?} {ms}");
             }
         }
+    }
+
+    fn cfg() -> Cluster {
+        Cluster {
+            redis_url: "redis://127.0.0.1:1/0".into(),
+            key_prefix: "t".into(),
+            sync_interval: std::time::Duration::from_millis(20),
+            timeout: std::time::Duration::from_millis(100),
+        }
+    }
+
+    /// A command's arguments, as text.
+    fn args(c: &Cmd) -> Vec<String> {
+        c.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => "<other>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn calls_that_add_counts_go_in_the_order_of_their_numbers_and_rounds_go_on_counting() {
+        let mut rounds = Rounds::new("r1");
+        let mut round = rounds.round();
+        // A reservation numbered before a report of the same period: sent first.
+        let first = round.numbered().number;
+        let reserve = (
+            redis::cmd("EVAL"),
+            Sent::Reserve {
+                at: 0,
+                id: 7,
+                count: 3,
+            },
+            redis::cmd("TWIN"),
+            first,
+        );
+        round.counts.push(reserve);
+        let second = round.numbered().number;
+        let mut report = redis::cmd("EVAL");
+        report.arg("report").arg(1).arg("k").arg("~r1#").arg(second);
+        round
+            .reports
+            .entry(7)
+            .or_default()
+            .push((report, vec![(1, 5)], second));
+        round.periods.insert(7);
+        let (mut cmds, mut sent, mut again) = (Vec::new(), Vec::new(), Vec::new());
+        rounds.lay_out(&cfg(), round, None, 0, &mut cmds, &mut sent, &mut again);
+        assert!(matches!(sent[0], Sent::Reserve { at: 0, .. }));
+        assert!(matches!(sent[1], Sent::Report { .. }));
+        assert!(matches!(sent[2], Sent::Mark { id: 7 }));
+        // What is sent again: the reservation's twin (no request wanted), then the report.
+        assert_eq!(args(&again[0].0), ["TWIN"]);
+        assert_eq!(args(&again[1].0), args(&cmds[1]));
+        assert_eq!(again.len(), 2);
+        // The next round's numbers go on from the last.
+        let mut next = rounds.round();
+        assert_eq!(next.numbered().number, second + 1);
+        assert_eq!((first, second), (1, 2));
+    }
+
+    fn pending(rounds: &Rounds) -> Vec<&'static str> {
+        rounds
+            .pending
+            .iter()
+            .map(|(_, s)| match s {
+                Sent::Report { .. } => "report",
+                Sent::Reserve { .. } => "reserve",
+                Sent::Day => "day",
+                Sent::Again => "again",
+                _ => "other",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn calls_wait_to_be_confirmed_and_new_counts_wait_after_three_rounds() {
+        let calls = || {
+            vec![
+                (
+                    redis::cmd("A"),
+                    Sent::Report {
+                        id: 1,
+                        entries: vec![(0, 1)],
+                    },
+                ),
+                (redis::cmd("B"), Sent::Day),
+            ]
+        };
+        let mut rounds = Rounds::new("r1");
+        // No answer: sent again as they were, their answers still to be read.
+        rounds.settle_pending(calls(), None, false, true);
+        assert_eq!(pending(&rounds), ["report", "day"]);
+        assert!(!rounds.held_back());
+        // Answered, unconfirmed: sent again, their answers read already; one that failed is
+        // still to be read.
+        let mut both = rounds.pending.clone();
+        both.extend(calls());
+        rounds.settle_pending(both, Some(vec![true, true, false, true]), false, true);
+        assert_eq!(pending(&rounds), ["again", "again", "report", "again"]);
+        assert!(!rounds.held_back());
+        let held = rounds.pending.clone();
+        rounds.settle_pending(held, Some(vec![true; 4]), false, true);
+        assert!(
+            rounds.held_back(),
+            "three rounds unconfirmed: new counts wait"
+        );
+        // Rounds that only send again do not count further.
+        let held = rounds.pending.clone();
+        rounds.settle_pending(held, None, false, false);
+        assert_eq!(rounds.unconfirmed, 3);
+        // Confirmed: done, but for a call whose own answer failed (not one sent again).
+        let mut held = rounds.pending.clone();
+        held.extend(calls());
+        rounds.settle_pending(
+            held,
+            Some(vec![false, true, true, true, false, true]),
+            true,
+            false,
+        );
+        assert_eq!(pending(&rounds), ["report"]);
+        assert!(
+            rounds.held_back(),
+            "not every call of the round was applied"
+        );
+        let held = rounds.pending.clone();
+        rounds.settle_pending(held, Some(vec![true]), true, false);
+        assert!(rounds.pending.is_empty());
+        assert!(!rounds.held_back());
     }
 }

@@ -5,9 +5,16 @@
 -- (ARGV[4]) has room for, in one step: two replicas never reserve the same room. Nothing is
 -- reserved where the replica's own mark (ARGV[6]) is not in the hash: a hash lost since the
 -- replica's last round, or one it has not marked yet; the round's mark, after, says which.
+-- A call is applied once, as report.lua's are (its number ARGV[8] in the replica's field
+-- ARGV[7]): one sent again adds nothing and reserves nothing.
 -- KEYS: the period's hash. ARGV: the key's name, the charges, the requests wanted, the quota,
--- the replica's view of the count (charges included), the replica's mark.
+-- the replica's view of the count (charges included), the replica's mark, the replica's
+-- field, the call's number.
 -- Answers {the count, the requests reserved}.
+if tonumber(redis.call('HGET', KEYS[1], ARGV[7]) or '0') >= tonumber(ARGV[8]) then
+  return {tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0'), 0}
+end
+redis.call('HSET', KEYS[1], ARGV[7], ARGV[8])
 local t = redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
 local view = tonumber(ARGV[5])
 if t < view then

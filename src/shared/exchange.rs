@@ -101,8 +101,8 @@ impl BudgetSync {
     /// Send the rider's commands, after `beat` when given (whose answer is returned), and tell
     /// the rider what came back. Where a failover promotes a replica (Sentinel, a Redis
     /// Cluster), the counts are taken as written only once a replica holds them (`WAIT`,
-    /// `ROLE` at the end of the pipeline, on the same connection); else they are sent again,
-    /// and a failover loses none.
+    /// `ROLE` at the end of the pipeline, on the same connection); else they are sent again
+    /// (applied once), and a failover loses none.
     async fn ride(
         &self,
         client: &Client,
@@ -141,11 +141,9 @@ impl BudgetSync {
                     let wait = a.pop().and_then(Result::ok);
                     matches!((wait, role), (Some(w), Some(r)) if self.hold.read(&w, &r))
                 };
-                if held {
-                    rider.answered(Ok(a));
-                } else {
-                    rider.answered(Err(StoreError::NotReplicated));
-                }
+                // Unconfirmed, the answers are the master's word all the same: read, and
+                // what added counts is sent again ([`crate::shared::Rider::answered`]).
+                rider.answered(Ok(a), held);
                 match heartbeat {
                     Some(Ok(v)) => Ok(v),
                     Some(Err(e)) => Err(StoreError::of(&e, &self.cfg.redis_url)),
@@ -153,11 +151,14 @@ impl BudgetSync {
                 }
             }
             Ok(_) => {
-                rider.answered(Err(StoreError::Malformed("an empty pipeline answer")));
+                rider.answered(
+                    Err(StoreError::Malformed("an empty pipeline answer")),
+                    false,
+                );
                 Err(StoreError::Malformed("an empty pipeline answer"))
             }
             Err(e) => {
-                rider.answered(Err(e.clone()));
+                rider.answered(Err(e.clone()), false);
                 Err(e)
             }
         }

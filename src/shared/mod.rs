@@ -114,8 +114,15 @@ pub trait Rider: Send + Sync {
     /// in an urgent round, only what a request waits for. Each names one slot.
     fn commands(&self, tick: bool) -> Vec<redis::Cmd>;
     /// Their answers, in order, or why none came (then nothing of them may be taken as
-    /// applied, and nothing is lost: what was sent is sent again, or put back).
-    fn answered(&self, answers: Result<Vec<redis::RedisResult<redis::Value>>, StoreError>);
+    /// applied, and nothing is lost: what was sent is sent again, or put back); `replicated`:
+    /// a replica holds what they wrote, or none need to (else a failover may lose it, and
+    /// what added counts is sent again: each such command must be applied once however
+    /// often it is sent).
+    fn answered(
+        &self,
+        answers: Result<Vec<redis::RedisResult<redis::Value>>, StoreError>,
+        replicated: bool,
+    );
     /// Whether a request waits for what rides: an urgent round is due.
     fn waiting(&self) -> bool;
     /// Whether the round with the store succeeded (a request decides on its own while not).

@@ -140,3 +140,108 @@ fn the_scripts_do_what_the_model_says() {
         "a replica silent past the horizon is not counted"
     );
 }
+
+/// The scripts that add quota and ledger counts, on a real Redis: a call sent again (its
+/// answer lost, or no replica confirmed it) adds nothing, whichever script it is; a later
+/// call adds; another replica's numbers are its own.
+#[test]
+fn a_count_sent_again_is_added_once() {
+    let redis = RedisServer::start();
+    let mut con = redis.client();
+    let report = redis::Script::new(include_str!("../../../src/ledger/report.lua"));
+    let reserve = redis::Script::new(include_str!("../../../src/ledger/reserve.lua"));
+    let day = redis::Script::new(include_str!("../../../src/ledger/day.lua"));
+    let q = "t:{meters}:q:1";
+    let report_call = |con: &mut redis::Connection, replica: &str, n: u64, charges: i64| {
+        report
+            .key(q)
+            .arg(format!("~{replica}#"))
+            .arg(n)
+            .arg("acme")
+            .arg(charges)
+            .arg("beta")
+            .arg(1)
+            .invoke::<Vec<i64>>(con)
+            .unwrap()
+    };
+    assert_eq!(report_call(&mut con, "r1", 1, 5), [5, 1]);
+    assert_eq!(
+        report_call(&mut con, "r1", 1, 5),
+        [5, 1],
+        "sent again: added once"
+    );
+    assert_eq!(
+        report_call(&mut con, "r2", 1, 2),
+        [7, 2],
+        "another replica's own numbers"
+    );
+    assert_eq!(
+        report_call(&mut con, "r1", 2, -1),
+        [6, 3],
+        "a later call adds"
+    );
+    assert_eq!(report_call(&mut con, "r1", 2, -1), [6, 3]);
+    // A reservation: charges 1 and reserves 2 of a quota of 10; sent again (as the twin that
+    // wants nothing), it adds nothing and reserves nothing.
+    redis::cmd("HSET")
+        .arg(q)
+        .arg("~r1")
+        .arg(1)
+        .exec(&mut con)
+        .unwrap();
+    let reserve_call = |con: &mut redis::Connection, n: u64, want: u64| {
+        reserve
+            .key(q)
+            .arg("acme")
+            .arg(1)
+            .arg(want)
+            .arg(10)
+            .arg(7)
+            .arg("~r1")
+            .arg("~r1#")
+            .arg(n)
+            .invoke::<Vec<i64>>(con)
+            .unwrap()
+    };
+    assert_eq!(reserve_call(&mut con, 3, 2), [9, 2]);
+    assert_eq!(
+        reserve_call(&mut con, 3, 0),
+        [9, 0],
+        "sent again: nothing more"
+    );
+    assert_eq!(
+        reserve_call(&mut con, 4, 0),
+        [10, 0],
+        "a later call adds its charges"
+    );
+    // A day of the ledger: the same.
+    let l = "t:{meters}:l:20000";
+    let day_call = |con: &mut redis::Connection, n: u64| {
+        day.key(l)
+            .arg(4_102_444_800_000u64)
+            .arg("~r1#")
+            .arg(n)
+            .arg("acme")
+            .arg("basic")
+            .arg("")
+            .arg(1)
+            .arg("upstream_2xx")
+            .arg(3)
+            .invoke::<u64>(con)
+            .unwrap()
+    };
+    assert_eq!(day_call(&mut con, 1), 1);
+    assert_eq!(day_call(&mut con, 1), 0, "sent again: no key taken");
+    assert_eq!(day_call(&mut con, 2), 1);
+    let count: u64 = redis::cmd("HGET")
+        .arg(l)
+        .arg("acme:upstream_2xx")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(count, 6);
+    let ttl: i64 = redis::cmd("PTTL").arg(l).query(&mut con).unwrap();
+    assert!(
+        ttl > 0,
+        "the day expires, whether a call was applied or not"
+    );
+}
