@@ -831,7 +831,13 @@ fn extra_fields() -> impl Strategy<Value = Vec<(String, Value)>> {
 fn fold(name: &str) -> String {
     let once = |s: &str| -> String {
         s.chars()
-            .map(|c| if matches!(c, '\u{131}' | '\u{130}') { 'i' } else { c })
+            .map(|c| {
+                if matches!(c, '\u{131}' | '\u{130}') {
+                    'i'
+                } else {
+                    c
+                }
+            })
             .flat_map(char::to_uppercase)
             .flat_map(char::to_lowercase)
             .collect()
@@ -842,7 +848,9 @@ fn fold(name: &str) -> String {
 /// An object of the members given, keeping the first of any whose names fold together.
 fn distinct(kv: Vec<(String, Value)>) -> Map<String, Value> {
     let mut seen = std::collections::HashSet::new();
-    kv.into_iter().filter(|(k, _)| seen.insert(fold(k))).collect()
+    kv.into_iter()
+        .filter(|(k, _)| seen.insert(fold(k)))
+        .collect()
 }
 
 /// One required group-event field, as a path of member names.
