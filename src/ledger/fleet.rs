@@ -17,17 +17,19 @@
 //! applied once however often it is sent (`super::quotas`, "Counts sent again add nothing"):
 //! nothing counted is lost, nothing is counted twice.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 use redis::Value;
 
-use super::book::{BookError, Delta, Row};
-use super::kept::Kept;
+use super::book::{BookError, Row};
+use super::kept::{Kept, PlaceMap};
 use super::quotas::{Round, Rounds, Sent};
-use super::{named, who, Keeper, Today, DAY_MS};
+use super::{who, Keeper, Today, DAY_MS};
 use crate::config::Cluster;
 use crate::fleet_store::{Client, StoreError};
+use crate::metering::{Column, COLUMNS};
 use crate::shared::Rider;
 use crate::sync::Locked;
 
@@ -44,7 +46,7 @@ pub(super) struct Fleet {
     /// `metering::who` packs them) its ledger row last named, and when: a row names its plan
     /// and partner again only when they change, on a new day, after a failed exchange, or a
     /// minute later (a Redis that lost the day's hash gets them back within that minute).
-    named: Mutex<HashMap<usize, (u32, u64, u64)>>,
+    named: Mutex<PlaceMap<(u32, u64, u64)>>,
 }
 
 /// How long a ledger row's plan and partner go unsent when unchanged.
@@ -214,24 +216,29 @@ impl Rider for Keeper {
                     continue;
                 };
                 let w = m.who();
-                let (plan, partner) = who(&snap, w, name);
-                let renamed = match last_named.get(&at) {
-                    Some(&(nd, nw, since)) => {
-                        nd != day || nw != w || now_ms.saturating_sub(since) >= NAMES_REFRESH_MS
+                let named_now = (day, w, now_ms);
+                let renamed = match last_named.entry(at) {
+                    Entry::Occupied(mut e) => {
+                        let (nd, nw, since) = *e.get();
+                        let due = nd != day
+                            || nw != w
+                            || now_ms.saturating_sub(since) >= NAMES_REFRESH_MS;
+                        if due {
+                            e.insert(named_now);
+                        }
+                        due
                     }
-                    None => true,
+                    Entry::Vacant(e) => {
+                        e.insert(named_now);
+                        true
+                    }
                 };
-                if renamed {
-                    last_named.insert(at, (day, w, now_ms));
-                }
-                let d = Delta {
-                    day,
-                    key: name.to_string(),
-                    plan,
-                    partner,
-                    counts: named(&counts),
-                };
-                days.add(fleet, retention, &d, renamed, &mut round);
+                // The plan's and partner's names are looked up only when they are sent.
+                let names = renamed.then(|| who(&snap, w, name));
+                let names = names
+                    .as_ref()
+                    .map(|(plan, partner)| (plan.as_str(), partner.as_deref().unwrap_or("")));
+                days.add(fleet, retention, (day, name), names, &counts, &mut round);
             }
         }
         drop(last_named);
@@ -313,31 +320,39 @@ const DAY_BATCH: usize = 500;
 struct Days(BTreeMap<u32, Vec<(redis::Cmd, usize)>>);
 
 impl Days {
-    /// Add `d` to its day's call (a new one, numbered in `round`, when the last is full),
-    /// which also sets the day's expiry (`retention` days after it); with its plan and
-    /// partner when `names`.
-    fn add(&mut self, fleet: &Fleet, retention: u64, d: &Delta, names: bool, round: &mut Round) {
-        let calls = self.0.entry(d.day).or_default();
+    /// Add the key `name`'s counts of `day` (those not zero) to the day's call (a new one,
+    /// numbered in `round`, when the last is full), which also sets the day's expiry
+    /// (`retention` days after it); with its plan and partner when `names` are given.
+    fn add(
+        &mut self,
+        fleet: &Fleet,
+        retention: u64,
+        (day, name): (u32, &str),
+        names: Option<(&str, &str)>,
+        counts: &[u32; COLUMNS],
+        round: &mut Round,
+    ) {
+        let calls = self.0.entry(day).or_default();
         if calls.last().is_none_or(|(_, n)| *n >= DAY_BATCH) {
             let call = round.numbered();
             let mut c = redis::cmd("EVAL");
             c.arg(include_str!("day.lua"))
                 .arg(1)
-                .arg(fleet.ledger_key(d.day))
-                .arg((u64::from(d.day) + retention + 1) * DAY_MS)
+                .arg(fleet.ledger_key(day))
+                .arg((u64::from(day) + retention + 1) * DAY_MS)
                 .arg(call.field)
                 .arg(call.number);
             calls.push((c, 0));
         }
         let (c, n) = calls.last_mut().expect("pushed above");
         // An empty plan (no plan is named so) says: the names are unchanged.
-        let (plan, partner) = match names {
-            true => (d.plan.as_str(), d.partner.as_deref().unwrap_or("")),
-            false => ("", ""),
-        };
-        c.arg(&d.key).arg(plan).arg(partner).arg(d.counts.len());
-        for &(col, count) in &d.counts {
-            c.arg(col).arg(count);
+        let (plan, partner) = names.unwrap_or(("", ""));
+        let columns = counts.iter().filter(|&&n| n != 0).count();
+        c.arg(name).arg(plan).arg(partner).arg(columns);
+        for (col, &count) in Column::ALL.iter().zip(counts) {
+            if count != 0 {
+                c.arg(col.name()).arg(count);
+            }
         }
         *n += 1;
     }

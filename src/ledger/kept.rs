@@ -13,7 +13,7 @@ pub(super) struct Kept {
     /// Every meter allocated, with the quota word last kept.
     pub(super) meters: Vec<(Held, (u32, u64))>,
     /// Where each meter is in `meters`, by the address of its rate state.
-    pub(super) at: HashMap<usize, usize>,
+    pub(super) at: PlaceMap,
     /// Meters (places in `meters`) visited by the next pass whether changed or not: those
     /// over their quota (a give-back elsewhere must be seen, and the gauge counts them), and
     /// those whose quota count was not kept (it is sent again).
@@ -30,6 +30,10 @@ pub(super) struct Kept {
     /// pass, to keep at `state.path` (what a restart decides on while Redis is down).
     pub(super) to_disk: BTreeSet<usize>,
 }
+
+/// A map keyed by a meter's address or place (looked up for every meter a tick visits: a
+/// fast hash).
+pub(super) type PlaceMap<V = usize> = HashMap<usize, V, foldhash::fast::RandomState>;
 
 /// Passes (seconds) between two looks for meters no policy holds any more.
 pub(super) const DROP_EVERY: u32 = 60;

@@ -1,10 +1,11 @@
 //! What each round sends for the quota counts, and what their answers do to the meters
 //! (the protocol is [`super::quotas`]'s).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use redis::Value;
 
+use super::kept::PlaceMap;
 use super::quotas::{quota_key, Round, Rounds, Sent, REPORT_BATCH, RESTORE_BATCH};
 use super::{Keeper, Kept};
 use crate::config::Cluster;
@@ -164,7 +165,7 @@ impl Keeper {
             .collect();
         // A meter sent more than once in a round (calls sent again, then its new count)
         // takes the last answer only: it counts every call before it.
-        let mut last: HashMap<usize, usize> = HashMap::new();
+        let mut last: PlaceMap = PlaceMap::default();
         for (i, s) in sent.iter().enumerate() {
             match s {
                 Sent::Report { entries, .. } => last.extend(entries.iter().map(|&(at, _)| (at, i))),
