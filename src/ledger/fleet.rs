@@ -25,7 +25,8 @@ use redis::Value;
 
 use super::book::{BookError, Row};
 use super::kept::{Kept, PlaceMap};
-use super::quotas::{Round, Rounds, Sent};
+use super::quotas::{Round, Rounds};
+use super::resend::{Laid, Sent};
 use super::{who, Keeper, Today, DAY_MS};
 use crate::config::Cluster;
 use crate::fleet_store::{Client, StoreError};
@@ -74,6 +75,14 @@ impl Fleet {
 
     pub(super) fn rounds(&self) -> std::sync::MutexGuard<'_, Rounds> {
         self.rounds.locked()
+    }
+
+    /// The round `laid` (its first `resent` calls sent again) is in flight: its commands.
+    fn take_off(&self, laid: Laid, resent: usize) -> Vec<redis::Cmd> {
+        let Laid { cmds, sent, again } = laid;
+        let added = again.len() > resent;
+        *self.in_flight.locked() = InFlight { sent, again, added };
+        cmds
     }
 
     fn ledger_key(&self, day: u32) -> String {
@@ -143,18 +152,11 @@ impl Rider for Keeper {
         let mut rounds = fleet.rounds();
         // What waits for a replica's confirmation goes first, as it was sent; while too many
         // rounds wait, it goes alone and new counts wait on their meters.
-        let mut again = rounds.pending.clone();
-        let mut cmds: Vec<redis::Cmd> = again.iter().map(|(c, _)| c.clone()).collect();
-        let mut sent: Vec<Sent> = again.iter().map(|(_, s)| s.clone()).collect();
-        if rounds.held_back() {
-            *fleet.in_flight.locked() = InFlight {
-                sent,
-                again,
-                added: false,
-            };
-            return cmds;
+        let mut laid = Laid::resending(&rounds.resend.pending);
+        let resent = laid.again.len();
+        if rounds.resend.held_back() {
+            return fleet.take_off(laid, resent);
         }
-        let resent = again.len();
         let snap = self.live.load();
         let now_ms = snap.policy.metering.calendar.now_ms();
         let Today {
@@ -175,13 +177,9 @@ impl Rider for Keeper {
             for &at in &parked {
                 self.quota_command(&kept, at, true, false, &mut round);
             }
-            rounds.lay_out(
-                &fleet.cfg, round, None, now_ms, &mut cmds, &mut sent, &mut again,
-            );
-            sent_now(&mut kept, &again[resent..]);
-            let added = again.len() > resent;
-            *fleet.in_flight.locked() = InFlight { sent, again, added };
-            return cmds;
+            rounds.lay_out(&fleet.cfg, round, None, now_ms, &mut laid);
+            sent_now(&mut kept, &laid.again[resent..]);
+            return fleet.take_off(laid, resent);
         }
         let mut visit: BTreeSet<usize> = self.visits(&mut kept).into_iter().collect();
         visit.extend(&parked);
@@ -245,18 +243,12 @@ impl Rider for Keeper {
         kept.watch.extend(over);
         self.restore_commands(&fleet.cfg, &mut rounds, &kept, &mut round);
         let current = Some([day_id, month_id]);
-        rounds.lay_out(
-            &fleet.cfg, round, current, now_ms, &mut cmds, &mut sent, &mut again,
-        );
-        sent_now(&mut kept, &again[resent..]);
+        rounds.lay_out(&fleet.cfg, round, current, now_ms, &mut laid);
+        sent_now(&mut kept, &laid.again[resent..]);
         for (c, _) in days.0.into_values().flatten() {
-            again.push((c.clone(), Sent::Day));
-            cmds.push(c);
-            sent.push(Sent::Day);
+            laid.adding(c.clone(), Sent::Day, c);
         }
-        let added = again.len() > resent;
-        *fleet.in_flight.locked() = InFlight { sent, again, added };
-        cmds
+        fleet.take_off(laid, resent)
     }
 
     fn answered(
@@ -282,7 +274,9 @@ impl Rider for Keeper {
                         rounds.restore(id);
                     }
                 }
-                rounds.settle_pending(flight.again, None, false, flight.added);
+                rounds
+                    .resend
+                    .settle(flight.again, None, false, flight.added);
                 return;
             }
         };
@@ -300,7 +294,9 @@ impl Rider for Keeper {
             .filter(|(s, _)| s.counts())
             .map(|(_, a)| a.is_ok())
             .collect();
-        rounds.settle_pending(flight.again, Some(answered), replicated, flight.added);
+        rounds
+            .resend
+            .settle(flight.again, Some(answered), replicated, flight.added);
     }
 
     fn waiting(&self) -> bool {

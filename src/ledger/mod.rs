@@ -22,6 +22,7 @@
 //! | `columns.rs` | the ledger's columns, a meter's counts by name, a row's plan and partner |
 //! | `book.rs` | the book: rows by day and key, in redb or memory |
 //! | `fleet.rs`, `quotas.rs`, `quota_round.rs` | with `cluster`: the counts that ride each tick to Redis (the ledger's, the quotas' protocol, each round's quota commands and answers) |
+//! | `resend.rs` | with `cluster`: a round's commands and what each answer is for, and the calls that add counts, sent again until a replica confirms them, applied once |
 //! | `tick.rs` | the background service |
 
 pub(crate) mod book;
@@ -30,6 +31,7 @@ mod fleet;
 mod kept;
 mod quota_round;
 mod quotas;
+mod resend;
 mod start;
 mod tick;
 

@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use redis::Value;
 
 use super::kept::PlaceMap;
-use super::quotas::{quota_key, Round, Rounds, Sent, REPORT_BATCH, RESTORE_BATCH};
+use super::quotas::{quota_key, Round, Rounds, REPORT_BATCH, RESTORE_BATCH};
+use super::resend::Sent;
 use super::{Keeper, Kept};
 use crate::config::Cluster;
 

@@ -27,22 +27,13 @@
 //!
 //! Grants not used within a whole interval go back with the next report.
 //!
-//! **Counts sent again add nothing.** Every call that adds counts (`report.lua`,
-//! `reserve.lua`, and the ledger's `day.lua`) carries a number, rising with each call this
-//! process sends, and the script keeps the highest it applied in this replica's own field of
-//! the hash (`~<replica id>#`): a call whose number is not above it was applied already and
-//! adds nothing. A call whose answer did not come, or that no replica confirmed behind
-//! Sentinel or on a Redis Cluster (`WAIT`), is sent again as it was, ahead of anything newer,
-//! until a round is confirmed (a confirmed round confirms every write before it on the
-//! connection): a master that applied it and failed over before a replica had it gets it
-//! back, one that kept it adds nothing. New counts go on while at most
-//! [`UNCONFIRMED_ROUNDS`] rounds wait to be confirmed, and then wait on their meters (the
-//! calls held are bounded; nothing is counted twice, nothing is dropped).
+//! Counts sent again add nothing: see [`super::resend`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use redis::Cmd;
 
+use super::resend::{Laid, Resend, Sent};
 use super::{Keeper, DAY_MS};
 use crate::config::{Cluster, Period};
 use crate::metering::{PeriodAt, MONTH_BIT};
@@ -52,9 +43,6 @@ pub(super) const RESTORE_BATCH: usize = 500;
 
 /// Keys per `report.lua` call (Redis runs a script alone: a few hundred keep it short).
 pub(super) const REPORT_BATCH: usize = 500;
-
-/// Rounds whose counts may wait for a replica's confirmation before new counts wait too.
-pub(super) const UNCONFIRMED_ROUNDS: u32 = 3;
 
 /// What the quota rounds remember from one round to the next.
 pub(super) struct Rounds {
@@ -74,41 +62,8 @@ pub(super) struct Rounds {
     /// Meters (places in the keeper's list) granted reservations in this interval, and in
     /// the one before: what the latter did not use goes back at this tick.
     pub(super) granted: [Vec<usize>; 2],
-    /// The calls that add counts not yet confirmed, in the order sent: sent again, first,
-    /// with every round until one is confirmed.
-    pub(super) pending: Vec<(Cmd, Sent)>,
-    /// Rounds in a row that laid new counts and were not confirmed (or had one fail).
-    pub(super) unconfirmed: u32,
-}
-
-/// One command of a round, and what its answer is for.
-#[derive(Clone)]
-pub(super) enum Sent {
-    /// Period `id`'s quota counts of the meters `at`, as they stood (`count`): answered by
-    /// the fleet's counts, in order.
-    Report { id: u32, entries: Vec<(usize, u64)> },
-    /// The same, with a reservation: answered by the count and the requests granted.
-    Reserve { at: usize, id: u32, count: u64 },
-    /// The mark of period `id`'s hash: 1 when it was missing.
-    Mark { id: u32 },
-    /// Period `id`'s expiry.
-    Expire { id: u32 },
-    /// Period `id`'s counts put back: the meters and the counts sent.
-    Restore { id: u32, entries: Vec<(usize, u64)> },
-    /// One `day.lua` call: a day's ledger counts.
-    Day,
-    /// A call that adds counts sent again whose first answer was read: its answer is not.
-    Again,
-}
-
-impl Sent {
-    /// Whether the command adds counts (and is sent again until a replica confirms it).
-    pub(super) fn counts(&self) -> bool {
-        matches!(
-            self,
-            Sent::Report { .. } | Sent::Reserve { .. } | Sent::Day | Sent::Again
-        )
-    }
+    /// The calls that add counts and wait to be confirmed.
+    pub(super) resend: Resend,
 }
 
 /// A call that adds counts: the field of this process and the call's number.
@@ -166,38 +121,7 @@ impl Rounds {
             expiring: HashSet::new(),
             restore: BTreeSet::new(),
             granted: [Vec::new(), Vec::new()],
-            pending: Vec::new(),
-            unconfirmed: 0,
-        }
-    }
-
-    /// Whether new counts wait on their meters: too many rounds wait to be confirmed.
-    pub(super) fn held_back(&self) -> bool {
-        self.unconfirmed >= UNCONFIRMED_ROUNDS
-    }
-
-    /// A round's calls that add counts were answered (`answers`, in order, where they
-    /// came) and confirmed or not: what is sent again. Confirmed, a call is done unless its
-    /// own answer failed; unconfirmed, every call is sent again, and one answered here
-    /// (applied by the master) is [`Sent::Again`], its answer no longer read.
-    pub(super) fn settle_pending(
-        &mut self,
-        calls: Vec<(Cmd, Sent)>,
-        answers: Option<Vec<bool>>,
-        confirmed: bool,
-        added: bool,
-    ) {
-        let answered = answers.unwrap_or_else(|| vec![false; calls.len()]);
-        self.pending = calls
-            .into_iter()
-            .zip(answered)
-            .filter(|((_, s), ok)| !(confirmed && (*ok || matches!(s, Sent::Again))))
-            .map(|((c, s), ok)| (c, if ok { Sent::Again } else { s }))
-            .collect();
-        if confirmed && self.pending.is_empty() {
-            self.unconfirmed = 0;
-        } else if added {
-            self.unconfirmed += 1;
+            resend: Resend::default(),
         }
     }
 
@@ -226,19 +150,15 @@ impl Rounds {
 
     /// The counts, the restores, then the marks (of the periods reported or put back, and at a
     /// tick of those this process holds counts of, while they are `current`), and the
-    /// expiries due, in the order their answers are read; the calls that add counts also in
-    /// `again`, as they are sent again if unconfirmed. Nothing when there is nothing to
+    /// expiries due, in the order their answers are read. Nothing when there is nothing to
     /// report (an urgent round then carries no quota command at all).
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn lay_out(
         &mut self,
         cfg: &Cluster,
         round: Round,
         current: Option<[u32; 2]>,
         now_ms: u64,
-        cmds: &mut Vec<Cmd>,
-        sent: &mut Vec<Sent>,
-        again: &mut Vec<(Cmd, Sent)>,
+        laid: &mut Laid,
     ) {
         self.number = round.number;
         let mut periods = round.periods;
@@ -269,19 +189,15 @@ impl Rounds {
             .collect();
         adding.sort_unstable_by_key(|a| a.0);
         for (_, c, s, twin) in adding {
-            again.push((twin, s.clone()));
-            cmds.push(c);
-            sent.push(s);
+            laid.adding(c, s, twin);
         }
         for (c, s) in round.restores {
-            cmds.push(c);
-            sent.push(s);
+            laid.push(c, s);
         }
         for &id in &periods {
             let mut c = redis::cmd("HSETNX");
             c.arg(quota_key(cfg, id)).arg(&self.mark).arg("1");
-            cmds.push(c);
-            sent.push(Sent::Mark { id });
+            laid.push(c, Sent::Mark { id });
         }
         for id in periods {
             if self.expiring.contains(&id) {
@@ -296,8 +212,7 @@ impl Rounds {
             let end = period_end(per, id).unwrap_or(now_ms + 62 * DAY_MS);
             let mut c = redis::cmd("PEXPIREAT");
             c.arg(quota_key(cfg, id)).arg(end + DAY_MS);
-            cmds.push(c);
-            sent.push(Sent::Expire { id });
+            laid.push(c, Sent::Expire { id });
         }
     }
 }
@@ -447,8 +362,9 @@ mod tests {
             .or_default()
             .push((report, vec![(1, 5)], second));
         round.periods.insert(7);
-        let (mut cmds, mut sent, mut again) = (Vec::new(), Vec::new(), Vec::new());
-        rounds.lay_out(&cfg(), round, None, 0, &mut cmds, &mut sent, &mut again);
+        let mut laid = Laid::default();
+        rounds.lay_out(&cfg(), round, None, 0, &mut laid);
+        let Laid { cmds, sent, again } = laid;
         assert!(matches!(sent[0], Sent::Reserve { at: 0, .. }));
         assert!(matches!(sent[1], Sent::Report { .. }));
         assert!(matches!(sent[2], Sent::Mark { id: 7 }));
@@ -460,75 +376,5 @@ mod tests {
         let mut next = rounds.round();
         assert_eq!(next.numbered().number, second + 1);
         assert_eq!((first, second), (1, 2));
-    }
-
-    fn pending(rounds: &Rounds) -> Vec<&'static str> {
-        rounds
-            .pending
-            .iter()
-            .map(|(_, s)| match s {
-                Sent::Report { .. } => "report",
-                Sent::Reserve { .. } => "reserve",
-                Sent::Day => "day",
-                Sent::Again => "again",
-                _ => "other",
-            })
-            .collect()
-    }
-
-    #[test]
-    fn calls_wait_to_be_confirmed_and_new_counts_wait_after_three_rounds() {
-        let calls = || {
-            vec![
-                (
-                    redis::cmd("A"),
-                    Sent::Report {
-                        id: 1,
-                        entries: vec![(0, 1)],
-                    },
-                ),
-                (redis::cmd("B"), Sent::Day),
-            ]
-        };
-        let mut rounds = Rounds::new("r1");
-        // No answer: sent again as they were, their answers still to be read.
-        rounds.settle_pending(calls(), None, false, true);
-        assert_eq!(pending(&rounds), ["report", "day"]);
-        assert!(!rounds.held_back());
-        // Answered, unconfirmed: sent again, their answers read already; one that failed is
-        // still to be read.
-        let mut both = rounds.pending.clone();
-        both.extend(calls());
-        rounds.settle_pending(both, Some(vec![true, true, false, true]), false, true);
-        assert_eq!(pending(&rounds), ["again", "again", "report", "again"]);
-        assert!(!rounds.held_back());
-        let held = rounds.pending.clone();
-        rounds.settle_pending(held, Some(vec![true; 4]), false, true);
-        assert!(
-            rounds.held_back(),
-            "three rounds unconfirmed: new counts wait"
-        );
-        // Rounds that only send again do not count further.
-        let held = rounds.pending.clone();
-        rounds.settle_pending(held, None, false, false);
-        assert_eq!(rounds.unconfirmed, 3);
-        // Confirmed: done, but for a call whose own answer failed (not one sent again).
-        let mut held = rounds.pending.clone();
-        held.extend(calls());
-        rounds.settle_pending(
-            held,
-            Some(vec![false, true, true, true, false, true]),
-            true,
-            false,
-        );
-        assert_eq!(pending(&rounds), ["report"]);
-        assert!(
-            rounds.held_back(),
-            "not every call of the round was applied"
-        );
-        let held = rounds.pending.clone();
-        rounds.settle_pending(held, Some(vec![true]), true, false);
-        assert!(rounds.pending.is_empty());
-        assert!(!rounds.held_back());
     }
 }
