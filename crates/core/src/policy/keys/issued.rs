@@ -75,7 +75,7 @@ pub struct NewIssued<'a> {
     /// Expiry, own limit, own quota.
     pub extra: Option<KeyExtra>,
     /// The digests that authenticate now, each until when (`u64::MAX`: for good).
-    pub digests: Vec<(Digest, u64)>,
+    pub digests: &'a [(Digest, u64)],
     /// Now (ms since the Unix epoch): a key put here past its expiry is expired at once.
     pub now_ms: u64,
 }
@@ -94,6 +94,15 @@ enum Lapse {
 struct Book {
     /// Names of the keys not deleted, in order (the admin API's pages).
     names: BTreeMap<KeyName, u32>,
+    /// While a start or a reload fills an empty segment ([`Issued::reserve`]): the names of
+    /// the keys put since `names` was last brought up to date, in the order they were put.
+    /// They go in `names` at once, sorted (`Issued::sorted`), when anything reads or changes
+    /// the names, and when the fill ends ([`Issued::settle`]): a million keys put back in
+    /// their digests' order cost one sort instead of a million searches of a growing tree,
+    /// and the tree built from names in order has its nodes full.
+    unsorted: Vec<(KeyName, u32)>,
+    /// Keys put now go to `unsorted`.
+    filling: bool,
     /// The digests each key has in the map, for the keys that have others than the one they
     /// were issued with (a rotation); a key not here has that one alone (a million keys never
     /// rotated cost nothing here).
@@ -158,8 +167,46 @@ impl Issued {
         me
     }
 
+    /// What writers share, the names up to date.
     fn book(&self) -> MutexGuard<'_, Book> {
+        let mut book = self.book_as_is();
+        self.sorted(&mut book);
+        book
+    }
+
+    /// What writers share, the names maybe not up to date (`unsorted`).
+    fn book_as_is(&self) -> MutexGuard<'_, Book> {
         self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The names put while filling ([`Book::unsorted`]) put in `names`: a name put twice is
+    /// the later key's, the earlier deleted, as [`Issued::put`] does one key at a time.
+    fn sorted(&self, book: &mut Book) {
+        if book.unsorted.is_empty() {
+            return;
+        }
+        let mut new = std::mem::take(&mut book.unsorted);
+        // Stable: of the keys of one name, the one put last comes last.
+        new.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut kept: Vec<(KeyName, u32)> = Vec::with_capacity(new.len());
+        for (name, s) in new {
+            match kept.last_mut() {
+                Some(last) if last.0 == name => {
+                    let old = std::mem::replace(&mut last.1, s);
+                    self.forget(&mut book.digests, old);
+                }
+                _ => kept.push((name, s)),
+            }
+        }
+        if book.names.is_empty() {
+            book.names = kept.into_iter().collect();
+            return;
+        }
+        for (name, s) in kept {
+            if let Some(old) = book.names.insert(name, s) {
+                self.forget(&mut book.digests, old);
+            }
+        }
     }
 
     fn inherited_mut(&self) -> MutexGuard<'_, HashMap<Digest, Arc<RateState>>> {
@@ -169,8 +216,14 @@ impl Issued {
     }
 
     /// Room for `more` keys, made now rather than as they come (a start or a reload that
-    /// puts back a million keys grows each structure once, not twenty times).
+    /// puts back a million keys grows each structure once, not twenty times). Made in an
+    /// empty segment, it starts a fill: the names of the keys put are sorted in at once, when
+    /// read or at the end ([`Issued::settle`]), not one by one ([`Book::unsorted`]). A fill
+    /// puts each key once (a set's records).
     pub fn reserve(&self, more: usize) {
+        if self.is_empty() {
+            self.book_as_is().filling = true;
+        }
         self.slots.reserve(more);
         self.by_digest.pin().reserve(more);
     }
@@ -237,8 +290,17 @@ impl Issued {
     /// a new slot (the old one deleted).
     pub fn put(&self, mut key: NewIssued<'_>) -> u32 {
         use std::collections::btree_map::Entry;
-        let mut book = self.book();
+        let mut book = self.book_as_is();
         let book = &mut *book;
+        // Filling, a key whose id no key has yet (every key of a start): its name sorted in
+        // later. (Its id known: a rotation, its name found now.)
+        if book.filling && self.lookup(&key.id).is_none() {
+            let s = self.push(&mut key, &mut book.lapses);
+            book.unsorted.push((KeyName::new(key.name), s));
+            self.put_digests(book, s, &key, false);
+            return s;
+        }
+        self.sorted(book);
         // One search of the names for a key new here (a start puts back a million): its name
         // is taken with the search that finds it free.
         let (at, known) = match book.names.entry(KeyName::new(key.name)) {
@@ -259,6 +321,13 @@ impl Issued {
                 (s, false)
             }
         };
+        self.put_digests(book, at, &key, known);
+        at
+    }
+
+    /// The digests of `key`, in slot `at`, put in the map (those it no longer has taken out,
+    /// when it was `known` there), and what lapses of them.
+    fn put_digests(&self, book: &mut Book, at: u32, key: &NewIssued<'_>, known: bool) {
         let map = self.by_digest.pin();
         let before = match book.digests.remove(&at) {
             Some(held) => held,
@@ -270,18 +339,17 @@ impl Issued {
                 map.remove(&CtDigest(*d));
             }
         }
-        for &(d, until) in &key.digests {
+        for &(d, until) in key.digests {
             map.insert(CtDigest(d), at);
             if until != u64::MAX {
                 book.lapses.insert((until, Lapse::Digest(at, d.0)));
             }
         }
         // A key with no digest but the one it was issued with (most keys) has no list.
-        if !matches!(key.digests.as_slice(), [(d, _)] if *d == key.id) {
+        if !matches!(key.digests, [(d, _)] if *d == key.id) {
             book.digests
                 .insert(at, key.digests.iter().map(|&(d, _)| d).collect());
         }
-        at
     }
 
     /// A new slot for `key` (its name not yet in the book), counted, its expiry set.
@@ -381,8 +449,9 @@ impl Issued {
         let held = digests
             .remove(&s)
             .unwrap_or_else(|| vec![slot.entry.digest]);
+        // Only a digest that finds this key: another key may have taken one since.
         for d in held {
-            map.remove(&CtDigest(d));
+            let _ = map.remove_if(&CtDigest(d), |_, &at| at == s);
         }
         true
     }
@@ -391,7 +460,7 @@ impl Issued {
     /// did, and the next instant at which something lapses. Each lapse is applied once, in
     /// order: the work is what lapsed, whatever the number of keys.
     pub fn lapse(&self, wall_ms: u64) -> (bool, Option<u64>) {
-        let mut book = self.book();
+        let mut book = self.book_as_is();
         let mut changed = false;
         while let Some(&(at, what)) = book.lapses.first() {
             if at > wall_ms {
@@ -418,7 +487,11 @@ impl Issued {
 
     /// The rate states handed over by the previous table and not taken (keys deleted since)
     /// are let go.
+    /// Any fill ends ([`Issued::reserve`]).
     pub fn settle(&self) {
         self.inherited_mut().clear();
+        let mut book = self.book_as_is();
+        self.sorted(&mut book);
+        book.filling = false;
     }
 }

@@ -104,36 +104,41 @@ fn reload_carries_rate_state_for_remaining_keys_only() {
 /// id (a rotation), and replaced, the old one deleted, when its name comes with another id.
 #[test]
 fn an_issued_name_is_new_then_brought_up_to_date_then_replaced_by_another_id() {
+    fn key<'a>(id: Digest, digests: &'a [(Digest, u64)], expires_ms: Option<u64>) -> NewIssued<'a> {
+        NewIssued {
+            name: "shop",
+            id,
+            credential: Credential::Customer {
+                plan: 0,
+                partner: None,
+                limit: 0,
+            },
+            extra: expires_ms.map(|ms| crate::config::KeyExtra {
+                expires_ms: Some(ms),
+                ..crate::config::KeyExtra::default()
+            }),
+            digests,
+            now_ms: 10,
+        }
+    }
     let seg = Issued::default();
     let d = |s: &str| Digest::of(s.as_bytes());
-    let key = |id: &str, digests: &[&str], expires_ms: Option<u64>| NewIssued {
-        name: "shop",
-        id: d(id),
-        credential: Credential::Customer {
-            plan: 0,
-            partner: None,
-            limit: 0,
-        },
-        extra: expires_ms.map(|ms| crate::config::KeyExtra {
-            expires_ms: Some(ms),
-            ..crate::config::KeyExtra::default()
-        }),
-        digests: digests.iter().map(|s| (d(s), u64::MAX)).collect(),
-        now_ms: 10,
+    let ds = |digests: &[&str]| -> Vec<(Digest, u64)> {
+        digests.iter().map(|s| (d(s), u64::MAX)).collect()
     };
-    let first = seg.put(key("a", &["a"], Some(100)));
+    let first = seg.put(key(d("a"), &ds(&["a"]), Some(100)));
     assert_eq!(
         (seg.find("shop"), seg.lookup(&d("a")), seg.len()),
         (Some(first), Some(first), 1)
     );
     // Its id again, a new digest in force: the same slot, the old digest gone.
-    assert_eq!(seg.put(key("a", &["a2"], None)), first);
+    assert_eq!(seg.put(key(d("a"), &ds(&["a2"]), None)), first);
     assert_eq!(
         (seg.lookup(&d("a")), seg.lookup(&d("a2")), seg.len()),
         (None, Some(first), 1)
     );
     // The name with another id: a new slot; the old one deleted, none of its digests found.
-    let second = seg.put(key("b", &["b"], Some(5)));
+    let second = seg.put(key(d("b"), &ds(&["b"]), Some(5)));
     assert_ne!(second, first);
     assert!(seg.slot(first).unwrap().is_gone());
     assert_eq!(
@@ -211,7 +216,7 @@ mod state_counts {
                                 expires_ms: Some(ms),
                                 ..crate::config::KeyExtra::default()
                             }),
-                            digests: vec![(id, u64::MAX)],
+                            digests: &[(id, u64::MAX)],
                             now_ms: 50,
                         });
                     }
@@ -232,6 +237,83 @@ mod state_counts {
                 prop_assert_eq!(table.states(), table.states_walked());
                 prop_assert_eq!(table.keys_on_plans(), table.keys_on_plans_walked());
             }
+        }
+    }
+}
+
+mod filling {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// One key put, with an id of its own (a fill puts each record once): a name of 8 (a
+    /// name put again is given to the later key), maybe a second digest of 4 that others
+    /// may have too (a rotation's), and whether its name is looked up right after.
+    fn put() -> impl Strategy<Value = (u8, Option<u8>, bool)> {
+        (
+            0..8u8,
+            proptest::option::weighted(0.2, 0..4u8),
+            proptest::bool::weighted(0.1),
+        )
+    }
+
+    /// Every slot of `seg`: whether it is deleted, its name and id; every digest's slot;
+    /// every name's slot, in name order; how many keys.
+    type Seen = (
+        Vec<(bool, String, Digest)>,
+        Vec<Option<u32>>,
+        Vec<u32>,
+        usize,
+    );
+
+    fn seen(seg: &Issued, ids: usize) -> Seen {
+        let slots = (0..seg.slots() as u32)
+            .map(|s| {
+                let slot = seg.slot(s).unwrap();
+                let name = slot.entry.name.as_str().to_string();
+                (slot.is_gone(), name, slot.entry.digest)
+            })
+            .collect();
+        let digests = (0..ids)
+            .map(|i| Digest::of(format!("id-{i}").as_bytes()))
+            .chain((0..4u8).map(|r| Digest::of(&[r])))
+            .map(|d| seg.lookup(&d))
+            .collect();
+        (slots, digests, seg.names_after(None, 100), seg.len())
+    }
+
+    proptest! {
+        /// A segment filled at once (a start: names sorted in at the end or when read) holds
+        /// what one filled a key at a time holds: the same slots, names, digests and counts.
+        #[test]
+        fn a_segment_filled_at_once_is_the_segment_filled_a_key_at_a_time(
+            puts in proptest::collection::vec(put(), 0..40)
+        ) {
+            let (filled, one_by_one) = (Issued::default(), Issued::default());
+            filled.reserve(puts.len());
+            for (i, &(n, rotated, read)) in puts.iter().enumerate() {
+                let name = format!("key-{n}");
+                let id = Digest::of(format!("id-{i}").as_bytes());
+                let mut digests = vec![(id, u64::MAX)];
+                digests.extend(rotated.map(|r| (Digest::of(&[r]), u64::MAX)));
+                for seg in [&filled, &one_by_one] {
+                    seg.put(NewIssued {
+                        name: &name,
+                        id,
+                        credential: Credential::Customer { plan: 0, partner: None, limit: 0 },
+                        extra: None,
+                        digests: &digests,
+                        now_ms: 0,
+                    });
+                }
+                if read {
+                    prop_assert_eq!(filled.find(&name), one_by_one.find(&name));
+                }
+            }
+            filled.settle();
+            one_by_one.settle();
+            prop_assert_eq!(seen(&filled, puts.len()), seen(&one_by_one, puts.len()));
+            prop_assert_eq!(filled.states(), one_by_one.states());
         }
     }
 }

@@ -7,7 +7,7 @@ use sha2::Digest as _;
 use super::action::{Action, ChangeRefused, Drop, Dropped, Upgrade};
 use super::part::Part;
 use super::record::{Change, KeyRecord, LimitChange, QuotaChange};
-use super::records::KeyRecords;
+use super::records::{HeldRecord, KeyRecords, PlainIssued};
 use crate::digest::Digest;
 use crate::policy::keys::{Credential, Found, KeyIdx, REVOKED, SUSPENDED};
 use crate::policy::Policy;
@@ -118,8 +118,11 @@ impl Policy {
             0
         };
         let mut applying = self.applying(issued);
-        for (digest, o) in set {
-            applying.record(digest, &o);
+        for (digest, held) in set.held() {
+            match held {
+                HeldRecord::Whole(o) => applying.record(digest, o),
+                HeldRecord::Plain(key) => applying.plain(digest, &key),
+            }
         }
         applying.finish()
     }
@@ -376,6 +379,22 @@ impl Applying<'_> {
     /// Put the record `o`, kept under `digest`, on the keys.
     pub fn record(&mut self, digest: &Digest, o: &KeyRecord) {
         let (found, drop) = self.policy.apply_one(digest, o, self.now_ms);
+        self.note(found, drop);
+    }
+
+    /// Put a plain issued key's record, read where the set holds it, on the keys: as
+    /// [`Applying::record`] would put it whole, without making it whole.
+    pub fn plain(&mut self, digest: &Digest, key: &PlainIssued<'_>) {
+        let p = self.policy;
+        let found = p
+            .put_plain_issued(*digest, key, self.now_ms)
+            .map(Found::Key);
+        // Nothing but the issued part, which is the key itself: no part to put or drop.
+        let drop = p.apply_found(digest, &KeyRecord::default(), found);
+        self.note(found, drop);
+    }
+
+    fn note(&mut self, found: Option<Found>, drop: Option<Drop>) {
         match found {
             Some(Found::Key(k)) => {
                 if k as usize >= self.touched.len() {

@@ -6,7 +6,7 @@
 use super::action::ChangeRefused;
 use super::part::Part;
 use super::record::{Change, IssuedKey, KeyRecord, PreviousDigest};
-use super::records::KeyRecords;
+use super::records::{KeyRecords, PlainIssued};
 use crate::config::{KeyExtra, QuotaSpec};
 use crate::digest::Digest;
 use crate::policy::keys::{Credential, KeyIdx, NewIssued};
@@ -169,30 +169,64 @@ impl Policy {
     /// (a replica on an older config: the key is left to a replica that has them, never
     /// dropped).
     pub(super) fn put_issued(&self, name: &str, issued: &IssuedKey, now_ms: u64) -> Option<KeyIdx> {
-        let plan = self.plan_by_id(issued.plan_id)?;
-        let partner = match &issued.partner {
-            Some(p) => Some(self.config.partners.iter().position(|x| &x.name == p)?),
+        let digests: Vec<(Digest, u64)> = issued.authenticating(now_ms).collect();
+        let plain = PlainIssued {
+            name,
+            plan_id: issued.plan_id,
+            expires_ms: issued.expires_ms,
+            requests_per_window: issued.requests_per_window,
+            quota: issued.quota,
+        };
+        self.put_issued_parts(
+            &plain,
+            issued.id,
+            issued.partner.as_deref(),
+            &digests,
+            now_ms,
+        )
+    }
+
+    /// [`Policy::put_issued`] for a plain issued key read where the set holds it
+    /// ([`HeldRecord::Plain`](super::HeldRecord::Plain)): its `id` is its one digest.
+    pub(super) fn put_plain_issued(
+        &self,
+        id: Digest,
+        plain: &PlainIssued<'_>,
+        now_ms: u64,
+    ) -> Option<KeyIdx> {
+        self.put_issued_parts(plain, id, None, &[(id, u64::MAX)], now_ms)
+    }
+
+    fn put_issued_parts(
+        &self,
+        key: &PlainIssued<'_>,
+        id: Digest,
+        partner: Option<&str>,
+        digests: &[(Digest, u64)],
+        now_ms: u64,
+    ) -> Option<KeyIdx> {
+        let plan = self.plan_by_id(key.plan_id)?;
+        let partner = match partner {
+            Some(p) => Some(self.config.partners.iter().position(|x| x.name == p)?),
             None => None,
         };
         let extra = KeyExtra {
             previous: Vec::new(),
-            expires_ms: issued.expires_ms,
-            limit: issued
-                .requests_per_window
-                .and_then(std::num::NonZeroU32::new),
-            quota: issued.quota,
+            expires_ms: key.expires_ms,
+            limit: key.requests_per_window.and_then(std::num::NonZeroU32::new),
+            quota: key.quota,
         };
         let plain = extra == KeyExtra::default();
         Some(self.keys.put_issued(NewIssued {
-            name,
-            id: issued.id,
+            name: key.name,
+            id,
             credential: Credential::Customer {
                 plan,
                 partner,
-                limit: issued.requests_per_window.unwrap_or(0),
+                limit: key.requests_per_window.unwrap_or(0),
             },
             extra: (!plain).then_some(extra),
-            digests: issued.authenticating(now_ms).collect(),
+            digests,
             now_ms,
         }))
     }

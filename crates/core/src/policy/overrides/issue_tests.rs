@@ -228,3 +228,101 @@ fn an_issued_key_expires_at_its_instant_and_a_reload_after_it_does_not_bring_it_
     q.apply_overrides(&set);
     assert_eq!(who(&q, "exp"), Err("unauthorized".into()));
 }
+
+/// A start or a reload puts a plain issued key back from the parts the set holds, without
+/// making its record whole: the table it builds is the one the whole records build, key
+/// for key (each plain shape: an expiry past and to come, a limit, a quota, a plan this
+/// config does not have; beside records held whole).
+#[test]
+fn a_plain_issued_key_is_put_back_as_its_whole_record_would_put_it() {
+    let config = TestConfig::new();
+    let now = crate::clock::wall_ms();
+    let quota = crate::config::QuotaSpec {
+        requests: 500,
+        per: crate::config::Period::Day,
+    };
+    let mut set = KeyRecords::new();
+    for (i, (plan_id, expires_ms, limit, quota)) in [
+        (3, None, None, None),
+        (1, Some(now - 1), None, None),
+        (2, Some(now + 60_000), Some(7), Some(quota)),
+        (3, None, None, Some(quota)),
+        (99, None, None, None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = Digest::of(format!("plain-{i}").as_bytes());
+        let mut i_key = IssuedKey::plain(d, plan_id, 1);
+        i_key.expires_ms = expires_ms;
+        i_key.requests_per_window = limit;
+        i_key.quota = quota;
+        let o = KeyRecord {
+            issued: Some(Box::new(i_key)),
+            ..KeyRecord::named(&format!("plain-{i}"))
+        };
+        set.insert(d, o);
+    }
+    // A record held whole beside them: a revoked issued key.
+    let revoked = Digest::of(b"whole-0");
+    set.insert(
+        revoked,
+        KeyRecord {
+            issued: Some(Box::new(IssuedKey::plain(revoked, 3, 1))),
+            revoked: Some(Box::new(Change {
+                since_ms: 2,
+                by: "admin".into(),
+                reason: None,
+            })),
+            ..KeyRecord::named("whole-0")
+        },
+    );
+    assert!(matches!(
+        set.held().find(|(d, _)| **d == revoked),
+        Some((_, HeldRecord::Whole(_)))
+    ));
+    assert_eq!(
+        set.held()
+            .filter(|(_, h)| matches!(h, HeldRecord::Plain(_)))
+            .count(),
+        5
+    );
+
+    let held = Policy::new(config.parse(), None);
+    let whole = Policy::new(config.parse(), None);
+    assert_eq!(held.apply_overrides(&set), vec![]);
+    let mut applying = whole.applying(0);
+    for (d, o) in &set {
+        applying.record(d, &o);
+    }
+    assert_eq!(applying.finish(), vec![]);
+
+    assert_eq!(held.keys.len(), whole.keys.len());
+    for (d, _) in &set {
+        let (a, b) = (held.keys.resolve(d), whole.keys.resolve(d));
+        assert_eq!(a, b);
+        let Some(crate::policy::keys::Found::Key(k)) = a else {
+            continue;
+        };
+        let (x, y) = (held.keys.get(k), whole.keys.get(k));
+        assert_eq!(x.name, y.name);
+        assert_eq!(x.credential(), y.credential());
+        assert_eq!(x.live(), y.live());
+        assert_eq!(x.own_quota(), y.own_quota());
+        assert_eq!(held.keys.extra(k), whole.keys.extra(k));
+    }
+    let name = |p: &Policy, n: &str| p.keys.find_by_name(n).map(|k| p.keys.get(k).live());
+    assert_eq!(
+        name(&held, "plain-4"),
+        None,
+        "its plan is not this config's"
+    );
+    assert!(
+        name(&held, "plain-1").is_some_and(|l| l.refused().is_some()),
+        "expired"
+    );
+    assert!(
+        name(&held, "whole-0").is_some_and(|l| l.refused().is_some()),
+        "revoked"
+    );
+}

@@ -135,6 +135,32 @@ impl Held {
     }
 }
 
+/// A record as the set holds it, read in place ([`KeyRecords::held`]): a plain issued key's
+/// parts (no record made again: a start puts back a million of them), or the record itself.
+#[derive(Debug)]
+pub enum HeldRecord<'a> {
+    /// An issued key whose record holds its issued part alone, in the plain shape: issued
+    /// by `admin` with no reason, never rotated, managed by no partner, its digest its `id`.
+    Plain(PlainIssued<'a>),
+    /// Any other record.
+    Whole(&'a KeyRecord),
+}
+
+/// The parts of a plain issued key's record ([`HeldRecord::Plain`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PlainIssued<'a> {
+    /// The key's name.
+    pub name: &'a str,
+    /// Its plan, by `plan_id`.
+    pub plan_id: u32,
+    /// When it expires (ms since the Unix epoch).
+    pub expires_ms: Option<u64>,
+    /// Its own window limit.
+    pub requests_per_window: Option<u32>,
+    /// Its own quota.
+    pub quota: Option<QuotaSpec>,
+}
+
 /// What a reload checks of an issued key ([`check_issued`](super::check_issued)), read where
 /// it is held: no record made again.
 #[derive(Debug)]
@@ -194,6 +220,24 @@ impl KeyRecords {
     /// Every record, in the order of their digests.
     pub fn iter(&self) -> impl Iterator<Item = (&Digest, Cow<'_, KeyRecord>)> + '_ {
         self.map.iter().map(|(d, h)| (d, h.record(d)))
+    }
+
+    /// Every record as it is held, in the order of their digests: a plain issued key's parts
+    /// read in place, any other record borrowed.
+    pub fn held(&self) -> impl Iterator<Item = (&Digest, HeldRecord<'_>)> + '_ {
+        self.map.iter().map(|(d, h)| {
+            let held = match h {
+                Held::Slim(s) => HeldRecord::Plain(PlainIssued {
+                    name: s.name.as_str(),
+                    plan_id: s.plan_id,
+                    expires_ms: s.expires_ms.map(NonZeroU64::get),
+                    requests_per_window: s.requests_per_window.map(NonZeroU32::get),
+                    quota: s.quota,
+                }),
+                Held::Whole(o) => HeldRecord::Whole(o),
+            };
+            (d, held)
+        })
     }
 
     /// Every digest, in order.
