@@ -14,6 +14,7 @@ use super::record::{IssuedKey, KeyRecord, ADMIN};
 use crate::config::keyname::KeyName;
 use crate::config::QuotaSpec;
 use crate::digest::Digest;
+use crate::metering::{pack_quota, unpack_quota};
 
 /// Every record kept, by the key's digest.
 ///
@@ -45,11 +46,13 @@ struct Slim {
     expires_ms: Option<NonZeroU64>,
     plan_id: u32,
     requests_per_window: Option<NonZeroU32>,
-    quota: Option<QuotaSpec>,
+    /// [`pack_quota`]'s word (0: none): a quota it cannot hold as it is is held whole.
+    quota: u64,
 }
 
-// The entry of a slim key in the tree: 32 bytes of digest and this.
-const _: () = assert!(std::mem::size_of::<Held>() <= 64);
+// The entry of a slim key in the tree: 32 bytes of digest and this, 88 bytes, so that a leaf
+// of 11 entries (984 bytes) takes an allocation of 1,024 bytes, not 1,280 (at 96).
+const _: () = assert!(std::mem::size_of::<Held>() <= 56);
 
 impl Slim {
     /// `o`, kept under `digest`, in a few words, when it has the plain shape.
@@ -88,13 +91,17 @@ impl Slim {
             None => None,
             Some(n) => Some(NonZeroU32::new(n)?),
         };
+        let quota = pack_quota(i.quota);
+        if unpack_quota(quota) != i.quota {
+            return None;
+        }
         Some(Slim {
             name: KeyName::new(key),
             since_ms: i.change.since_ms,
             expires_ms,
             plan_id: i.plan_id,
             requests_per_window,
-            quota: i.quota,
+            quota,
         })
     }
 
@@ -104,7 +111,7 @@ impl Slim {
             issued: Some(Box::new(IssuedKey {
                 expires_ms: self.expires_ms.map(NonZeroU64::get),
                 requests_per_window: self.requests_per_window.map(NonZeroU32::get),
-                quota: self.quota,
+                quota: unpack_quota(self.quota),
                 ..IssuedKey::plain(*digest, self.plan_id, self.since_ms)
             })),
             ..KeyRecord::named(self.name.as_str())
@@ -232,7 +239,7 @@ impl KeyRecords {
                     plan_id: s.plan_id,
                     expires_ms: s.expires_ms.map(NonZeroU64::get),
                     requests_per_window: s.requests_per_window.map(NonZeroU32::get),
-                    quota: s.quota,
+                    quota: unpack_quota(s.quota),
                 }),
                 Held::Whole(o) => HeldRecord::Whole(o),
             };
@@ -351,7 +358,7 @@ mod tests {
             0u8..12,
             proptest::option::of(0u64..3),
             proptest::option::of(0u32..3),
-            any::<bool>(),
+            proptest::option::of(0u64..3),
             "[a-z0-9-]{1,40}",
         )
             .prop_map(|(seed, shape, expires, limit, quota, name)| {
@@ -361,12 +368,14 @@ mod tests {
                 let i = o.issued.as_deref_mut().unwrap();
                 i.expires_ms = expires;
                 i.requests_per_window = limit;
-                if quota {
-                    i.quota = Some(QuotaSpec {
-                        requests: 1_000,
-                        per: crate::config::Period::Month,
-                    });
-                }
+                // A quota the slim form holds, its largest, and one past it (held whole).
+                i.quota = quota.map(|q| QuotaSpec {
+                    requests: [1_000, crate::config::MAX_QUOTA_REQUESTS][..]
+                        .get(q as usize)
+                        .copied()
+                        .unwrap_or(crate::config::MAX_QUOTA_REQUESTS + 1),
+                    per: crate::config::Period::Month,
+                });
                 match shape {
                     0 => i.id = Digest::of(b"another"),
                     1 => i.digest = Digest::of(b"rotated"),
@@ -460,5 +469,19 @@ mod tests {
         o.issued.as_deref_mut().unwrap().expires_ms = Some(0);
         set.insert(d, o);
         assert!(matches!(set.map[&d], Held::Whole(_)));
+        // A quota the slim form's word holds, and one it could not hold as it is.
+        for (requests, slim) in [
+            (crate::config::MAX_QUOTA_REQUESTS, true),
+            (crate::config::MAX_QUOTA_REQUESTS + 1, false),
+        ] {
+            let mut o = issued(d);
+            o.issued.as_deref_mut().unwrap().quota = Some(QuotaSpec {
+                requests,
+                per: crate::config::Period::Day,
+            });
+            set.insert(d, o.clone());
+            assert_eq!(matches!(set.map[&d], Held::Slim(_)), slim);
+            assert_eq!(set.record(&d), Some(o));
+        }
     }
 }
