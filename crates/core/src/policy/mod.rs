@@ -488,7 +488,7 @@ impl Policy {
                 effect,
                 target,
                 key: self.keys.lookup(&target).filter(|&k| {
-                    matches!(self.keys.get(k).configured, Credential::Customer { .. })
+                    matches!(self.keys.get(k).configured(), Credential::Customer { .. })
                 }),
             })),
             (None, _) => Ok(None),
@@ -501,7 +501,7 @@ impl Policy {
     /// the exact string the body gives (its digest): no trimming, no case folding, so another
     /// spelling of a customer key is an unknown key, and refused.
     fn may_act_on(&self, key: KeyIdx, target: &Digest) -> Result<(), Refusal> {
-        let Credential::Partner { partner } = self.keys.get(key).configured else {
+        let Credential::Partner { partner } = self.keys.get(key).configured() else {
             return Ok(());
         };
         let Some(t) = self.keys.lookup(target) else {
@@ -510,7 +510,7 @@ impl Policy {
                 "the gateway knows no customer service with that key",
             ));
         };
-        match self.keys.get(t).configured {
+        match self.keys.get(t).configured() {
             Credential::Customer {
                 partner: Some(owner),
                 ..

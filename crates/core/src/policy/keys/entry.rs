@@ -17,8 +17,9 @@ use crate::limit::RateState;
 pub struct KeyEntry {
     /// The operator's label for logs and metrics; never the key.
     pub name: KeyName,
-    /// Who the key belongs to as the YAML says; [`KeyEntry::credential`] is what applies.
-    pub configured: Credential,
+    /// Who the key belongs to as the YAML says ([`KeyEntry::configured`]);
+    /// [`KeyEntry::credential`] is what applies.
+    pub(super) owner: Owner,
     /// The SHA-256 of the key.
     pub digest: Digest,
     /// The key's rate-limit state, carried over a reload that keeps the digest.
@@ -32,12 +33,73 @@ pub struct KeyEntry {
     pub(super) quota: AtomicU64,
 }
 
+// A key's entry, a million of them: the owner packed (a `Credential` is 32 bytes).
+const _: () = assert!(std::mem::size_of::<KeyEntry>() <= 96);
+
+/// A [`Credential`] in 12 bytes: a plan's or partner's index, the managing partner's index + 1
+/// (0: none; [`PARTNER_KEY`]: a partner key), the key's own limit. Indexes past `u32::MAX - 1`
+/// (four billion plans or partners, more than any config a process can hold) are not kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Owner {
+    index: u32,
+    partner: u32,
+    limit: u32,
+}
+
+/// [`Owner::partner`] of a partner key.
+const PARTNER_KEY: u32 = u32::MAX;
+
+impl Owner {
+    /// `c`, packed.
+    pub(super) fn of(c: Credential) -> Self {
+        let index = |i: usize| u32::try_from(i).unwrap_or(PARTNER_KEY - 1);
+        match c {
+            Credential::Customer {
+                plan,
+                partner,
+                limit,
+            } => Owner {
+                index: index(plan),
+                partner: partner.map_or(0, |p| index(p).saturating_add(1).min(PARTNER_KEY - 1)),
+                limit,
+            },
+            Credential::Partner { partner } => Owner {
+                index: index(partner),
+                partner: PARTNER_KEY,
+                limit: 0,
+            },
+        }
+    }
+
+    /// The credential packed.
+    #[inline]
+    fn credential(self) -> Credential {
+        match self.partner {
+            PARTNER_KEY => Credential::Partner {
+                partner: self.index as usize,
+            },
+            p => Credential::Customer {
+                plan: self.index as usize,
+                partner: p.checked_sub(1).map(|p| p as usize),
+                limit: self.limit,
+            },
+        }
+    }
+}
+
 /// The plan override value of a plan index.
 fn plan_bits(plan: Option<usize>) -> u64 {
     plan.map_or(0, |p| (p as u64 + 1) & PLAN_MASK)
 }
 
 impl KeyEntry {
+    /// Who the key belongs to as the YAML (or its issue) says; [`KeyEntry::credential`] is
+    /// what applies.
+    #[inline]
+    pub fn configured(&self) -> Credential {
+        self.owner.credential()
+    }
+
     /// What is in force now (read once per request).
     #[inline]
     pub fn live(&self) -> KeyFlags {
@@ -53,7 +115,7 @@ impl KeyEntry {
     /// The credential with `live` applied (a plan override, a live limit).
     #[inline]
     pub fn credential_with(&self, live: KeyFlags) -> Credential {
-        match self.configured {
+        match self.configured() {
             Credential::Customer {
                 plan,
                 partner,
@@ -69,7 +131,7 @@ impl KeyEntry {
 
     /// The plan index the YAML gives a customer key.
     pub fn configured_plan(&self) -> Option<usize> {
-        match self.configured {
+        match self.configured() {
             Credential::Customer { plan, .. } => Some(plan),
             Credential::Partner { .. } => None,
         }
@@ -86,7 +148,7 @@ impl KeyEntry {
     /// [`KeyTable::set_plan_override`](super::KeyTable::set_plan_override), which counts the
     /// keys on each plan.)
     pub(super) fn set_plan_override(&self, plan: Option<usize>) -> (Option<usize>, Option<usize>) {
-        let Credential::Customer { plan: yaml, .. } = self.configured else {
+        let Credential::Customer { plan: yaml, .. } = self.configured() else {
             return (None, None);
         };
         let before = self.update(|v| (v & !PLAN_MASK) | plan_bits(plan));
@@ -119,7 +181,7 @@ impl KeyEntry {
 
     /// Set a customer key's live window limit, or take it off (`None`: the YAML's).
     pub fn set_live_limit(&self, limit: Option<u32>) {
-        if matches!(self.configured, Credential::Customer { .. }) {
+        if matches!(self.configured(), Credential::Customer { .. }) {
             let bits = u64::from(limit.unwrap_or(0)) << LIMIT_SHIFT;
             self.update(|v| (v & !(u64::MAX << LIMIT_SHIFT)) | bits);
         }

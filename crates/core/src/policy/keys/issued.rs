@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::credential::{Credential, KeyState};
-use super::entry::KeyEntry;
+use super::entry::{KeyEntry, Owner};
 use super::flags::{Counts, EXPIRED, REVOKED};
 use crate::config::keyname::KeyName;
 use crate::config::KeyExtra;
@@ -367,7 +367,7 @@ impl Issued {
         let s = self.slots.push(Slot {
             entry: KeyEntry {
                 name: KeyName::new(key.name),
-                configured: key.credential,
+                owner: Owner::of(key.credential),
                 digest: key.id,
                 rate,
                 live: AtomicU64::new(0),

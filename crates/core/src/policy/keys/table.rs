@@ -9,7 +9,7 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 
 use super::credential::Credential;
-use super::entry::{Alias, Found, KeyEntry, KeyIdx};
+use super::entry::{Alias, Found, KeyEntry, KeyIdx, Owner};
 use super::flags::{Counts, EXPIRED};
 use super::issued::{Issued, NewIssued, Slot};
 use crate::config::keyname::KeyName;
@@ -63,11 +63,11 @@ impl KeyTable {
             let extra = k.extra.as_deref();
             entries.push(KeyEntry {
                 name: k.name.clone(),
-                configured: Credential::Customer {
+                owner: Owner::of(Credential::Customer {
                     plan: k.plan,
                     partner: k.partner,
                     limit: extra.and_then(|e| e.limit).map_or(0, |n| n.get()),
-                },
+                }),
                 digest: k.digest,
                 rate: carry.rate(i, &k.digest, extra),
                 live: AtomicU64::new(0),
@@ -94,7 +94,7 @@ impl KeyTable {
             let at = entries.len();
             entries.push(KeyEntry {
                 name: KeyName::new(&p.name),
-                configured: Credential::Partner { partner: i },
+                owner: Owner::of(Credential::Partner { partner: i }),
                 digest: p.digest,
                 rate: carry.rate(at, &p.digest, None),
                 live: AtomicU64::new(0),

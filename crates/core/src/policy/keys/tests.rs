@@ -317,3 +317,40 @@ mod filling {
         }
     }
 }
+
+/// A key's owner is packed in its entry and read back as it was put, whichever its kind.
+#[test]
+fn a_credential_packed_in_an_entry_is_read_back_as_it_was() {
+    use super::entry::Owner;
+    let each = [
+        Credential::Customer {
+            plan: 0,
+            partner: None,
+            limit: 0,
+        },
+        Credential::Customer {
+            plan: 3,
+            partner: Some(0),
+            limit: 150,
+        },
+        Credential::Customer {
+            plan: 70_000,
+            partner: Some(99_999),
+            limit: u32::MAX,
+        },
+        Credential::Partner { partner: 0 },
+        Credential::Partner { partner: 12 },
+    ];
+    for c in each {
+        let entry = KeyEntry {
+            name: KeyName::new("k"),
+            owner: Owner::of(c),
+            digest: Digest::of(b"k"),
+            rate: Arc::default(),
+            live: std::sync::atomic::AtomicU64::new(0),
+            quota: std::sync::atomic::AtomicU64::new(0),
+        };
+        assert_eq!(entry.configured(), c);
+        assert_eq!(entry.credential(), c);
+    }
+}

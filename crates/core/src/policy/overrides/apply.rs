@@ -39,7 +39,7 @@ impl Policy {
         let key = self
             .keys
             .lookup(&target)
-            .filter(|&k| matches!(self.keys.get(k).configured, Credential::Customer { .. }));
+            .filter(|&k| matches!(self.keys.get(k).configured(), Credential::Customer { .. }));
         Ok(Upgrade { target, plan, key })
     }
 
@@ -61,7 +61,7 @@ impl Policy {
             return Some((None, before));
         }
         self.keys.set_plan_override(k, Some(upgrade.plan));
-        let partner = match self.keys.get(by).configured {
+        let partner = match self.keys.get(by).configured() {
             Credential::Partner { partner } => Some(self.config.partners[partner].name.clone()),
             Credential::Customer { .. } => None,
         };
@@ -84,7 +84,7 @@ impl Policy {
         let mut h = sha2::Sha256::new();
         h.update(b"tollgate-key-yaml:");
         h.update(e.digest.0);
-        if let Credential::Customer { plan, limit, .. } = e.configured {
+        if let Credential::Customer { plan, limit, .. } = e.configured() {
             h.update(self.config.plans[plan].name.as_bytes());
             h.update(b"\0");
             h.update(limit.to_be_bytes());
@@ -294,7 +294,7 @@ impl Policy {
             by: by.to_string(),
             reason,
         };
-        let customer = matches!(entry.configured, Credential::Customer { .. });
+        let customer = matches!(entry.configured(), Credential::Customer { .. });
         let mut o = record(&entry.digest);
         let part = match action {
             Action::Revoke => {
