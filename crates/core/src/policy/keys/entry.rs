@@ -2,7 +2,7 @@
 //! changes while it serves; a `previous` digest of a key ([`Alias`]); and what a digest names
 //! ([`Found`], [`KeyIdx`]).
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use super::credential::{Credential, KeyRefusal, KeyState};
@@ -31,6 +31,10 @@ pub struct KeyEntry {
     /// The key's own quota in force ([`crate::metering::pack_quota`]): the live one, else the
     /// YAML's; 0: its plan's (or the partners').
     pub(super) quota: AtomicU64,
+    /// An issued key deleted: its slot stays until the table is built again, and no digest
+    /// finds it (never set for a key of the YAML). Here rather than in the slot: the entry's
+    /// layout leaves room for it.
+    pub(super) gone: AtomicBool,
 }
 
 // A key's entry, a million of them: the owner packed (a `Credential` is 32 bytes).

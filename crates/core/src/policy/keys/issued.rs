@@ -52,14 +52,16 @@ pub struct Slot {
     pub entry: KeyEntry,
     /// What it was issued with beyond plan and partner (expiry, limit, quota).
     pub extra: Option<Box<KeyExtra>>,
-    /// Deleted: no digest finds it any more.
-    gone: AtomicBool,
 }
+
+// A million slots: the entry's own flag says a key was deleted (`KeyEntry::gone`, in room
+// the entry's layout leaves free), so a slot is its entry and a pointer.
+const _: () = assert!(std::mem::size_of::<Slot>() <= 104);
 
 impl Slot {
     /// Whether the key was deleted.
     pub fn is_gone(&self) -> bool {
-        self.gone.load(Ordering::Relaxed)
+        self.entry.gone.load(Ordering::Relaxed)
     }
 }
 
@@ -372,9 +374,9 @@ impl Issued {
                 rate,
                 live: AtomicU64::new(0),
                 quota: AtomicU64::new(quota),
+                gone: AtomicBool::new(false),
             },
             extra: key.extra.take().map(Box::new),
-            gone: AtomicBool::new(false),
         }) as u32;
         self.live.fetch_add(1, Ordering::Relaxed);
         self.states.add(Some(KeyState::Active as usize), 1);
@@ -437,7 +439,7 @@ impl Issued {
     /// was not out already. Its name is the caller's to free (or to give another key).
     fn forget(&self, digests: &mut HashMap<u32, Vec<Digest>>, s: u32) -> bool {
         let slot = &self.slots[s as usize];
-        if slot.gone.swap(true, Ordering::Relaxed) {
+        if slot.entry.gone.swap(true, Ordering::Relaxed) {
             return false;
         }
         // Gone first: no change counts it any more.

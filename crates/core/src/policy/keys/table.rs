@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -72,6 +72,7 @@ impl KeyTable {
                 rate: carry.rate(i, &k.digest, extra),
                 live: AtomicU64::new(0),
                 quota: AtomicU64::new(crate::metering::pack_quota(extra.and_then(|e| e.quota))),
+                gone: AtomicBool::new(false),
             });
             if let Some(e) = extra {
                 let at = i as KeyIdx;
@@ -99,6 +100,7 @@ impl KeyTable {
                 rate: carry.rate(at, &p.digest, None),
                 live: AtomicU64::new(0),
                 quota: AtomicU64::new(0),
+                gone: AtomicBool::new(false),
             });
         }
         deadlines.sort_unstable_by_key(|d| d.0);
