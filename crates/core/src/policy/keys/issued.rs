@@ -220,7 +220,7 @@ impl Issued {
     /// Room for `more` keys, made now rather than as they come (a start or a reload that
     /// puts back a million keys grows each structure once, not twenty times). Made in an
     /// empty segment, it starts a fill: the names of the keys put are sorted in at once, when
-    /// read or at the end ([`Issued::settle`]), not one by one ([`Book::unsorted`]). A fill
+    /// read or at the end ([`Issued::settle`]), not one by one (`Book::unsorted`). A fill
     /// puts each key once (a set's records).
     pub fn reserve(&self, more: usize) {
         if self.is_empty() {
