@@ -488,8 +488,7 @@ impl Issued {
     }
 
     /// The rate states handed over by the previous table and not taken (keys deleted since)
-    /// are let go.
-    /// Any fill ends ([`Issued::reserve`]).
+    /// are let go, and any fill ends ([`Issued::reserve`]).
     pub fn settle(&self) {
         self.inherited_mut().clear();
         let mut book = self.book_as_is();
