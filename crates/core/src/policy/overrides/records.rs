@@ -107,14 +107,26 @@ impl Slim {
 
     /// The record again, as it was put under `digest`.
     fn record(&self, digest: &Digest) -> KeyRecord {
+        let p = self.parts();
         KeyRecord {
             issued: Some(Box::new(IssuedKey {
-                expires_ms: self.expires_ms.map(NonZeroU64::get),
-                requests_per_window: self.requests_per_window.map(NonZeroU32::get),
-                quota: unpack_quota(self.quota),
-                ..IssuedKey::plain(*digest, self.plan_id, self.since_ms)
+                expires_ms: p.expires_ms,
+                requests_per_window: p.requests_per_window,
+                quota: p.quota,
+                ..IssuedKey::plain(*digest, p.plan_id, self.since_ms)
             })),
-            ..KeyRecord::named(self.name.as_str())
+            ..KeyRecord::named(p.name)
+        }
+    }
+
+    /// Its parts, its words unpacked.
+    fn parts(&self) -> PlainIssued<'_> {
+        PlainIssued {
+            name: self.name.as_str(),
+            plan_id: self.plan_id,
+            expires_ms: self.expires_ms.map(NonZeroU64::get),
+            requests_per_window: self.requests_per_window.map(NonZeroU32::get),
+            quota: unpack_quota(self.quota),
         }
     }
 }
@@ -234,13 +246,7 @@ impl KeyRecords {
     pub fn held(&self) -> impl Iterator<Item = (&Digest, HeldRecord<'_>)> + '_ {
         self.map.iter().map(|(d, h)| {
             let held = match h {
-                Held::Slim(s) => HeldRecord::Plain(PlainIssued {
-                    name: s.name.as_str(),
-                    plan_id: s.plan_id,
-                    expires_ms: s.expires_ms.map(NonZeroU64::get),
-                    requests_per_window: s.requests_per_window.map(NonZeroU32::get),
-                    quota: unpack_quota(s.quota),
-                }),
+                Held::Slim(s) => HeldRecord::Plain(s.parts()),
                 Held::Whole(o) => HeldRecord::Whole(o),
             };
             (d, held)
