@@ -5,8 +5,10 @@
 //! Each issued key is a [`KeyEntry`] like a YAML key's (the same rate state, meter, flags and
 //! quota word: the request path cannot tell them apart), in a slot of an append-only vector
 //! ([`boxcar::Vec`]: a slot never moves, so a reader holds `&KeyEntry` without a lock).
-//! Digests find their slot through a lock-free concurrent map ([`papaya::HashMap`]): readers
-//! never wait on a writer, and a writer changes one entry. A deleted key's slot stays (marked
+//! The digest each key was issued with finds its slot through a lock-free index of slot
+//! numbers (`index.rs`: readers never wait on a writer, a writer changes one word, 8 bytes a
+//! word where a map of digests cost some 59 a key); the digests a rotation adds, few, through
+//! a lock-free map ([`papaya::HashMap`]). A deleted key's slot stays (marked
 //! gone and revoked; its digests leave the map) until the table is next built, at a reload or
 //! a restart.
 //!
@@ -15,12 +17,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::credential::{Credential, KeyState};
 use super::entry::{KeyEntry, Owner};
 use super::flags::{Counts, EXPIRED, REVOKED};
+use super::index::DigestIndex;
 use crate::config::keyname::KeyName;
 use crate::config::KeyExtra;
 use crate::digest::Digest;
@@ -116,7 +119,13 @@ struct Book {
 /// The keys issued through the admin API (see the module's docs).
 pub struct Issued {
     slots: boxcar::Vec<Slot>,
-    by_digest: papaya::HashMap<CtDigest, u32, foldhash::fast::RandomState>,
+    /// Each key's own digest (the one it was issued with, its slot's), while it authenticates.
+    own: DigestIndex,
+    /// The other digests that authenticate (a rotation's new one, and its old ones in their
+    /// overlap).
+    rotated: papaya::HashMap<CtDigest, u32, foldhash::fast::RandomState>,
+    /// Digests in `rotated` (the request path asks it only when there are some).
+    rotated_n: AtomicUsize,
     /// Keys not deleted.
     live: AtomicU64,
     /// How many keys not deleted are in each state.
@@ -142,7 +151,9 @@ impl Default for Issued {
     fn default() -> Self {
         Self {
             slots: boxcar::Vec::new(),
-            by_digest: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
+            own: DigestIndex::default(),
+            rotated: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
+            rotated_n: AtomicUsize::new(0),
             live: AtomicU64::new(0),
             states: Counts::of_states(0),
             plans: Counts::default(),
@@ -227,7 +238,8 @@ impl Issued {
             self.book_as_is().filling = true;
         }
         self.slots.reserve(more);
-        self.by_digest.pin().reserve(more);
+        self.own
+            .reserve(more, |s| self.slots[s as usize].entry.digest);
     }
 
     /// Keys not deleted.
@@ -257,7 +269,49 @@ impl Issued {
     /// The slot a digest authenticates as, if any.
     #[inline]
     pub fn lookup(&self, d: &Digest) -> Option<u32> {
-        self.by_digest.pin().get(&CtDigest(*d)).copied()
+        let own = |s: u32, d: &Digest| {
+            self.slots
+                .get(s as usize)
+                .is_some_and(|slot| slot.entry.digest.ct_eq(d))
+        };
+        match self.own.get(d, own) {
+            Some(s) => Some(s),
+            None if self.rotated_n.load(Ordering::Acquire) == 0 => None,
+            None => self.rotated.pin().get(&CtDigest(*d)).copied(),
+        }
+    }
+
+    /// `d` made to find slot `s`: in the index when it is the slot's own digest, else among
+    /// the rotated ones.
+    fn find_as(&self, d: Digest, s: u32) {
+        let slot = &self.slots[s as usize];
+        if d == slot.entry.digest {
+            self.own
+                .insert(&d, s, |t| self.slots[t as usize].entry.digest);
+            return;
+        }
+        // Counted first: a reader that finds no count finds nothing to miss.
+        self.rotated_n.fetch_add(1, Ordering::AcqRel);
+        if self.rotated.pin().insert(CtDigest(d), s).is_some() {
+            self.rotated_n.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// `d` taken out if it finds slot `s` (another key may have taken it since); whether it
+    /// did.
+    fn unfind(&self, d: Digest, s: u32) -> bool {
+        if d == self.slots[s as usize].entry.digest {
+            return self.own.remove_if(&d, s);
+        }
+        let took = self
+            .rotated
+            .pin()
+            .remove_if(&CtDigest(d), |_, &at| at == s)
+            .is_ok_and(|r| r.is_some());
+        if took {
+            self.rotated_n.fetch_sub(1, Ordering::AcqRel);
+        }
+        took
     }
 
     /// The slot of the key named `name` (not deleted).
@@ -330,7 +384,6 @@ impl Issued {
     /// The digests of `key`, in slot `at`, put in the map (those it no longer has taken out,
     /// when it was `known` there), and what lapses of them.
     fn put_digests(&self, book: &mut Book, at: u32, key: &NewIssued<'_>, known: bool) {
-        let map = self.by_digest.pin();
         let before = match book.digests.remove(&at) {
             Some(held) => held,
             None if known => vec![key.id],
@@ -338,11 +391,11 @@ impl Issued {
         };
         for d in &before {
             if !key.digests.iter().any(|(n, _)| n == d) {
-                map.remove(&CtDigest(*d));
+                self.unfind(*d, at);
             }
         }
         for &(d, until) in key.digests {
-            map.insert(CtDigest(d), at);
+            self.find_as(d, at);
             if until != u64::MAX {
                 book.lapses.insert((until, Lapse::Digest(at, d.0)));
             }
@@ -447,13 +500,11 @@ impl Issued {
         self.states.add(Some(was as usize), -1);
         self.plans.add(slot.entry.plan_now(), -1);
         self.live.fetch_sub(1, Ordering::Relaxed);
-        let map = self.by_digest.pin();
         let held = digests
             .remove(&s)
             .unwrap_or_else(|| vec![slot.entry.digest]);
-        // Only a digest that finds this key: another key may have taken one since.
         for d in held {
-            let _ = map.remove_if(&CtDigest(d), |_, &at| at == s);
+            self.unfind(d, s);
         }
         true
     }
@@ -473,11 +524,7 @@ impl Issued {
                 Lapse::Key(s) => changed |= self.set_flag(s, EXPIRED, true),
                 Lapse::Digest(s, bytes) => {
                     let d = Digest(bytes);
-                    let map = self.by_digest.pin();
-                    if map.get(&CtDigest(d)) == Some(&s) {
-                        map.remove(&CtDigest(d));
-                        changed = true;
-                    }
+                    changed |= self.unfind(d, s);
                     if let Some(held) = book.digests.get_mut(&s) {
                         held.retain(|h| *h != d);
                     }

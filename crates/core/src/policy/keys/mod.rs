@@ -26,12 +26,14 @@
 //! | `flags.rs` | what changes while a key serves, in one word ([`KeyFlags`], [`EXPIRED`], [`SUSPENDED`], [`REVOKED`]); the keys in each state, counted as the flags change |
 //! | `entry.rs` | one key ([`KeyEntry`]), a `previous` digest ([`Alias`]), what a digest names ([`Found`], [`KeyIdx`]) |
 //! | `table.rs` | the [`KeyTable`]: built per config, its digest index, the rate state carried over a reload |
+//! | `index.rs` | the issued keys' own digests → their slots, lock-free, 8 bytes a word (`DigestIndex`) |
 //! | [`issued`] | the keys issued through the admin API, a segment of the table that changes one key at a time ([`Issued`]) |
 //! | `tests.rs` | lookups by the full digest, at scale, and the carry-over |
 
 mod credential;
 mod entry;
 mod flags;
+mod index;
 pub mod issued;
 mod table;
 #[cfg(test)]
