@@ -63,17 +63,20 @@ pub(crate) fn open(path: &Path) -> Result<redb::Database, DiskError> {
     builder().create(path).map_err(fail)
 }
 
-/// redb's cache of the file's pages: 32 MiB, not redb's default of 1 GiB.
+/// redb's cache of the file's pages: 8 MiB, not redb's default of 1 GiB.
 ///
 /// Every page read goes into that cache and stays there for the process's life, and the file is
 /// read whole at a start (every record put back in force) and at each rewrite of the backup: with a
 /// million issued keys the default cache held some 500 MB after a start, each page of it copied and
-/// its memory zeroed on first touch (some 40 % of a start's `perf` samples). Past the start, a
-/// change writes a few pages and reads the ones on its way, which the kernel's page cache serves as
-/// well. Measured with `benches/load/issue.py` on a file of a million keys (docs/keyscale.md, "A
-/// start read beside its apply"): creates a second the same with 8 MiB, 32 MiB and 1 GiB; the start
-/// ready in 2.72 and 2.83 s against 3.94 and 6.2 s, and 874 bytes resident a key against 1,393.
-const CACHE_BYTES: usize = 32 << 20;
+/// its memory zeroed on first touch (some 40 % of a start's `perf` samples); 32 MiB held 33 bytes
+/// a key that nothing read again. Past the start, a change writes a few pages and reads the ones
+/// on its way, which the kernel's page cache serves as well. Measured with
+/// `benches/load/issue.py` on a file of a million keys (docs/keyscale.md, "A start read beside
+/// its apply" and "The issued keys' digests in an index of slot numbers"): creates a second the
+/// same with 8 MiB, 32 MiB and 1 GiB, and the start as long with 8 MiB as with 32; the start ready
+/// in 2.72 and 2.83 s with 32 MiB against 3.94 and 6.2 s with 1 GiB, and 874 bytes resident a key
+/// against 1,393; 358–360 bytes with 8 MiB against 394–397 with 32.
+const CACHE_BYTES: usize = 8 << 20;
 
 fn builder() -> redb::Builder {
     let mut b = redb::Builder::new();
