@@ -37,22 +37,29 @@ enum Held {
 
 /// An issued key's record that holds its issued part alone, issued by `admin` with no
 /// reason, never rotated, managed by no partner: the record is this and its digest, which is
-/// the key's `id` and the digest in force. A limit or expiry of zero (which no slim key has)
-/// is held whole.
+/// the key's `id` and the digest in force. Its instants and small numbers share two words
+/// ([`Slim::pack`]); a record whose values do not fit them as they are (an instant past the
+/// year 2109, a plan id or a limit past 2^22 - 1, a limit or expiry of zero) is held whole.
 #[derive(Clone, PartialEq, Eq)]
 struct Slim {
     name: KeyName,
-    since_ms: u64,
-    expires_ms: Option<NonZeroU64>,
-    plan_id: u32,
-    requests_per_window: Option<NonZeroU32>,
+    /// When it was issued, and its `plan_id` in the high bits.
+    since: u64,
+    /// When it expires (0: never), and its own `requests_per_window` in the high bits (0:
+    /// its plan's).
+    expires: u64,
     /// [`pack_quota`]'s word (0: none): a quota it cannot hold as it is is held whole.
     quota: u64,
 }
 
-// The entry of a slim key in the tree: 32 bytes of digest and this, 88 bytes, so that a leaf
-// of 11 entries (984 bytes) takes an allocation of 1,024 bytes, not 1,280 (at 96).
-const _: () = assert!(std::mem::size_of::<Held>() <= 56);
+/// Bits of an instant (ms since the Unix epoch: until the year 2109) in a slim record's word.
+const INSTANT_BITS: u32 = 42;
+/// The largest number a slim record's word holds beside an instant.
+const SMALL_MAX: u64 = (1 << (64 - INSTANT_BITS)) - 1;
+
+// The entry of a slim key in the tree: 32 bytes of digest and this, 80 bytes, so that a leaf
+// of 11 entries (896 bytes) takes an allocation of 896 bytes (at 88, 1,024; at 96, 1,280).
+const _: () = assert!(std::mem::size_of::<Held>() <= 48);
 
 impl Slim {
     /// `o`, kept under `digest`, in a few words, when it has the plain shape.
@@ -83,13 +90,14 @@ impl Slim {
         if !plain {
             return None;
         }
+        // Zero is "none" in the words: an expiry or a limit of zero is held whole.
         let expires_ms = match i.expires_ms {
-            None => None,
-            Some(ms) => Some(NonZeroU64::new(ms)?),
+            None => 0,
+            Some(ms) => NonZeroU64::new(ms)?.get(),
         };
         let requests_per_window = match i.requests_per_window {
-            None => None,
-            Some(n) => Some(NonZeroU32::new(n)?),
+            None => 0,
+            Some(n) => NonZeroU32::new(n)?.get(),
         };
         let quota = pack_quota(i.quota);
         if unpack_quota(quota) != i.quota {
@@ -97,12 +105,23 @@ impl Slim {
         }
         Some(Slim {
             name: KeyName::new(key),
-            since_ms: i.change.since_ms,
-            expires_ms,
-            plan_id: i.plan_id,
-            requests_per_window,
+            since: Self::pack(i.change.since_ms, i.plan_id)?,
+            expires: Self::pack(expires_ms, requests_per_window)?,
             quota,
         })
+    }
+
+    /// An instant and a small number in one word, when both fit.
+    fn pack(instant_ms: u64, small: u32) -> Option<u64> {
+        let small = u64::from(small);
+        (instant_ms >> INSTANT_BITS == 0 && small <= SMALL_MAX)
+            .then_some(instant_ms | small << INSTANT_BITS)
+    }
+
+    /// [`Slim::pack`]'s instant and small number.
+    fn unpack(word: u64) -> (u64, u32) {
+        let small = (word >> INSTANT_BITS) as u32;
+        (word & ((1 << INSTANT_BITS) - 1), small)
     }
 
     /// The record again, as it was put under `digest`.
@@ -113,7 +132,7 @@ impl Slim {
                 expires_ms: p.expires_ms,
                 requests_per_window: p.requests_per_window,
                 quota: p.quota,
-                ..IssuedKey::plain(*digest, p.plan_id, self.since_ms)
+                ..IssuedKey::plain(*digest, p.plan_id, Self::unpack(self.since).0)
             })),
             ..KeyRecord::named(p.name)
         }
@@ -121,11 +140,13 @@ impl Slim {
 
     /// Its parts, its words unpacked.
     fn parts(&self) -> PlainIssued<'_> {
+        let (_, plan_id) = Self::unpack(self.since);
+        let (expires_ms, requests_per_window) = Self::unpack(self.expires);
         PlainIssued {
             name: self.name.as_str(),
-            plan_id: self.plan_id,
-            expires_ms: self.expires_ms.map(NonZeroU64::get),
-            requests_per_window: self.requests_per_window.map(NonZeroU32::get),
+            plan_id,
+            expires_ms: (expires_ms != 0).then_some(expires_ms),
+            requests_per_window: (requests_per_window != 0).then_some(requests_per_window),
             quota: unpack_quota(self.quota),
         }
     }
@@ -285,7 +306,7 @@ impl KeyRecords {
         self.map.iter().filter_map(|(d, h)| match h {
             Held::Slim(s) => Some(IssuedView {
                 name: s.name.as_str(),
-                plan_id: s.plan_id,
+                plan_id: Slim::unpack(s.since).1,
                 partner: None,
                 digests: vec![*d],
             }),
@@ -356,59 +377,81 @@ mod tests {
         }
     }
 
+    /// An instant: small, the largest a slim record's word holds, one past it, the last.
+    fn any_instant() -> impl Strategy<Value = u64> {
+        let last = (1 << INSTANT_BITS) - 1;
+        prop_oneof![
+            0u64..3,
+            Just(1_700_000_000_000),
+            Just(last),
+            Just(last + 1),
+            Just(u64::MAX)
+        ]
+    }
+
+    /// A plan id or limit: small, the largest a slim record's word holds, one past it, the last.
+    fn any_small() -> impl Strategy<Value = u32> {
+        let last = SMALL_MAX as u32;
+        prop_oneof![0u32..3, Just(last), Just(last + 1), Just(u32::MAX)]
+    }
+
     /// A record of every shape: plain issued keys (with and without an expiry, a limit, a
-    /// quota, zeros among them), and each way one stops being plain.
+    /// quota, zeros and values past what the slim form's words hold among them, and the
+    /// same of its plan id and instant), and each way one stops being plain.
     fn any_record() -> impl Strategy<Value = (Digest, KeyRecord)> {
         (
-            any::<[u8; 4]>(),
-            0u8..12,
-            proptest::option::of(0u64..3),
-            proptest::option::of(0u32..3),
+            (any::<[u8; 4]>(), 0u8..12, any_small(), any_instant()),
+            proptest::option::of(any_instant()),
+            proptest::option::of(any_small()),
             proptest::option::of(0u64..3),
             "[a-z0-9-]{1,40}",
         )
-            .prop_map(|(seed, shape, expires, limit, quota, name)| {
-                let d = Digest::of(&seed);
-                let mut o = issued(d);
-                o.key = name;
-                let i = o.issued.as_deref_mut().unwrap();
-                i.expires_ms = expires;
-                i.requests_per_window = limit;
-                // A quota the slim form holds, its largest, and one past it (held whole).
-                i.quota = quota.map(|q| QuotaSpec {
-                    requests: [1_000, crate::config::MAX_QUOTA_REQUESTS][..]
-                        .get(q as usize)
-                        .copied()
-                        .unwrap_or(crate::config::MAX_QUOTA_REQUESTS + 1),
-                    per: crate::config::Period::Month,
-                });
-                match shape {
-                    0 => i.id = Digest::of(b"another"),
-                    1 => i.digest = Digest::of(b"rotated"),
-                    2 => i.previous.push(PreviousDigest {
-                        digest: Digest::of(b"before"),
-                        until_ms: 5,
-                    }),
-                    3 => i.partner = Some("acme".into()),
-                    4 => i.change.by = "partner:acme".into(),
-                    5 => i.change.reason = Some("why".into()),
-                    6 => i.rotated_ms = Some(7),
-                    7 => o.yaml = Some("fp".into()),
-                    8 => {
-                        o.limit = Some(Box::new(LimitChange {
-                            requests_per_window: 3,
-                            change: i.change.clone(),
-                        }))
+            .prop_map(
+                |((seed, shape, plan_id, since_ms), expires, limit, quota, name)| {
+                    let d = Digest::of(&seed);
+                    let mut o = issued(d);
+                    o.key = name;
+                    let i = o.issued.as_deref_mut().unwrap();
+                    i.plan_id = plan_id;
+                    i.change.since_ms = since_ms;
+                    i.expires_ms = expires;
+                    i.requests_per_window = limit;
+                    // A quota the slim form holds, its largest, and one past it (held whole).
+                    i.quota = quota.map(|q| QuotaSpec {
+                        requests: [1_000, crate::config::MAX_QUOTA_REQUESTS][..]
+                            .get(q as usize)
+                            .copied()
+                            .unwrap_or(crate::config::MAX_QUOTA_REQUESTS + 1),
+                        per: crate::config::Period::Month,
+                    });
+                    match shape {
+                        0 => i.id = Digest::of(b"another"),
+                        1 => i.digest = Digest::of(b"rotated"),
+                        2 => i.previous.push(PreviousDigest {
+                            digest: Digest::of(b"before"),
+                            until_ms: 5,
+                        }),
+                        3 => i.partner = Some("acme".into()),
+                        4 => i.change.by = "partner:acme".into(),
+                        5 => i.change.reason = Some("why".into()),
+                        6 => i.rotated_ms = Some(7),
+                        7 => o.yaml = Some("fp".into()),
+                        8 => {
+                            o.limit = Some(Box::new(LimitChange {
+                                requests_per_window: 3,
+                                change: i.change.clone(),
+                            }))
+                        }
+                        9 => o.issued = None,
+                        _ => {}
                     }
-                    9 => o.issued = None,
-                    _ => {}
-                }
-                if o.is_empty() {
-                    o.at_ms = 9;
-                    o.plan_id = Some(1);
-                }
-                (d, o)
-            })
+                    if o.is_empty() {
+                        o.at_ms = 9;
+                        o.plan_id = Some(1);
+                    }
+                    (d, o)
+                },
+            )
     }
 
     proptest! {
@@ -475,6 +518,21 @@ mod tests {
         o.issued.as_deref_mut().unwrap().expires_ms = Some(0);
         set.insert(d, o);
         assert!(matches!(set.map[&d], Held::Whole(_)));
+        // The largest instant and plan id the words hold, and one past each.
+        let last = (1 << INSTANT_BITS) - 1;
+        for (since_ms, plan_id, slim) in [
+            (last, SMALL_MAX as u32, true),
+            (last + 1, 2, false),
+            (5, SMALL_MAX as u32 + 1, false),
+        ] {
+            let o = KeyRecord {
+                issued: Some(Box::new(IssuedKey::plain(d, plan_id, since_ms))),
+                ..KeyRecord::named("acct-1")
+            };
+            set.insert(d, o.clone());
+            assert_eq!(matches!(set.map[&d], Held::Slim(_)), slim);
+            assert_eq!(set.record(&d), Some(o));
+        }
         // A quota the slim form's word holds, and one it could not hold as it is.
         for (requests, slim) in [
             (crate::config::MAX_QUOTA_REQUESTS, true),
