@@ -2,7 +2,7 @@
 //! changes while it serves; a `previous` digest of a key ([`Alias`]); and what a digest names
 //! ([`Found`], [`KeyIdx`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use super::credential::{Credential, KeyRefusal, KeyState};
@@ -31,11 +31,15 @@ pub struct KeyEntry {
     /// The key's own quota in force ([`crate::metering::pack_quota`]): the live one, else the
     /// YAML's; 0: its plan's (or the partners').
     pub(super) quota: AtomicU64,
-    /// An issued key deleted: its slot stays until the table is built again, and no digest
-    /// finds it (never set for a key of the YAML). Here rather than in the slot: the entry's
-    /// layout leaves room for it.
-    pub(super) gone: AtomicBool,
+    /// An issued key's word (0 for a key of the YAML): [`GONE`] once it is deleted (its slot
+    /// stays until the table is built again, and no digest finds it), and below that bit the
+    /// position + 1 of what it was issued with beyond plan and partner in its segment's list
+    /// (0: nothing). Here rather than in the slot: the entry's layout leaves room for it.
+    pub(super) issued: AtomicU32,
 }
+
+/// [`KeyEntry::issued`]'s bit of a deleted key.
+pub(super) const GONE: u32 = 1 << 31;
 
 // A key's entry, a million of them: the owner packed (a `Credential` is 32 bytes).
 const _: () = assert!(std::mem::size_of::<KeyEntry>() <= 96);

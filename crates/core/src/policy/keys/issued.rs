@@ -17,11 +17,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::credential::{Credential, KeyState};
-use super::entry::{KeyEntry, Owner};
+use super::entry::{KeyEntry, Owner, GONE};
 use super::flags::{Counts, EXPIRED, REVOKED};
 use super::index::DigestIndex;
 use crate::config::keyname::KeyName;
@@ -53,18 +53,17 @@ pub struct Slot {
     /// The key, as the request path reads it. Its `digest` is the one it was issued with (its
     /// id in every store), which after a rotation no longer authenticates.
     pub entry: KeyEntry,
-    /// What it was issued with beyond plan and partner (expiry, limit, quota).
-    pub extra: Option<Box<KeyExtra>>,
 }
 
-// A million slots: the entry's own flag says a key was deleted (`KeyEntry::gone`, in room
-// the entry's layout leaves free), so a slot is its entry and a pointer.
-const _: () = assert!(std::mem::size_of::<Slot>() <= 104);
+// A million slots: the entry's own word says a key was deleted and where what it was issued
+// with beyond plan and partner is (`KeyEntry::issued`, in room the entry's layout leaves
+// free), so a slot is its entry alone, 104 bytes in `boxcar`'s entry (112 with a pointer).
+const _: () = assert!(std::mem::size_of::<Slot>() <= 96);
 
 impl Slot {
     /// Whether the key was deleted.
     pub fn is_gone(&self) -> bool {
-        self.entry.gone.load(Ordering::Relaxed)
+        self.entry.issued.load(Ordering::Relaxed) & GONE != 0
     }
 }
 
@@ -119,6 +118,9 @@ struct Book {
 /// The keys issued through the admin API (see the module's docs).
 pub struct Issued {
     slots: boxcar::Vec<Slot>,
+    /// What keys were issued with beyond plan and partner (expiry, limit, quota), for the
+    /// keys that have any: a slot names its own ([`KeyEntry::issued`]).
+    extras: boxcar::Vec<KeyExtra>,
     /// Each key's own digest (the one it was issued with, its slot's), while it authenticates.
     own: DigestIndex,
     /// The other digests that authenticate (a rotation's new one, and its old ones in their
@@ -151,6 +153,7 @@ impl Default for Issued {
     fn default() -> Self {
         Self {
             slots: boxcar::Vec::new(),
+            extras: boxcar::Vec::new(),
             own: DigestIndex::default(),
             rotated: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
             rotated_n: AtomicUsize::new(0),
@@ -264,6 +267,12 @@ impl Issued {
     #[inline]
     pub fn slot(&self, i: u32) -> Option<&Slot> {
         self.slots.get(i as usize)
+    }
+
+    /// What the key in slot `s` was issued with beyond plan and partner, if anything.
+    pub fn extra(&self, s: u32) -> Option<&KeyExtra> {
+        let at = self.slot(s)?.entry.issued.load(Ordering::Relaxed) & !GONE;
+        self.extras.get(at.checked_sub(1)? as usize)
     }
 
     /// The slot a digest authenticates as, if any.
@@ -419,6 +428,12 @@ impl Issued {
         }
         .unwrap_or_default();
         let quota = crate::metering::pack_quota(key.extra.as_ref().and_then(|x| x.quota));
+        // Pushed before the slot that names it: a reader that finds the slot finds it. (A
+        // position past `GONE` would take 2^31 keys with extras, some 200 GB: not held.)
+        let extra = key
+            .extra
+            .take()
+            .map_or(0, |x| (self.extras.push(x) as u32 + 1) & !GONE);
         let s = self.slots.push(Slot {
             entry: KeyEntry {
                 name: KeyName::new(key.name),
@@ -427,9 +442,8 @@ impl Issued {
                 rate,
                 live: AtomicU64::new(0),
                 quota: AtomicU64::new(quota),
-                gone: AtomicBool::new(false),
+                issued: AtomicU32::new(extra),
             },
-            extra: key.extra.take().map(Box::new),
         }) as u32;
         self.live.fetch_add(1, Ordering::Relaxed);
         self.states.add(Some(KeyState::Active as usize), 1);
@@ -492,7 +506,7 @@ impl Issued {
     /// was not out already. Its name is the caller's to free (or to give another key).
     fn forget(&self, digests: &mut HashMap<u32, Vec<Digest>>, s: u32) -> bool {
         let slot = &self.slots[s as usize];
-        if slot.entry.gone.swap(true, Ordering::Relaxed) {
+        if slot.entry.issued.fetch_or(GONE, Ordering::Relaxed) & GONE != 0 {
             return false;
         }
         // Gone first: no change counts it any more.

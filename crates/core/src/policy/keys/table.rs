@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashTable;
@@ -72,7 +72,7 @@ impl KeyTable {
                 rate: carry.rate(i, &k.digest, extra),
                 live: AtomicU64::new(0),
                 quota: AtomicU64::new(crate::metering::pack_quota(extra.and_then(|e| e.quota))),
-                gone: AtomicBool::new(false),
+                issued: AtomicU32::new(0),
             });
             if let Some(e) = extra {
                 let at = i as KeyIdx;
@@ -100,7 +100,7 @@ impl KeyTable {
                 rate: carry.rate(at, &p.digest, None),
                 live: AtomicU64::new(0),
                 quota: AtomicU64::new(0),
-                gone: AtomicBool::new(false),
+                issued: AtomicU32::new(0),
             });
         }
         deadlines.sort_unstable_by_key(|d| d.0);
@@ -206,7 +206,7 @@ impl KeyTable {
     /// What the YAML gives the entry `k` beyond digest, plan and partner.
     pub fn extra(&self, k: KeyIdx) -> Option<&KeyExtra> {
         match self.issued_slot(k) {
-            Some(s) => s.extra.as_deref(),
+            Some(_) => self.issued.extra(k - self.entries.len() as KeyIdx),
             None => self.extras.get(&k).map(|b| &**b),
         }
     }

@@ -349,7 +349,7 @@ fn a_credential_packed_in_an_entry_is_read_back_as_it_was() {
             rate: Arc::default(),
             live: std::sync::atomic::AtomicU64::new(0),
             quota: std::sync::atomic::AtomicU64::new(0),
-            gone: std::sync::atomic::AtomicBool::new(false),
+            issued: std::sync::atomic::AtomicU32::new(0),
         };
         assert_eq!(entry.configured(), c);
         assert_eq!(entry.credential(), c);
