@@ -247,6 +247,51 @@ mod tests {
         assert_eq!(index.get(&d(n + 1), has), None);
     }
 
+    /// A reader never misses a key put before it looked, while a writer grows the array
+    /// under it (from 16 words to 2^16) and takes other keys out.
+    #[test]
+    fn readers_find_every_key_put_while_the_array_grows() {
+        let n = 40_000u32;
+        let ids: Vec<Digest> = (0..n).map(d).collect();
+        let index = DigestIndex::default();
+        let put = std::sync::atomic::AtomicU32::new(0);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for s in 0..n {
+                    index.insert(&ids[s as usize], s, index_over(&ids));
+                    put.store(s + 1, Ordering::Release);
+                    // Every third key put before this one taken out again: tombstones too.
+                    if s % 3 == 2 {
+                        assert!(index.remove_if(&ids[s as usize - 1], s - 1));
+                    }
+                }
+            });
+            scope.spawn(|| {
+                let has = |s: u32, x: &Digest| ids[s as usize].ct_eq(x);
+                let mut probe = 0u32;
+                // Until the writer is done, then once more over what it put.
+                loop {
+                    let done = put.load(Ordering::Acquire);
+                    if done == 0 {
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    // A key put and never taken out is found; one put last may be the
+                    // next taken out, so it is not asked.
+                    let s = probe % done;
+                    probe = probe.wrapping_add(7919);
+                    if s % 3 != 1 && s + 1 < done {
+                        assert_eq!(index.get(&ids[s as usize], has), Some(s), "key {s}");
+                    }
+                    if done == n && probe > 4 * n {
+                        break;
+                    }
+                }
+            });
+        });
+        assert_eq!(index.len(), (n - n / 3) as usize);
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Put(u8),
