@@ -429,11 +429,12 @@ impl Issued {
         .unwrap_or_default();
         let quota = crate::metering::pack_quota(key.extra.as_ref().and_then(|x| x.quota));
         // Pushed before the slot that names it: a reader that finds the slot finds it. (A
-        // position past `GONE` would take 2^31 keys with extras, some 200 GB: not held.)
-        let extra = key
-            .extra
-            .take()
-            .map_or(0, |x| (self.extras.push(x) as u32 + 1) & !GONE);
+        // position the word cannot name, past 2^31 keys with extras, some 200 GB, is named as
+        // none rather than as another key's.)
+        let extra = key.extra.take().map_or(0, |x| {
+            let at = self.extras.push(x) + 1;
+            u32::try_from(at).ok().filter(|&at| at < GONE).unwrap_or(0)
+        });
         let s = self.slots.push(Slot {
             entry: KeyEntry {
                 name: KeyName::new(key.name),
