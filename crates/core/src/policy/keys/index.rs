@@ -48,6 +48,23 @@ fn word(h: u64, s: u32) -> u64 {
     (h & (u64::MAX << 32)) | (u64::from(s) + 1)
 }
 
+/// The words from the home of a digest hashed to `h` on, with their positions, to the first
+/// empty one (included): the words a lookup of it reads. At least a quarter of the words are
+/// empty, so this ends well before the bound of one pass over them.
+fn probe(words: &Words, h: u64) -> impl Iterator<Item = (usize, u64)> + '_ {
+    let mask = words.mask();
+    let mut ended = false;
+    (0..=mask).map_while(move |k| {
+        if ended {
+            return None;
+        }
+        let i = (h as usize).wrapping_add(k) & mask;
+        let w = words.0[i].load(Ordering::Acquire);
+        ended = w == EMPTY;
+        Some((i, w))
+    })
+}
+
 /// The slot a key's word names (`None`: empty or a tombstone).
 fn slot_of(w: u64) -> Option<u32> {
     (w as u32).checked_sub(1)
@@ -88,22 +105,10 @@ impl DigestIndex {
     pub(super) fn get(&self, d: &Digest, has: impl Fn(u32, &Digest) -> bool) -> Option<u32> {
         let words = self.words.load();
         let h = self.hash(d);
-        let mask = words.mask();
-        let mut i = h as usize & mask;
-        // At least a quarter of the words are empty: a probe ends well before this bound.
-        for _ in 0..=mask {
-            let w = words.0[i].load(Ordering::Acquire);
-            if w == EMPTY {
-                return None;
-            }
-            if (w ^ h) >> 32 == 0 {
-                if let Some(s) = slot_of(w).filter(|&s| has(s, d)) {
-                    return Some(s);
-                }
-            }
-            i = (i + 1) & mask;
-        }
-        None
+        let found = probe(&words, h)
+            .filter(|&(_, w)| (w ^ h) >> 32 == 0)
+            .find_map(|(_, w)| slot_of(w).filter(|&s| has(s, d)));
+        found
     }
 
     /// Put `d` → `s` (replacing what `d` named); `digest_of(t)` is the digest slot `t` was
@@ -113,35 +118,28 @@ impl DigestIndex {
         self.room(&mut used, 1, &digest_of);
         let words = self.words.load();
         let h = self.hash(d);
-        let mask = words.mask();
-        let mut i = h as usize & mask;
+        // `d` replaced where it is found, else put in the first tombstone on its way, else in
+        // the empty word that ends the way (there is one: `room` leaves a quarter empty).
         let mut free = None;
-        for _ in 0..=mask {
-            let w = words.0[i].load(Ordering::Relaxed);
-            if w == EMPTY {
-                break;
-            }
+        for (i, w) in probe(&words, h) {
             match slot_of(w) {
-                None => {
-                    free.get_or_insert(i);
-                }
                 Some(t) if (w ^ h) >> 32 == 0 && digest_of(t) == *d => {
                     words.0[i].store(word(h, s), Ordering::Release);
                     return;
                 }
                 Some(_) => {}
+                None => {
+                    free.get_or_insert((i, w));
+                }
             }
-            i = (i + 1) & mask;
         }
-        match free {
-            Some(f) => {
+        if let Some((at, was)) = free {
+            if was == TOMB {
                 used.tombs -= 1;
-                i = f;
             }
-            None => debug_assert_eq!(words.0[i].load(Ordering::Relaxed), EMPTY),
+            used.live += 1;
+            words.0[at].store(word(h, s), Ordering::Release);
         }
-        used.live += 1;
-        words.0[i].store(word(h, s), Ordering::Release);
     }
 
     /// Take `d` out if it names slot `s`; whether it did.
@@ -149,23 +147,14 @@ impl DigestIndex {
         let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
         let words = self.words.load();
         let h = self.hash(d);
-        let mask = words.mask();
-        let mut i = h as usize & mask;
-        for _ in 0..=mask {
-            let w = words.0[i].load(Ordering::Relaxed);
-            if w == EMPTY {
-                return false;
-            }
-            // Slot `s` is under one digest: its word is the one to take out.
-            if w == word(h, s) {
-                words.0[i].store(TOMB, Ordering::Release);
-                used.live -= 1;
-                used.tombs += 1;
-                return true;
-            }
-            i = (i + 1) & mask;
-        }
-        false
+        // Slot `s` is under one digest: its word is the one to take out.
+        let Some((at, _)) = probe(&words, h).find(|&(_, w)| w == word(h, s)) else {
+            return false;
+        };
+        words.0[at].store(TOMB, Ordering::Release);
+        used.live -= 1;
+        used.tombs += 1;
+        true
     }
 
     /// Room for `more` keys beyond those here, made now (a start reserves for all it puts).
