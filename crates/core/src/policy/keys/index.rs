@@ -188,15 +188,13 @@ impl DigestIndex {
         }
         let n = ((used.live + more) * 2).next_power_of_two().max(MIN_WORDS);
         let new = Words::new(n);
-        let mask = new.mask();
         for w in old.0.iter().map(|w| w.load(Ordering::Relaxed)) {
             let Some(s) = slot_of(w) else { continue };
             let h = self.hash(&digest_of(s));
-            let mut i = h as usize & mask;
-            while new.0[i].load(Ordering::Relaxed) != EMPTY {
-                i = (i + 1) & mask;
+            // No tombstone and no key twice here: the word a probe ends at is free.
+            if let Some((i, _)) = probe(&new, h).last() {
+                new.0[i].store(word(h, s), Ordering::Relaxed);
             }
-            new.0[i].store(word(h, s), Ordering::Relaxed);
         }
         used.tombs = 0;
         // The new array's words are published with it.

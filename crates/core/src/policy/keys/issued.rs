@@ -241,8 +241,7 @@ impl Issued {
             self.book_as_is().filling = true;
         }
         self.slots.reserve(more);
-        self.own
-            .reserve(more, |s| self.slots[s as usize].entry.digest);
+        self.own.reserve(more, |s| self.id_of(s));
     }
 
     /// Keys not deleted.
@@ -290,13 +289,16 @@ impl Issued {
         }
     }
 
+    /// The digest slot `s` was issued with (its key's id: what the index holds it under).
+    fn id_of(&self, s: u32) -> Digest {
+        self.slots[s as usize].entry.digest
+    }
+
     /// `d` made to find slot `s`: in the index when it is the slot's own digest, else among
     /// the rotated ones.
     fn find_as(&self, d: Digest, s: u32) {
-        let slot = &self.slots[s as usize];
-        if d == slot.entry.digest {
-            self.own
-                .insert(&d, s, |t| self.slots[t as usize].entry.digest);
+        if d == self.id_of(s) {
+            self.own.insert(&d, s, |t| self.id_of(t));
             return;
         }
         // Counted first: a reader that finds no count finds nothing to miss.
@@ -309,7 +311,7 @@ impl Issued {
     /// `d` taken out if it finds slot `s` (another key may have taken it since); whether it
     /// did.
     fn unfind(&self, d: Digest, s: u32) -> bool {
-        if d == self.slots[s as usize].entry.digest {
+        if d == self.id_of(s) {
             return self.own.remove_if(&d, s);
         }
         let took = self
