@@ -15,7 +15,7 @@
 //! Names and the instants at which something lapses (an `expires_at`, the end of a rotation's
 //! overlap) are for writers and the admin API only, under one mutex.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -24,6 +24,7 @@ use super::credential::{Credential, KeyState};
 use super::entry::{KeyEntry, Owner, GONE};
 use super::flags::{Counts, EXPIRED, REVOKED};
 use super::index::DigestIndex;
+use super::names::Names;
 use crate::config::keyname::KeyName;
 use crate::config::KeyExtra;
 use crate::digest::Digest;
@@ -96,14 +97,14 @@ enum Lapse {
 /// What writers share.
 #[derive(Default)]
 struct Book {
-    /// Names of the keys not deleted, in order (the admin API's pages).
-    names: BTreeMap<KeyName, u32>,
+    /// Names of the keys not deleted, in order (the admin API's pages), as slot numbers
+    /// (`names.rs`).
+    names: Names,
     /// While a start or a reload fills an empty segment ([`Issued::reserve`]): the names of
     /// the keys put since `names` was last brought up to date, in the order they were put.
     /// They go in `names` at once, sorted (`Issued::sorted`), when anything reads or changes
     /// the names, and when the fill ends ([`Issued::settle`]): a million keys put back in
-    /// their digests' order cost one sort instead of a million searches of a growing tree,
-    /// and the tree built from names in order has its nodes full.
+    /// their digests' order cost one sort instead of a million searches.
     unsorted: Vec<(KeyName, u32)>,
     /// Keys put now go to `unsorted`.
     filling: bool,
@@ -214,15 +215,14 @@ impl Issued {
                 _ => kept.push((name, s)),
             }
         }
-        if book.names.is_empty() {
-            book.names = kept.into_iter().collect();
-            return;
+        for old in book.names.extend_sorted(kept, |t| self.name_of(t)) {
+            self.forget(&mut book.digests, old);
         }
-        for (name, s) in kept {
-            if let Some(old) = book.names.insert(name, s) {
-                self.forget(&mut book.digests, old);
-            }
-        }
+    }
+
+    /// The name of the key in slot `s`.
+    fn name_of(&self, s: u32) -> &KeyName {
+        &self.slots[s as usize].entry.name
     }
 
     fn inherited_mut(&self) -> MutexGuard<'_, HashMap<Digest, Arc<RateState>>> {
@@ -327,20 +327,18 @@ impl Issued {
 
     /// The slot of the key named `name` (not deleted).
     pub fn find(&self, name: &str) -> Option<u32> {
-        self.book().names.get(&KeyName::new(name)).copied()
+        self.book()
+            .names
+            .get(&KeyName::new(name), |s| self.name_of(s))
     }
 
     /// Up to `n` slots in name order, from the first name after `after` (from the first with
     /// `None`).
     pub fn names_after(&self, after: Option<&str>, n: usize) -> Vec<u32> {
-        use std::ops::Bound;
-        let book = self.book();
-        let from = after.map_or(Bound::Unbounded, |a| Bound::Excluded(KeyName::new(a)));
-        book.names
-            .range((from, Bound::Unbounded))
-            .take(n)
-            .map(|(_, &s)| s)
-            .collect()
+        let after = after.map(KeyName::new);
+        self.book()
+            .names
+            .after(after.as_ref(), n, |s| self.name_of(s))
     }
 
     /// Every slot not deleted, with its index.
@@ -356,7 +354,6 @@ impl Issued {
     /// expiry, limit, quota, id) does not change: a key of the same name with another id is
     /// a new slot (the old one deleted).
     pub fn put(&self, mut key: NewIssued<'_>) -> u32 {
-        use std::collections::btree_map::Entry;
         let mut book = self.book_as_is();
         let book = &mut *book;
         // Filling, a key whose id no key has yet (every key of a start): its name sorted in
@@ -368,23 +365,18 @@ impl Issued {
             return s;
         }
         self.sorted(book);
-        // One search of the names for a key new here (a start puts back a million): its name
-        // is taken with the search that finds it free.
-        let (at, known) = match book.names.entry(KeyName::new(key.name)) {
-            Entry::Occupied(e) if self.slots[*e.get() as usize].entry.digest == key.id => {
-                (*e.get(), true)
-            }
-            Entry::Occupied(mut e) => {
-                // Another key of that name: deleted, its name given to this one.
-                let old = *e.get();
+        // The name's key, if any: this one again (a rotation), or another, deleted when this
+        // one takes its name.
+        let name = KeyName::new(key.name);
+        let place = book.names.locate(&name, |t| self.name_of(t));
+        let (at, known) = match place.slot() {
+            Some(s) if self.id_of(s) == key.id => (s, true),
+            _ => {
+                // Another key of that name, if any: deleted, its name given to this one.
                 let s = self.push(&mut key, &mut book.lapses);
-                e.insert(s);
-                self.forget(&mut book.digests, old);
-                (s, false)
-            }
-            Entry::Vacant(e) => {
-                let s = self.push(&mut key, &mut book.lapses);
-                e.insert(s);
+                if let Some(old) = book.names.give(name, s, place, |t| self.name_of(t)) {
+                    self.forget(&mut book.digests, old);
+                }
                 (s, false)
             }
         };
@@ -501,7 +493,7 @@ impl Issued {
         let mut book = self.book();
         let book = &mut *book;
         if self.forget(&mut book.digests, s) {
-            book.names.remove(&self.slots[s as usize].entry.name);
+            book.names.remove(self.name_of(s), |t| self.name_of(t));
         }
     }
 

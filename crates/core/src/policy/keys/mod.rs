@@ -27,6 +27,7 @@
 //! | `entry.rs` | one key ([`KeyEntry`]), a `previous` digest ([`Alias`]), what a digest names ([`Found`], [`KeyIdx`]) |
 //! | `table.rs` | the [`KeyTable`]: built per config, its digest index, the rate state carried over a reload |
 //! | `index.rs` | the issued keys' own digests → their slots, lock-free, 8 bytes a word (`DigestIndex`) |
+//! | `names.rs` | the issued keys' names in order, as slot numbers (`Names`) |
 //! | [`issued`] | the keys issued through the admin API, a segment of the table that changes one key at a time ([`Issued`]) |
 //! | `tests.rs` | lookups by the full digest, at scale, and the carry-over |
 
@@ -35,6 +36,7 @@ mod entry;
 mod flags;
 mod index;
 pub mod issued;
+mod names;
 mod table;
 #[cfg(test)]
 mod tests;
