@@ -355,3 +355,74 @@ fn a_credential_packed_in_an_entry_is_read_back_as_it_was() {
         assert_eq!(entry.credential(), c);
     }
 }
+
+/// Past the names' merges (thousands of keys filled in no order, some names twice, names given
+/// to new keys, a third deleted, some of their names given again), the pages read in name order hold
+/// every key not deleted, once each, and each name finds its key.
+#[test]
+fn the_issued_names_stay_in_order_past_their_merges() {
+    let seg = Issued::default();
+    let put = |name: &str, id: Digest| {
+        seg.put(NewIssued {
+            name,
+            id,
+            credential: Credential::Customer {
+                plan: 0,
+                partner: None,
+                limit: 0,
+            },
+            extra: None,
+            digests: &[(id, u64::MAX)],
+            now_ms: 0,
+        })
+    };
+    let mut want = std::collections::BTreeMap::new();
+    let n = 12_000u32;
+    // A start's fill: the names sorted in at the first read (5,000 into none), then at the
+    // next (7,000 into those, in one pass).
+    seg.reserve(n as usize);
+    for i in 0..n {
+        if i == 5_000 {
+            assert_eq!(seg.find("none"), None);
+        }
+        // Names in no order (7,919 is prime to 11,000), some long enough to be held on the
+        // heap; the last 1,000 are names the first 1,000 had (the later key's, as in a fill).
+        let j = (i * 7_919) % 11_000;
+        let name = match j % 5 {
+            0 => format!("a-much-longer-key-name-{j:05}"),
+            _ => format!("key-{j:05}"),
+        };
+        let s = put(&name, Digest::of(format!("id-{i}").as_bytes()));
+        want.insert(name, s);
+    }
+    assert_eq!(seg.find("none"), None);
+    seg.settle();
+    let names: Vec<String> = want.keys().cloned().collect();
+    // Live names given to new keys (the old ones deleted).
+    for name in names.iter().skip(1).step_by(3).take(2_000) {
+        let s = put(name, Digest::of(format!("new-{name}").as_bytes()));
+        want.insert(name.clone(), s);
+    }
+    for name in names.iter().step_by(3) {
+        seg.remove(seg.find(name).unwrap());
+        want.remove(name);
+    }
+    for name in names.iter().step_by(9).take(700) {
+        let s = put(name, Digest::of(format!("again-{name}").as_bytes()));
+        want.insert(name.clone(), s);
+    }
+    let mut pages = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = seg.names_after(after.as_deref(), 256);
+        let Some(&last) = page.last() else { break };
+        after = Some(seg.slot(last).unwrap().entry.name.as_str().to_string());
+        pages.extend(page);
+    }
+    assert_eq!(pages, want.values().copied().collect::<Vec<u32>>());
+    for (name, &s) in &want {
+        assert_eq!(seg.find(name), Some(s), "{name}");
+    }
+    assert_eq!(seg.find("key-99999"), None);
+    assert_eq!(seg.len(), want.len());
+}
