@@ -8,45 +8,26 @@
 //! The digest each key was issued with finds its slot through a lock-free index of slot
 //! numbers (`index.rs`: readers never wait on a writer, a writer changes one word, 8 bytes a
 //! word where a map of digests cost some 59 a key); the digests a rotation adds, few, through
-//! a lock-free map ([`papaya::HashMap`]). A deleted key's slot stays (marked
-//! gone and revoked; its digests leave the map) until the table is next built, at a reload or
-//! a restart.
+//! a lock-free map (`digests.rs`). A deleted key's slot stays (marked gone and revoked; its
+//! digests leave the map) until the table is next built, at a reload or a restart.
 //!
-//! Names and the instants at which something lapses (an `expires_at`, the end of a rotation's
-//! overlap) are for writers and the admin API only, under one mutex.
+//! Names (in order as slot numbers: `names.rs`) and the instants at which something lapses
+//! (an `expires_at`, the end of a rotation's overlap) are for writers and the admin API only,
+//! under one mutex.
 
 use std::collections::{BTreeSet, HashMap};
-use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::credential::{Credential, KeyState};
+use super::digests::Digests;
 use super::entry::{KeyEntry, Owner, GONE};
 use super::flags::{Counts, EXPIRED, REVOKED};
-use super::index::DigestIndex;
 use super::names::Names;
 use crate::config::keyname::KeyName;
 use crate::config::KeyExtra;
 use crate::digest::Digest;
 use crate::limit::RateState;
-
-/// A digest as a map key: hashed by its fold, compared in constant time.
-#[derive(Clone, Copy)]
-struct CtDigest(Digest);
-
-impl PartialEq for CtDigest {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.ct_eq(&other.0)
-    }
-}
-
-impl Eq for CtDigest {}
-
-impl Hash for CtDigest {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.0.folded());
-    }
-}
 
 /// One issued key.
 #[derive(Debug)]
@@ -122,13 +103,8 @@ pub struct Issued {
     /// What keys were issued with beyond plan and partner (expiry, limit, quota), for the
     /// keys that have any: a slot names its own ([`KeyEntry::issued`]).
     extras: boxcar::Vec<KeyExtra>,
-    /// Each key's own digest (the one it was issued with, its slot's), while it authenticates.
-    own: DigestIndex,
-    /// The other digests that authenticate (a rotation's new one, and its old ones in their
-    /// overlap).
-    rotated: papaya::HashMap<CtDigest, u32, foldhash::fast::RandomState>,
-    /// Digests in `rotated` (the request path asks it only when there are some).
-    rotated_n: AtomicUsize,
+    /// The digests that authenticate, each to its slot (`digests.rs`).
+    digests: Digests,
     /// Keys not deleted.
     live: AtomicU64,
     /// How many keys not deleted are in each state.
@@ -155,9 +131,7 @@ impl Default for Issued {
         Self {
             slots: boxcar::Vec::new(),
             extras: boxcar::Vec::new(),
-            own: DigestIndex::default(),
-            rotated: papaya::HashMap::with_hasher(foldhash::fast::RandomState::default()),
-            rotated_n: AtomicUsize::new(0),
+            digests: Digests::default(),
             live: AtomicU64::new(0),
             states: Counts::of_states(0),
             plans: Counts::default(),
@@ -241,7 +215,7 @@ impl Issued {
             self.book_as_is().filling = true;
         }
         self.slots.reserve(more);
-        self.own.reserve(more, |s| self.id_of(s));
+        self.digests.reserve(more, |s| self.id_of(s));
     }
 
     /// Keys not deleted.
@@ -282,11 +256,7 @@ impl Issued {
                 .get(s as usize)
                 .is_some_and(|slot| slot.entry.digest.ct_eq(d))
         };
-        match self.own.get(d, own) {
-            Some(s) => Some(s),
-            None if self.rotated_n.load(Ordering::Acquire) == 0 => None,
-            None => self.rotated.pin().get(&CtDigest(*d)).copied(),
-        }
+        self.digests.get(d, own)
     }
 
     /// The digest slot `s` was issued with (its key's id: what the index holds it under).
@@ -297,32 +267,13 @@ impl Issued {
     /// `d` made to find slot `s`: in the index when it is the slot's own digest, else among
     /// the rotated ones.
     fn find_as(&self, d: Digest, s: u32) {
-        if d == self.id_of(s) {
-            self.own.insert(&d, s, |t| self.id_of(t));
-            return;
-        }
-        // Counted first: a reader that finds no count finds nothing to miss.
-        self.rotated_n.fetch_add(1, Ordering::AcqRel);
-        if self.rotated.pin().insert(CtDigest(d), s).is_some() {
-            self.rotated_n.fetch_sub(1, Ordering::AcqRel);
-        }
+        self.digests.insert(d, s, |t| self.id_of(t));
     }
 
     /// `d` taken out if it finds slot `s` (another key may have taken it since); whether it
     /// did.
     fn unfind(&self, d: Digest, s: u32) -> bool {
-        if d == self.id_of(s) {
-            return self.own.remove_if(&d, s);
-        }
-        let took = self
-            .rotated
-            .pin()
-            .remove_if(&CtDigest(d), |_, &at| at == s)
-            .is_ok_and(|r| r.is_some());
-        if took {
-            self.rotated_n.fetch_sub(1, Ordering::AcqRel);
-        }
-        took
+        self.digests.remove(d, s, |t| self.id_of(t))
     }
 
     /// The slot of the key named `name` (not deleted).

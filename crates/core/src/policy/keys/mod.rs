@@ -12,10 +12,11 @@
 //! same budget as one on the new table). Which store decides on that state is the policy's
 //! ([`crate::limit::Store`]).
 //!
-//! The table is built for up to millions of keys: an entry is 104 bytes with its name inline
-//! ([`KeyName`](crate::config::keyname::KeyName)), plus the 24-byte rate-state allocation,
-//! and the index is a [`hashbrown::HashTable`] of `u32` positions (a control byte and a
-//! position per bucket, at most 7/8 full): about 146 bytes of heap per key in all
+//! The table is built for up to millions of keys: an entry is 96 bytes with its name inline
+//! ([`KeyName`](crate::config::keyname::KeyName); the size is asserted), plus the rate
+//! state's allocation (an `Arc` of 24 bytes, 40 in all), and the index is a
+//! [`hashbrown::HashTable`] of `u32` positions (a control byte and a position per bucket, at
+//! most 7/8 full): about 145 bytes of heap per key in all
 //! (docs/benchmarks/history.md). `cargo bench -p tollgate-core --bench keys` measures it
 //! (docs/keyscale.md).
 //!
@@ -26,12 +27,14 @@
 //! | `flags.rs` | what changes while a key serves, in one word ([`KeyFlags`], [`EXPIRED`], [`SUSPENDED`], [`REVOKED`]); the keys in each state, counted as the flags change |
 //! | `entry.rs` | one key ([`KeyEntry`]), a `previous` digest ([`Alias`]), what a digest names ([`Found`], [`KeyIdx`]) |
 //! | `table.rs` | the [`KeyTable`]: built per config, its digest index, the rate state carried over a reload |
+//! | `digests.rs` | which issued key a digest authenticates as: its own digest through the index, a rotation's in a map (`Digests`) |
 //! | `index.rs` | the issued keys' own digests → their slots, lock-free, 8 bytes a word (`DigestIndex`) |
 //! | `names.rs` | the issued keys' names in order, as slot numbers (`Names`) |
 //! | [`issued`] | the keys issued through the admin API, a segment of the table that changes one key at a time ([`Issued`]) |
 //! | `tests.rs` | lookups by the full digest, at scale, and the carry-over |
 
 mod credential;
+mod digests;
 mod entry;
 mod flags;
 mod index;
