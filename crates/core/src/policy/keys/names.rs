@@ -302,6 +302,22 @@ mod tests {
         KeyName::new(&format!("{}{}", "k".repeat(usize::from(n % 3)), n))
     }
 
+    /// Each of `ns`'s names in a new slot of `slots`, in name order.
+    fn in_new_slots(
+        slots: &mut Vec<KeyName>,
+        ns: &std::collections::BTreeSet<u8>,
+    ) -> Vec<(KeyName, u32)> {
+        let mut put: Vec<(KeyName, u32)> = ns
+            .iter()
+            .map(|&n| {
+                slots.push(name(n));
+                (name(n), slots.len() as u32 - 1)
+            })
+            .collect();
+        put.sort();
+        put
+    }
+
     proptest! {
         /// Whatever is put, taken out and read, in any order, merging after any number of
         /// changes (or filled at once first), the names are those of a plain ordered map of
@@ -315,14 +331,7 @@ mod tests {
             let mut slots: Vec<KeyName> = Vec::new();
             let mut model: BTreeMap<KeyName, u32> = BTreeMap::new();
             let mut names = Names::merging_at(merge_at);
-            let mut first: Vec<(KeyName, u32)> = filled
-                .iter()
-                .map(|&n| {
-                    slots.push(name(n));
-                    (name(n), slots.len() as u32 - 1)
-                })
-                .collect();
-            first.sort();
+            let first = in_new_slots(&mut slots, &filled);
             model.extend(first.iter().cloned());
             names.fill(first.into_iter().map(|(_, s)| s));
             for op in ops {
@@ -334,14 +343,7 @@ mod tests {
                         prop_assert_eq!(names.insert(name(n), s, of), model.insert(name(n), s));
                     }
                     Op::Extend(ns) => {
-                        let mut more: Vec<(KeyName, u32)> = ns
-                            .iter()
-                            .map(|&n| {
-                                slots.push(name(n));
-                                (name(n), slots.len() as u32 - 1)
-                            })
-                            .collect();
-                        more.sort();
+                        let more = in_new_slots(&mut slots, &ns);
                         let mut displaced: Vec<u32> =
                             more.iter().filter_map(|(n, s)| model.insert(n.clone(), *s)).collect();
                         displaced.sort_unstable();
