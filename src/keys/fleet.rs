@@ -3,11 +3,17 @@
 //! field by field as Redis names them, in memory and, with `state.path`, on disk), and puts
 //! that copy back whenever it finds the set in Redis emptied or replaced ([`super::sync`]).
 //!
+//! The copy at `state.path` says which set it is of (the set's epoch and version, written with
+//! it), as long as every write of it held: a restart whose Redis still holds that epoch reads
+//! what changed since it, and neither puts the whole copy back (a million fields merged into
+//! Redis) nor reads the whole set.
+//!
 //! Every change is written with a version from the process's clock ([`Hlc`]), and a part
 //! taken out is written as a tombstone, so copies merge by the changes' own order
 //! ([`crate::policy::versions`]): a later resume beats an earlier suspension, a revocation is
 //! never undone, whichever copy reaches the store first.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::redis_set::{part_field, NewPart, RedisSet};
@@ -28,6 +34,10 @@ pub(super) struct Fleet {
     /// The `state.path` file, where the copy is kept too.
     pub(super) disk: Option<Arc<StateFile>>,
     copy: Mutex<Copy>,
+    /// Whether the copy at `state.path` holds every field of this copy as of its version:
+    /// when it was read with its position, and after each whole write of it; not after a
+    /// write of it failed (its position is then taken out at the next write).
+    disk_whole: AtomicBool,
     hlc: Hlc,
 }
 
@@ -46,32 +56,46 @@ struct Copy {
 
 impl Fleet {
     /// The set in Redis, and the copy kept at `state.path` (if any) as this replica's own.
+    /// The copy's epoch and version come with it when it says which set it is of.
     pub(super) fn open(cfg: &Cluster, disk: Option<Arc<StateFile>>) -> Result<Self, DiskError> {
-        let fields = match &disk {
+        let (fields, at) = match &disk {
             Some(file) => file.read(|db| {
                 let fields = disk::read_fields(db)?;
                 if !fields.is_empty() {
-                    return Ok(fields);
+                    return Ok((fields, disk::read_position(db)?));
                 }
                 // A copy written before versions: the same records, at version 0.
-                Ok(disk::read_all(db)?
+                let legacy = disk::read_all(db)?
                     .iter()
                     .flat_map(|(d, o)| legacy_fields(d, &o))
-                    .collect())
+                    .collect();
+                Ok((legacy, None))
             })?,
-            None => Fields::default(),
+            None => (Fields::default(), None),
         };
         let hlc = Hlc::default();
         fields.values().for_each(|k| hlc.observe(k.version));
+        let disk_whole = AtomicBool::new(at.is_some());
+        let (epoch, version) = at.unwrap_or_default();
         Ok(Self {
             set: RedisSet::new(cfg),
             disk,
             copy: Mutex::new(Copy {
                 fields: Arc::new(fields),
-                ..Copy::default()
+                version,
+                epoch,
             }),
+            disk_whole,
             hlc,
         })
+    }
+
+    /// Which set the copy at `state.path` is of, to write with it: the epoch and version this
+    /// copy is of, when both are known and the copy on disk holds every field of it.
+    fn position(&self) -> Option<(String, String)> {
+        let c = self.copy();
+        (self.disk_whole.load(Ordering::Acquire) && !c.epoch.is_empty() && !c.version.is_empty())
+            .then(|| (c.epoch.clone(), c.version.clone()))
     }
 
     fn copy(&self) -> std::sync::MutexGuard<'_, Copy> {
@@ -157,14 +181,21 @@ impl Fleet {
             return true;
         };
         let file = Arc::clone(file);
+        let at = self.position();
         let kept = tokio::task::spawn_blocking(move || {
+            let at = at.as_ref().map(|(e, v)| (e.as_str(), v.as_str()));
             file.write_kept(
-                |db| disk::write_fields(db, &fields),
+                |db| disk::write_fields(db, &fields, at),
                 backup::Delta::Fields(&fields),
             )
         })
         .await;
-        matches!(kept, Ok(Ok(())))
+        let held = matches!(kept, Ok(Ok(())));
+        if !held {
+            // Fields the copy on disk may lack: it says which set it is of no more.
+            self.disk_whole.store(false, Ordering::Release);
+        }
+        held
     }
 
     /// Keep the parts `changes` name (each digest's record after the change, the part changed
@@ -207,13 +238,21 @@ impl Fleet {
             return;
         };
         let file = Arc::clone(file);
+        // Written whole: what the copy in memory is of, the copy on disk is of too.
+        self.disk_whole.store(true, Ordering::Release);
+        let at = self.position();
         let kept = tokio::task::spawn_blocking(move || {
-            file.write_kept(|db| disk::replace_fields(db, &fields), backup::Delta::Whole)
+            let at = at.as_ref().map(|(e, v)| (e.as_str(), v.as_str()));
+            file.write_kept(
+                |db| disk::replace_fields(db, &fields, at),
+                backup::Delta::Whole,
+            )
         })
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()));
         if let Err(e) = kept {
+            self.disk_whole.store(false, Ordering::Release);
             tracing::warn!(target: "tollgate::overrides", error = %e, "the copy of the cluster's overrides at state.path was not written");
         }
     }

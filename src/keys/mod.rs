@@ -188,7 +188,7 @@ impl KeyChanges {
     /// on it (a start's from `state.path`: [`put_kept_in_force`]). With `cluster`, what this
     /// replica's copy holds (kept at `state.path`) is put in force at once, so that a restart
     /// while Redis is down still refuses what was revoked; what no longer applies to this
-    /// config is left to the first read of the set to drop. Every config a reload compiles is
+    /// config is left to the first read of the set to drop (a whole read, then). Every config a reload compiles is
     /// handed to the owner ([`crate::runtime::live::KeyHook`]), which puts the set on it.
     pub(crate) fn new(keeping: Keeping, live: Arc<LivePolicy>, in_force: KeyRecords) -> Arc<Self> {
         let this = Arc::new(Self {
@@ -202,7 +202,11 @@ impl KeyChanges {
             let fields = fleet.fields();
             if !fields.is_empty() {
                 let set = gather::from_fields(&this.live.load().policy, &fields);
-                this.replace_records(set);
+                if !this.replace_records(set).is_empty() {
+                    // What this config drops is dropped by a whole read of the set (every
+                    // replica drops it then), not by a read of what changed since the copy.
+                    fleet.forget_version();
+                }
             }
         }
         this.refresh_gauges();

@@ -328,7 +328,8 @@ pub(crate) fn restore_backup(db: &redb::Database, path: &Path) -> String {
         .into_iter()
         .filter_map(|(f, raw)| Some((f, Kept::parse(&raw)?)))
         .collect();
-    let written = write_all(db, &records).and_then(|()| replace_fields(db, &fields));
+    // Which set the copy is of is not in the backup: a restart reads the fleet's whole.
+    let written = write_all(db, &records).and_then(|()| replace_fields(db, &fields, None));
     match written {
         Ok(()) => format!(
             "{} overrides and {} fields of the fleet's copy from {}",

@@ -22,6 +22,14 @@ pub(super) const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new
 pub(super) const FIELDS: TableDefinition<'_, &str, &str> =
     TableDefinition::new("cluster_overrides");
 
+/// With `cluster`: which of the fleet's sets the copy in [`FIELDS`] is of, when it is known to
+/// hold every field of that set as of a version: the set's epoch (`epoch`) and version
+/// (`version`). Written in the transaction that writes the copy; taken out by a write that
+/// cannot say (`crate::keys::fleet`). A restart whose Redis still has that epoch reads what
+/// changed since, instead of putting the whole copy back and reading the whole set.
+pub(super) const POSITION: TableDefinition<'_, &str, &str> =
+    TableDefinition::new("cluster_position");
+
 /// Why the disk store failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DiskError {
@@ -238,10 +246,28 @@ pub(crate) fn read_fields(db: &impl ReadableDatabase) -> Result<Fields, DiskErro
     Ok(Fields::from_iter(out))
 }
 
-/// Put `fields` in the copy (each replacing what was under its name), in one transaction.
+/// Which set the copy is of ([`POSITION`]): its epoch and version, when known.
+pub(crate) fn read_position(
+    db: &impl ReadableDatabase,
+) -> Result<Option<(String, String)>, DiskError> {
+    let Some(table) = read_table(db, POSITION).map_err(store)? else {
+        return Ok(None);
+    };
+    let get = |k: &str| -> Result<Option<String>, DiskError> {
+        Ok(table.get(k).map_err(store)?.map(|v| v.value().to_string()))
+    };
+    Ok(match (get("epoch")?, get("version")?) {
+        (Some(e), Some(v)) if !e.is_empty() && !v.is_empty() => Some((e, v)),
+        _ => None,
+    })
+}
+
+/// Put `fields` in the copy (each replacing what was under its name), and say which set it
+/// is of (`at`: epoch and version; `None`: not known), in one transaction.
 pub(crate) fn write_fields(
     db: &redb::Database,
     fields: &[(String, Kept)],
+    at: Option<(&str, &str)>,
 ) -> Result<(), DiskError> {
     let txn = db.begin_write().map_err(store)?;
     {
@@ -250,11 +276,17 @@ pub(crate) fn write_fields(
             table.insert(f.as_str(), k.raw().as_str()).map_err(store)?;
         }
     }
+    put_position(&txn, at)?;
     txn.commit().map_err(store)
 }
 
-/// Make the copy hold `fields` and nothing else, in one transaction.
-pub(crate) fn replace_fields(db: &redb::Database, fields: &Fields) -> Result<(), DiskError> {
+/// Make the copy hold `fields` and nothing else, and say which set it is of (`at`), in one
+/// transaction.
+pub(crate) fn replace_fields(
+    db: &redb::Database,
+    fields: &Fields,
+    at: Option<(&str, &str)>,
+) -> Result<(), DiskError> {
     let txn = db.begin_write().map_err(store)?;
     {
         let mut table = txn.open_table(FIELDS).map_err(store)?;
@@ -263,7 +295,23 @@ pub(crate) fn replace_fields(db: &redb::Database, fields: &Fields) -> Result<(),
             table.insert(f.as_str(), k.raw().as_str()).map_err(store)?;
         }
     }
+    put_position(&txn, at)?;
     txn.commit().map_err(store)
+}
+
+/// [`POSITION`] set to `at`, or taken out.
+fn put_position(txn: &redb::WriteTransaction, at: Option<(&str, &str)>) -> Result<(), DiskError> {
+    let mut table = txn.open_table(POSITION).map_err(store)?;
+    match at {
+        Some((epoch, version)) => {
+            table.insert("epoch", epoch).map_err(store)?;
+            table.insert("version", version).map_err(store)?;
+        }
+        None => {
+            table.retain(|_, _| false).map_err(store)?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether opening failed because the file is not a usable database (damaged, or not redb's),
@@ -327,5 +375,34 @@ mod tests {
         let set = read_all(&db).unwrap();
         assert_eq!(set.len(), 1);
         assert_eq!(set.record(&d).unwrap(), o);
+    }
+
+    /// The copy says which set it is of when written with a position, and nothing once a
+    /// write takes the position out; fields and position change in one transaction.
+    #[test]
+    fn the_copy_says_which_set_it_is_of_until_a_write_takes_it_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir.path().join("state.db")).unwrap();
+        assert_eq!(read_position(&db).unwrap(), None, "never written");
+        let kept = |v: u64| {
+            let digits = crate::policy::versions::VERSION_DIGITS;
+            Kept::parse(&format!("{v:0digits$}|{{\"key\":\"k\"}}")).unwrap()
+        };
+        let one = vec![("f1:k".to_string(), kept(1))];
+        write_fields(&db, &one, Some(("e1", "7"))).unwrap();
+        assert_eq!(
+            read_position(&db).unwrap(),
+            Some(("e1".to_string(), "7".to_string()))
+        );
+        let two = vec![("f2:k".to_string(), kept(2))];
+        write_fields(&db, &two, None).unwrap();
+        assert_eq!(read_position(&db).unwrap(), None);
+        assert_eq!(read_fields(&db).unwrap().len(), 2);
+        let all: Fields = one.into_iter().chain(two).collect();
+        replace_fields(&db, &all, Some(("e2", "9"))).unwrap();
+        assert_eq!(
+            read_position(&db).unwrap(),
+            Some(("e2".to_string(), "9".to_string()))
+        );
     }
 }

@@ -346,6 +346,44 @@ fn every_replica_and_redis_restarted_together_keep_what_state_path_holds() {
     );
 }
 
+/// A replica restarted with its copy at `state.path` while Redis kept the set (its epoch)
+/// reads only what changed while it was away: every change in force at once from its copy,
+/// the one made meanwhile on the other replica in force after its first poll, and neither its
+/// whole copy put back into Redis nor the whole set read (a million fields each way).
+#[test]
+fn a_replica_restarted_while_redis_kept_the_set_reads_only_what_changed() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("rs{}", redis.port);
+    let a = fleet(&up, &redis.url(), &prefix)
+        .state_path(dir.path().join("a-state.db").to_str().unwrap());
+    let b = fleet(&up, &redis.url(), &prefix);
+    let (mut pa, la, admin_a) = Process::run(dir.path(), "a", &a);
+    let (_pb, lb, admin_b) = Process::run(dir.path(), "b", &b);
+    make_every_change(la, admin_a, admin_b);
+    eventually("every change in force on a", || {
+        changes_in_force(la, admin_a).is_none()
+    });
+    pa.stop();
+    // Made while a is away: `sus` resumed.
+    assert_eq!(admin(admin_b, "POST", "/api/keys/sus/resume").status, 200);
+    assert_eq!(call(lb, "sus-key").status, 200);
+    let (pa, la, admin_a) = Process::run(dir.path(), "a2", &a);
+    assert_eq!(call(la, "rev-key").status, 401, "a's copy in force at once");
+    eventually("the resume made while a was away is in force on a", || {
+        call(la, "sus-key").status == 200
+    });
+    assert_eq!(state(admin_a, "leak")["state"], "revoked");
+    let out = pa.output();
+    assert!(
+        !out.contains("read whole"),
+        "a read what changed, not the whole set:\n{out}"
+    );
+    assert!(!out.contains("put back"), "a put nothing back:\n{out}");
+    assert_eq!(restored_lines(&pa), 0);
+}
+
 /// A replica with `cluster` and no `state.path` knows the fleet's changes only once it has
 /// read them: its `/readyz` says `503 starting` while Redis does not answer the read (behind
 /// a proxy that holds the connections made once the replica has read the fleet's quota
