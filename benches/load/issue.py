@@ -2,7 +2,8 @@
 """Creates a second through the admin API (`POST /api/keys`), on one replica.
 
 Starts the release binary (target/release/tollgate) on free loopback ports with the keys kept
-in memory, at `state.path`, or in a Redis this script starts (`--store memory|disk|redis`),
+in memory, at `state.path`, in a Redis this script starts, or in both (a fleet's replica that
+keeps its own copy; `--store memory|disk|redis|both`),
 then posts new keys from `--clients` connections (keep-alive) for `--seconds`, and prints
 creates a second, the p50/p99/max of a create, and the gateway's RSS per issued key.
 
@@ -17,8 +18,8 @@ With `--dir D` the store (and the config) are kept in D after the run; `--start-
 times only a start on what an earlier run left in D (no keys created), so that a start at a
 million keys can be measured again and again without creating them each time; `--idle S`
 then says how much CPU the gateway spends, with no request, over S seconds. With
-`--store redis` the Redis's data is saved in D too (`redis.rdb`), and a start-only run starts a
-Redis on it and waits until it has loaded before it times the gateway's start.
+`--store redis` (or `both`) the Redis's data is saved in D too (`redis.rdb`), and a start-only
+run starts a Redis on it and waits until it has loaded before it times the gateway's start.
 
     python3 benches/load/issue.py --store disk --seconds 10
     python3 benches/load/issue.py --store disk --keys 1000000 --restart
@@ -26,6 +27,7 @@ Redis on it and waits until it has loaded before it times the gateway's start.
     python3 benches/load/issue.py --store disk --dir /tmp/m1 --start-only [--idle 30]
     python3 benches/load/issue.py --store redis --keys 1000000 --dir /tmp/r1
     python3 benches/load/issue.py --store redis --dir /tmp/r1 --start-only
+    python3 benches/load/issue.py --store both --keys 1000000 --dir /tmp/b1
 """
 import argparse
 import datetime
@@ -153,9 +155,29 @@ def time_start(start, listen, secret, within):
     return gw, None
 
 
+def ready_s(admin, since, within):
+    """Seconds from `since` (wall clock) until the admin listener's `/readyz` is seen to
+    answer 200 (a replica that keeps no copy of its own is `starting` until its first read of
+    the fleet's set is in force), polled from when it is called (after the last key created
+    authenticates: a start ready before that is timed then); None when it does not answer 200
+    within `within` seconds."""
+    while time.time() - since < within:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", admin, timeout=10)
+            conn.request("GET", "/readyz")
+            status = conn.getresponse().status
+            conn.close()
+            if status == 200:
+                return round(time.time() - since, 2)
+        except OSError:
+            pass
+        time.sleep(0.01)
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--store", choices=["memory", "disk", "redis"], default="memory")
+    ap.add_argument("--store", choices=["memory", "disk", "redis", "both"], default="memory")
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--binary", default=os.path.join(ROOT, "target/release/tollgate"))
@@ -179,16 +201,16 @@ def main():
     if args.start_only and not args.dir:
         sys.exit("--start-only needs --dir, the directory of an earlier run")
     if args.start_only and args.store == "memory":
-        sys.exit("--start-only reads a store kept in --dir: --store disk or redis")
+        sys.exit("--start-only reads a store kept in --dir: --store disk, redis or both")
     if args.dir:
         os.makedirs(args.dir, exist_ok=True)
     work = os.path.abspath(args.dir) if args.dir else tempfile.mkdtemp(prefix="tg-issue-")
     listen, admin = free_port(), free_port()
     extra = ""
     redis = None
-    if args.store == "disk":
+    if args.store in ("disk", "both"):
         extra = f"state: {{ path: \"{work}/state.db\" }}\n"
-    elif args.store == "redis":
+    if args.store in ("redis", "both"):
         rport = free_port()
         # Saved only when asked (at the end of a --dir run): the run's own writes are not
         # slowed by snapshots.
@@ -197,7 +219,7 @@ def main():
                                   "--dbfilename", "redis.rdb"], stdout=subprocess.DEVNULL)
         wait_port(rport)
         wait_loaded(rport)
-        extra = f"cluster: {{ redis_url: \"redis://127.0.0.1:{rport}\", key_prefix: \"issue\" }}\n"
+        extra += f"cluster: {{ redis_url: \"redis://127.0.0.1:{rport}\", key_prefix: \"issue\" }}\n"
     config = f"""listen: "127.0.0.1:{listen}"
 admin_listen: "127.0.0.1:{admin}"
 upstream: {{ base_url: "http://127.0.0.1:9" }}
@@ -224,11 +246,12 @@ plans:
         gw, ready = time_start(start, listen, last["secret"], args.ready_within)
         try:
             per_key = lambda: round(rss_kb(gw.pid) * 1024 / last["keys"])
+            ready_at = ready_s(admin, since, args.ready_within)
             in_force = in_force_s(args.log, since, args.ready_within) if args.log else None
             at_ready = per_key()
             time.sleep(SETTLE_S)
             out = {"store": args.store, "keys": last["keys"], "restart_ready_s": ready,
-                   "in_force_s": in_force, "rss_bytes_per_key_with_base": at_ready,
+                   "readyz_s": ready_at, "in_force_s": in_force, "rss_bytes_per_key_with_base": at_ready,
                    "settled_rss_bytes_per_key_with_base": per_key()}
             if args.idle:
                 before = cpu_s(gw.pid)
