@@ -188,8 +188,9 @@ impl KeyChanges {
     /// on it (a start's from `state.path`: [`put_kept_in_force`]). With `cluster`, what this
     /// replica's copy holds (kept at `state.path`) is put in force at once, so that a restart
     /// while Redis is down still refuses what was revoked; what no longer applies to this
-    /// config is left to the first read of the set to drop (a whole read, then). Every config a reload compiles is
-    /// handed to the owner ([`crate::runtime::live::KeyHook`]), which puts the set on it.
+    /// config is left to the first read of the set to drop (a whole read, then). Every config
+    /// a reload compiles is handed to the owner ([`crate::runtime::live::KeyHook`]), which
+    /// puts the set on it.
     pub(crate) fn new(keeping: Keeping, live: Arc<LivePolicy>, in_force: KeyRecords) -> Arc<Self> {
         let this = Arc::new(Self {
             backend: keeping.0,
