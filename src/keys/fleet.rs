@@ -92,7 +92,7 @@ impl Fleet {
 
     /// Which set the copy at `state.path` is of, to write with it: the epoch and version this
     /// copy is of, when both are known and the copy on disk holds every field of it.
-    fn position(&self) -> Option<(String, String)> {
+    fn position(&self) -> Option<disk::Position> {
         let c = self.copy();
         (self.disk_whole.load(Ordering::Acquire) && !c.epoch.is_empty() && !c.version.is_empty())
             .then(|| (c.epoch.clone(), c.version.clone()))
@@ -183,9 +183,8 @@ impl Fleet {
         let file = Arc::clone(file);
         let at = self.position();
         let kept = tokio::task::spawn_blocking(move || {
-            let at = at.as_ref().map(|(e, v)| (e.as_str(), v.as_str()));
             file.write_kept(
-                |db| disk::write_fields(db, &fields, at),
+                |db| disk::write_fields(db, &fields, at.as_ref()),
                 backup::Delta::Fields(&fields),
             )
         })
@@ -242,9 +241,8 @@ impl Fleet {
         self.disk_whole.store(true, Ordering::Release);
         let at = self.position();
         let kept = tokio::task::spawn_blocking(move || {
-            let at = at.as_ref().map(|(e, v)| (e.as_str(), v.as_str()));
             file.write_kept(
-                |db| disk::replace_fields(db, &fields, at),
+                |db| disk::replace_fields(db, &fields, at.as_ref()),
                 backup::Delta::Whole,
             )
         })

@@ -247,9 +247,7 @@ pub(crate) fn read_fields(db: &impl ReadableDatabase) -> Result<Fields, DiskErro
 }
 
 /// Which set the copy is of ([`POSITION`]): its epoch and version, when known.
-pub(crate) fn read_position(
-    db: &impl ReadableDatabase,
-) -> Result<Option<(String, String)>, DiskError> {
+pub(crate) fn read_position(db: &impl ReadableDatabase) -> Result<Option<Position>, DiskError> {
     let Some(table) = read_table(db, POSITION).map_err(store)? else {
         return Ok(None);
     };
@@ -262,22 +260,17 @@ pub(crate) fn read_position(
     })
 }
 
+/// Which set the copy is of: its epoch and version.
+pub(crate) type Position = (String, String);
+
 /// Put `fields` in the copy (each replacing what was under its name), and say which set it
-/// is of (`at`: epoch and version; `None`: not known), in one transaction.
+/// is of (`at`; `None`: not known), in one transaction.
 pub(crate) fn write_fields(
     db: &redb::Database,
     fields: &[(String, Kept)],
-    at: Option<(&str, &str)>,
+    at: Option<&Position>,
 ) -> Result<(), DiskError> {
-    let txn = db.begin_write().map_err(store)?;
-    {
-        let mut table = txn.open_table(FIELDS).map_err(store)?;
-        for (f, k) in fields {
-            table.insert(f.as_str(), k.raw().as_str()).map_err(store)?;
-        }
-    }
-    put_position(&txn, at)?;
-    txn.commit().map_err(store)
+    write_copy(db, fields.iter().map(|(f, k)| (f, k)), false, at)
 }
 
 /// Make the copy hold `fields` and nothing else, and say which set it is of (`at`), in one
@@ -285,12 +278,25 @@ pub(crate) fn write_fields(
 pub(crate) fn replace_fields(
     db: &redb::Database,
     fields: &Fields,
-    at: Option<(&str, &str)>,
+    at: Option<&Position>,
+) -> Result<(), DiskError> {
+    write_copy(db, fields.iter(), true, at)
+}
+
+/// `fields` put in the copy (in place of all it held, when `whole`) and [`POSITION`] set to
+/// `at`, in one transaction.
+fn write_copy<'a>(
+    db: &redb::Database,
+    fields: impl Iterator<Item = (&'a String, &'a Kept)>,
+    whole: bool,
+    at: Option<&Position>,
 ) -> Result<(), DiskError> {
     let txn = db.begin_write().map_err(store)?;
     {
         let mut table = txn.open_table(FIELDS).map_err(store)?;
-        table.retain(|_, _| false).map_err(store)?;
+        if whole {
+            table.retain(|_, _| false).map_err(store)?;
+        }
         for (f, k) in fields {
             table.insert(f.as_str(), k.raw().as_str()).map_err(store)?;
         }
@@ -300,12 +306,12 @@ pub(crate) fn replace_fields(
 }
 
 /// [`POSITION`] set to `at`, or taken out.
-fn put_position(txn: &redb::WriteTransaction, at: Option<(&str, &str)>) -> Result<(), DiskError> {
+fn put_position(txn: &redb::WriteTransaction, at: Option<&Position>) -> Result<(), DiskError> {
     let mut table = txn.open_table(POSITION).map_err(store)?;
     match at {
         Some((epoch, version)) => {
-            table.insert("epoch", epoch).map_err(store)?;
-            table.insert("version", version).map_err(store)?;
+            table.insert("epoch", epoch.as_str()).map_err(store)?;
+            table.insert("version", version.as_str()).map_err(store)?;
         }
         None => {
             table.retain(|_, _| false).map_err(store)?;
@@ -389,20 +395,15 @@ mod tests {
             Kept::parse(&format!("{v:0digits$}|{{\"key\":\"k\"}}")).unwrap()
         };
         let one = vec![("f1:k".to_string(), kept(1))];
-        write_fields(&db, &one, Some(("e1", "7"))).unwrap();
-        assert_eq!(
-            read_position(&db).unwrap(),
-            Some(("e1".to_string(), "7".to_string()))
-        );
+        let at = |e: &str, v: &str| (e.to_string(), v.to_string());
+        write_fields(&db, &one, Some(&at("e1", "7"))).unwrap();
+        assert_eq!(read_position(&db).unwrap(), Some(at("e1", "7")));
         let two = vec![("f2:k".to_string(), kept(2))];
         write_fields(&db, &two, None).unwrap();
         assert_eq!(read_position(&db).unwrap(), None);
         assert_eq!(read_fields(&db).unwrap().len(), 2);
         let all: Fields = one.into_iter().chain(two).collect();
-        replace_fields(&db, &all, Some(("e2", "9"))).unwrap();
-        assert_eq!(
-            read_position(&db).unwrap(),
-            Some(("e2".to_string(), "9".to_string()))
-        );
+        replace_fields(&db, &all, Some(&at("e2", "9"))).unwrap();
+        assert_eq!(read_position(&db).unwrap(), Some(at("e2", "9")));
     }
 }
