@@ -309,22 +309,65 @@ fn a_redis_flushed_while_the_replicas_run_undoes_no_change() {
     }
 }
 
-#[test]
-fn every_replica_and_redis_restarted_together_keep_what_state_path_holds() {
+/// Two replicas sharing a Redis of their own, `a` keeping its copy at `state.path` and `b`
+/// nothing, every change made and in force on `a` ([`a_keeps_a_copy`]); each test restarts
+/// `a`.
+struct AKeepsACopy {
+    a: TestConfig,
+    b: TestConfig,
+    pa: Process,
+    pb: Process,
+    lb: SocketAddr,
+    admin_b: SocketAddr,
+    redis: RedisServer,
+    prefix: String,
+    dir: tempfile::TempDir,
+    up: Upstream,
+}
+
+/// [`AKeepsACopy`], its Redis's prefix starting with `tag`.
+fn a_keeps_a_copy(tag: &str) -> AKeepsACopy {
     let up = Upstream::start(Mode::Ok);
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let prefix = format!("tg{}", redis.port);
+    let prefix = format!("{tag}{}", redis.port);
     let a = fleet(&up, &redis.url(), &prefix)
         .state_path(dir.path().join("a-state.db").to_str().unwrap());
-    // b keeps nothing on disk: it learns the changes from a's copy, put back in Redis.
     let b = fleet(&up, &redis.url(), &prefix);
-    let (mut pa, la, admin_a) = Process::run(dir.path(), "a", &a);
-    let (mut pb, _, admin_b) = Process::run(dir.path(), "b", &b);
+    let (pa, la, admin_a) = Process::run(dir.path(), "a", &a);
+    let (pb, lb, admin_b) = Process::run(dir.path(), "b", &b);
     make_every_change(la, admin_a, admin_b);
     eventually("every change in force on a", || {
         changes_in_force(la, admin_a).is_none()
     });
+    AKeepsACopy {
+        a,
+        b,
+        pa,
+        pb,
+        lb,
+        admin_b,
+        redis,
+        prefix,
+        dir,
+        up,
+    }
+}
+
+#[test]
+fn every_replica_and_redis_restarted_together_keep_what_state_path_holds() {
+    // b keeps nothing on disk: it learns the changes from a's copy, put back in Redis.
+    let AKeepsACopy {
+        a,
+        b,
+        mut pa,
+        mut pb,
+        redis,
+        prefix,
+        dir,
+        up: _up,
+        ..
+    } = a_keeps_a_copy("tg");
     pa.stop();
     pb.stop();
     let port = redis.kill();
@@ -352,19 +395,17 @@ fn every_replica_and_redis_restarted_together_keep_what_state_path_holds() {
 /// whole copy put back into Redis nor the whole set read (a million fields each way).
 #[test]
 fn a_replica_restarted_while_redis_kept_the_set_reads_only_what_changed() {
-    let up = Upstream::start(Mode::Ok);
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = format!("rs{}", redis.port);
-    let a = fleet(&up, &redis.url(), &prefix)
-        .state_path(dir.path().join("a-state.db").to_str().unwrap());
-    let b = fleet(&up, &redis.url(), &prefix);
-    let (mut pa, la, admin_a) = Process::run(dir.path(), "a", &a);
-    let (_pb, lb, admin_b) = Process::run(dir.path(), "b", &b);
-    make_every_change(la, admin_a, admin_b);
-    eventually("every change in force on a", || {
-        changes_in_force(la, admin_a).is_none()
-    });
+    let AKeepsACopy {
+        a,
+        mut pa,
+        pb: _pb,
+        lb,
+        admin_b,
+        redis: _redis,
+        dir,
+        up: _up,
+        ..
+    } = a_keeps_a_copy("rs");
     pa.stop();
     // Made while a is away: `sus` resumed.
     assert_eq!(admin(admin_b, "POST", "/api/keys/sus/resume").status, 200);
