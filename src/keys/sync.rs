@@ -96,6 +96,9 @@ impl KeySync {
         let read = started.elapsed();
         let read_fields = fields.len();
         fleet.adopt(version, fields);
+        // On disk first (with `state.path`), as a delta is: what is in force here holds
+        // through a restart while Redis is down, however soon after the read it comes.
+        fleet.copy_to_disk(fleet.fields()).await;
         let set = parts.into_set(&live.load().policy);
         let matched = started.elapsed();
         let dropped = self.changes.replace_records(set);
@@ -125,7 +128,6 @@ impl KeySync {
             // Read everything again next time.
             fleet.forget_version();
         }
-        fleet.copy_to_disk(fleet.fields()).await;
         Ok(true)
     }
 }
