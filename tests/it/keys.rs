@@ -727,6 +727,83 @@ fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis
     drop(p);
 }
 
+/// A revocation a replica learns through a whole read of the fleet's set is in force there
+/// only once its copy at `state.path` holds it: b's disk is held (a write transaction of this
+/// test's own on the file) while b reads the set, so b serves the key until the copy is
+/// written; then it refuses it, and after a `SIGKILL` and a start with Redis down it still
+/// does. (Put in force first and copied after, a kill in between restarted b without it.)
+#[test]
+fn a_revocation_read_whole_is_in_force_only_once_state_path_holds_it() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let state_db = dir.path().join("b-state.db");
+    let prefix = format!("wr{}", redis.port);
+    let a = config_for(&up).cluster(&redis.url(), &prefix, 100);
+    let (mut pa, _, admin_a) = spawn(dir.path(), "a", &a);
+    let r = admin_json(
+        admin_a,
+        "POST",
+        "/api/keys/revoke",
+        r#"{"key":"pro-key-1"}"#,
+    );
+    assert_eq!(r.status, 200);
+    pa.stop();
+    // b reaches Redis through a proxy that holds its connections until the test lets them
+    // through: b starts, serves from its (empty) copy, and has read nothing.
+    let gate = crate::harness::DelayProxy::holding_after(
+        format!("127.0.0.1:{}", redis.port).parse().unwrap(),
+        0,
+    );
+    let b = config_for(&up)
+        .cluster(&format!("redis://127.0.0.1:{}", gate.port), &prefix, 100)
+        .state_path(state_db.to_str().unwrap());
+    let (mut pb, lb, _) = spawn(dir.path(), "b", &b);
+    assert_eq!(call(lb, "pro-key-1").status, 200, "nothing read yet");
+    // The file as b opens it (redb's multi-process mode): b's next write waits for this one.
+    let held = {
+        let mut builder = redb::Builder::new();
+        builder.set_concurrency_mode(redb::ConcurrencyMode::MultiWriter);
+        let db = builder.create(&state_db).unwrap();
+        db.begin_write().unwrap()
+    };
+    let hscans = |redis: &RedisServer| -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut redis.client())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_hscan:calls="))
+            .and_then(|v| v.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(hscans(&redis), 0);
+    gate.release();
+    eventually("b reads the set whole", || hscans(&redis) > 0);
+    // The set is a few fields: b has read it within milliseconds, and waits for the disk.
+    for _ in 0..50 {
+        assert_eq!(
+            call(lb, "pro-key-1").status,
+            200,
+            "in force before the copy at state.path holds it"
+        );
+    }
+    drop(held);
+    eventually("b refuses it once its copy holds it", || {
+        call(lb, "pro-key-1").status == 401
+    });
+    pb.signal("KILL");
+    pb.wait_exit(Duration::from_secs(15)).expect("killed");
+    drop(gate);
+    let _ = redis.kill();
+    let (_pb, lb, _) = spawn(dir.path(), "b2", &b);
+    assert_eq!(
+        call(lb, "pro-key-1").status,
+        401,
+        "revoked, with Redis down, after a SIGKILL"
+    );
+}
+
 /// The names of a `GET /api/keys` page, and its `next`.
 fn page(addr: SocketAddr, query: &str) -> (Vec<String>, Option<String>) {
     let r = admin(addr, "GET", &format!("/api/keys{query}"));
