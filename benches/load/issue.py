@@ -110,9 +110,11 @@ def cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-# The line a start logs once every key kept is in force: from `state.path`, or from the
-# cluster's Redis (its first whole read).
+# The line a start logs once every key kept is in force: from `state.path`, from the copy of
+# the fleet's set kept there (`--store both`), or from the cluster's Redis (its first whole
+# read).
 IN_FORCE_LINES = ("the changes kept at state.path put in force",
+                  "the copy of the cluster's overrides kept at state.path put in force",
                   "the cluster store's overrides read whole")
 
 

@@ -16,6 +16,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::gather::{self, Gathered};
 use super::redis_set::{part_field, NewPart, RedisSet};
 use crate::config::Cluster;
 use crate::digest::Digest;
@@ -55,29 +56,41 @@ struct Copy {
 }
 
 impl Fleet {
-    /// The set in Redis, and the copy kept at `state.path` (if any) as this replica's own.
-    /// The copy's epoch and version come with it when it says which set it is of.
-    pub(super) fn open(cfg: &Cluster, disk: Option<Arc<StateFile>>) -> Result<Self, DiskError> {
-        let (fields, at) = match &disk {
+    /// The set in Redis, and the copy kept at `state.path` (if any) as this replica's own,
+    /// with the records that copy holds, gathered to be put in force ([`Opened`]). The copy's
+    /// epoch and version come with it when it says which set it is of.
+    pub(super) fn open(
+        cfg: &Cluster,
+        disk: Option<Arc<StateFile>>,
+    ) -> Result<(Self, Option<Opened>), DiskError> {
+        let started = std::time::Instant::now();
+        let (gathered, at) = match &disk {
             Some(file) => file.read(|db| {
-                let fields = disk::read_fields(db)?;
-                if !fields.is_empty() {
-                    return Ok((fields, disk::read_position(db)?));
+                let gathered = read_copy(db)?;
+                if !gathered.fields.is_empty() {
+                    return Ok((gathered, disk::read_position(db)?));
                 }
                 // A copy written before versions: the same records, at version 0.
-                let legacy = disk::read_all(db)?
+                let legacy: Vec<(String, String)> = disk::read_all(db)?
                     .iter()
                     .flat_map(|(d, o)| legacy_fields(d, &o))
                     .collect();
-                Ok((legacy, None))
+                let n = legacy.len();
+                Ok((gather::gather([legacy], n), None))
             })?,
-            None => (Fields::default(), None),
+            None => (gather::gather([], 0), None),
         };
+        let Gathered { fields, parts } = gathered;
         let hlc = Hlc::default();
         fields.values().for_each(|k| hlc.observe(k.version));
+        let opened = (!fields.is_empty()).then(|| Opened {
+            parts,
+            fields: fields.len(),
+            read: started.elapsed(),
+        });
         let disk_whole = AtomicBool::new(at.is_some());
         let (epoch, version) = at.unwrap_or_default();
-        Ok(Self {
+        let fleet = Self {
             set: RedisSet::new(cfg),
             disk,
             copy: Mutex::new(Copy {
@@ -87,7 +100,8 @@ impl Fleet {
             }),
             disk_whole,
             hlc,
-        })
+        };
+        Ok((fleet, opened))
     }
 
     /// Which set the copy at `state.path` is of, to write with it: the epoch and version this
@@ -256,15 +270,46 @@ impl Fleet {
     }
 }
 
+/// The copy at `state.path`, gathered: its pages read on a thread of their own and parsed
+/// here as they come (a million fields: the read and the parse take about as long each).
+fn read_copy(db: &redb::Database) -> Result<Gathered, DiskError> {
+    let about = disk::field_rows(db)?;
+    // A few pages in flight: the reader is never far ahead of the parse.
+    let (send, pages) = std::sync::mpsc::sync_channel::<Vec<(String, String)>>(4);
+    std::thread::scope(|s| {
+        let reader = std::thread::Builder::new()
+            .name("tollgate-read".into())
+            .spawn_scoped(s, move || {
+                disk::read_field_pages(db, |page| send.send(page).is_ok())
+            })
+            .expect("a thread to read the copy kept");
+        let gathered = gather::gather(pages, about);
+        reader
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            .map(|()| gathered)
+    })
+}
+
+/// The records of the copy kept at `state.path`, as a start read them, to put in force
+/// ([`super::KeyChanges::new`]).
+pub(super) struct Opened {
+    pub(super) parts: gather::Parts,
+    /// How many fields the copy holds.
+    pub(super) fields: usize,
+    /// How long they took to read and gather.
+    pub(super) read: std::time::Duration,
+}
+
 /// The fields of a record kept before versions (each part at version 0, as plain JSON, which
-/// is how Redis held it then).
-fn legacy_fields(d: &Digest, o: &KeyRecord) -> Vec<(String, Kept)> {
+/// is how Redis held it then), as text.
+fn legacy_fields(d: &Digest, o: &KeyRecord) -> Vec<(String, String)> {
     Part::ALL
         .into_iter()
         .filter_map(|part| {
             let only = o.only(part)?;
             let json = serde_json::to_string(&only).ok()?;
-            Some((part_field(d, part), Kept::parse(&json)?))
+            Some((part_field(d, part), json))
         })
         .collect()
 }

@@ -2,12 +2,15 @@
 //! its pages as they come ([`gather_beside`]) to a blocking thread that parses each field
 //! while the next page is read, so a start at a million issued keys reads and parses at once
 //! instead of one after the other; the parts gathered are then merged by digest and matched
-//! to the keys' digests ([`Parts::into_set`]).
+//! to the keys' digests ([`Parts::into_set`]). A start with the copy at `state.path` gathers
+//! that copy's pages the same way ([`gather`], from `fleet.rs`), each parsed once from its
+//! text.
 //!
-//! An issued key's records are gathered under their digests in one vector sized once, and
-//! sorted where they lie: a record is some 136 bytes, and each buffer of a million of them is
-//! fresh memory the kernel zeroes first, which on a virtual machine costs more than the
-//! records' parse (docs/keyscale.md, "A start from Redis").
+//! An issued key's records are gathered under their digests in one vector sized once, each
+//! in the form the set holds it ([`Compact`]: a plain issued key's in a few words), and
+//! sorted where they lie: each buffer of a million whole records (some 500 bytes each, with
+//! what they box) is fresh memory the kernel zeroes first, which on a virtual machine costs
+//! more than the records' parse (docs/keyscale.md, "A start from Redis").
 
 use std::collections::HashMap;
 
@@ -15,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::redis_set::{field, split_field, Pages};
 use crate::digest::Digest;
-use crate::policy::overrides::{KeyRecord, KeyRecords};
+use crate::policy::overrides::{Compact, KeyRecord, KeyRecords};
 use crate::policy::versions::{part_of_field, Fields, Kept};
 use crate::policy::Policy;
 
@@ -34,46 +37,49 @@ pub(super) struct Gathered {
 pub(super) fn gather_beside(about: usize) -> (Pages, tokio::task::JoinHandle<Gathered>) {
     let (pages, mut rx) = mpsc::channel::<Vec<(String, String)>>(PAGES_AHEAD);
     let gathering = tokio::task::spawn_blocking(move || {
-        let mut fields = Vec::with_capacity(about);
-        let mut parts = Parts::with_capacity(about);
-        while let Some(page) = rx.blocking_recv() {
-            for (f, text) in page {
-                if part_of_field(&f).is_none() {
-                    continue;
-                }
-                let Some(kept) = Kept::parse(&text) else {
-                    continue;
-                };
-                // Read from the text, before the copy holds it packed.
-                parts.add_record(&f, Kept::record_of(&text));
-                fields.push((f, kept));
-            }
-        }
-        // Built in one go (sorted, the tree's nodes full; a field read twice keeps the
-        // later copy, as an insert would).
-        Gathered {
-            fields: Fields::from_iter(fields),
-            parts,
-        }
+        gather(std::iter::from_fn(|| rx.blocking_recv()), about)
     });
     (pages, gathering)
 }
 
-/// The records of `fields` (field → one part as kept) in force for `policy`: see
-/// [`Parts::into_set`].
-pub(super) fn from_fields(policy: &Policy, fields: &Fields) -> KeyRecords {
-    let mut parts = Parts::with_capacity(fields.len());
-    for (f, k) in fields {
-        parts.add(f, k);
+/// Gather `pages` (each field's name and its text as kept, as Redis answers a page and as
+/// the copy at `state.path` holds it; about `about` fields in all): each field that names a
+/// part, packed for the copy, and its record parsed from the text it came as.
+pub(super) fn gather(
+    pages: impl IntoIterator<Item = Vec<(String, String)>>,
+    about: usize,
+) -> Gathered {
+    let mut fields = Vec::with_capacity(about);
+    let mut parts = Parts::with_capacity(about);
+    for page in pages {
+        for (f, text) in page {
+            if part_of_field(&f).is_none() {
+                continue;
+            }
+            let Some(kept) = Kept::parse(&text) else {
+                continue;
+            };
+            // Read from the text, before the copy holds it packed.
+            parts.add_record(&f, Kept::record_of(&text));
+            fields.push((f, kept));
+        }
     }
-    parts.into_set(policy)
+    // Built in one go (sorted, the tree's nodes full; a field read twice keeps the later
+    // copy, as an insert would).
+    Gathered {
+        fields: Fields::from_iter(fields),
+        parts,
+    }
 }
 
 /// Each part's record (tombstones left out): an issued key's own part under the digest it
 /// names (checked against the field's hash, and most records are of issued keys), any other
 /// under the hash of its digest (the field's first 32 hex digits, read as a number).
 pub(super) struct Parts {
-    issued: Vec<(Digest, KeyRecord)>,
+    /// Each held as the set will hold it, made so as it is parsed: a plain issued key's
+    /// record in a few words (some 80 bytes an entry here), not a whole record of some 500
+    /// held until the set is built.
+    issued: Vec<(Digest, Compact)>,
     /// The hash of each of `issued`'s digests, in the same order.
     hashes: Vec<u128>,
     other: Vec<(u128, KeyRecord)>,
@@ -88,11 +94,6 @@ impl Parts {
         }
     }
 
-    /// Add the part the field `f` holds, as kept.
-    fn add(&mut self, f: &str, kept: &Kept) {
-        self.add_record(f, kept.record());
-    }
-
     /// Add the part `o` the field `f` holds (`None`: not a record).
     fn add_record(&mut self, f: &str, o: Option<KeyRecord>) {
         let Some((h, hash)) = split_field(f).and_then(|(h, _)| Some((h, hash_of(h)?))) else {
@@ -103,7 +104,7 @@ impl Parts {
         };
         match o.issued.as_ref().map(|k| k.id) {
             Some(id) if field(&id) == h => {
-                self.issued.push((id, o));
+                self.issued.push((id, Compact::of(&id, o)));
                 self.hashes.push(hash);
             }
             _ => self.other.push((hash, o)),
@@ -130,9 +131,9 @@ impl Parts {
             by_hash.entry(h).or_default().merge(o);
         }
         if !by_hash.is_empty() {
-            for ((_, record), h) in issued.iter_mut().zip(&hashes) {
+            for ((d, record), h) in issued.iter_mut().zip(&hashes) {
                 if let Some(o) = by_hash.remove(h) {
-                    record.merge(o);
+                    record.merge(d, o);
                 }
             }
         }
@@ -159,7 +160,7 @@ impl Parts {
         drop(by_name);
         for (d, h) in found {
             if let Some(o) = h.and_then(|h| by_hash.remove(&h)) {
-                issued.push((d, o));
+                issued.push((d, Compact::of(&d, o)));
             }
         }
         if by_hash.values().any(|o| o.revoked.is_some()) {
@@ -169,7 +170,7 @@ impl Parts {
                 .chain(keys.aliases().map(|(_, a)| a.digest));
             for d in every {
                 if let Some(o) = hash_of(&field(&d)).and_then(|h| by_hash.remove(&h)) {
-                    issued.push((d, o));
+                    issued.push((d, Compact::of(&d, o)));
                 }
             }
         }
@@ -219,6 +220,13 @@ mod tests {
             })),
             ..KeyRecord::named(name)
         }
+    }
+
+    /// The records in force for `policy` of `read` (fields as kept), gathered from their
+    /// text as a whole read and a start gather them.
+    fn from_fields(policy: &Policy, read: &Fields) -> KeyRecords {
+        let page = read.iter().map(|(f, k)| (f.clone(), k.raw())).collect();
+        gather([page], read.len()).parts.into_set(policy)
     }
 
     /// Each field as a store holds it: the record's `part` alone, at version 1.

@@ -136,13 +136,14 @@ impl Kept {
 }
 
 /// Where a config keeps the changes to keys, opened ([`Keeping::open`]) before the live
-/// policy is built, and handed to [`KeyChanges::new`] with it.
-pub(crate) struct Keeping(Backend);
+/// policy is built, and handed to [`KeyChanges::new`] with it; with `cluster`, what the copy
+/// at `state.path` holds, gathered to be put in force then.
+pub(crate) struct Keeping(Backend, Option<fleet::Opened>);
 
 impl Keeping {
     /// Changes kept in memory only (no `state`, no `cluster`; and the tests).
     pub(crate) fn memory() -> Self {
-        Self(Backend::Memory)
+        Self(Backend::Memory, None)
     }
 
     /// Open the store the config names, and what a start puts in force from it: Redis with
@@ -155,11 +156,11 @@ impl Keeping {
     ) -> Result<(Self, Kept), disk::DiskError> {
         let file = state_path.map(StateFile::open).transpose()?;
         if let Some(c) = cluster {
-            let fleet = Box::new(fleet::Fleet::open(c, file)?);
-            return Ok((Self(Backend::Redis(fleet)), Kept(None)));
+            let (fleet, opened) = fleet::Fleet::open(c, file)?;
+            return Ok((Self(Backend::Redis(Box::new(fleet)), opened), Kept(None)));
         }
         match file {
-            Some(db) => Ok((Self(Backend::Disk(Arc::clone(&db))), Kept(Some(db)))),
+            Some(db) => Ok((Self(Backend::Disk(Arc::clone(&db)), None), Kept(Some(db)))),
             None => Ok((Self::memory(), Kept(None))),
         }
     }
@@ -199,16 +200,24 @@ impl KeyChanges {
             serial: Arc::new(tokio::sync::Mutex::new(())),
             waiting: std::sync::Mutex::new(Vec::new()),
         });
-        if let Backend::Redis(fleet) = &this.backend {
-            let fields = fleet.fields();
-            if !fields.is_empty() {
-                let set = gather::from_fields(&this.live.load().policy, &fields);
-                if !this.replace_records(set).is_empty() {
-                    // What this config drops is dropped by a whole read of the set (every
-                    // replica drops it then), not by a read of what changed since the copy.
-                    fleet.forget_version();
-                }
+        if let (Backend::Redis(fleet), Some(opened)) = (&this.backend, keeping.1) {
+            let started = std::time::Instant::now();
+            let set = opened.parts.into_set(&this.live.load().policy);
+            let matched = started.elapsed();
+            if !this.replace_records(set).is_empty() {
+                // What this config drops is dropped by a whole read of the set (every
+                // replica drops it then), not by a read of what changed since the copy.
+                fleet.forget_version();
             }
+            let ms = |d: std::time::Duration| d.as_millis() as u64;
+            tracing::info!(
+                target: "tollgate::overrides",
+                fields = opened.fields,
+                read_ms = ms(opened.read),
+                match_ms = ms(matched),
+                apply_ms = ms(started.elapsed() - matched),
+                "the copy of the cluster's overrides kept at state.path put in force"
+            );
         }
         this.refresh_gauges();
         let weak: std::sync::Weak<dyn crate::runtime::live::KeyHook> =

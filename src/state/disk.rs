@@ -169,7 +169,15 @@ pub(crate) fn rows(db: &impl ReadableDatabase) -> Result<usize, DiskError> {
     Ok(table.len().map_err(store)? as usize)
 }
 
-/// Records a batch holds in [`read_batches`].
+/// How many fields the copy of the fleet's overrides holds ([`FIELDS`]).
+pub(crate) fn field_rows(db: &impl ReadableDatabase) -> Result<usize, DiskError> {
+    let Some(table) = read_table(db, FIELDS).map_err(store)? else {
+        return Ok(0);
+    };
+    Ok(table.len().map_err(store)? as usize)
+}
+
+/// Records a batch holds in [`read_batches`] (and fields a page in [`read_field_pages`]).
 pub(crate) const BATCH: usize = 4096;
 
 /// Every override in the file, in the order of their digests, handed to `each` in batches of
@@ -230,20 +238,28 @@ pub(crate) fn write_all(
     txn.commit().map_err(store)
 }
 
-/// The copy of the fleet's overrides kept here (empty when none was ever written).
-pub(crate) fn read_fields(db: &impl ReadableDatabase) -> Result<Fields, DiskError> {
+/// The copy of the fleet's overrides kept here (nothing when none was ever written), in the
+/// order of their fields, handed to `each` as text (as Redis answers a page: a field's name
+/// and its kept text) in pages of up to [`BATCH`] while it says go on (`true`).
+pub(crate) fn read_field_pages(
+    db: &impl ReadableDatabase,
+    mut each: impl FnMut(Vec<(String, String)>) -> bool,
+) -> Result<(), DiskError> {
     let Some(table) = read_table(db, FIELDS).map_err(store)? else {
-        return Ok(Fields::default());
+        return Ok(());
     };
-    let mut out = Vec::new();
+    let mut page = Vec::with_capacity(BATCH);
     for row in table.iter().map_err(store)? {
         let (f, v) = row.map_err(store)?;
-        if let Some(k) = Kept::parse(v.value()) {
-            out.push((f.value().to_string(), k));
+        page.push((f.value().to_string(), v.value().to_string()));
+        if page.len() == BATCH && !each(std::mem::replace(&mut page, Vec::with_capacity(BATCH))) {
+            return Ok(());
         }
     }
-    // Built in one go from the table's order: the tree's nodes full.
-    Ok(Fields::from_iter(out))
+    if !page.is_empty() {
+        each(page);
+    }
+    Ok(())
 }
 
 /// Which set the copy is of ([`POSITION`]): its epoch and version, when known.
@@ -401,7 +417,13 @@ mod tests {
         let two = vec![("f2:k".to_string(), kept(2))];
         write_fields(&db, &two, None).unwrap();
         assert_eq!(read_position(&db).unwrap(), None);
-        assert_eq!(read_fields(&db).unwrap().len(), 2);
+        let mut read = Vec::new();
+        read_field_pages(&db, |page| {
+            read.extend(page);
+            true
+        })
+        .unwrap();
+        assert_eq!(read.len(), 2);
         let all: Fields = one.into_iter().chain(two).collect();
         replace_fields(&db, &all, Some(&at("e2", "9"))).unwrap();
         assert_eq!(read_position(&db).unwrap(), Some(at("e2", "9")));

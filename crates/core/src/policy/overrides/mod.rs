@@ -44,4 +44,4 @@ pub use issue::{check_issued, NewKey};
 pub use kind::ChangeKind;
 pub use part::Part;
 pub use record::{Change, IssuedKey, KeyRecord, LimitChange, PreviousDigest, QuotaChange};
-pub use records::{HeldRecord, IssuedView, KeyRecords, PlainIssued};
+pub use records::{Compact, HeldRecord, IssuedView, KeyRecords, PlainIssued};

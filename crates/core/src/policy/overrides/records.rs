@@ -175,6 +175,33 @@ impl Held {
     }
 }
 
+/// A record in the form the set holds it, made before the set is: a start from the fleet's
+/// copy gathers a million records, each of which becomes this as it is parsed (a plain
+/// issued key's in a few words), so that the whole records are let go one by one instead of
+/// all being held until the set is built ([`KeyRecords`]'s `FromIterator<(Digest, Compact)>`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Compact(Held);
+
+impl Compact {
+    /// `o`, to be kept under `digest`.
+    pub fn of(digest: &Digest, o: KeyRecord) -> Self {
+        Self(Held::of(digest, o))
+    }
+
+    /// Merge `other` into it ([`KeyRecord::merge`]): made whole, merged, held again.
+    pub fn merge(&mut self, digest: &Digest, other: KeyRecord) {
+        let held = std::mem::replace(&mut self.0, Held::Whole(Box::default()));
+        let mut o = held.into_record(digest);
+        o.merge(other);
+        self.0 = Held::of(digest, o);
+    }
+
+    /// The record, as it was put.
+    pub fn record(&self, digest: &Digest) -> Cow<'_, KeyRecord> {
+        self.0.record(digest)
+    }
+}
+
 /// A record as the set holds it, read in place ([`KeyRecords::held`]): a plain issued key's
 /// parts (no record made again: a start puts back a million of them), or the record itself.
 #[derive(Debug)]
@@ -332,6 +359,16 @@ impl FromIterator<(Digest, KeyRecord)> for KeyRecords {
                 .into_iter()
                 .map(|(d, o)| (d, Held::of(&d, o)))
                 .collect(),
+        }
+    }
+}
+
+impl FromIterator<(Digest, Compact)> for KeyRecords {
+    /// Built in one go, as from whole records (the same order and the same rule for a digest
+    /// given twice).
+    fn from_iter<I: IntoIterator<Item = (Digest, Compact)>>(iter: I) -> Self {
+        Self {
+            map: iter.into_iter().map(|(d, c)| (d, c.0)).collect(),
         }
     }
 }

@@ -131,6 +131,17 @@ proptest! {
         prop_assert!(whole.iter().all(|w| want.contains(w)));
         prop_assert!(beyond.iter().all(|b| whole.contains(b)));
         prop_assert_eq!(KeyRecords::from_iter(records.clone()), set.clone());
+        // Made compact first (a start's gather), the same set; and a record merged into a
+        // compact one is the merge of the records.
+        let compact = records.iter().map(|(d, o)| (*d, Compact::of(d, o.clone())));
+        prop_assert_eq!(KeyRecords::from_iter(compact), set.clone());
+        if let [(d, first), (_, second), ..] = &records[..] {
+            let mut c = Compact::of(d, first.clone());
+            c.merge(d, second.clone());
+            let mut merged = first.clone();
+            merged.merge(second.clone());
+            prop_assert_eq!(c.record(d).into_owned(), merged);
+        }
         prop_assert_eq!(set.clone().into_iter().collect::<Vec<_>>(), want);
         for (d, o) in &plain {
             prop_assert_eq!(set.remove(d), Some(o.clone()));
