@@ -275,15 +275,22 @@ impl Fleet {
 fn read_copy(db: &redb::Database) -> Result<Gathered, DiskError> {
     let about = disk::field_rows(db)?;
     // A few pages in flight: the reader is never far ahead of the parse.
-    let (send, pages) = std::sync::mpsc::sync_channel::<Vec<(String, String)>>(4);
+    let (send, pages) = std::sync::mpsc::sync_channel::<Vec<(String, Kept, String)>>(4);
     std::thread::scope(|s| {
         let reader = std::thread::Builder::new()
             .name("tollgate-read".into())
             .spawn_scoped(s, move || {
-                disk::read_field_pages(db, |page| send.send(page).is_ok())
+                disk::read_field_pages(db, |page| {
+                    // Packed here, parsed there: the two threads' shares about even.
+                    let page = page
+                        .into_iter()
+                        .filter_map(|(f, text)| Some((f, Kept::parse(&text)?, text)))
+                        .collect();
+                    send.send(page).is_ok()
+                })
             })
             .expect("a thread to read the copy kept");
-        let gathered = gather::gather(pages, about);
+        let gathered = gather::gather_packed(pages, about);
         reader
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))

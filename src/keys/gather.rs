@@ -49,16 +49,29 @@ pub(super) fn gather(
     pages: impl IntoIterator<Item = Vec<(String, String)>>,
     about: usize,
 ) -> Gathered {
+    gather_packed(
+        pages.into_iter().map(|page| {
+            page.into_iter()
+                .filter_map(|(f, text)| Some((f, Kept::parse(&text)?, text)))
+                .collect()
+        }),
+        about,
+    )
+}
+
+/// [`gather`] of pages whose fields' texts are already packed for the copy (each field's
+/// name, its text packed, and the text to parse its record from).
+pub(super) fn gather_packed(
+    pages: impl IntoIterator<Item = Vec<(String, Kept, String)>>,
+    about: usize,
+) -> Gathered {
     let mut fields = Vec::with_capacity(about);
     let mut parts = Parts::with_capacity(about);
     for page in pages {
-        for (f, text) in page {
+        for (f, kept, text) in page {
             if part_of_field(&f).is_none() {
                 continue;
             }
-            let Some(kept) = Kept::parse(&text) else {
-                continue;
-            };
             // Read from the text, before the copy holds it packed.
             parts.add_record(&f, Kept::record_of(&text));
             fields.push((f, kept));
