@@ -66,9 +66,9 @@ impl Fleet {
         let started = std::time::Instant::now();
         let (gathered, at) = match &disk {
             Some(file) => file.read(|db| {
-                let gathered = read_copy(db)?;
+                let (gathered, at) = read_copy(db)?;
                 if !gathered.fields.is_empty() {
-                    return Ok((gathered, disk::read_position(db)?));
+                    return Ok((gathered, at));
                 }
                 // A copy written before versions: the same records, at version 0.
                 let legacy: Vec<(String, String)> = disk::read_all(db)?
@@ -270,9 +270,10 @@ impl Fleet {
     }
 }
 
-/// The copy at `state.path`, gathered: its pages read on a thread of their own and parsed
-/// here as they come (a million fields: the read and the parse take about as long each).
-fn read_copy(db: &redb::Database) -> Result<Gathered, DiskError> {
+/// The copy at `state.path`, gathered, and which set it is of (one snapshot of the file): its
+/// pages read on a thread of their own (which packs each field's text) and each field's
+/// record parsed here as they come, so that the two threads share the work about evenly.
+fn read_copy(db: &redb::Database) -> Result<(Gathered, Option<disk::Position>), DiskError> {
     let about = disk::field_rows(db)?;
     // A few pages in flight: the reader is never far ahead of the parse.
     let (send, pages) = std::sync::mpsc::sync_channel::<Vec<(String, Kept, String)>>(4);
@@ -280,8 +281,7 @@ fn read_copy(db: &redb::Database) -> Result<Gathered, DiskError> {
         let reader = std::thread::Builder::new()
             .name("tollgate-read".into())
             .spawn_scoped(s, move || {
-                disk::read_field_pages(db, |page| {
-                    // Packed here, parsed there: the two threads' shares about even.
+                disk::read_copy_pages(db, |page| {
                     let page = page
                         .into_iter()
                         .filter_map(|(f, text)| Some((f, Kept::parse(&text)?, text)))
@@ -294,7 +294,7 @@ fn read_copy(db: &redb::Database) -> Result<Gathered, DiskError> {
         reader
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            .map(|()| gathered)
+            .map(|at| (gathered, at))
     })
 }
 

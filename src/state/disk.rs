@@ -240,31 +240,36 @@ pub(crate) fn write_all(
 
 /// The copy of the fleet's overrides kept here (nothing when none was ever written), in the
 /// order of their fields, handed to `each` as text (as Redis answers a page: a field's name
-/// and its kept text) in pages of up to [`BATCH`] while it says go on (`true`).
-pub(crate) fn read_field_pages(
+/// and its kept text) in pages of up to [`BATCH`] while it says go on (`true`); and which set
+/// it is of ([`POSITION`]: its epoch and version, when known), from the same snapshot, so
+/// that the copy read holds every field of the version it says (a write of another process
+/// between the two, in an upgrade, would otherwise make it say a later one).
+pub(crate) fn read_copy_pages(
     db: &impl ReadableDatabase,
     mut each: impl FnMut(Vec<(String, String)>) -> bool,
-) -> Result<(), DiskError> {
-    let Some(table) = read_table(db, FIELDS).map_err(store)? else {
-        return Ok(());
+) -> Result<Option<Position>, DiskError> {
+    let txn = db.begin_read().map_err(store)?;
+    let at = position_in(&txn)?;
+    let Some(table) = table_in(&txn, FIELDS).map_err(store)? else {
+        return Ok(at);
     };
     let mut page = Vec::with_capacity(BATCH);
     for row in table.iter().map_err(store)? {
         let (f, v) = row.map_err(store)?;
         page.push((f.value().to_string(), v.value().to_string()));
         if page.len() == BATCH && !each(std::mem::replace(&mut page, Vec::with_capacity(BATCH))) {
-            return Ok(());
+            return Ok(at);
         }
     }
     if !page.is_empty() {
         each(page);
     }
-    Ok(())
+    Ok(at)
 }
 
-/// Which set the copy is of ([`POSITION`]): its epoch and version, when known.
-pub(crate) fn read_position(db: &impl ReadableDatabase) -> Result<Option<Position>, DiskError> {
-    let Some(table) = read_table(db, POSITION).map_err(store)? else {
+/// Which set the copy is of ([`POSITION`]) as `txn` sees it.
+fn position_in(txn: &redb::ReadTransaction) -> Result<Option<Position>, DiskError> {
+    let Some(table) = table_in(txn, POSITION).map_err(store)? else {
         return Ok(None);
     };
     let get = |k: &str| -> Result<Option<String>, DiskError> {
@@ -405,7 +410,8 @@ mod tests {
     fn the_copy_says_which_set_it_is_of_until_a_write_takes_it_out() {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir.path().join("state.db")).unwrap();
-        assert_eq!(read_position(&db).unwrap(), None, "never written");
+        let position = |db: &redb::Database| read_copy_pages(db, |_| true).unwrap();
+        assert_eq!(position(&db), None, "never written");
         let kept = |v: u64| {
             let digits = crate::policy::versions::VERSION_DIGITS;
             Kept::parse(&format!("{v:0digits$}|{{\"key\":\"k\"}}")).unwrap()
@@ -413,12 +419,12 @@ mod tests {
         let one = vec![("f1:k".to_string(), kept(1))];
         let at = |e: &str, v: &str| (e.to_string(), v.to_string());
         write_fields(&db, &one, Some(&at("e1", "7"))).unwrap();
-        assert_eq!(read_position(&db).unwrap(), Some(at("e1", "7")));
+        assert_eq!(position(&db), Some(at("e1", "7")));
         let two = vec![("f2:k".to_string(), kept(2))];
         write_fields(&db, &two, None).unwrap();
-        assert_eq!(read_position(&db).unwrap(), None);
+        assert_eq!(position(&db), None);
         let mut read = Vec::new();
-        read_field_pages(&db, |page| {
+        read_copy_pages(&db, |page| {
             read.extend(page);
             true
         })
@@ -426,6 +432,6 @@ mod tests {
         assert_eq!(read.len(), 2);
         let all: Fields = one.into_iter().chain(two).collect();
         replace_fields(&db, &all, Some(&at("e2", "9"))).unwrap();
-        assert_eq!(read_position(&db).unwrap(), Some(at("e2", "9")));
+        assert_eq!(position(&db), Some(at("e2", "9")));
     }
 }
