@@ -685,25 +685,47 @@ fn a_reload_that_changes_a_suspended_key_ends_the_suspension_on_every_replica() 
     assert_eq!(state(admin_a, "basic-1")["state"], "active");
 }
 
-#[test]
-fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis_is_down() {
+/// An upstream, a Redis, a directory, where replica b keeps its copy (`b-state.db`), the
+/// Redis's key prefix (`tag` and its port), and replica a's config (`cluster` alone).
+type BesideRedis = (
+    Upstream,
+    RedisServer,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    String,
+    TestConfig,
+);
+
+fn beside_redis(tag: &str) -> BesideRedis {
     let up = Upstream::start(Mode::Ok);
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let state_db = dir.path().join("b-state.db");
-    let a = config_for(&up).cluster(&redis.url(), &format!("mr{}", redis.port), 100);
-    let b = config_for(&up)
-        .cluster(&redis.url(), &format!("mr{}", redis.port), 100)
-        .state_path(state_db.to_str().unwrap());
-    let (_pa, _, admin_a) = spawn(dir.path(), "a", &a);
-    let (mut pb, lb, _) = spawn(dir.path(), "b", &b);
+    let prefix = format!("{tag}{}", redis.port);
+    let a = config_for(&up).cluster(&redis.url(), &prefix, 100);
+    (up, redis, dir, state_db, prefix, a)
+}
+
+/// `pro-key-1` revoked through the admin API at `admin_addr`.
+fn revoke_pro_key(admin_addr: SocketAddr) {
     let r = admin_json(
-        admin_a,
+        admin_addr,
         "POST",
         "/api/keys/revoke",
         r#"{"key":"pro-key-1"}"#,
     );
     assert_eq!(r.status, 200);
+}
+
+#[test]
+fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis_is_down() {
+    let (up, redis, dir, state_db, prefix, a) = beside_redis("mr");
+    let b = config_for(&up)
+        .cluster(&redis.url(), &prefix, 100)
+        .state_path(state_db.to_str().unwrap());
+    let (_pa, _, admin_a) = spawn(dir.path(), "a", &a);
+    let (mut pb, lb, _) = spawn(dir.path(), "b", &b);
+    revoke_pro_key(admin_a);
     eventually("replica b refuses it", || {
         call(lb, "pro-key-1").status == 401
     });
@@ -734,20 +756,9 @@ fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis
 /// does. (Put in force first and copied after, a kill in between restarted b without it.)
 #[test]
 fn a_revocation_read_whole_is_in_force_only_once_state_path_holds_it() {
-    let up = Upstream::start(Mode::Ok);
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let state_db = dir.path().join("b-state.db");
-    let prefix = format!("wr{}", redis.port);
-    let a = config_for(&up).cluster(&redis.url(), &prefix, 100);
+    let (up, redis, dir, state_db, prefix, a) = beside_redis("wr");
     let (mut pa, _, admin_a) = spawn(dir.path(), "a", &a);
-    let r = admin_json(
-        admin_a,
-        "POST",
-        "/api/keys/revoke",
-        r#"{"key":"pro-key-1"}"#,
-    );
-    assert_eq!(r.status, 200);
+    revoke_pro_key(admin_a);
     pa.stop();
     // b reaches Redis through a proxy that holds its connections until the test lets them
     // through: b starts, serves from its (empty) copy, and has read nothing.
