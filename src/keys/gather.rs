@@ -3,8 +3,8 @@
 //! while the next page is read, so a start at a million issued keys reads and parses at once
 //! instead of one after the other; the parts gathered are then merged by digest and matched
 //! to the keys' digests ([`Parts::into_set`]). A start with the copy at `state.path` gathers
-//! that copy's pages the same way ([`gather`], from `fleet.rs`), each parsed once from its
-//! text.
+//! that copy's pages the same way ([`gather_packed`], from `fleet.rs`), each parsed once from
+//! its text.
 //!
 //! An issued key's records are gathered under their digests in one vector sized once, each
 //! in the form the set holds it ([`Compact`]: a plain issued key's in a few words), and

@@ -177,7 +177,7 @@ pub(crate) fn field_rows(db: &impl ReadableDatabase) -> Result<usize, DiskError>
     Ok(table.len().map_err(store)? as usize)
 }
 
-/// Records a batch holds in [`read_batches`] (and fields a page in [`read_field_pages`]).
+/// Records a batch holds in [`read_batches`] (and fields a page in [`read_copy_pages`]).
 pub(crate) const BATCH: usize = 4096;
 
 /// Every override in the file, in the order of their digests, handed to `each` in batches of
