@@ -163,15 +163,20 @@ pub(crate) fn read_all(db: &impl ReadableDatabase) -> Result<KeyRecords, DiskErr
 
 /// How many records the file holds (a row that is not a record included).
 pub(crate) fn rows(db: &impl ReadableDatabase) -> Result<usize, DiskError> {
-    let Some(table) = read_table(db, TABLE).map_err(store)? else {
-        return Ok(0);
-    };
-    Ok(table.len().map_err(store)? as usize)
+    rows_of(db, TABLE)
 }
 
 /// How many fields the copy of the fleet's overrides holds ([`FIELDS`]).
 pub(crate) fn field_rows(db: &impl ReadableDatabase) -> Result<usize, DiskError> {
-    let Some(table) = read_table(db, FIELDS).map_err(store)? else {
+    rows_of(db, FIELDS)
+}
+
+/// How many rows the table `def` holds (none when it was never written to).
+fn rows_of<K: redb::Key + 'static, V: redb::Value + 'static>(
+    db: &impl ReadableDatabase,
+    def: TableDefinition<'_, K, V>,
+) -> Result<usize, DiskError> {
+    let Some(table) = read_table(db, def).map_err(store)? else {
         return Ok(0);
     };
     Ok(table.len().map_err(store)? as usize)
