@@ -253,6 +253,15 @@ function init(args)
   end
 end
 %(pick)s
+-- PACE_MS in the environment (run.sh's PACES): every connection waits that long before each
+-- request, so that the offered rate is about connections / (PACE_MS + the answer's time), the
+-- same for every setup measured.
+local pace = tonumber(os.getenv("PACE_MS") or "")
+if pace and pace > 0 then
+  function delay()
+    return pace
+  end
+end
 """ % {"path": path, "n": a.keys, "body": lua_str(body), "lpath": lua_str(path),
        "pick": pick, "how": "drawn Zipf(%r)" % a.zipf if a.zipf > 0 else "in rotation"}
         write(os.path.join(a.dir, "wrk-%s.lua" % route), lua)

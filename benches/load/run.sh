@@ -74,6 +74,7 @@ else
 fi
 CONNS=${CONNS:-64}
 RATES=${RATES:-"5000 20000"}
+PACES=${PACES-}   # e.g. "4": after each saturation run, a paced one (see paced() below)
 SETUPS=${SETUPS:-"D N1 H1 P0 P0m G Ga"}
 LOG_SETUPS=${LOG_SETUPS-"N1-log G-log"}
 OVERLOAD_SETUPS=${OVERLOAD_SETUPS-"G Ga"}
@@ -408,6 +409,14 @@ cluster_counts() {
     END {printf "%d %d", c, w}'
 }
 
+# Redis script calls and requests that waited for Redis, per request of wrk's count (the
+# warm-up's requests are outside both counts; the ticks' heartbeats are in the calls).
+shared_rows() { # setup route rep suffix counts-before wrk-output
+  local after n; after=$(cluster_counts); n=$(awk '/requests in/ {print $1}' "$6")
+  row "$1" "$2" "redis_calls_per_req$4" "$3" "$(awk -v a="$5" -v b="$after" -v n="$n" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.4f", (y[1] - x[1]) / n}')"
+  row "$1" "$2" "waited_per_req$4" "$3" "$(awk -v a="$5" -v b="$after" -v n="$n" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.4f", (y[2] - x[2]) / n}')"
+}
+
 saturation() { # setup route rep
   local s=$1 r=$2 rep=$3 f="$OUT/raw/wrk-$1-$2-$3.txt" pf="$OUT/raw/perf-$1-$2-$3.txt" perf_pid=""
   local url="http://127.0.0.1:$CUR_PORT/"
@@ -425,13 +434,7 @@ saturation() { # setup route rep
   measured "$s" "$r" "$rep" "" -- \
     taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s "$TMP/wrk-$r.lua" "$url" > "$f"
   if [ -n "$perf_pid" ]; then wait "$perf_pid" 2>/dev/null || true; fi
-  if [ -n "$shared_before" ]; then
-    # Redis script calls and requests that waited for Redis, per request of wrk's count (the
-    # warm-up's requests are outside both counts; the ticks' heartbeats are in the calls).
-    local shared_after; shared_after=$(cluster_counts)
-    row "$s" "$r" redis_calls_per_req "$rep" "$(awk -v a="$shared_before" -v b="$shared_after" -v n="$(awk '/requests in/ {print $1}' "$f")" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.4f", (y[1] - x[1]) / n}')"
-    row "$s" "$r" waited_per_req "$rep" "$(awk -v a="$shared_before" -v b="$shared_after" -v n="$(awk '/requests in/ {print $1}' "$f")" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.4f", (y[2] - x[2]) / n}')"
-  fi
+  [ -z "$shared_before" ] || shared_rows "$s" "$r" "$rep" "" "$shared_before" "$f"
   local reqs rps non2xx errs
   reqs=$(awk '/requests in/ {print $1}' "$f")
   rps=$(awk '/^Requests\/sec/ {print $2}' "$f")
@@ -456,6 +459,31 @@ saturation() { # setup route rep
   [ "$non2xx" = 0 ] && [ "$errs" = 0 ] || log "  warning: $s $r: $non2xx non-2xx answers, $errs socket errors (see $f)"
   log "  $s $r rep $rep: $rps req/s, $(awk -F, -v s="$s" -v r="$r" -v k="$rep" \
     '$1==s && $2==r && $4==k && ($3=="cpu_us_per_req" || $3=="user_us_per_req" || $3=="proxy_cpu_pct" || $3=="wrk_p99_ms") {printf "%s=%s ", $3, $5}' "$CSV")"
+}
+
+# PACES="4 …": after each saturation run, the same traffic paced: every connection waits PACE
+# ms before each request (wrk's delay(), gen.py's scripts), an offered rate of about
+# CONNS / (PACE ms + the answer's time), under every setup's saturation and nearly the same for
+# each. CPU µs a request then compares the setups' work at one rate: at saturation a slower
+# setup also pays for more of the kernel's wake-ups of its peers, who are more often found
+# asleep (docs/benchmarks.md, "Where Ga − G goes in the kernel"). Rows <metric>@pace<ms>.
+paced() { # setup route rep pace-ms
+  local s=$1 r=$2 rep=$3 d=$4 f="$OUT/raw/wrk-$1-$2-$3-pace$4.txt" sfx="@pace$4"
+  local url="http://127.0.0.1:$CUR_PORT/" shared_before=""
+  PACE_MS=$d taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${WARMUP}s" -s "$TMP/wrk-$r.lua" "$url" >"$TMP/warm.txt"
+  [ "$s" = Ga ] && shared_before=$(cluster_counts)
+  measured "$s" "$r" "$rep" "$sfx" -- \
+    env PACE_MS="$d" taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$TMP/wrk-$r.lua" "$url" > "$f"
+  [ -z "$shared_before" ] || shared_rows "$s" "$r" "$rep" "$sfx" "$shared_before" "$f"
+  local reqs; reqs=$(awk '/requests in/ {print $1}' "$f")
+  [ -n "$reqs" ] && [ "$reqs" -gt 0 ] || die "wrk measured nothing: $f"
+  ACCESS_SENT=$((ACCESS_SENT + reqs + $(awk '/requests in/ {print $1}' "$TMP/warm.txt")))
+  row "$s" "$r" "rps$sfx" "$rep" "$(awk '/^Requests\/sec/ {print $2}' "$f")"
+  row "$s" "$r" "requests$sfx" "$rep" "$reqs"
+  row "$s" "$r" "cpu_us_per_req$sfx" "$rep" "$(awk -v d="$M_PROXY_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
+  row "$s" "$r" "user_us_per_req$sfx" "$rep" "$(awk -v d="$M_PROXY_USER_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
+  log "  $s $r rep $rep paced ${d} ms: $(awk -F, -v s="$s" -v r="$r" -v k="$rep" -v x="$sfx" \
+    '$1==s && $2==r && $4==k && ($3=="rps"x || $3=="cpu_us_per_req"x || $3=="user_us_per_req"x || $3=="waited_per_req"x) {printf "%s=%s ", $3, $5}' "$CSV")"
 }
 
 # PROFILE=1: after the first repetition's saturation run of each setup and route, one more
@@ -498,7 +526,7 @@ latency() { # setup route rep rate
 }
 
 measure_setup() { # setup rep what(all|sat)
-  local s=$1 rep=$2 what=${3:-all} routes=${4:-$ROUTES} r q
+  local s=$1 rep=$2 what=${3:-all} routes=${4:-$ROUTES} r q d
   CUR_SETUP=$s
   start_setup "$s"
   sanity "$s"
@@ -511,6 +539,7 @@ measure_setup() { # setup rep what(all|sat)
       access_lines "$s" - -
     fi
     [ "$what" = all ] || continue
+    for d in $PACES; do paced "$s" "$r" "$rep" "$d"; done
     for q in $RATES; do latency "$s" "$r" "$rep" "$q"; done
   done
   stop_setup
@@ -614,6 +643,7 @@ done
   echo "overload_conns=$OVERLOAD_CONNS"
   echo "keys=$KEYS zipf=${ZIPF:-0}"
   echo "rates=$RATES"
+  echo "paces=$PACES"
   echo "oha_latency_correction=${OHA_LATCORR[*]:-no}"
   echo "loadavg_start=$LOAD_START"
   echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -265,6 +265,33 @@ def summarize(a):
     for label, v, unit, d in lines:
         out.append("| %s | %s |" % (label, "–" if v is None else "%s %s" % (fmt(v, d), unit)))
     out.append("")
+    paces = sorted({m.split("@pace")[1] for (_s, _r, m) in data if m.startswith("cpu_us_per_req@pace")}, key=float)
+    if paces:
+        out.append("Paced (PACES: each connection waits the pace before each request, one rate for every setup):")
+        out.append("")
+        out.append("| setup | route | pace | req/s | CPU µs/req | user µs/req | waited for Redis / req |")
+        out.append("|---|---|---:|---:|---:|---:|---:|")
+        for d in paces:
+            x = "@pace" + d
+            for s in SETUP_ORDER:
+                for r in ROUTE_ORDER:
+                    if (s, r, "cpu_us_per_req" + x) not in data:
+                        continue
+                    w = med(data, s, r, "waited_per_req" + x)
+                    out.append("| %s | %s | %s ms | %s | %s | %s | %s |" % (
+                        ROW_NAME.get((s, r), s), ROUTE_TEXT[r], d, fmt(med(data, s, r, "rps" + x)),
+                        fmt(med(data, s, r, "cpu_us_per_req" + x), 1), fmt(med(data, s, r, "user_us_per_req" + x), 1),
+                        "–" if w is None else fmt(w, 4)))
+        out.append("")
+        out.append("| comparison (paced) | value |")
+        out.append("|---|---|")
+        for d in paces:
+            x = "@pace" + d
+            for x1, x2 in (("Ga", "G"), ("Ga", "Gn"), ("Gn", "G"), ("G", "P0m")):
+                v = pair_diff(x1, x2, msg, "cpu_us_per_req" + x)
+                if v is not None:
+                    out.append("| %s − %s CPU/req (sendMessage, paced %s ms) | %s µs |" % (x1, x2, d, fmt(v, 2)))
+        out.append("")
     over = [s for s in ("G-overload", "Ga-overload") if (s, msg, "offered_rps") in data]
     if over:
         out.append("Overload (open loop at 1.5× the setup's saturating rate, sendMessage, -c%s):" % machine.get("overload_conns", "?"))
