@@ -261,24 +261,14 @@ fn read_kept_beside<T>(
     kept: &crate::keys::Kept,
     make: impl FnOnce(std::sync::mpsc::IntoIter<Batch>) -> T,
 ) -> (T, Result<Duration, crate::state::disk::DiskError>) {
-    // A few batches in flight: the reader is never far ahead of what is put in force.
-    let (send, batches) = std::sync::mpsc::sync_channel::<Batch>(4);
-    std::thread::scope(|s| {
-        let reader = std::thread::Builder::new()
-            .name("tollgate-read".into())
-            .spawn_scoped(s, move || {
-                let started = std::time::Instant::now();
-                // Stops when `make` no longer takes batches (it failed: the config).
-                kept.read(|batch| send.send(batch).is_ok())
-                    .map(|()| started.elapsed())
-            })
-            .expect("a thread to read the records kept");
-        let made = make(batches.into_iter());
-        let read = reader
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (made, read)
-    })
+    crate::state::read_beside(
+        |hand| {
+            let started = std::time::Instant::now();
+            // Stops when `make` no longer takes batches (it failed: the config).
+            kept.read(hand).map(|()| started.elapsed())
+        },
+        make,
+    )
 }
 
 /// A batch of the records kept, as read.

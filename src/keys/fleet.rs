@@ -275,27 +275,19 @@ impl Fleet {
 /// record parsed here as they come, so that the two threads share the work about evenly.
 fn read_copy(db: &redb::Database) -> Result<(Gathered, Option<disk::Position>), DiskError> {
     let about = disk::field_rows(db)?;
-    // A few pages in flight: the reader is never far ahead of the parse.
-    let (send, pages) = std::sync::mpsc::sync_channel::<Vec<(String, Kept, String)>>(4);
-    std::thread::scope(|s| {
-        let reader = std::thread::Builder::new()
-            .name("tollgate-read".into())
-            .spawn_scoped(s, move || {
-                disk::read_copy_pages(db, |page| {
-                    let page = page
-                        .into_iter()
+    let (gathered, at) = crate::state::read_beside(
+        |hand| {
+            disk::read_copy_pages(db, |page| {
+                hand(
+                    page.into_iter()
                         .filter_map(|(f, text)| Some((f, Kept::parse(&text)?, text)))
-                        .collect();
-                    send.send(page).is_ok()
-                })
+                        .collect::<Vec<_>>(),
+                )
             })
-            .expect("a thread to read the copy kept");
-        let gathered = gather::gather_packed(pages, about);
-        reader
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            .map(|at| (gathered, at))
-    })
+        },
+        |pages| gather::gather_packed(pages, about),
+    );
+    at.map(|at| (gathered, at))
 }
 
 /// The records of the copy kept at `state.path`, as a start read them, to put in force

@@ -37,7 +37,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub(crate) mod backup;
+mod beside;
 pub(crate) mod disk;
+
+pub(crate) use beside::read_beside;
 
 use disk::DiskError;
 
