@@ -1,7 +1,9 @@
 //! Every record in force, by the key's digest ([`KeyRecords`]), held compactly: a key issued
 //! through the admin API whose record holds nothing but its issued part (almost all of a
-//! million issued keys) is held in a few words ([`Slim`]), not as a whole [`KeyRecord`]
-//! (a node entry of 168 bytes, its `IssuedKey` boxed in 256, its name and `by` allocated).
+//! million issued keys) is held in a few words ([`Slim`]; in the tree's node itself, beside
+//! the digest, when it has no expiry, limit or quota of its own: [`Plain`]), not as a whole
+//! [`KeyRecord`] (a node entry of 168 bytes, its `IssuedKey` boxed in 256, its name and `by`
+//! allocated).
 //! Readers are handed the record itself ([`Cow`]): borrowed when it is held whole, made
 //! again when it is slim, always the record that was put (a property test holds the two to
 //! each other). docs/keyscale.md, "The set of records made slim", has the measurements.
@@ -29,10 +31,22 @@ pub struct KeyRecords {
 /// One record as the set holds it.
 #[derive(Clone, PartialEq, Eq)]
 enum Held {
-    /// An issued key with nothing else in force, in the plain shape most have.
-    Slim(Slim),
+    /// An issued key with nothing else in force, in the plain shape most have, and no expiry,
+    /// limit or quota of its own: its name and [`Slim::since`]'s word, in place.
+    Plain(Plain),
+    /// An issued key in the plain shape with an expiry, a limit or a quota of its own.
+    Slim(Box<Slim>),
     /// Any other record.
     Whole(Box<KeyRecord>),
+}
+
+/// A [`Slim`] record whose other words are zero (no expiry, limit or quota of its own):
+/// held in the set's node itself.
+#[derive(Clone, PartialEq, Eq)]
+struct Plain {
+    name: KeyName,
+    /// [`Slim::since`].
+    since: u64,
 }
 
 /// An issued key's record that holds its issued part alone, issued by `admin` with no
@@ -57,9 +71,10 @@ const INSTANT_BITS: u32 = 42;
 /// The largest number a slim record's word holds beside an instant.
 const SMALL_MAX: u64 = (1 << (64 - INSTANT_BITS)) - 1;
 
-// The entry of a slim key in the tree: 32 bytes of digest and this, 80 bytes, so that a leaf
-// of 11 entries (896 bytes) takes an allocation of 896 bytes (at 88, 1,024; at 96, 1,280).
-const _: () = assert!(std::mem::size_of::<Held>() <= 48);
+// The entry of a plain key in the tree: 32 bytes of digest and this, 64 bytes, so that a leaf
+// of 11 entries (720 bytes) takes mimalloc's class of 768 (at 80 bytes an entry: 896; at 88,
+// 1,024). The name's own tag tells the three kinds apart.
+const _: () = assert!(std::mem::size_of::<Held>() <= 32);
 
 impl Slim {
     /// `o`, kept under `digest`, in a few words, when it has the plain shape.
@@ -123,25 +138,36 @@ impl Slim {
         let small = (word >> INSTANT_BITS) as u32;
         (word & ((1 << INSTANT_BITS) - 1), small)
     }
+}
 
+/// A slim record's words, wherever they are held ([`Held::Plain`] or [`Held::Slim`]).
+#[derive(Clone, Copy)]
+struct Words<'a> {
+    name: &'a KeyName,
+    since: u64,
+    expires: u64,
+    quota: u64,
+}
+
+impl<'a> Words<'a> {
     /// The record again, as it was put under `digest`.
-    fn record(&self, digest: &Digest) -> KeyRecord {
+    fn record(self, digest: &Digest) -> KeyRecord {
         let p = self.parts();
         KeyRecord {
             issued: Some(Box::new(IssuedKey {
                 expires_ms: p.expires_ms,
                 requests_per_window: p.requests_per_window,
                 quota: p.quota,
-                ..IssuedKey::plain(*digest, p.plan_id, Self::unpack(self.since).0)
+                ..IssuedKey::plain(*digest, p.plan_id, Slim::unpack(self.since).0)
             })),
             ..KeyRecord::named(p.name)
         }
     }
 
     /// Its parts, its words unpacked.
-    fn parts(&self) -> PlainIssued<'_> {
-        let (_, plan_id) = Self::unpack(self.since);
-        let (expires_ms, requests_per_window) = Self::unpack(self.expires);
+    fn parts(self) -> PlainIssued<'a> {
+        let (_, plan_id) = Slim::unpack(self.since);
+        let (expires_ms, requests_per_window) = Slim::unpack(self.expires);
         PlainIssued {
             name: self.name.as_str(),
             plan_id,
@@ -155,24 +181,55 @@ impl Slim {
 impl Held {
     fn of(digest: &Digest, o: KeyRecord) -> Held {
         match Slim::of(digest, &o) {
-            Some(slim) => Held::Slim(slim),
+            Some(Slim {
+                name,
+                since,
+                expires: 0,
+                quota: 0,
+            }) => Held::Plain(Plain { name, since }),
+            Some(slim) => Held::Slim(Box::new(slim)),
             None => Held::Whole(Box::new(o)),
         }
     }
 
-    fn record(&self, digest: &Digest) -> Cow<'_, KeyRecord> {
+    /// What it holds: a slim record's words (in place or boxed), or the record.
+    fn view(&self) -> View<'_> {
         match self {
-            Held::Slim(s) => Cow::Owned(s.record(digest)),
-            Held::Whole(o) => Cow::Borrowed(o),
+            Held::Plain(p) => View::Slim(Words {
+                name: &p.name,
+                since: p.since,
+                expires: 0,
+                quota: 0,
+            }),
+            Held::Slim(s) => View::Slim(Words {
+                name: &s.name,
+                since: s.since,
+                expires: s.expires,
+                quota: s.quota,
+            }),
+            Held::Whole(o) => View::Whole(o),
+        }
+    }
+
+    fn record(&self, digest: &Digest) -> Cow<'_, KeyRecord> {
+        match self.view() {
+            View::Slim(w) => Cow::Owned(w.record(digest)),
+            View::Whole(o) => Cow::Borrowed(o),
         }
     }
 
     fn into_record(self, digest: &Digest) -> KeyRecord {
         match self {
-            Held::Slim(s) => s.record(digest),
             Held::Whole(o) => *o,
+            slim => slim.record(digest).into_owned(),
         }
     }
+}
+
+/// What a [`Held`] holds, as its readers take it.
+enum View<'a> {
+    Slim(Words<'a>),
+    Whole(&'a KeyRecord),
 }
 
 /// A record in the form the set holds it, made before the set is: a start from the fleet's
@@ -293,9 +350,9 @@ impl KeyRecords {
     /// read in place, any other record borrowed.
     pub fn held(&self) -> impl Iterator<Item = (&Digest, HeldRecord<'_>)> + '_ {
         self.map.iter().map(|(d, h)| {
-            let held = match h {
-                Held::Slim(s) => HeldRecord::Plain(s.parts()),
-                Held::Whole(o) => HeldRecord::Whole(o),
+            let held = match h.view() {
+                View::Slim(w) => HeldRecord::Plain(w.parts()),
+                View::Whole(o) => HeldRecord::Whole(o),
             };
             (d, held)
         })
@@ -311,9 +368,9 @@ impl KeyRecords {
     /// suspension, a revocation, a live limit or quota. Read in place: a count of those over
     /// a million issued keys makes none again.
     pub fn whole(&self) -> impl Iterator<Item = (&Digest, &KeyRecord)> + '_ {
-        self.map.iter().filter_map(|(d, h)| match h {
-            Held::Slim(_) => None,
-            Held::Whole(o) => Some((d, &**o)),
+        self.map.iter().filter_map(|(d, h)| match h.view() {
+            View::Slim(_) => None,
+            View::Whole(o) => Some((d, o)),
         })
     }
 
@@ -321,23 +378,23 @@ impl KeyRecords {
     pub fn issued_count(&self) -> usize {
         self.map
             .values()
-            .filter(|h| match h {
-                Held::Slim(_) => true,
-                Held::Whole(o) => o.issued.is_some(),
+            .filter(|h| match h.view() {
+                View::Slim(_) => true,
+                View::Whole(o) => o.issued.is_some(),
             })
             .count()
     }
 
     /// Every issued key's name, plan, partner and digests, read where they are held.
     pub fn issued(&self) -> impl Iterator<Item = IssuedView<'_>> + '_ {
-        self.map.iter().filter_map(|(d, h)| match h {
-            Held::Slim(s) => Some(IssuedView {
-                name: s.name.as_str(),
-                plan_id: Slim::unpack(s.since).1,
+        self.map.iter().filter_map(|(d, h)| match h.view() {
+            View::Slim(w) => Some(IssuedView {
+                name: w.name.as_str(),
+                plan_id: Slim::unpack(w.since).1,
                 partner: None,
                 digests: vec![*d],
             }),
-            Held::Whole(o) => {
+            View::Whole(o) => {
                 let i = o.issued.as_deref()?;
                 Some(IssuedView {
                     name: o.key.as_str(),

@@ -150,12 +150,31 @@ proptest! {
     }
 }
 
-/// The plain shape is held slim, and each way out of it is held whole.
+/// The plain shape is held slim (in the node with no expiry, limit or quota of its own, in a
+/// box of its words with one), and each way out of it is held whole.
 #[test]
 fn a_plain_issued_key_is_held_slim_and_any_other_whole() {
     let d = Digest::of(b"k");
     let mut set = KeyRecords::from_iter([(d, issued(d))]);
-    assert!(matches!(set.map[&d], Held::Slim(_)));
+    assert!(matches!(set.map[&d], Held::Plain(_)));
+    // An expiry, a limit or a quota of its own: its words boxed.
+    for own in 0..3 {
+        let mut o = issued(d);
+        let i = o.issued.as_deref_mut().unwrap();
+        match own {
+            0 => i.expires_ms = Some(1_000),
+            1 => i.requests_per_window = Some(7),
+            _ => {
+                i.quota = Some(QuotaSpec {
+                    requests: 10,
+                    per: crate::config::Period::Day,
+                })
+            }
+        }
+        set.insert(d, o.clone());
+        assert!(matches!(set.map[&d], Held::Slim(_)), "{own}");
+        assert_eq!(set.record(&d), Some(o));
+    }
     let mut o = issued(d);
     o.issued.as_deref_mut().unwrap().change.by = "partner:acme".into();
     set.insert(d, o);
@@ -176,7 +195,7 @@ fn a_plain_issued_key_is_held_slim_and_any_other_whole() {
             ..KeyRecord::named("acct-1")
         };
         set.insert(d, o.clone());
-        assert_eq!(matches!(set.map[&d], Held::Slim(_)), slim);
+        assert_eq!(matches!(set.map[&d], Held::Plain(_)), slim);
         assert_eq!(set.record(&d), Some(o));
     }
     // A quota the slim form's word holds, and one it could not hold as it is.
