@@ -276,15 +276,7 @@ impl Fleet {
 fn read_copy(db: &redb::Database) -> Result<(Gathered, Option<disk::Position>), DiskError> {
     let about = disk::field_rows(db)?;
     let (gathered, at) = crate::state::read_beside(
-        |hand| {
-            disk::read_copy_pages(db, |page| {
-                hand(
-                    page.into_iter()
-                        .filter_map(|(f, text)| Some((f, Kept::parse(&text)?, text)))
-                        .collect::<Vec<_>>(),
-                )
-            })
-        },
+        |hand| disk::read_copy_pages(db, |page| hand(gather::packed(page))),
         |pages| gather::gather_packed(pages, about),
     );
     at.map(|at| (gathered, at))

@@ -49,14 +49,15 @@ pub(super) fn gather(
     pages: impl IntoIterator<Item = Vec<(String, String)>>,
     about: usize,
 ) -> Gathered {
-    gather_packed(
-        pages.into_iter().map(|page| {
-            page.into_iter()
-                .filter_map(|(f, text)| Some((f, Kept::parse(&text)?, text)))
-                .collect()
-        }),
-        about,
-    )
+    gather_packed(pages.into_iter().map(packed), about)
+}
+
+/// A page's fields, each with its text packed for the copy (a text that is not a kept
+/// record's left out), for [`gather_packed`].
+pub(super) fn packed(page: Vec<(String, String)>) -> Vec<(String, Kept, String)> {
+    page.into_iter()
+        .filter_map(|(f, text)| Some((f, Kept::parse(&text)?, text)))
+        .collect()
 }
 
 /// [`gather`] of pages whose fields' texts are already packed for the copy (each field's
