@@ -283,6 +283,8 @@ cpu_ticks() { # pid [user]: utime+stime, or utime alone with a second argument
 }
 
 row() { echo "$1,$2,$3,$4,$5" >> "$CSV"; }
+# CPU µs a request: clock ticks over requests.
+per_req() { awk -v d="$1" -v h="$CLK_TCK" -v n="$2" 'BEGIN {printf "%.2f", d * 1e6 / h / n}'; }
 
 # Ticks of both CPUs from /proc/stat, "total busy steal" for the proxy's CPU then the load
 # CPU: busy = all but idle and iowait (steal and interrupts included); steal = time the
@@ -446,8 +448,8 @@ saturation() { # setup route rep
   row "$s" "$r" requests "$rep" "$reqs"
   row "$s" "$r" non2xx "$rep" "$non2xx"
   row "$s" "$r" socket_errors "$rep" "$errs"
-  row "$s" "$r" cpu_us_per_req "$rep" "$(awk -v d="$M_PROXY_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
-  row "$s" "$r" user_us_per_req "$rep" "$(awk -v d="$M_PROXY_USER_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
+  row "$s" "$r" cpu_us_per_req "$rep" "$(per_req "$M_PROXY_TICKS" "$reqs")"
+  row "$s" "$r" user_us_per_req "$rep" "$(per_req "$M_PROXY_USER_TICKS" "$reqs")"
   if [ -s "$pf" ]; then
     # perf's window is DURATION s from its start, wrk's DURATION s from its own: per request
     # of wrk's count, to within the few ms between the two starts.
@@ -480,8 +482,8 @@ paced() { # setup route rep pace-ms
   ACCESS_SENT=$((ACCESS_SENT + reqs + $(awk '/requests in/ {print $1}' "$TMP/warm.txt")))
   row "$s" "$r" "rps$sfx" "$rep" "$(awk '/^Requests\/sec/ {print $2}' "$f")"
   row "$s" "$r" "requests$sfx" "$rep" "$reqs"
-  row "$s" "$r" "cpu_us_per_req$sfx" "$rep" "$(awk -v d="$M_PROXY_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
-  row "$s" "$r" "user_us_per_req$sfx" "$rep" "$(awk -v d="$M_PROXY_USER_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
+  row "$s" "$r" "cpu_us_per_req$sfx" "$rep" "$(per_req "$M_PROXY_TICKS" "$reqs")"
+  row "$s" "$r" "user_us_per_req$sfx" "$rep" "$(per_req "$M_PROXY_USER_TICKS" "$reqs")"
   log "  $s $r rep $rep paced ${d} ms: $(awk -F, -v s="$s" -v r="$r" -v k="$rep" -v x="$sfx" \
     '$1==s && $2==r && $4==k && ($3=="rps"x || $3=="cpu_us_per_req"x || $3=="user_us_per_req"x || $3=="waited_per_req"x) {printf "%s=%s ", $3, $5}' "$CSV")"
 }
@@ -505,7 +507,7 @@ profile() { # setup route
     taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$TMP/wrk-$r.lua" "$url" > "$f"
   wait "$perf_pid" 2>/dev/null || true
   local reqs; reqs=$(awk '/requests in/ {print $1}' "$f")
-  row "$s" "$r" profile_cpu_us_per_req 1 "$(awk -v d="$M_PROXY_TICKS" -v h="$CLK_TCK" -v n="$reqs" 'BEGIN {printf "%.2f", d * 1e6 / h / n}')"
+  row "$s" "$r" profile_cpu_us_per_req 1 "$(per_req "$M_PROXY_TICKS" "$reqs")"
   perf report -i "$data" --stdio --no-children --sort dso,sym --percent-limit 0.01 -g none \
     >"$OUT/raw/profile-$s-$r.txt" 2>/dev/null || log "  warning: perf report failed for $s $r"
   [ -z "$PROFILE_RECORD" ] || cp "$data" "$OUT/raw/perf-$s-$r.data"
