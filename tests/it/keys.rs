@@ -685,16 +685,20 @@ fn a_reload_that_changes_a_suspended_key_ends_the_suspension_on_every_replica() 
     assert_eq!(state(admin_a, "basic-1")["state"], "active");
 }
 
-/// An upstream, a Redis, a directory, where replica b keeps its copy (`b-state.db`), the
-/// Redis's key prefix (`tag` and its port), and replica a's config (`cluster` alone).
-type BesideRedis = (
-    Upstream,
-    RedisServer,
-    tempfile::TempDir,
-    std::path::PathBuf,
-    String,
-    TestConfig,
-);
+/// Two replicas' setting beside one Redis: replica a with `cluster` alone, replica b (made by
+/// each test) with its copy at `state_db` too.
+struct BesideRedis {
+    up: Upstream,
+    redis: RedisServer,
+    /// The replicas' configs and logs.
+    dir: tempfile::TempDir,
+    /// Where replica b keeps its copy (`b-state.db` in `dir`).
+    state_db: std::path::PathBuf,
+    /// The Redis's key prefix: the test's tag and the Redis's port.
+    prefix: String,
+    /// Replica a's config.
+    a: TestConfig,
+}
 
 fn beside_redis(tag: &str) -> BesideRedis {
     let up = Upstream::start(Mode::Ok);
@@ -703,7 +707,14 @@ fn beside_redis(tag: &str) -> BesideRedis {
     let state_db = dir.path().join("b-state.db");
     let prefix = format!("{tag}{}", redis.port);
     let a = config_for(&up).cluster(&redis.url(), &prefix, 100);
-    (up, redis, dir, state_db, prefix, a)
+    BesideRedis {
+        up,
+        redis,
+        dir,
+        state_db,
+        prefix,
+        a,
+    }
 }
 
 /// `pro-key-1` revoked through the admin API at `admin_addr`.
@@ -719,7 +730,14 @@ fn revoke_pro_key(admin_addr: SocketAddr) {
 
 #[test]
 fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis_is_down() {
-    let (up, redis, dir, state_db, prefix, a) = beside_redis("mr");
+    let BesideRedis {
+        up,
+        redis,
+        dir,
+        state_db,
+        prefix,
+        a,
+    } = beside_redis("mr");
     let b = config_for(&up)
         .cluster(&redis.url(), &prefix, 100)
         .state_path(state_db.to_str().unwrap());
@@ -756,7 +774,14 @@ fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis
 /// does. (Put in force first and copied after, a kill in between restarted b without it.)
 #[test]
 fn a_revocation_read_whole_is_in_force_only_once_state_path_holds_it() {
-    let (up, redis, dir, state_db, prefix, a) = beside_redis("wr");
+    let BesideRedis {
+        up,
+        redis,
+        dir,
+        state_db,
+        prefix,
+        a,
+    } = beside_redis("wr");
     let (mut pa, _, admin_a) = spawn(dir.path(), "a", &a);
     revoke_pro_key(admin_a);
     pa.stop();
