@@ -685,8 +685,8 @@ fn a_reload_that_changes_a_suspended_key_ends_the_suspension_on_every_replica() 
     assert_eq!(state(admin_a, "basic-1")["state"], "active");
 }
 
-/// Two replicas' setting beside one Redis: replica a with `cluster` alone, replica b (made by
-/// each test) with its copy at `state_db` too.
+/// Two replicas' setting beside one Redis: replica a with `cluster` alone, replica b
+/// ([`BesideRedis::b`]) with its copy at `state_db` too.
 struct BesideRedis {
     up: Upstream,
     redis: RedisServer,
@@ -717,6 +717,16 @@ fn beside_redis(tag: &str) -> BesideRedis {
     }
 }
 
+impl BesideRedis {
+    /// Replica b's config: the fleet's Redis at `redis_url` (this Redis, or a proxy in front
+    /// of it), its copy at `state_db`.
+    fn b(&self, redis_url: &str) -> TestConfig {
+        config_for(&self.up)
+            .cluster(redis_url, &self.prefix, 100)
+            .state_path(self.state_db.to_str().unwrap())
+    }
+}
+
 /// `pro-key-1` revoked through the admin API at `admin_addr`.
 fn revoke_pro_key(admin_addr: SocketAddr) {
     let r = admin_json(
@@ -730,29 +740,20 @@ fn revoke_pro_key(admin_addr: SocketAddr) {
 
 #[test]
 fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis_is_down() {
-    let BesideRedis {
-        up,
-        redis,
-        dir,
-        state_db,
-        prefix,
-        a,
-    } = beside_redis("mr");
-    let b = config_for(&up)
-        .cluster(&redis.url(), &prefix, 100)
-        .state_path(state_db.to_str().unwrap());
-    let (_pa, _, admin_a) = spawn(dir.path(), "a", &a);
-    let (mut pb, lb, _) = spawn(dir.path(), "b", &b);
+    let s = beside_redis("mr");
+    let b = s.b(&s.redis.url());
+    let (_pa, _, admin_a) = spawn(s.dir.path(), "a", &s.a);
+    let (mut pb, lb, _) = spawn(s.dir.path(), "b", &b);
     revoke_pro_key(admin_a);
     eventually("replica b refuses it", || {
         call(lb, "pro-key-1").status == 401
     });
     pb.stop();
     // Redis goes away; replica b starts again from its copy at state.path.
-    let _ = redis.kill();
-    let path = dir.path().join("b.yaml");
+    let _ = s.redis.kill();
+    let path = s.dir.path().join("b.yaml");
     let p = Process::spawn(
-        dir.path(),
+        s.dir.path(),
         "b2",
         &["run", "--config", path.to_str().unwrap()],
         &[("TOLLGATE_LOG", "info")],
@@ -774,33 +775,24 @@ fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis
 /// does. (Put in force first and copied after, a kill in between restarted b without it.)
 #[test]
 fn a_revocation_read_whole_is_in_force_only_once_state_path_holds_it() {
-    let BesideRedis {
-        up,
-        redis,
-        dir,
-        state_db,
-        prefix,
-        a,
-    } = beside_redis("wr");
-    let (mut pa, _, admin_a) = spawn(dir.path(), "a", &a);
+    let s = beside_redis("wr");
+    let (mut pa, _, admin_a) = spawn(s.dir.path(), "a", &s.a);
     revoke_pro_key(admin_a);
     pa.stop();
     // b reaches Redis through a proxy that holds its connections until the test lets them
     // through: b starts, serves from its (empty) copy, and has read nothing.
     let gate = crate::harness::DelayProxy::holding_after(
-        format!("127.0.0.1:{}", redis.port).parse().unwrap(),
+        format!("127.0.0.1:{}", s.redis.port).parse().unwrap(),
         0,
     );
-    let b = config_for(&up)
-        .cluster(&format!("redis://127.0.0.1:{}", gate.port), &prefix, 100)
-        .state_path(state_db.to_str().unwrap());
-    let (mut pb, lb, _) = spawn(dir.path(), "b", &b);
+    let b = s.b(&format!("redis://127.0.0.1:{}", gate.port));
+    let (mut pb, lb, _) = spawn(s.dir.path(), "b", &b);
     assert_eq!(call(lb, "pro-key-1").status, 200, "nothing read yet");
     // The file as b opens it (redb's multi-process mode): b's next write waits for this one.
     let held = {
         let mut builder = redb::Builder::new();
         builder.set_concurrency_mode(redb::ConcurrencyMode::MultiWriter);
-        let db = builder.create(&state_db).unwrap();
+        let db = builder.create(&s.state_db).unwrap();
         db.begin_write().unwrap()
     };
     let hscans = |redis: &RedisServer| -> u64 {
@@ -813,9 +805,9 @@ fn a_revocation_read_whole_is_in_force_only_once_state_path_holds_it() {
             .and_then(|v| v.split(',').next()?.parse().ok())
             .unwrap_or(0)
     };
-    assert_eq!(hscans(&redis), 0);
+    assert_eq!(hscans(&s.redis), 0);
     gate.release();
-    eventually("b reads the set whole", || hscans(&redis) > 0);
+    eventually("b reads the set whole", || hscans(&s.redis) > 0);
     // The set is a few fields: b has read it within milliseconds, and waits for the disk.
     for _ in 0..50 {
         assert_eq!(
@@ -831,8 +823,8 @@ fn a_revocation_read_whole_is_in_force_only_once_state_path_holds_it() {
     pb.signal("KILL");
     pb.wait_exit(Duration::from_secs(15)).expect("killed");
     drop(gate);
-    let _ = redis.kill();
-    let (_pb, lb, _) = spawn(dir.path(), "b2", &b);
+    let _ = s.redis.kill();
+    let (_pb, lb, _) = spawn(s.dir.path(), "b2", &b);
     assert_eq!(
         call(lb, "pro-key-1").status,
         401,
