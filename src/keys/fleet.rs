@@ -1,19 +1,27 @@
 //! With `cluster`: the overrides as the fleet keeps them. Redis is where the replicas meet;
-//! each replica also holds a copy of every change it has read or made ([`Fleet`]'s copy,
-//! field by field as Redis names them, in memory and, with `state.path`, on disk), and puts
-//! that copy back whenever it finds the set in Redis emptied or replaced ([`super::sync`]).
+//! each replica also keeps a copy of every change it has read or made ([`Fleet`]'s copy,
+//! field by field as Redis names them), and puts that copy back whenever it finds the set in
+//! Redis emptied or replaced ([`super::sync`]).
+//!
+//! With `state.path` the copy is kept in that file, and read from it when needed (a change
+//! read from the set, a put-back): a million issued keys' fields are not held in memory too.
+//! Memory holds only what the file may lack: each field from the moment Redis has it until
+//! a write of it to the file holds (a write that fails, on a full disk, leaves it held, and
+//! the next write that holds takes every field held). The copy is the file's fields with
+//! those over them, each field the later of the two in the changes' order. Without
+//! `state.path`, memory holds the copy whole.
 //!
 //! The copy at `state.path` says which set it is of (the set's epoch and version, written with
-//! it), as long as every write of it held: a restart whose Redis still holds that epoch reads
-//! what changed since it, and neither puts the whole copy back (a million fields merged into
-//! Redis) nor reads the whole set.
+//! it by every write, which takes every field held: each commit holds every field of the
+//! version it names): a restart whose Redis still holds that epoch reads what changed since
+//! it, and neither puts the whole copy back (a million fields merged into Redis) nor reads
+//! the whole set.
 //!
 //! Every change is written with a version from the process's clock ([`Hlc`]), and a part
 //! taken out is written as a tombstone, so copies merge by the changes' own order
 //! ([`crate::policy::versions`]): a later resume beats an earlier suspension, a revocation is
 //! never undone, whichever copy reaches the store first.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::gather::{self, Gathered};
@@ -35,19 +43,16 @@ pub(super) struct Fleet {
     /// The `state.path` file, where the copy is kept too.
     pub(super) disk: Option<Arc<StateFile>>,
     copy: Mutex<Copy>,
-    /// Whether the copy at `state.path` holds every field of this copy as of its version:
-    /// when it was read with its position, and after each whole write of it; not after a
-    /// write of it failed (its position is then taken out at the next write).
-    disk_whole: AtomicBool,
     hlc: Hlc,
 }
 
 /// What this replica holds of the set.
 #[derive(Default)]
 struct Copy {
-    /// Every field, as last read or written; shared with whoever reads it whole (a start, a
-    /// put-back, the copy to disk) instead of copied: a million issued keys are a million
-    /// fields. A change while one holds it copies it ([`Arc::make_mut`]).
+    /// The fields held in memory, as last read or written: every field without `state.path`;
+    /// with it, those the file may lack (see the module's docs). Shared with whoever reads
+    /// them whole (a put-back, the copy to disk) instead of copied: a million issued keys are
+    /// a million fields. A change while one holds it copies it ([`Arc::make_mut`]).
     fields: Arc<Fields>,
     /// The set's version the copy is of (empty: read the whole set next time).
     version: String,
@@ -67,10 +72,11 @@ impl Fleet {
         let (gathered, at) = match &disk {
             Some(file) => file.read(|db| {
                 let (gathered, at) = read_copy(db)?;
-                if !gathered.fields.is_empty() {
+                if gathered.count > 0 {
                     return Ok((gathered, at));
                 }
-                // A copy written before versions: the same records, at version 0.
+                // A copy written before versions: the same records, at version 0, held in
+                // memory until the copy is written whole.
                 let legacy: Vec<(String, String)> = disk::read_all(db)?
                     .iter()
                     .flat_map(|(d, o)| legacy_fields(d, &o))
@@ -80,15 +86,19 @@ impl Fleet {
             })?,
             None => (gather::gather([], 0), None),
         };
-        let Gathered { fields, parts } = gathered;
-        let hlc = Hlc::default();
-        fields.values().for_each(|k| hlc.observe(k.version));
-        let opened = (!fields.is_empty()).then(|| Opened {
+        let Gathered {
+            fields,
             parts,
-            fields: fields.len(),
+            count,
+            latest,
+        } = gathered;
+        let hlc = Hlc::default();
+        hlc.observe(latest);
+        let opened = (count > 0).then(|| Opened {
+            parts,
+            fields: count,
             read: started.elapsed(),
         });
-        let disk_whole = AtomicBool::new(at.is_some());
         let (epoch, version) = at.unwrap_or_default();
         let fleet = Self {
             set: RedisSet::new(cfg),
@@ -98,27 +108,61 @@ impl Fleet {
                 version,
                 epoch,
             }),
-            disk_whole,
             hlc,
         };
         Ok((fleet, opened))
     }
 
-    /// Which set the copy at `state.path` is of, to write with it: the epoch and version this
-    /// copy is of, when both are known and the copy on disk holds every field of it.
-    fn position(&self) -> Option<disk::Position> {
+    /// The fields held in memory, and which set the copy is of (its epoch and version, when
+    /// both are known), from one look: the copy at `state.path` is of that set once every
+    /// field held is written to it.
+    fn held(&self) -> (Arc<Fields>, Option<disk::Position>) {
         let c = self.copy();
-        (self.disk_whole.load(Ordering::Acquire) && !c.epoch.is_empty() && !c.version.is_empty())
-            .then(|| (c.epoch.clone(), c.version.clone()))
+        let at = (!c.epoch.is_empty() && !c.version.is_empty())
+            .then(|| (c.epoch.clone(), c.version.clone()));
+        (Arc::clone(&c.fields), at)
     }
 
     fn copy(&self) -> std::sync::MutexGuard<'_, Copy> {
         self.copy.locked()
     }
 
-    /// The fields held.
-    pub(super) fn fields(&self) -> Arc<Fields> {
-        Arc::clone(&self.copy().fields)
+    /// Whether the copy holds no field (in memory, nor at `state.path`; a file that cannot be
+    /// read is taken to hold some).
+    pub(super) async fn holds_nothing(&self) -> bool {
+        if !self.copy().fields.is_empty() {
+            return false;
+        }
+        let Some(file) = &self.disk else {
+            return true;
+        };
+        let file = Arc::clone(file);
+        let rows = tokio::task::spawn_blocking(move || file.read(|db| disk::field_rows(db)));
+        matches!(rows.await, Ok(Ok(0)))
+    }
+
+    /// Every field of the copy, with its text as kept, in the order of their names: what a
+    /// put-back writes. With `state.path`, read from the file, the fields held in memory over
+    /// it; an error when it cannot be read.
+    pub(super) async fn whole(&self) -> Result<Vec<(String, String)>, String> {
+        let held = Arc::clone(&self.copy().fields);
+        let Some(file) = &self.disk else {
+            return Ok(held.iter().map(|(f, k)| (f.clone(), k.raw())).collect());
+        };
+        let file = Arc::clone(file);
+        tokio::task::spawn_blocking(move || {
+            let mut rows = Vec::with_capacity(file.read(|db| disk::field_rows(db))?);
+            file.read(|db| {
+                disk::read_copy_pages(db, |page| {
+                    rows.extend(page);
+                    true
+                })
+            })?;
+            Ok(over(rows, &held))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e: DiskError| e.to_string())
     }
 
     /// The set's version and epoch this copy is of.
@@ -140,18 +184,30 @@ impl Fleet {
     }
 
     /// Take the set read from Redis (same epoch: Redis has every change) as the copy, at
-    /// `version`: the fields that name a part, parsed.
-    pub(super) fn adopt(&self, version: String, fields: Fields) {
+    /// `version`: the fields that name a part, parsed. With `state.path`, written there
+    /// whole, and held in memory only when that write fails.
+    pub(super) async fn adopt(&self, version: String, fields: Fields) {
         fields.values().for_each(|k| self.hlc.observe(k.version));
-        let mut c = self.copy();
-        c.fields = Arc::new(fields);
-        c.version = version;
+        let fields = Arc::new(fields);
+        {
+            let mut c = self.copy();
+            c.fields = Arc::clone(&fields);
+            c.version = version;
+        }
+        if self.copy_to_disk(Arc::clone(&fields)).await {
+            let mut c = self.copy();
+            if Arc::ptr_eq(&c.fields, &fields) {
+                c.fields = Arc::default();
+            }
+        }
     }
 
     /// Take the fields a poll found changed since the version this copy is of (the same
-    /// epoch: Redis has every change) into the copy, now of `version`. The fields that name a
+    /// epoch: Redis has every change) into the copy, now of `version`, and into the copy at
+    /// `state.path` first when there is one: a change in force here holds through a restart
+    /// while Redis is down, however soon after the restart comes. The fields that name a
     /// part, parsed.
-    pub(super) fn adopt_delta(
+    pub(super) async fn adopt_delta(
         &self,
         version: String,
         raw: Vec<(String, String)>,
@@ -164,51 +220,98 @@ impl Fleet {
         changed
             .iter()
             .for_each(|(_, k)| self.hlc.observe(k.version));
-        let mut c = self.copy();
-        let fields = Arc::make_mut(&mut c.fields);
-        for (f, k) in &changed {
-            fields.insert(f.clone(), k.clone());
+        self.hold(&changed);
+        self.copy().version = version;
+        if !self.write_held().await {
+            tracing::warn!(target: "tollgate::overrides", "changes read from the cluster store were not copied to state.path (they are held in memory, and written at the next whole read of the set)");
         }
-        c.version = version;
         changed
     }
 
-    /// Each part this copy holds of the digest whose hash is `hash`, as kept.
-    pub(super) fn parts_of(&self, hash: &str) -> Vec<Kept> {
+    /// Each part this copy holds of each digest whose hash is one of `hashes` (in their
+    /// order), as kept; `None` when the copy at `state.path` could not be read.
+    pub(super) async fn parts_of(&self, hashes: &[&str]) -> Option<Vec<Vec<Kept>>> {
+        let names: Vec<String> = hashes
+            .iter()
+            .flat_map(|h| Part::ALL.map(|p| format!("{h}{}", p.suffix())))
+            .collect();
+        let on_disk = match &self.disk {
+            None => vec![None; names.len()],
+            Some(file) => {
+                let (file, names) = (Arc::clone(file), names.clone());
+                tokio::task::spawn_blocking(move || file.read(|db| disk::read_fields(db, &names)))
+                    .await
+                    .ok()?
+                    .ok()?
+            }
+        };
         let c = self.copy();
-        Part::ALL
-            .into_iter()
-            .filter_map(|p| c.fields.get(&format!("{hash}{}", p.suffix())).cloned())
-            .collect()
+        let mut kept = names.iter().zip(on_disk).map(|(f, text)| {
+            let on_disk = text.as_deref().and_then(Kept::parse);
+            later(f, c.fields.get(f), on_disk.as_ref()).cloned()
+        });
+        let parts = hashes
+            .iter()
+            .map(|_| kept.by_ref().take(Part::ALL.len()).flatten().collect())
+            .collect();
+        Some(parts)
     }
 
-    /// Keep `fields` (as Redis has them now) in the copy at `state.path` too.
-    pub(super) async fn copy_fields_to_disk(&self, fields: Vec<(String, Kept)>) {
-        if !self.write_fields_to_disk(fields).await {
-            tracing::warn!(target: "tollgate::overrides", "changes read from the cluster store were not copied to state.path (they are, at the next whole read of the set)");
+    /// Hold `fields` in memory (until they are written to `state.path`: [`Fleet::write_held`]).
+    fn hold(&self, fields: &[(String, Kept)]) {
+        if fields.is_empty() {
+            return;
+        }
+        let mut c = self.copy();
+        let held = Arc::make_mut(&mut c.fields);
+        for (f, k) in fields {
+            held.insert(f.clone(), k.clone());
         }
     }
 
-    /// Write `fields` to the copy at `state.path`, if there is one: whether that held.
-    async fn write_fields_to_disk(&self, fields: Vec<(String, Kept)>) -> bool {
+    /// `fields` were written to `state.path`: held in memory no more, unless changed since.
+    fn let_go(&self, fields: &[(String, Kept)]) {
+        let mut c = self.copy();
+        if self.disk.is_none() || c.fields.is_empty() {
+            return;
+        }
+        let held = Arc::make_mut(&mut c.fields);
+        for (f, k) in fields {
+            if held.get(f) == Some(k) {
+                held.remove(f);
+            }
+        }
+    }
+
+    /// Write every field held in memory to the copy at `state.path`, if there is one, with
+    /// which set the copy is then of, and hold them no more once that holds: whether it held
+    /// (or there is no file). Held are the fields just read or kept, and those of writes that
+    /// failed before: the first write that holds after a full disk makes the file the whole
+    /// copy again.
+    async fn write_held(&self) -> bool {
         let Some(file) = &self.disk else {
             return true;
         };
         let file = Arc::clone(file);
-        let at = self.position();
+        let (held, at) = self.held();
+        let written: Vec<(String, Kept)> =
+            held.iter().map(|(f, k)| (f.clone(), k.clone())).collect();
+        drop(held);
         let kept = tokio::task::spawn_blocking(move || {
-            file.write_kept(
-                |db| disk::write_fields(db, &fields, at.as_ref()),
-                backup::Delta::Fields(&fields),
-            )
+            let kept = file.write_kept(
+                |db| disk::write_fields(db, &written, at.as_ref()),
+                backup::Delta::Fields(&written),
+            );
+            kept.map(|()| written)
         })
         .await;
-        let held = matches!(kept, Ok(Ok(())));
-        if !held {
-            // Fields the copy on disk may lack: it says which set it is of no more.
-            self.disk_whole.store(false, Ordering::Release);
+        match kept {
+            Ok(Ok(written)) => {
+                self.let_go(&written);
+                true
+            }
+            _ => false,
         }
-        held
     }
 
     /// Keep the parts `changes` name (each digest's record after the change, the part changed
@@ -231,29 +334,25 @@ impl Fleet {
             .collect();
         let kept = self.set.write(&parts).await?;
         let written: Vec<(String, Kept)> = parts.into_iter().map(|p| p.field).zip(kept).collect();
-        {
-            let mut c = self.copy();
-            let fields = Arc::make_mut(&mut c.fields);
-            for (f, k) in &written {
-                self.hlc.observe(k.version);
-                fields.insert(f.clone(), k.clone());
-            }
-        }
-        if !self.write_fields_to_disk(written).await {
-            tracing::warn!(target: "tollgate::overrides", "a change kept in the cluster store was not copied to state.path (it is, at the next read of the set)");
+        written
+            .iter()
+            .for_each(|(_, k)| self.hlc.observe(k.version));
+        self.hold(&written);
+        if !self.write_held().await {
+            tracing::warn!(target: "tollgate::overrides", "a change kept in the cluster store was not copied to state.path (it is held in memory, and written at the next whole read of the set)");
         }
         Ok(())
     }
 
-    /// Keep the copy at `state.path` as `fields` (what the set holds now).
-    pub(super) async fn copy_to_disk(&self, fields: Arc<Fields>) {
+    /// Keep the copy at `state.path` as `fields` (what the set holds now): whether it was
+    /// written (never without a file).
+    async fn copy_to_disk(&self, fields: Arc<Fields>) -> bool {
         let Some(file) = &self.disk else {
-            return;
+            return false;
         };
         let file = Arc::clone(file);
         // Written whole: what the copy in memory is of, the copy on disk is of too.
-        self.disk_whole.store(true, Ordering::Release);
-        let at = self.position();
+        let (_, at) = self.held();
         let kept = tokio::task::spawn_blocking(move || {
             file.write_kept(
                 |db| disk::replace_fields(db, &fields, at.as_ref()),
@@ -263,21 +362,61 @@ impl Fleet {
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()));
-        if let Err(e) = kept {
-            self.disk_whole.store(false, Ordering::Release);
-            tracing::warn!(target: "tollgate::overrides", error = %e, "the copy of the cluster's overrides at state.path was not written");
+        if let Err(e) = &kept {
+            tracing::warn!(target: "tollgate::overrides", error = %e, "the copy of the cluster's overrides at state.path was not written (it is held in memory)");
         }
+        kept.is_ok()
     }
 }
 
-/// The copy at `state.path`, gathered, and which set it is of (one snapshot of the file): its
-/// pages read on a thread of their own (which packs each field's text) and each field's
-/// record parsed here as they come, so that the two threads share the work about evenly.
+/// Of the field `f` as held in memory and as read from `state.path`, the later in the
+/// changes' order ([`Kept::replaces`]; the one in memory when they are equal).
+fn later<'a>(f: &str, held: Option<&'a Kept>, on_disk: Option<&'a Kept>) -> Option<&'a Kept> {
+    match (held, on_disk, part_of_field(f)) {
+        (Some(h), Some(d), Some(part)) if d.replaces(part, h) => Some(d),
+        (Some(h), _, _) => Some(h),
+        (None, d, _) => d,
+    }
+}
+
+/// The copy whole: `rows` (each field's name and text as read from `state.path`) with the
+/// fields `held` in memory over them ([`later`]), in the order of their names (the file's
+/// order: its table's keys are compared as strings, as a [`Fields`]'s are).
+fn over(mut rows: Vec<(String, String)>, held: &Fields) -> Vec<(String, String)> {
+    if held.is_empty() {
+        return rows;
+    }
+    rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut out = Vec::with_capacity(rows.len() + held.len());
+    let mut mem = held.iter().peekable();
+    for (f, text) in rows {
+        while let Some((hf, hk)) = mem.next_if(|(hf, _)| hf.as_str() < f.as_str()) {
+            out.push((hf.clone(), hk.raw()));
+        }
+        let text = match mem.next_if(|(hf, _)| **hf == f) {
+            Some((_, h)) => {
+                let on_disk = Kept::parse(&text);
+                match later(&f, Some(h), on_disk.as_ref()) {
+                    Some(k) if std::ptr::eq(k, h) => h.raw(),
+                    _ => text,
+                }
+            }
+            None => text,
+        };
+        out.push((f, text));
+    }
+    out.extend(mem.map(|(f, k)| (f.clone(), k.raw())));
+    out
+}
+
+/// The copy at `state.path`, gathered (its fields left in the file), and which set it is of
+/// (one snapshot of the file): its pages read on a thread of their own and each field's
+/// record parsed here as they come.
 fn read_copy(db: &redb::Database) -> Result<(Gathered, Option<disk::Position>), DiskError> {
     let about = disk::field_rows(db)?;
     let (gathered, at) = crate::state::read_beside(
-        |hand| disk::read_copy_pages(db, |page| hand(gather::packed(page))),
-        |pages| gather::gather_packed(pages, about),
+        |hand| disk::read_copy_pages(db, hand),
+        |pages| gather::gather_unheld(pages, about),
     );
     at.map(|at| (gathered, at))
 }
@@ -303,4 +442,90 @@ fn legacy_fields(d: &Digest, o: &KeyRecord) -> Vec<(String, String)> {
             Some((part_field(d, part), json))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::redis_set::part_field;
+    use crate::policy::overrides::Change;
+
+    fn suspended(name: &str) -> KeyRecord {
+        KeyRecord {
+            suspended: Some(Box::new(Change {
+                since_ms: 1,
+                by: "admin".into(),
+                reason: None,
+            })),
+            ..KeyRecord::named(name)
+        }
+    }
+
+    fn revoked(name: &str) -> KeyRecord {
+        KeyRecord {
+            revoked: Some(Box::new(Change {
+                since_ms: 1,
+                by: "admin".into(),
+                reason: None,
+            })),
+            ..KeyRecord::named(name)
+        }
+    }
+
+    /// The copy whole is the file's fields with those held in memory over them: each field
+    /// once, in the order of names, the later of its two copies (a revocation kept whatever
+    /// the versions), the fields of either alone as they are.
+    #[test]
+    fn the_copy_whole_is_the_files_fields_with_the_held_ones_over_them() {
+        let d = |s: &[u8]| Digest::of(s);
+        let f = |s: &[u8], p| part_field(&d(s), p);
+        let tomb = |name: &str| KeyRecord::named(name);
+        let rows: Vec<(String, String)> = [
+            // Older on disk than in memory: memory's.
+            (f(b"a", Part::Suspended), Kept::new(10, &suspended("a"))),
+            // Later on disk than in memory (a write that came back out of order): the file's.
+            (f(b"b", Part::Suspended), Kept::new(30, &suspended("b"))),
+            // A revocation on disk, a later tombstone in memory: the revocation.
+            (f(b"c", Part::Revoked), Kept::new(5, &revoked("c"))),
+            // On disk alone.
+            (f(b"d", Part::Suspended), Kept::new(7, &suspended("d"))),
+        ]
+        .into_iter()
+        .map(|(f, k)| (f, k.raw()))
+        .collect();
+        let held: Fields = [
+            (f(b"a", Part::Suspended), Kept::new(20, &tomb("a"))),
+            (f(b"b", Part::Suspended), Kept::new(25, &tomb("b"))),
+            (f(b"c", Part::Revoked), Kept::new(9, &tomb("c"))),
+            // In memory alone.
+            (f(b"e", Part::Suspended), Kept::new(8, &suspended("e"))),
+        ]
+        .into_iter()
+        .collect();
+        let mut shuffled = rows.clone();
+        shuffled.reverse();
+        let whole = over(shuffled, &held);
+        let names: Vec<&str> = whole.iter().map(|(f, _)| f.as_str()).collect();
+        let mut want: Vec<&str> = rows
+            .iter()
+            .map(|(f, _)| f.as_str())
+            .chain(held.keys().map(String::as_str))
+            .collect();
+        want.sort_unstable();
+        want.dedup();
+        assert_eq!(names, want, "each field once, in order");
+        let text = |name: &str| &whole.iter().find(|(f, _)| f == name).unwrap().1;
+        let version = |name: &str| Kept::parse(text(name)).unwrap().version;
+        assert_eq!(version(&f(b"a", Part::Suspended)), 20);
+        assert_eq!(version(&f(b"b", Part::Suspended)), 30);
+        assert_eq!(
+            version(&f(b"c", Part::Revoked)),
+            5,
+            "a revocation is never undone"
+        );
+        assert_eq!(version(&f(b"d", Part::Suspended)), 7);
+        assert_eq!(version(&f(b"e", Part::Suspended)), 8);
+        // Nothing held: the file's rows as they are.
+        assert_eq!(over(rows.clone(), &Fields::new()), rows);
+    }
 }

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use super::redis_set::{field, split_field, Pages};
 use crate::digest::Digest;
 use crate::policy::overrides::{Compact, KeyRecord, KeyRecords};
-use crate::policy::versions::{part_of_field, Fields, Kept};
+use crate::policy::versions::{part_of_field, Fields, Kept, Version};
 use crate::policy::Policy;
 
 /// Pages a whole read may hold ready before the parse takes them.
@@ -27,9 +27,14 @@ const PAGES_AHEAD: usize = 4;
 
 /// The set read whole, as it came: the copy's fields and the records' parts.
 pub(super) struct Gathered {
-    /// Every field that names a part, as kept.
+    /// Every field that names a part, as kept (none from [`gather_unheld`]: the copy at
+    /// `state.path`, which holds them).
     pub(super) fields: Fields,
     pub(super) parts: Parts,
+    /// How many fields name a part.
+    pub(super) count: usize,
+    /// The latest version of those fields (0 for none): the clock is moved past it.
+    pub(super) latest: Version,
 }
 
 /// A sender for a whole read's pages, and the thread that gathers them: it ends, and its
@@ -68,6 +73,7 @@ pub(super) fn gather_packed(
 ) -> Gathered {
     let mut fields = Vec::with_capacity(about);
     let mut parts = Parts::with_capacity(about);
+    let mut latest = 0;
     for page in pages {
         for (f, kept, text) in page {
             if part_of_field(&f).is_none() {
@@ -75,14 +81,44 @@ pub(super) fn gather_packed(
             }
             // Read from the text, before the copy holds it packed.
             parts.add_record(&f, Kept::record_of(&text));
+            latest = latest.max(kept.version);
             fields.push((f, kept));
         }
     }
+    let count = fields.len();
     // Built in one go (sorted, the tree's nodes full; a field read twice keeps the later
     // copy, as an insert would).
     Gathered {
         fields: Fields::from_iter(fields),
         parts,
+        count,
+        latest,
+    }
+}
+
+/// [`gather`] of pages whose fields stay where they were read (the copy at `state.path`):
+/// each field's record and version read from its text, and no field held.
+pub(super) fn gather_unheld(
+    pages: impl IntoIterator<Item = Vec<(String, String)>>,
+    about: usize,
+) -> Gathered {
+    let mut parts = Parts::with_capacity(about);
+    let (mut count, mut latest) = (0, 0);
+    for page in pages {
+        for (f, text) in page {
+            let Some(version) = part_of_field(&f).and_then(|_| Kept::version_of(&text)) else {
+                continue;
+            };
+            parts.add_record(&f, Kept::record_of(&text));
+            count += 1;
+            latest = latest.max(version);
+        }
+    }
+    Gathered {
+        fields: Fields::new(),
+        parts,
+        count,
+        latest,
     }
 }
 

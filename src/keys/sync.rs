@@ -51,11 +51,9 @@ impl KeySync {
         let (version, about) = match fleet.set.poll(&known, &epoch).await? {
             Polled::Same => return Ok(true),
             Polled::Delta { version, fields } => {
-                let changed = fleet.adopt_delta(version, fields);
-                // On disk first (with `state.path`): a change in force here holds through a
-                // restart while Redis is down, however soon after the restart comes.
-                fleet.copy_fields_to_disk(changed.clone()).await;
-                apply_delta(fleet, &self.changes, &changed);
+                // On disk first (with `state.path`), then in force.
+                let changed = fleet.adopt_delta(version, fields).await;
+                apply_delta(fleet, &self.changes, &changed).await;
                 return Ok(true);
             }
             Polled::Whole { version, fields } => (version, fields),
@@ -63,13 +61,15 @@ impl KeySync {
                 epoch: found,
                 fields,
             } => {
-                if fields == 0 && fleet.fields().is_empty() {
+                if fields == 0 && fleet.holds_nothing().await {
                     // No set, and nothing to put back: nothing to mark either (a fleet that
                     // never changed a key leaves nothing in Redis).
                     fleet.marked(String::new());
                     return Ok(true);
                 }
-                put_back(fleet, &epoch, &found, fields).await?;
+                if !put_back(fleet, &epoch, &found, fields).await? {
+                    return Ok(false);
+                }
                 let (_, epoch) = fleet.known();
                 match fleet.set.poll("", &epoch).await? {
                     Polled::Whole { version, fields } => (version, fields),
@@ -90,15 +90,14 @@ impl KeySync {
             // Emptied or replaced while it was read: the next round finds it so.
             return Ok(false);
         }
-        let Gathered { fields, parts } = gathering
+        let Gathered { fields, parts, .. } = gathering
             .await
             .map_err(|_| StoreError::Malformed("the overrides' parse stopped"))?;
         let read = started.elapsed();
         let read_fields = fields.len();
-        fleet.adopt(version, fields);
         // On disk first (with `state.path`), as a delta is: what is in force here holds
         // through a restart while Redis is down, however soon after the read it comes.
-        fleet.copy_to_disk(fleet.fields()).await;
+        fleet.adopt(version, fields).await;
         let set = parts.into_set(&live.load().policy);
         let matched = started.elapsed();
         let dropped = self.changes.replace_records(set);
@@ -135,13 +134,22 @@ impl KeySync {
 /// The set was found with another epoch than `known` (`found`, empty for none, holding
 /// `fields` fields): put back what this replica holds, and take the epoch the set has then.
 /// Logged once, at `warn`, when the set was emptied or replaced under this replica, or found
-/// empty while this replica holds changes.
-async fn put_back(fleet: &Fleet, known: &str, found: &str, fields: u64) -> Result<(), StoreError> {
-    let copy: Vec<(String, String)> = fleet
-        .fields()
-        .iter()
-        .map(|(f, k)| (f.clone(), k.raw()))
-        .collect();
+/// empty while this replica holds changes. Whether it was put back: not when the copy at
+/// `state.path` cannot be read (the epoch is left as it was, and the next poll tries again:
+/// a set marked without this replica's copy would undo its changes).
+async fn put_back(
+    fleet: &Fleet,
+    known: &str,
+    found: &str,
+    fields: u64,
+) -> Result<bool, StoreError> {
+    let copy = match fleet.whole().await {
+        Ok(copy) => copy,
+        Err(why) => {
+            tracing::warn!(target: "tollgate::overrides", error = %why, "the copy of the cluster's overrides at state.path could not be read: not put back yet (tried again at the next poll)");
+            return Ok(false);
+        }
+    };
     let (epoch, changed) = fleet.set.restore(&copy, &new_epoch()).await?;
     let held = copy.len();
     // Emptied or replaced under this replica (it had read another epoch), or found empty
@@ -160,7 +168,7 @@ async fn put_back(fleet: &Fleet, known: &str, found: &str, fields: u64) -> Resul
         tracing::info!(target: "tollgate::overrides", put_back = changed, "changes the cluster store did not have put back from this replica's copy");
     }
     fleet.marked(epoch);
-    Ok(())
+    Ok(true)
 }
 
 /// Put in force what a delta changed: for each digest whose parts changed, its record as the
@@ -168,19 +176,24 @@ async fn put_back(fleet: &Fleet, known: &str, found: &str, fields: u64) -> Resul
 /// digest it names. A digest is found from its record: an issued key's record names it; any
 /// other names its key, whose digests (in force and `previous`) are hashed to match. The work
 /// is the delta's, whatever the number of keys; a record whose digest no key has any more (a
-/// revocation of a renamed key's digest) waits for the next whole read of the set.
-fn apply_delta(fleet: &Fleet, changes: &KeyChanges, changed: &[(String, Kept)]) {
+/// revocation of a renamed key's digest) waits for the next whole read of the set, as does
+/// the whole delta when the copy at `state.path` cannot be read.
+async fn apply_delta(fleet: &Fleet, changes: &KeyChanges, changed: &[(String, Kept)]) {
     let mut hashes: Vec<&str> = changed
         .iter()
         .filter_map(|(f, _)| split_field(f).map(|(h, _)| h))
         .collect();
     hashes.sort_unstable();
     hashes.dedup();
+    let Some(each) = fleet.parts_of(&hashes).await else {
+        tracing::warn!(target: "tollgate::overrides", "the copy of the cluster's overrides at state.path could not be read: what changed is put in force at the next whole read of the set");
+        fleet.forget_version();
+        return;
+    };
     let snap = changes.live.load();
     let keys = &snap.policy.keys;
     let mut records = Vec::new();
-    for hash in hashes {
-        let parts = fleet.parts_of(hash);
+    for (hash, parts) in hashes.into_iter().zip(each) {
         let mut record = KeyRecord::default();
         for o in parts.iter().filter_map(Kept::record) {
             if record.key.is_empty() {

@@ -13,7 +13,7 @@ use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefiniti
 
 use crate::digest::Digest;
 use crate::policy::overrides::{KeyRecord, KeyRecords};
-use crate::policy::versions::{Fields, Kept};
+use crate::policy::versions::{part_of_field, Fields, Kept};
 
 pub(super) const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("plan_overrides");
 
@@ -272,6 +272,27 @@ pub(crate) fn read_copy_pages(
     Ok(at)
 }
 
+/// The copy's text of each of `fields` (in their order; `None` where it holds none), from one
+/// snapshot.
+pub(crate) fn read_fields(
+    db: &impl ReadableDatabase,
+    fields: &[String],
+) -> Result<Vec<Option<String>>, DiskError> {
+    let txn = db.begin_read().map_err(store)?;
+    let Some(table) = table_in(&txn, FIELDS).map_err(store)? else {
+        return Ok(vec![None; fields.len()]);
+    };
+    fields
+        .iter()
+        .map(|f| {
+            Ok(table
+                .get(f.as_str())
+                .map_err(store)?
+                .map(|v| v.value().to_string()))
+        })
+        .collect()
+}
+
 /// Which set the copy is of ([`POSITION`]) as `txn` sees it.
 fn position_in(txn: &redb::ReadTransaction) -> Result<Option<Position>, DiskError> {
     let Some(table) = table_in(txn, POSITION).map_err(store)? else {
@@ -289,8 +310,9 @@ fn position_in(txn: &redb::ReadTransaction) -> Result<Option<Position>, DiskErro
 /// Which set the copy is of: its epoch and version.
 pub(crate) type Position = (String, String);
 
-/// Put `fields` in the copy (each replacing what was under its name), and say which set it
-/// is of (`at`; `None`: not known), in one transaction.
+/// Put `fields` in the copy (each in place of what was under its name, unless that is later
+/// in the changes' order: [`Kept::replaces`]), and say which set it is of (`at`; `None`: not
+/// known), in one transaction.
 pub(crate) fn write_fields(
     db: &redb::Database,
     fields: &[(String, Kept)],
@@ -324,6 +346,18 @@ fn write_copy<'a>(
             table.retain(|_, _| false).map_err(store)?;
         }
         for (f, k) in fields {
+            // Two writes of one field that met out of order (the first one's caller went
+            // away while it was written) keep the later change, as the store does.
+            if !whole {
+                let held = table.get(f.as_str()).map_err(store)?;
+                let held = held.and_then(|v| Kept::parse(v.value()));
+                let part = part_of_field(f);
+                if let (Some(part), Some(held)) = (part, held) {
+                    if held != *k && !k.replaces(part, &held) {
+                        continue;
+                    }
+                }
+            }
             table.insert(f.as_str(), k.raw().as_str()).map_err(store)?;
         }
     }
@@ -438,5 +472,31 @@ mod tests {
         let all: Fields = one.into_iter().chain(two).collect();
         replace_fields(&db, &all, Some(&at("e2", "9"))).unwrap();
         assert_eq!(position(&db), Some(at("e2", "9")));
+    }
+
+    /// A field written again keeps the later change (a write that comes back out of order
+    /// leaves the copy as it was), and is read back by its name.
+    #[test]
+    fn a_field_written_again_keeps_the_later_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir.path().join("state.db")).unwrap();
+        let digits = crate::policy::versions::VERSION_DIGITS;
+        let kept = |v: u64| Kept::parse(&format!("{v:0digits$}|{{\"key\":\"k\"}}")).unwrap();
+        let f = crate::keys::redis_set::part_field(
+            &Digest([9; 32]),
+            crate::policy::overrides::Part::Suspended,
+        );
+        let names = [f.clone(), "not-written".to_string()];
+        let read = |db: &redb::Database| read_fields(db, &names).unwrap();
+        assert_eq!(read(&db), vec![None, None], "never written");
+        write_fields(&db, &[(f.clone(), kept(5))], None).unwrap();
+        write_fields(&db, &[(f.clone(), kept(3))], None).unwrap();
+        assert_eq!(
+            read(&db),
+            vec![Some(kept(5).raw()), None],
+            "the earlier one left out"
+        );
+        write_fields(&db, &[(f.clone(), kept(8))], None).unwrap();
+        assert_eq!(read(&db)[0], Some(kept(8).raw()));
     }
 }

@@ -166,6 +166,69 @@ fn a_full_disk_refuses_admin_changes_and_fails_no_request() {
     assert_eq!(k["quota"]["used"], 21, "{k}");
 }
 
+/// With `cluster`, a change Redis kept while the disk under `state.path` was full is held in
+/// memory (the copy is otherwise read from the file): a Redis that forgets meanwhile gets it
+/// back from this replica with those the file holds, and the first write that holds once the
+/// disk has room takes every field held, so that a restart while Redis is down still has it.
+#[test]
+fn a_fleet_change_the_full_disk_missed_is_put_back_and_written_once_it_has_room() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = crate::harness::RedisServer::start();
+    let disk = SmallDisk::mount("1m");
+    let state = disk.path("state.db");
+    let prefix = format!("fd{}", redis.port);
+    let config = config_for(&up)
+        .cluster(&redis.url(), &prefix, 100)
+        .state_path(state.to_str().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let (mut p, _, a) = Process::run(dir.path(), "gw", &config);
+    assert_eq!(admin(a, "POST", "/api/keys/basic-1/suspend").status, 200);
+    disk.fill();
+    let r = admin(a, "POST", "/api/keys/standard-1/suspend");
+    assert_eq!(
+        r.status,
+        200,
+        "kept in Redis: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+
+    let mut con = redis.client();
+    let set = format!("{{{prefix}:ov}}:set");
+    let parts = |con: &mut redis::Connection| -> usize {
+        let fields: Vec<String> = redis::cmd("HKEYS").arg(&set).query(con).unwrap();
+        fields.iter().filter(|f| !f.starts_with('~')).count()
+    };
+    assert_eq!(parts(&mut con), 2);
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    eventually(
+        "both suspensions put back, the one on disk and the one held",
+        || parts(&mut con) == 2,
+    );
+    let both = settled(
+        || (key_state(a, "basic-1"), key_state(a, "standard-1")),
+        |s| s == &("suspended".into(), "suspended".into()),
+    );
+    assert_eq!(both, ("suspended".into(), "suspended".into()));
+
+    // Room again: the next change's write takes what was held.
+    disk.free();
+    eventually("/readyz says ready again", || {
+        readyz(a) == (200, "ready".into())
+    });
+    assert_eq!(admin(a, "POST", "/api/keys/pro-1/suspend").status, 200);
+    p.signal("KILL");
+    let _ = p.wait_exit(Duration::from_secs(10));
+    drop(redis);
+    let (_p, _, a) = Process::run(dir.path(), "gw", &config);
+    for name in ["basic-1", "standard-1", "pro-1"] {
+        assert_eq!(
+            key_state(a, name),
+            "suspended",
+            "{name}, from state.path alone"
+        );
+    }
+}
+
 /// `SIGKILL` while admin changes are being written and the disk fills under them: the file
 /// opens again, every change acknowledged is in force, none refused is, and the one in flight
 /// when the process died is either (it may have been kept without its answer getting out).

@@ -97,7 +97,7 @@ impl Kept {
     }
 
     /// The version of a kept text as the store holds it; `None` when it is neither form.
-    fn version_of(raw: &str) -> Option<Version> {
+    pub fn version_of(raw: &str) -> Option<Version> {
         match raw.as_bytes().get(VERSION_DIGITS) {
             Some(b'|')
                 if raw.as_bytes()[..VERSION_DIGITS]
