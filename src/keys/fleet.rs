@@ -137,7 +137,7 @@ impl Fleet {
             return true;
         };
         let file = Arc::clone(file);
-        let rows = tokio::task::spawn_blocking(move || file.read(|db| disk::field_rows(db)));
+        let rows = tokio::task::spawn_blocking(move || file.read(disk::field_rows));
         matches!(rows.await, Ok(Ok(0)))
     }
 
@@ -151,7 +151,7 @@ impl Fleet {
         };
         let file = Arc::clone(file);
         tokio::task::spawn_blocking(move || {
-            let mut rows = Vec::with_capacity(file.read(|db| disk::field_rows(db))?);
+            let mut rows = Vec::with_capacity(file.read(disk::field_rows)?);
             file.read(|db| {
                 disk::read_copy_pages(db, |page| {
                     rows.extend(page);
