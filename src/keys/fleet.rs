@@ -288,10 +288,18 @@ impl Fleet {
     /// (or there is no file). Held are the fields just read or kept, and those of writes that
     /// failed before: the first write that holds after a full disk makes the file the whole
     /// copy again.
+    ///
+    /// Not tried while the file's disk fails (a write of everything held, a million fields
+    /// after a whole read, would fail each time, and each change would wait for it): the
+    /// keeper's probe says when it takes writes again ([`StateFile::probe`]), and the next
+    /// write then takes what was held meanwhile.
     async fn write_held(&self) -> bool {
         let Some(file) = &self.disk else {
             return true;
         };
+        if file.is_failing() {
+            return false;
+        }
         let file = Arc::clone(file);
         let (held, at) = self.held();
         let written: Vec<(String, Kept)> =
@@ -350,6 +358,10 @@ impl Fleet {
         let Some(file) = &self.disk else {
             return false;
         };
+        if file.is_failing() {
+            // Held in memory, as after a write that fails ([`Fleet::write_held`]).
+            return false;
+        }
         let file = Arc::clone(file);
         // Written whole: what the copy in memory is of, the copy on disk is of too.
         let (_, at) = self.held();
