@@ -309,6 +309,66 @@ fn a_redis_flushed_while_the_replicas_run_undoes_no_change() {
     }
 }
 
+/// A change read from the fleet is put in force with the key's other parts as this
+/// replica's copy holds them: with `state.path`, read from the file (memory holds only what
+/// the file may lack). `b` suspends a configured key and an issued one; once `a` has them
+/// (and its file holds them), `b` sets a limit on each: the delta `a` reads names only the
+/// limit's field, and `a` must find the suspension (and the issued key's own part, which
+/// names its digest) in the file, or put the key back in force unsuspended.
+#[test]
+fn a_change_read_from_the_fleet_keeps_the_parts_state_path_holds() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("pp{}", redis.port);
+    let a = fleet(&up, &redis.url(), &prefix)
+        .state_path(dir.path().join("a-state.db").to_str().unwrap());
+    let b = fleet(&up, &redis.url(), &prefix);
+    let (_pa, la, admin_a) = Process::run(dir.path(), "a", &a);
+    let (_pb, _lb, admin_b) = Process::run(dir.path(), "b", &b);
+    let ok = |r: Response| assert_eq!(r.status / 100, 2, "{}", String::from_utf8_lossy(&r.body));
+    let created = admin_json(
+        admin_b,
+        "POST",
+        "/api/keys",
+        r#"{"name":"shop","plan":"basic"}"#,
+    );
+    assert_eq!(
+        created.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
+    let secret = created.json()["key"].as_str().unwrap().to_string();
+    for name in ["sus", "shop"] {
+        ok(admin(admin_b, "POST", &format!("/api/keys/{name}/suspend")));
+    }
+    eventually("a has both suspensions", || {
+        ["sus", "shop"]
+            .iter()
+            .all(|n| state(admin_a, n)["state"] == "suspended")
+    });
+    for name in ["sus", "shop"] {
+        ok(admin_json(
+            admin_b,
+            "PUT",
+            &format!("/api/keys/{name}/limit"),
+            r#"{"requests_per_window":5}"#,
+        ));
+    }
+    eventually("a has both limits", || {
+        ["sus", "shop"]
+            .iter()
+            .all(|n| state(admin_a, n)["requests_per_window"] == 5)
+    });
+    for name in ["sus", "shop"] {
+        assert_eq!(state(admin_a, name)["state"], "suspended", "{name} on a");
+    }
+    for key in ["sus-key", secret.as_str()] {
+        assert_eq!(call(la, key).status, 401, "suspended on a");
+    }
+}
+
 /// Two replicas sharing a Redis of their own, `a` keeping its copy at `state.path` and `b`
 /// nothing, every change made and in force on `a` ([`a_keeps_a_copy`]); each test restarts
 /// `a`.
