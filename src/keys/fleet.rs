@@ -462,24 +462,24 @@ mod tests {
     use crate::keys::redis_set::part_field;
     use crate::policy::overrides::Change;
 
+    fn change() -> Option<Box<Change>> {
+        Some(Box::new(Change {
+            since_ms: 1,
+            by: "admin".into(),
+            reason: None,
+        }))
+    }
+
     fn suspended(name: &str) -> KeyRecord {
         KeyRecord {
-            suspended: Some(Box::new(Change {
-                since_ms: 1,
-                by: "admin".into(),
-                reason: None,
-            })),
+            suspended: change(),
             ..KeyRecord::named(name)
         }
     }
 
     fn revoked(name: &str) -> KeyRecord {
         KeyRecord {
-            revoked: Some(Box::new(Change {
-                since_ms: 1,
-                by: "admin".into(),
-                reason: None,
-            })),
+            revoked: change(),
             ..KeyRecord::named(name)
         }
     }

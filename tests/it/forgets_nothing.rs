@@ -317,15 +317,8 @@ fn a_redis_flushed_while_the_replicas_run_undoes_no_change() {
 /// names its digest) in the file, or put the key back in force unsuspended.
 #[test]
 fn a_change_read_from_the_fleet_keeps_the_parts_state_path_holds() {
-    let up = Upstream::start(Mode::Ok);
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let prefix = format!("pp{}", redis.port);
-    let a = fleet(&up, &redis.url(), &prefix)
-        .state_path(dir.path().join("a-state.db").to_str().unwrap());
-    let b = fleet(&up, &redis.url(), &prefix);
-    let (_pa, la, admin_a) = Process::run(dir.path(), "a", &a);
-    let (_pb, _lb, admin_b) = Process::run(dir.path(), "b", &b);
+    let (two, la, admin_a) = two_replicas("pp");
+    let admin_b = two.admin_b;
     let ok = |r: Response| assert_eq!(r.status / 100, 2, "{}", String::from_utf8_lossy(&r.body));
     let created = admin_json(
         admin_b,
@@ -370,8 +363,8 @@ fn a_change_read_from_the_fleet_keeps_the_parts_state_path_holds() {
 }
 
 /// Two replicas sharing a Redis of their own, `a` keeping its copy at `state.path` and `b`
-/// nothing, every change made and in force on `a` ([`a_keeps_a_copy`]); each test restarts
-/// `a`.
+/// nothing ([`two_replicas`]); with every change made and in force on `a` for the tests that
+/// restart `a` ([`a_keeps_a_copy`]).
 struct AKeepsACopy {
     a: TestConfig,
     b: TestConfig,
@@ -387,6 +380,17 @@ struct AKeepsACopy {
 
 /// [`AKeepsACopy`], its Redis's prefix starting with `tag`.
 fn a_keeps_a_copy(tag: &str) -> AKeepsACopy {
+    let (two, la, admin_a) = two_replicas(tag);
+    make_every_change(la, admin_a, two.admin_b);
+    eventually("every change in force on a", || {
+        changes_in_force(la, admin_a).is_none()
+    });
+    two
+}
+
+/// The two replicas of [`AKeepsACopy`] before any change, and `a`'s listener and admin
+/// listener.
+fn two_replicas(tag: &str) -> (AKeepsACopy, SocketAddr, SocketAddr) {
     let up = Upstream::start(Mode::Ok);
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
@@ -396,11 +400,7 @@ fn a_keeps_a_copy(tag: &str) -> AKeepsACopy {
     let b = fleet(&up, &redis.url(), &prefix);
     let (pa, la, admin_a) = Process::run(dir.path(), "a", &a);
     let (pb, lb, admin_b) = Process::run(dir.path(), "b", &b);
-    make_every_change(la, admin_a, admin_b);
-    eventually("every change in force on a", || {
-        changes_in_force(la, admin_a).is_none()
-    });
-    AKeepsACopy {
+    let two = AKeepsACopy {
         a,
         b,
         pa,
@@ -411,7 +411,8 @@ fn a_keeps_a_copy(tag: &str) -> AKeepsACopy {
         prefix,
         dir,
         up,
-    }
+    };
+    (two, la, admin_a)
 }
 
 #[test]
