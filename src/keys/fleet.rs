@@ -30,7 +30,7 @@ use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::fleet_store::StoreError;
 use crate::policy::overrides::{KeyRecord, Part};
-use crate::policy::versions::{part_of_field, Fields, Hlc, Kept};
+use crate::policy::versions::{part_of_field, Fields, Hlc, Kept, Version};
 use crate::runtime::live::unix_ms;
 use crate::state::backup;
 use crate::state::disk::{self, DiskError};
@@ -92,6 +92,7 @@ impl Fleet {
             count,
             latest,
         } = gathered;
+        let fields = gather::held(fields);
         let hlc = Hlc::default();
         hlc.observe(latest);
         let opened = (count > 0).then(|| Opened {
@@ -184,22 +185,27 @@ impl Fleet {
     }
 
     /// Take the set read from Redis (same epoch: Redis has every change) as the copy, at
-    /// `version`: the fields that name a part, parsed. With `state.path`, written there
-    /// whole, and held in memory only when that write fails.
-    pub(super) async fn adopt(&self, version: String, fields: Fields) {
-        fields.values().for_each(|k| self.hlc.observe(k.version));
-        let fields = Arc::new(fields);
-        {
-            let mut c = self.copy();
-            c.fields = Arc::clone(&fields);
-            c.version = version;
-        }
-        if self.copy_to_disk(Arc::clone(&fields)).await {
-            let mut c = self.copy();
-            if Arc::ptr_eq(&c.fields, &fields) {
-                c.fields = Arc::default();
+    /// `version` (the latest version among its fields: `latest`): `fields`, those that name a
+    /// part, in the order read. With `state.path`, written there whole, and held in memory
+    /// only when that write fails; without, held in memory (its tree built on a blocking
+    /// thread: the sort of a million names is a good part of a second's work).
+    pub(super) async fn adopt(
+        &self,
+        version: String,
+        fields: Vec<(String, Kept)>,
+        latest: Version,
+    ) {
+        self.hlc.observe(latest);
+        self.copy().version = version;
+        let fields = match self.copy_to_disk(fields).await {
+            Ok(()) => {
+                self.copy().fields = Arc::default();
+                return;
             }
-        }
+            Err(fields) => fields,
+        };
+        let fields = tokio::task::spawn_blocking(move || gather::held(fields)).await;
+        self.copy().fields = Arc::new(fields.expect("packing the copy does not panic"));
     }
 
     /// Take the fields a poll found changed since the version this copy is of (the same
@@ -352,32 +358,44 @@ impl Fleet {
         Ok(())
     }
 
-    /// Keep the copy at `state.path` as `fields` (what the set holds now): whether it was
-    /// written (never without a file).
-    async fn copy_to_disk(&self, fields: Arc<Fields>) -> bool {
+    /// Keep the copy at `state.path` as `fields` (what the set holds now, in the order
+    /// read); `fields` back when they were not written (no file, a disk that fails).
+    async fn copy_to_disk(&self, fields: Vec<(String, Kept)>) -> Result<(), Vec<(String, Kept)>> {
         let Some(file) = &self.disk else {
-            return false;
+            return Err(fields);
         };
         if file.is_failing() {
             // Held in memory, as after a write that fails ([`Fleet::write_held`]).
-            return false;
+            return Err(fields);
         }
         let file = Arc::clone(file);
         // Written whole: what the copy in memory is of, the copy on disk is of too.
         let (_, at) = self.held();
+        // In the order of the file's table (its B-tree filled from one end, not all over): a
+        // stable sort, so that a field read twice is written the later last.
+        let sorted = tokio::task::spawn_blocking(move || {
+            let mut fields = fields;
+            fields.sort_by(|a, b| a.0.cmp(&b.0));
+            fields
+        });
+        let fields = Arc::new(sorted.await.expect("a sort does not panic"));
+        let written = Arc::clone(&fields);
         let kept = tokio::task::spawn_blocking(move || {
             file.write_kept(
-                |db| disk::replace_fields(db, &fields, at.as_ref()),
+                |db| disk::replace_read(db, &written, at.as_ref()),
                 backup::Delta::Whole,
             )
         })
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()));
-        if let Err(e) = &kept {
-            tracing::warn!(target: "tollgate::overrides", error = %e, "the copy of the cluster's overrides at state.path was not written (it is held in memory)");
+        match kept {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                tracing::warn!(target: "tollgate::overrides", error = %e, "the copy of the cluster's overrides at state.path was not written (it is held in memory)");
+                Err(Arc::try_unwrap(fields).unwrap_or_else(|shared| (*shared).clone()))
+            }
         }
-        kept.is_ok()
     }
 }
 

@@ -3,7 +3,7 @@
 //! while the next page is read, so a start at a million issued keys reads and parses at once
 //! instead of one after the other; the parts gathered are then merged by digest and matched
 //! to the keys' digests ([`Parts::into_set`]). A start with the copy at `state.path` gathers
-//! that copy's pages the same way ([`gather_packed`], from `fleet.rs`), each parsed once from
+//! that copy's pages the same way ([`gather_unheld`], from `fleet.rs`), each parsed once from
 //! its text.
 //!
 //! An issued key's records are gathered under their digests in one vector sized once, each
@@ -27,9 +27,9 @@ const PAGES_AHEAD: usize = 4;
 
 /// The set read whole, as it came: the copy's fields and the records' parts.
 pub(super) struct Gathered {
-    /// Every field that names a part, as kept (none from [`gather_unheld`]: the copy at
-    /// `state.path`, which holds them).
-    pub(super) fields: Fields,
+    /// Every field that names a part, its text packed as the copy holds it, in the order
+    /// read (none from [`gather_unheld`]: the copy at `state.path`, which holds them).
+    pub(super) fields: Vec<(String, Kept)>,
     pub(super) parts: Parts,
     /// How many fields name a part.
     pub(super) count: usize,
@@ -49,59 +49,29 @@ pub(super) fn gather_beside(about: usize) -> (Pages, tokio::task::JoinHandle<Gat
 
 /// Gather `pages` (each field's name and its text as kept, as Redis answers a page and as
 /// the copy at `state.path` holds it; about `about` fields in all): each field that names a
-/// part, packed for the copy, and its record parsed from the text it came as.
+/// part, its text packed for the copy ([`held`]), and its record parsed from the text.
 pub(super) fn gather(
     pages: impl IntoIterator<Item = Vec<(String, String)>>,
     about: usize,
 ) -> Gathered {
-    gather_packed(pages.into_iter().map(packed), about)
-}
-
-/// A page's fields, each with its text packed for the copy (a text that is not a kept
-/// record's left out), for [`gather_packed`].
-pub(super) fn packed(page: Vec<(String, String)>) -> Vec<(String, Kept, String)> {
-    page.into_iter()
-        .filter_map(|(f, text)| Some((f, Kept::parse(&text)?, text)))
-        .collect()
-}
-
-/// [`gather`] of pages whose fields' texts are already packed for the copy (each field's
-/// name, its text packed, and the text to parse its record from).
-pub(super) fn gather_packed(
-    pages: impl IntoIterator<Item = Vec<(String, Kept, String)>>,
-    about: usize,
-) -> Gathered {
-    let mut fields = Vec::with_capacity(about);
-    let mut parts = Parts::with_capacity(about);
-    let mut latest = 0;
-    for page in pages {
-        for (f, kept, text) in page {
-            if part_of_field(&f).is_none() {
-                continue;
-            }
-            // Read from the text, before the copy holds it packed.
-            parts.add_record(&f, Kept::record_of(&text));
-            latest = latest.max(kept.version);
-            fields.push((f, kept));
-        }
-    }
-    let count = fields.len();
-    // Built in one go (sorted, the tree's nodes full; a field read twice keeps the later
-    // copy, as an insert would).
-    Gathered {
-        fields: Fields::from_iter(fields),
-        parts,
-        count,
-        latest,
-    }
+    gather_with(pages, about, true)
 }
 
 /// [`gather`] of pages whose fields stay where they were read (the copy at `state.path`):
-/// each field's record and version read from its text, and no field held.
+/// each field's record and version read from its text, and no field kept.
 pub(super) fn gather_unheld(
     pages: impl IntoIterator<Item = Vec<(String, String)>>,
     about: usize,
 ) -> Gathered {
+    gather_with(pages, about, false)
+}
+
+fn gather_with(
+    pages: impl IntoIterator<Item = Vec<(String, String)>>,
+    about: usize,
+    keep: bool,
+) -> Gathered {
+    let mut fields = Vec::with_capacity(if keep { about } else { 0 });
     let mut parts = Parts::with_capacity(about);
     let (mut count, mut latest) = (0, 0);
     for page in pages {
@@ -109,17 +79,29 @@ pub(super) fn gather_unheld(
             let Some(version) = part_of_field(&f).and_then(|_| Kept::version_of(&text)) else {
                 continue;
             };
+            // Read from the text, before the copy holds it packed.
             parts.add_record(&f, Kept::record_of(&text));
             count += 1;
             latest = latest.max(version);
+            if keep {
+                fields.extend(Kept::parse(&text).map(|k| (f, k)));
+            }
         }
     }
     Gathered {
-        fields: Fields::new(),
+        fields,
         parts,
         count,
         latest,
     }
+}
+
+/// `fields` as the copy holds them in memory: one tree built in one go (sorted, its nodes
+/// full; a field read twice keeps the later copy, as an insert would). Made off the path a
+/// start waits on where it can be (`sync.rs`): the sort of a million names takes a good part
+/// of a second.
+pub(super) fn held(fields: Vec<(String, Kept)>) -> Fields {
+    Fields::from_iter(fields)
 }
 
 /// Each part's record (tombstones left out): an issued key's own part under the digest it

@@ -45,7 +45,7 @@ impl KeySync {
         };
         // Serialized with the changes made here: a change is kept and held before a poll
         // reads the set, or after the poll's set is in force.
-        let _one = self.changes.serial.lock().await;
+        let one = Arc::clone(&self.changes.serial).lock_owned().await;
         let live = &self.changes.live;
         let (known, epoch) = fleet.known();
         let (version, about) = match fleet.set.poll(&known, &epoch).await? {
@@ -90,21 +90,31 @@ impl KeySync {
             // Emptied or replaced while it was read: the next round finds it so.
             return Ok(false);
         }
-        let Gathered { fields, parts, .. } = gathering
+        let Gathered {
+            fields,
+            parts,
+            count,
+            latest,
+        } = gathering
             .await
             .map_err(|_| StoreError::Malformed("the overrides' parse stopped"))?;
         let read = started.elapsed();
-        let read_fields = fields.len();
-        // On disk first (with `state.path`), as a delta is: what is in force here holds
+        // With `state.path`, on disk first, as a delta is: what is in force here holds
         // through a restart while Redis is down, however soon after the read it comes.
-        fleet.adopt(version, fields).await;
+        // Without, the copy is made in memory after the set is in force (below).
+        let mut in_memory = None;
+        if fleet.disk.is_some() {
+            fleet.adopt(version, fields, latest).await;
+        } else {
+            in_memory = Some((version, fields));
+        }
         let set = parts.into_set(&live.load().policy);
         let matched = started.elapsed();
         let dropped = self.changes.replace_records(set);
         let ms = |d: std::time::Duration| d.as_millis() as u64;
         tracing::info!(
             target: "tollgate::overrides",
-            fields = read_fields,
+            fields = count,
             read_ms = ms(read),
             match_ms = ms(matched - read),
             apply_ms = ms(started.elapsed() - matched),
@@ -112,6 +122,22 @@ impl KeySync {
         );
         for d in &dropped {
             tracing::info!(target: "tollgate::overrides", key = %d.before.key, reason = d.why.as_str(), "override dropped");
+        }
+        if let Some((version, fields)) = in_memory {
+            if dropped.is_empty() {
+                // Made on a task of its own, the lock held until it is (no change or poll
+                // reads or writes the copy before): a start that waits for this read is
+                // ready meanwhile, not after the sort of a million fields.
+                let changes = Arc::clone(&self.changes);
+                tokio::spawn(async move {
+                    if let Backend::Redis(fleet) = &changes.backend {
+                        fleet.adopt(version, fields, latest).await;
+                    }
+                    drop(one);
+                });
+                return Ok(true);
+            }
+            fleet.adopt(version, fields, latest).await;
         }
         if !dropped.is_empty() {
             // Each part dropped, kept as taken out (a tombstone): every replica drops it too.
