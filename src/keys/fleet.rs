@@ -382,7 +382,7 @@ impl Fleet {
         let written = Arc::clone(&fields);
         let kept = tokio::task::spawn_blocking(move || {
             file.write_kept(
-                |db| disk::replace_read(db, &written, at.as_ref()),
+                |db| disk::replace_fields(db, written.iter().map(|(f, k)| (f, k)), at.as_ref()),
                 backup::Delta::Whole,
             )
         })

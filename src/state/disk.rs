@@ -13,7 +13,7 @@ use redb::{ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefiniti
 
 use crate::digest::Digest;
 use crate::policy::overrides::{KeyRecord, KeyRecords};
-use crate::policy::versions::{part_of_field, Fields, Kept};
+use crate::policy::versions::{part_of_field, Kept};
 
 pub(super) const TABLE: TableDefinition<'_, &[u8], &[u8]> = TableDefinition::new("plan_overrides");
 
@@ -322,24 +322,14 @@ pub(crate) fn write_fields(
     write_copy(db, texts, false, at)
 }
 
-/// Make the copy hold `fields` and nothing else, and say which set it is of (`at`), in one
-/// transaction.
-pub(crate) fn replace_fields(
+/// Make the copy hold `fields` and nothing else (a field given twice: the later), and say
+/// which set it is of (`at`), in one transaction.
+pub(crate) fn replace_fields<'a>(
     db: &redb::Database,
-    fields: &Fields,
+    fields: impl IntoIterator<Item = (&'a String, &'a Kept)>,
     at: Option<&Position>,
 ) -> Result<(), DiskError> {
-    let texts = fields.iter().map(|(f, k)| (f.as_str(), k.raw()));
-    write_copy(db, texts, true, at)
-}
-
-/// [`replace_fields`] of fields in the order read (a field read twice: the later).
-pub(crate) fn replace_read(
-    db: &redb::Database,
-    fields: &[(String, Kept)],
-    at: Option<&Position>,
-) -> Result<(), DiskError> {
-    let texts = fields.iter().map(|(f, k)| (f.as_str(), k.raw()));
+    let texts = fields.into_iter().map(|(f, k)| (f.as_str(), k.raw()));
     write_copy(db, texts, true, at)
 }
 
@@ -481,7 +471,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(read.len(), 2);
-        let all: Fields = one.into_iter().chain(two).collect();
+        let all: crate::policy::versions::Fields = one.into_iter().chain(two).collect();
         replace_fields(&db, &all, Some(&at("e2", "9"))).unwrap();
         assert_eq!(position(&db), Some(at("e2", "9")));
     }
