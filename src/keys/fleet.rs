@@ -205,7 +205,7 @@ impl Fleet {
             Err(fields) => fields,
         };
         let fields = tokio::task::spawn_blocking(move || gather::held(fields)).await;
-        self.copy().fields = Arc::new(fields.expect("packing the copy does not panic"));
+        self.copy().fields = Arc::new(fields.expect("building the copy's tree does not panic"));
     }
 
     /// Take the fields a poll found changed since the version this copy is of (the same
@@ -229,7 +229,7 @@ impl Fleet {
         self.hold(&changed);
         self.copy().version = version;
         if !self.write_held().await {
-            tracing::warn!(target: "tollgate::overrides", "changes read from the cluster store were not copied to state.path (they are held in memory, and written at the next whole read of the set)");
+            tracing::warn!(target: "tollgate::overrides", "changes read from the cluster store were not copied to state.path (they are held in memory, and written by the next write that holds)");
         }
         changed
     }
@@ -353,7 +353,7 @@ impl Fleet {
             .for_each(|(_, k)| self.hlc.observe(k.version));
         self.hold(&written);
         if !self.write_held().await {
-            tracing::warn!(target: "tollgate::overrides", "a change kept in the cluster store was not copied to state.path (it is held in memory, and written at the next whole read of the set)");
+            tracing::warn!(target: "tollgate::overrides", "a change kept in the cluster store was not copied to state.path (it is held in memory, and written by the next write that holds)");
         }
         Ok(())
     }
