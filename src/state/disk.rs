@@ -318,8 +318,7 @@ pub(crate) fn write_fields(
     fields: &[(String, Kept)],
     at: Option<&Position>,
 ) -> Result<(), DiskError> {
-    let texts = fields.iter().map(|(f, k)| (f.as_str(), k.raw()));
-    write_copy(db, texts, false, at)
+    write_copy(db, fields.iter().map(|(f, k)| (f, k)), false, at)
 }
 
 /// Make the copy hold `fields` and nothing else (a field given twice: the later), and say
@@ -329,15 +328,14 @@ pub(crate) fn replace_fields<'a>(
     fields: impl IntoIterator<Item = (&'a String, &'a Kept)>,
     at: Option<&Position>,
 ) -> Result<(), DiskError> {
-    let texts = fields.into_iter().map(|(f, k)| (f.as_str(), k.raw()));
-    write_copy(db, texts, true, at)
+    write_copy(db, fields.into_iter(), true, at)
 }
 
 /// `fields` put in the copy (in place of all it held, when `whole`) and [`POSITION`] set to
 /// `at`, in one transaction.
 fn write_copy<'a>(
     db: &redb::Database,
-    fields: impl Iterator<Item = (&'a str, String)>,
+    fields: impl Iterator<Item = (&'a String, &'a Kept)>,
     whole: bool,
     at: Option<&Position>,
 ) -> Result<(), DiskError> {
@@ -347,20 +345,19 @@ fn write_copy<'a>(
         if whole {
             table.retain(|_, _| false).map_err(store)?;
         }
-        for (f, text) in fields {
+        for (f, k) in fields {
             // Two writes of one field that met out of order (the first one's caller went
             // away while it was written) keep the later change, as the store does.
             if !whole {
-                let held = table.get(f).map_err(store)?;
+                let held = table.get(f.as_str()).map_err(store)?;
                 let held = held.and_then(|v| Kept::parse(v.value()));
-                let part = part_of_field(f);
-                if let (Some(part), Some(held), Some(k)) = (part, held, Kept::parse(&text)) {
-                    if held != k && !k.replaces(part, &held) {
+                if let (Some(part), Some(held)) = (part_of_field(f), held) {
+                    if held != *k && !k.replaces(part, &held) {
                         continue;
                     }
                 }
             }
-            table.insert(f, text.as_str()).map_err(store)?;
+            table.insert(f.as_str(), k.raw().as_str()).map_err(store)?;
         }
     }
     put_position(&txn, at)?;
