@@ -8,8 +8,18 @@
 //! Memory holds only what the file may lack: each field from the moment Redis has it until
 //! a write of it to the file holds (a write that fails, on a full disk, leaves it held, and
 //! the next write that holds takes every field held). The copy is the file's fields with
-//! those over them, each field the later of the two in the changes' order. Without
-//! `state.path`, memory holds the copy whole.
+//! those over them, each field the later of the two in the changes' order.
+//!
+//! Without `state.path`, memory holds the copy, but not the text of an issued key's own part
+//! (most of a million issued keys' fields) while the set in force makes that text again byte
+//! for byte: for such a key the copy holds its digest's first 8 bytes and the part's version
+//! ([`Made`]: 16 bytes a key, where the text held was some 220 with its name and its node).
+//! A whole read checks each such field as it takes it (the text made from the record put in
+//! force at the field's version, compared with the text read: one another build wrote
+//! differently stays held); the moment the record under that digest changes in the set (a
+//! suspension, a rotation, a delete, a reload that drops it), the text is held first
+//! ([`Fleet::before_change`]). The copy is then the fields held, and for each key made, its
+//! part made from its record.
 //!
 //! The copy at `state.path` says which set it is of (the set's epoch and version, written with
 //! it by every write, which takes every field held: each commit holds every field of the
@@ -26,10 +36,11 @@ use std::sync::{Arc, Mutex};
 
 use super::gather::{self, Gathered};
 use super::redis_set::{part_field, NewPart, RedisSet};
+use super::KeyChanges;
 use crate::config::Cluster;
 use crate::digest::Digest;
 use crate::fleet_store::StoreError;
-use crate::policy::overrides::{KeyRecord, Part};
+use crate::policy::overrides::{KeyRecord, KeyRecords, Part};
 use crate::policy::versions::{part_of_field, Fields, Hlc, Kept, Version};
 use crate::runtime::live::unix_ms;
 use crate::state::backup;
@@ -54,6 +65,9 @@ struct Copy {
     /// them whole (a put-back, the copy to disk) instead of copied: a million issued keys are
     /// a million fields. A change while one holds it copies it ([`Arc::make_mut`]).
     fields: Arc<Fields>,
+    /// Without `state.path`: the issued keys whose own part no field held gives, for the set
+    /// in force makes it again (see the module's docs). Shared as `fields` is.
+    made: Arc<Made>,
     /// The set's version the copy is of (empty: read the whole set next time).
     version: String,
     /// The set's epoch as last read (empty: none read yet).
@@ -91,6 +105,7 @@ impl Fleet {
             parts,
             count,
             latest,
+            ..
         } = gathered;
         let fields = gather::held(fields);
         let hlc = Hlc::default();
@@ -106,6 +121,7 @@ impl Fleet {
             disk,
             copy: Mutex::new(Copy {
                 fields: Arc::new(fields),
+                made: Arc::default(),
                 version,
                 epoch,
             }),
@@ -131,8 +147,11 @@ impl Fleet {
     /// Whether the copy holds no field (in memory, nor at `state.path`; a file that cannot be
     /// read is taken to hold some).
     pub(super) async fn holds_nothing(&self) -> bool {
-        if !self.copy().fields.is_empty() {
-            return false;
+        {
+            let c = self.copy();
+            if !c.fields.is_empty() || !c.made.0.is_empty() {
+                return false;
+            }
         }
         let Some(file) = &self.disk else {
             return true;
@@ -144,12 +163,28 @@ impl Fleet {
 
     /// Every field of the copy, with its text as kept, in the order of their names: what a
     /// put-back writes. With `state.path`, read from the file, the fields held in memory over
-    /// it; an error when it cannot be read.
-    pub(super) async fn whole(&self) -> Result<Vec<(String, String)>, String> {
-        let held = Arc::clone(&self.copy().fields);
+    /// it; an error when it cannot be read. Without, the fields held and the parts made from
+    /// `changes`'s set in force ([`Made`]).
+    pub(super) async fn whole(
+        &self,
+        changes: &Arc<KeyChanges>,
+    ) -> Result<Vec<(String, String)>, String> {
         let Some(file) = &self.disk else {
-            return Ok(held.iter().map(|(f, k)| (f.clone(), k.raw())).collect());
+            let made = Arc::clone(&self.copy().made);
+            let changes = Arc::clone(changes);
+            let rows = tokio::task::spawn_blocking(move || made_rows(&made, &changes))
+                .await
+                .map_err(|e| e.to_string())?;
+            // Looked at after the parts were made: a part held as text meanwhile (a reload
+            // dropped its record) is in it.
+            let held = Arc::clone(&self.copy().fields);
+            let rows = rows
+                .into_iter()
+                .filter(|(f, _)| !held.contains_key(f))
+                .collect();
+            return Ok(over(rows, &held));
         };
+        let held = Arc::clone(&self.copy().fields);
         let file = Arc::clone(file);
         tokio::task::spawn_blocking(move || {
             let mut rows = Vec::with_capacity(file.read(disk::field_rows)?);
@@ -186,26 +221,67 @@ impl Fleet {
 
     /// Take the set read from Redis (same epoch: Redis has every change) as the copy, at
     /// `version` (the latest version among its fields: `latest`): `fields`, those that name a
-    /// part, in the order read. With `state.path`, written there whole, and held in memory
-    /// only when that write fails; without, held in memory (its tree built on a blocking
-    /// thread: the sort of a million names is a good part of a second's work).
+    /// part, in the order read (`issued`: which of them are issued keys' own parts, and their
+    /// digests). With `state.path`, written there whole, and held in memory only when that
+    /// write fails; without, held in memory but for the parts `changes`'s set in force,
+    /// already this read's, makes again ([`Made`]). Made on a blocking thread: the sort of a
+    /// million names, and the check of a million parts, are a second's work or so.
     pub(super) async fn adopt(
         &self,
         version: String,
         fields: Vec<(String, Kept)>,
+        issued: Vec<(usize, Digest)>,
         latest: Version,
+        changes: &Arc<KeyChanges>,
     ) {
         self.hlc.observe(latest);
         self.copy().version = version;
         let fields = match self.copy_to_disk(fields).await {
             Ok(()) => {
-                self.copy().fields = Arc::default();
+                let mut c = self.copy();
+                c.fields = Arc::default();
+                c.made = Arc::default();
                 return;
             }
             Err(fields) => fields,
         };
-        let fields = tokio::task::spawn_blocking(move || gather::held(fields)).await;
-        self.copy().fields = Arc::new(fields.expect("building the copy's tree does not panic"));
+        let changes = Arc::clone(changes);
+        let made = self.disk.is_none();
+        let copy = tokio::task::spawn_blocking(move || {
+            if made {
+                split_made(fields, &issued, &changes)
+            } else {
+                (gather::held(fields), Made::default())
+            }
+        });
+        let (fields, made) = copy.await.expect("building the copy's tree does not panic");
+        let mut c = self.copy();
+        c.fields = Arc::new(fields);
+        c.made = Arc::new(made);
+    }
+
+    /// The record under `d` in `changes`'s set in force is about to change: when the copy
+    /// holds no text of its issued part, for the record made it ([`Made`]), that text is
+    /// held first, as the record makes it now.
+    pub(super) fn before_change(&self, d: &Digest, set: &KeyRecords) {
+        let mut c = self.copy();
+        let Some(version) = c.made.version(d) else {
+            return;
+        };
+        let f = part_field(d, Part::Issued);
+        if c.fields.contains_key(&f) {
+            return;
+        }
+        if let Some(record) = set.slim(d) {
+            Arc::make_mut(&mut c.fields).insert(f, Kept::new(version, &record));
+        }
+    }
+
+    /// The issued part under `d` as the copy has it when it holds no text of it (the set in
+    /// force makes it: [`Made`]); `None` when it is held (or there is none).
+    pub(super) fn made_part(&self, d: &Digest, changes: &KeyChanges) -> Option<KeyRecord> {
+        self.copy().made.version(d)?;
+        changes.with_records(|set| set.slim(d))
     }
 
     /// Take the fields a poll found changed since the version this copy is of (the same
@@ -235,8 +311,9 @@ impl Fleet {
     }
 
     /// Each part this copy holds of each digest whose hash is one of `hashes` (in their
-    /// order), as kept; `None` when the copy at `state.path` could not be read.
-    pub(super) async fn parts_of(&self, hashes: &[&str]) -> Option<Vec<Vec<Kept>>> {
+    /// order), as kept, named; `None` when the copy at `state.path` could not be read. An
+    /// issued part the set in force makes ([`Made`]) is not among them: [`Fleet::made_part`].
+    pub(super) async fn parts_of(&self, hashes: &[&str]) -> Option<Vec<Vec<(Part, Kept)>>> {
         let names: Vec<String> = hashes
             .iter()
             .flat_map(|h| Part::ALL.map(|p| format!("{h}{}", p.suffix())))
@@ -258,7 +335,13 @@ impl Fleet {
         });
         let parts = hashes
             .iter()
-            .map(|_| kept.by_ref().take(Part::ALL.len()).flatten().collect())
+            .map(|_| {
+                Part::ALL
+                    .into_iter()
+                    .zip(kept.by_ref().take(Part::ALL.len()))
+                    .filter_map(|(p, k)| Some((p, k?)))
+                    .collect()
+            })
             .collect();
         Some(parts)
     }
@@ -439,6 +522,90 @@ fn over(mut rows: Vec<(String, String)>, held: &Fields) -> Vec<(String, String)>
     out
 }
 
+/// Steps of a walk of the set in force: its lock is taken for each, not for the walk.
+const STEP: usize = 4096;
+
+/// Without `state.path`: the issued keys whose own part the copy holds no text of, because
+/// the set in force makes that text again byte for byte (see the module's docs): each by
+/// its digest's first 8 bytes, with the part's version, in order. Two digests that share
+/// their first 8 bytes are both held as text instead.
+#[derive(Default)]
+pub(super) struct Made(Vec<(u64, Version)>);
+
+impl Made {
+    /// The version of the part made under `d` (or under another digest with its first 8
+    /// bytes: never one the set holds, whose parts the copy holds as text).
+    fn version(&self, d: &Digest) -> Option<Version> {
+        let p = prefix(d);
+        let i = self.0.binary_search_by_key(&p, |(q, _)| *q).ok()?;
+        Some(self.0[i].1)
+    }
+}
+
+/// A digest's first 8 bytes, as a number.
+fn prefix(d: &Digest) -> u64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&d.0[..8]);
+    u64::from_le_bytes(first)
+}
+
+/// `fields` (read whole, `issued` naming the issued keys' own parts among them) split into
+/// the fields the copy holds and the parts `changes`'s set in force makes again: a part is
+/// made when the record under its digest, held slim, makes at its version the very text read.
+fn split_made(
+    fields: Vec<(String, Kept)>,
+    issued: &[(usize, Digest)],
+    changes: &KeyChanges,
+) -> (Fields, Made) {
+    let mut made: Vec<(u64, Version, usize)> = Vec::with_capacity(issued.len());
+    for step in issued.chunks(STEP) {
+        let records: Vec<Option<KeyRecord>> =
+            changes.with_records(|set| step.iter().map(|(_, d)| set.slim(d)).collect());
+        for (&(i, d), record) in step.iter().zip(records) {
+            let kept = &fields[i].1;
+            if record.is_some_and(|r| Kept::new(kept.version, &r) == *kept) {
+                made.push((prefix(&d), kept.version, i));
+            }
+        }
+    }
+    made.sort_unstable_by_key(|m| m.0);
+    let mut is_made = vec![false; fields.len()];
+    let mut only = Vec::with_capacity(made.len());
+    for same in made.chunk_by(|a, b| a.0 == b.0) {
+        if let [(p, v, i)] = same {
+            is_made[*i] = true;
+            only.push((*p, *v));
+        }
+    }
+    drop(made);
+    let held = fields
+        .into_iter()
+        .zip(is_made)
+        .filter_map(|(f, made)| (!made).then_some(f));
+    (gather::held(held.collect()), Made(only))
+}
+
+/// The parts `made` names, made from `changes`'s set in force, as kept, in the order of
+/// their fields' names.
+fn made_rows(made: &Made, changes: &KeyChanges) -> Vec<(String, String)> {
+    let mut rows = Vec::with_capacity(made.0.len());
+    let mut after = None;
+    while !made.0.is_empty() {
+        let (slim, last) = changes.with_records(|set| set.slim_after(after.as_ref(), STEP));
+        for (d, record) in slim {
+            if let Some(v) = made.version(&d) {
+                rows.push((part_field(&d, Part::Issued), Kept::raw_of(v, &record)));
+            }
+        }
+        match last {
+            Some(last) => after = Some(last),
+            None => break,
+        }
+    }
+    rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    rows
+}
+
 /// The copy at `state.path`, gathered (its fields left in the file), and which set it is of
 /// (one snapshot of the file): its pages read on a thread of their own and each field's
 /// record parsed here as they come.
@@ -500,6 +667,89 @@ mod tests {
             revoked: change(),
             ..KeyRecord::named(name)
         }
+    }
+
+    /// Without `state.path`, an issued key's own part whose text the set in force makes again
+    /// is not held as text, and the copy whole (what a put-back writes) still gives it byte
+    /// for byte; a part whose text another build wrote differently stays held; and a change
+    /// to the record (a suspension, the record taken out) holds the text first, as it was
+    /// read, so that the copy keeps what Redis has.
+    #[tokio::test]
+    async fn a_part_the_set_makes_again_is_held_as_a_version_and_put_back_byte_for_byte() {
+        use crate::keys::{Backend, Keeping, KeyChanges};
+        use crate::policy::overrides::IssuedKey;
+        use crate::runtime::live::LivePolicy;
+        let cluster = Cluster {
+            redis_url: "redis://127.0.0.1:1".into(),
+            key_prefix: "made".into(),
+            sync_interval: std::time::Duration::from_secs(1),
+            timeout: std::time::Duration::from_secs(1),
+        };
+        let (keeping, _) = Keeping::open(Some(&cluster), None).unwrap();
+        let live =
+            Arc::new(LivePolicy::new(tollgate_core::testing::config(), Arc::default()).unwrap());
+        let changes = KeyChanges::new(keeping, Arc::clone(&live), KeyRecords::new());
+        let Backend::Redis(fleet) = &changes.backend else {
+            unreachable!("a cluster's changes are kept in Redis")
+        };
+        let issued = |name: &str| {
+            let d = Digest::of(name.as_bytes());
+            let record = KeyRecord {
+                issued: Some(Box::new(IssuedKey::plain(d, 1, 1_700_000_000_000))),
+                ..KeyRecord::named(name)
+            };
+            (d, record)
+        };
+        let names = ["a", "b", "c", "w"];
+        let mut rows: Vec<(String, String)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let (d, record) = issued(name);
+                let raw = Kept::new(1_700_000_000_000_000 + i as u64, &record).raw();
+                (part_field(&d, Part::Issued), raw)
+            })
+            .collect();
+        // Written by another build: the same record, spelt otherwise.
+        rows[3].1 = rows[3].1.replacen(r#"{"key":"w","#, r#"{ "key":"w","#, 1);
+        // A suspension's tombstone, held as any other part is.
+        let (da, _) = issued("a");
+        let tomb = Kept::new(5, &KeyRecord::named("a")).raw();
+        rows.push((part_field(&da, Part::Suspended), tomb));
+        rows.sort_unstable();
+
+        // A whole read, as a round takes it: in force, then into the copy.
+        let gathered = gather::gather([rows.clone()], rows.len());
+        assert_eq!(gathered.issued.len(), 4, "each issued key's own part");
+        let set = gathered.parts.into_set(&live.load().policy);
+        assert!(changes.replace_records(set).is_empty());
+        fleet
+            .adopt("1".into(), gathered.fields, gathered.issued, 9, &changes)
+            .await;
+        let held: Vec<String> = fleet.copy().fields.keys().cloned().collect();
+        let w = part_field(&issued("w").0, Part::Issued);
+        let mut want = vec![w, part_field(&da, Part::Suspended)];
+        want.sort_unstable();
+        assert_eq!(held, want, "only what the set cannot make again is held");
+        assert_eq!(fleet.copy().made.0.len(), 3);
+        assert_eq!(fleet.whole(&changes).await.unwrap(), rows, "byte for byte");
+        assert!(!fleet.holds_nothing().await);
+
+        // A suspension of `a` put in force, and `b` taken out (as a reload drops it): their
+        // parts as read are held first, and the copy whole is as it was.
+        let (db, _) = issued("b");
+        let mut suspended = issued("a").1;
+        suspended.suspended = change();
+        changes.put_records(&[
+            (da, Part::Suspended, suspended),
+            (db, Part::Issued, KeyRecord::named("b")),
+        ]);
+        assert_eq!(fleet.copy().fields.len(), 4, "a's and b's parts held now");
+        assert_eq!(fleet.whole(&changes).await.unwrap(), rows, "byte for byte");
+        // `c` is still made from the set, as a delta that names it finds it.
+        let (dc, c) = issued("c");
+        assert_eq!(fleet.made_part(&dc, &changes), Some(c));
+        assert_eq!(fleet.made_part(&da, &changes), None, "held: not made");
     }
 
     /// The copy whole is the file's fields with those held in memory over them: each field

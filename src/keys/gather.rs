@@ -30,6 +30,10 @@ pub(super) struct Gathered {
     /// Every field that names a part, its text packed as the copy holds it, in the order
     /// read (none from [`gather_unheld`]: the copy at `state.path`, which holds them).
     pub(super) fields: Vec<(String, Kept)>,
+    /// Of `fields`, each issued key's own part (the field of the digest its record names):
+    /// its place in `fields`, and that digest. The copy need not hold such a field's text
+    /// while the set in force can make it again ([`super::fleet`]).
+    pub(super) issued: Vec<(usize, Digest)>,
     pub(super) parts: Parts,
     /// How many fields name a part.
     pub(super) count: usize,
@@ -72,6 +76,7 @@ fn gather_with(
     keep: bool,
 ) -> Gathered {
     let mut fields = Vec::with_capacity(if keep { about } else { 0 });
+    let mut issued = Vec::with_capacity(if keep { about } else { 0 });
     let mut parts = Parts::with_capacity(about);
     let (mut count, mut latest) = (0, 0);
     for page in pages {
@@ -80,16 +85,18 @@ fn gather_with(
                 continue;
             };
             // Read from the text, before the copy holds it packed.
-            parts.add_record(&f, Kept::record_of(&text));
+            let id = parts.add_record(&f, Kept::record_of(&text));
             count += 1;
             latest = latest.max(version);
-            if keep {
-                fields.extend(Kept::parse(&text).map(|k| (f, k)));
+            if let Some(k) = Kept::parse(&text).filter(|_| keep) {
+                issued.extend(id.map(|id| (fields.len(), id)));
+                fields.push((f, k));
             }
         }
     }
     Gathered {
         fields,
+        issued,
         parts,
         count,
         latest,
@@ -126,20 +133,21 @@ impl Parts {
         }
     }
 
-    /// Add the part `o` the field `f` holds (`None`: not a record).
-    fn add_record(&mut self, f: &str, o: Option<KeyRecord>) {
-        let Some((h, hash)) = split_field(f).and_then(|(h, _)| Some((h, hash_of(h)?))) else {
-            return;
-        };
-        let Some(o) = o.filter(|o| !o.is_empty()) else {
-            return;
-        };
+    /// Add the part `o` the field `f` holds (`None`: not a record); the digest it is kept
+    /// under when it is an issued key's own part.
+    fn add_record(&mut self, f: &str, o: Option<KeyRecord>) -> Option<Digest> {
+        let (h, hash) = split_field(f).and_then(|(h, _)| Some((h, hash_of(h)?)))?;
+        let o = o.filter(|o| !o.is_empty())?;
         match o.issued.as_ref().map(|k| k.id) {
             Some(id) if field(&id) == h => {
                 self.issued.push((id, Compact::of(&id, o)));
                 self.hashes.push(hash);
+                Some(id)
             }
-            _ => self.other.push((hash, o)),
+            _ => {
+                self.other.push((hash, o));
+                None
+            }
         }
     }
 

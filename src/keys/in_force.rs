@@ -72,6 +72,17 @@ impl InForce {
     }
 }
 
+impl KeyChanges {
+    /// The record under `d` in `set` (the set in force) is about to change: with `cluster`,
+    /// the copy of the fleet's set takes what it made from it as text first
+    /// ([`super::fleet::Fleet::before_change`]).
+    fn before_change(&self, d: &Digest, set: &KeyRecords) {
+        if let super::Backend::Redis(fleet) = &self.backend {
+            fleet.before_change(d, set);
+        }
+    }
+}
+
 /// Whether a record shows a change beyond the key it issues.
 fn shows_a_change(o: &KeyRecord) -> bool {
     Part::ALL.into_iter().any(|p| p != Part::Issued && o.has(p))
@@ -114,6 +125,7 @@ impl KeyChanges {
         self.live.serialized(|snap| {
             let mut in_force = self.in_force.locked();
             for (d, _, o) in changes {
+                self.before_change(d, &in_force.records);
                 in_force.put(*d, o);
                 snap.policy.apply_record(d, o);
             }
@@ -171,6 +183,9 @@ impl KeyHook for KeyChanges {
         let dropped = {
             let mut in_force = self.in_force.locked();
             let drops = new.apply_overrides(&in_force.records);
+            for d in &drops {
+                self.before_change(&d.digest, &in_force.records);
+            }
             settle_drops(new, &mut in_force.records, &drops, self.live.metrics());
             in_force.recounted();
             self.live.metrics().set_plan_overrides(in_force.upgrades);

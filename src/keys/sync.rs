@@ -67,7 +67,7 @@ impl KeySync {
                     fleet.marked(String::new());
                     return Ok(true);
                 }
-                if !put_back(fleet, &epoch, &found, fields).await? {
+                if !put_back(fleet, &self.changes, &epoch, &found, fields).await? {
                     return Ok(false);
                 }
                 let (_, epoch) = fleet.known();
@@ -92,6 +92,7 @@ impl KeySync {
         }
         let Gathered {
             fields,
+            issued,
             parts,
             count,
             latest,
@@ -104,9 +105,11 @@ impl KeySync {
         // Without, the copy is made in memory after the set is in force (below).
         let mut in_memory = None;
         if fleet.disk.is_some() {
-            fleet.adopt(version, fields, latest).await;
+            fleet
+                .adopt(version, fields, issued, latest, &self.changes)
+                .await;
         } else {
-            in_memory = Some((version, fields));
+            in_memory = Some((version, fields, issued));
         }
         let set = parts.into_set(&live.load().policy);
         let matched = started.elapsed();
@@ -123,7 +126,7 @@ impl KeySync {
         for d in &dropped {
             tracing::info!(target: "tollgate::overrides", key = %d.before.key, reason = d.why.as_str(), "override dropped");
         }
-        if let Some((version, fields)) = in_memory {
+        if let Some((version, fields, issued)) = in_memory {
             if dropped.is_empty() {
                 // Made on a task of its own, the lock held until it is (no change or poll
                 // reads or writes the copy before): a start that waits for this read is
@@ -131,13 +134,15 @@ impl KeySync {
                 let changes = Arc::clone(&self.changes);
                 tokio::spawn(async move {
                     if let Backend::Redis(fleet) = &changes.backend {
-                        fleet.adopt(version, fields, latest).await;
+                        fleet.adopt(version, fields, issued, latest, &changes).await;
                     }
                     drop(one);
                 });
                 return Ok(true);
             }
-            fleet.adopt(version, fields, latest).await;
+            fleet
+                .adopt(version, fields, issued, latest, &self.changes)
+                .await;
         }
         if !dropped.is_empty() {
             // Each part dropped, kept as taken out (a tombstone): every replica drops it too.
@@ -165,11 +170,12 @@ impl KeySync {
 /// a set marked without this replica's copy would undo its changes).
 async fn put_back(
     fleet: &Fleet,
+    changes: &Arc<KeyChanges>,
     known: &str,
     found: &str,
     fields: u64,
 ) -> Result<bool, StoreError> {
-    let copy = match fleet.whole().await {
+    let copy = match fleet.whole(changes).await {
         Ok(copy) => copy,
         Err(why) => {
             tracing::warn!(target: "tollgate::overrides", error = %why, "the copy of the cluster's overrides at state.path could not be read: not put back yet (tried again at the next poll)");
@@ -221,7 +227,7 @@ async fn apply_delta(fleet: &Fleet, changes: &KeyChanges, changed: &[(String, Ke
     let mut records = Vec::new();
     for (hash, parts) in hashes.into_iter().zip(each) {
         let mut record = KeyRecord::default();
-        for o in parts.iter().filter_map(Kept::record) {
+        for o in parts.iter().filter_map(|(_, k)| k.record()) {
             if record.key.is_empty() {
                 record.key.clone_from(&o.key);
             }
@@ -240,6 +246,13 @@ async fn apply_delta(fleet: &Fleet, changes: &KeyChanges, changed: &[(String, Ke
             .chain(by_name)
             .find(|d| field(d) == hash);
         if let Some(d) = digest {
+            // An issued key's own part the set in force makes (no text held of it): from
+            // there, as the copy has it.
+            if !parts.iter().any(|(p, _)| *p == Part::Issued) {
+                if let Some(o) = fleet.made_part(&d, changes) {
+                    record.merge(o);
+                }
+            }
             let part = changed
                 .iter()
                 .find_map(|(f, _)| split_field(f).filter(|(h, _)| *h == hash).map(|(_, p)| p))

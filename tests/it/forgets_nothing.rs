@@ -309,6 +309,84 @@ fn a_redis_flushed_while_the_replicas_run_undoes_no_change() {
     }
 }
 
+/// The fields of the overrides' set that name a part (not the store's own marks), as Redis
+/// holds them, by name.
+fn part_fields(redis: &mut redis::Connection, prefix: &str) -> Vec<(String, String)> {
+    let set = format!("{{{prefix}:ov}}:set");
+    let mut all: Vec<(String, String)> = redis::cmd("HGETALL").arg(&set).query(redis).unwrap();
+    all.retain(|(f, _)| !f.starts_with('~'));
+    all.sort_unstable();
+    all
+}
+
+/// Without `state.path` a replica's copy holds no text of an issued key's own part that its
+/// set in force makes again: what it puts back when Redis forgets is still, byte for byte,
+/// what Redis held. Replica `b` reads the fleet's issued keys whole (they were issued on `a`
+/// before `b` started), then `a` suspends one, deletes one and limits one (each changes the
+/// record `b` made a part from); `a` stops, Redis is flushed, and `b` alone puts back.
+#[test]
+fn issued_keys_put_back_by_a_replica_without_state_path_are_what_redis_held() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("mk{}", redis.port);
+    let (a, b) = (
+        fleet(&up, &redis.url(), &prefix),
+        fleet(&up, &redis.url(), &prefix),
+    );
+    let (pa, _, admin_a) = Process::run(dir.path(), "a", &a);
+    let names = ["made-1", "made-2", "made-3", "made-4", "made-5"];
+    let mut secrets = Vec::new();
+    for name in names {
+        let body = format!(r#"{{"name":"{name}","plan":"basic"}}"#);
+        let created = admin_json(admin_a, "POST", "/api/keys", &body);
+        assert_eq!(
+            created.status,
+            201,
+            "{}",
+            String::from_utf8_lossy(&created.body)
+        );
+        secrets.push(created.json()["key"].as_str().unwrap().to_string());
+    }
+    let (pb, lb, admin_b) = Process::run(dir.path(), "b", &b);
+    for secret in &secrets {
+        assert_eq!(call(lb, secret).status, 200, "b serves what a issued");
+    }
+    let ok = |r: Response| assert_eq!(r.status / 100, 2, "{}", String::from_utf8_lossy(&r.body));
+    ok(admin(admin_a, "POST", "/api/keys/made-1/suspend"));
+    ok(admin(admin_a, "DELETE", "/api/keys/made-2"));
+    ok(admin_json(
+        admin_a,
+        "PUT",
+        "/api/keys/made-3/limit",
+        r#"{"requests_per_window":5}"#,
+    ));
+    eventually("b has a's changes", || {
+        state(admin_b, "made-1")["state"] == "suspended"
+            && admin(admin_b, "GET", "/api/keys/made-2").status == 404
+            && state(admin_b, "made-3")["requests_per_window"] == 5
+    });
+    let mut con = redis.client();
+    let held = part_fields(&mut con, &prefix);
+    assert_eq!(
+        held.len(),
+        8,
+        "five issued parts, a suspension, a deletion's, a limit"
+    );
+    drop(pa);
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    eventually("b puts the set back", || {
+        part_fields(&mut con, &prefix).len() >= held.len()
+    });
+    assert_eq!(part_fields(&mut con, &prefix), held, "byte for byte");
+    eventually("b logs the put-back", || restored_lines(&pb) == 1);
+    assert_eq!(call(lb, &secrets[0]).status, 401, "made-1 suspended");
+    assert_eq!(call(lb, &secrets[1]).status, 401, "made-2 deleted");
+    for secret in &secrets[2..] {
+        assert_eq!(call(lb, secret).status, 200);
+    }
+}
+
 /// A change read from the fleet is put in force with the key's other parts as this
 /// replica's copy holds them: with `state.path`, read from the file (memory holds only what
 /// the file may lack). `b` suspends a configured key and an issued one; once `a` has them

@@ -73,6 +73,17 @@ impl Kept {
         Self::of_json(version, &json)
     }
 
+    /// The text [`Kept::new`] keeps for `record` at `version` (its [`Kept::raw`]), made
+    /// without packing it first.
+    pub fn raw_of(version: Version, record: &KeyRecord) -> String {
+        let json = serde_json::to_string(record).expect("a record serializes");
+        format!(
+            "{:0width$}|{json}",
+            version.min(MAX_VERSION),
+            width = VERSION_DIGITS
+        )
+    }
+
     /// `json` at `version`.
     pub fn of_json(version: Version, json: &str) -> Self {
         let version = version.min(MAX_VERSION);
@@ -217,6 +228,23 @@ impl Hlc {
 mod tests {
     use super::*;
     use crate::policy::overrides::Change;
+
+    /// The text made without packing is the one kept, for versions of every width and the
+    /// largest.
+    #[test]
+    fn a_text_made_at_once_is_the_one_kept() {
+        let mut o = KeyRecord::named("k");
+        o.suspended = Some(Box::new(Change {
+            since_ms: 1,
+            by: "admin".into(),
+            reason: Some("a \"reason\"".into()),
+        }));
+        for v in [0, 7, 1_700_000_000_000_123, MAX_VERSION, u64::MAX] {
+            for r in [&o, &KeyRecord::named("k")] {
+                assert_eq!(Kept::raw_of(v, r), Kept::new(v, r).raw(), "{v}");
+            }
+        }
+    }
 
     fn field(suffix: &str) -> String {
         format!("{}{suffix}", "a".repeat(32))

@@ -358,6 +358,37 @@ impl KeyRecords {
         })
     }
 
+    /// The record under `digest` when it is held slim (an issued key's issued part alone, in
+    /// the plain shape), made again; `None` for any other record, or none.
+    pub fn slim(&self, digest: &Digest) -> Option<KeyRecord> {
+        match self.map.get(digest)?.view() {
+            View::Slim(w) => Some(w.record(digest)),
+            View::Whole(_) => None,
+        }
+    }
+
+    /// The records held slim ([`KeyRecords::slim`]) among the first `n` records after the
+    /// digest `after` (from the first when `None`), in order; and the last digest looked at,
+    /// to go on from (`None` once every record was looked at). A walk of a million records
+    /// in steps, so that readers wait for a step, not the walk.
+    pub fn slim_after(
+        &self,
+        after: Option<&Digest>,
+        n: usize,
+    ) -> (Vec<(Digest, KeyRecord)>, Option<Digest>) {
+        use std::ops::Bound;
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut last = None;
+        let mut slim = Vec::new();
+        for (d, h) in self.map.range((from, Bound::Unbounded)).take(n) {
+            last = Some(*d);
+            if let View::Slim(w) = h.view() {
+                slim.push((*d, w.record(d)));
+            }
+        }
+        (slim, last)
+    }
+
     /// Every digest, in order.
     pub fn keys(&self) -> impl Iterator<Item = &Digest> + '_ {
         self.map.keys()

@@ -213,3 +213,32 @@ fn a_plain_issued_key_is_held_slim_and_any_other_whole() {
         assert_eq!(set.record(&d), Some(o));
     }
 }
+
+proptest! {
+    /// A walk of the set in steps of any size gives each record held slim once, in order,
+    /// as [`KeyRecords::slim`] gives it, and none other; and ends.
+    #[test]
+    fn a_walk_in_steps_gives_each_slim_record_once(
+        records in proptest::collection::vec(any_record(), 0..40),
+        step in 1usize..7,
+    ) {
+        let set: KeyRecords = records.into_iter().collect();
+        let want: Vec<(Digest, KeyRecord)> = set
+            .keys()
+            .filter_map(|d| Some((*d, set.slim(d)?)))
+            .collect();
+        let held_slim = set.map.values().filter(|h| !matches!(h, Held::Whole(_))).count();
+        prop_assert_eq!(want.len(), held_slim);
+        let mut got = Vec::new();
+        let mut after = None;
+        for _ in 0..=set.len() {
+            let (slim, last) = set.slim_after(after.as_ref(), step);
+            got.extend(slim);
+            match last {
+                Some(last) => after = Some(last),
+                None => break,
+            }
+        }
+        prop_assert_eq!(got, want);
+    }
+}
