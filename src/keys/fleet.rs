@@ -68,6 +68,10 @@ struct Copy {
     /// Without `state.path`: the issued keys whose own part no field held gives, for the set
     /// in force makes it again (see the module's docs). Shared as `fields` is.
     made: Arc<Made>,
+    /// Without `state.path`: the issued parts of the records a reload dropped from the set
+    /// in force since the copy was last taken whole ([`Fleet::dropped`]), for a whole read
+    /// checked meanwhile to hold as text.
+    dropped: Vec<(Digest, KeyRecord)>,
     /// The set's version the copy is of (empty: read the whole set next time).
     version: String,
     /// The set's epoch as last read (empty: none read yet).
@@ -122,6 +126,7 @@ impl Fleet {
             copy: Mutex::new(Copy {
                 fields: Arc::new(fields),
                 made: Arc::default(),
+                dropped: Vec::new(),
                 version,
                 epoch,
             }),
@@ -241,6 +246,7 @@ impl Fleet {
                 let mut c = self.copy();
                 c.fields = Arc::default();
                 c.made = Arc::default();
+                c.dropped.clear();
                 return;
             }
             Err(fields) => fields,
@@ -254,10 +260,31 @@ impl Fleet {
                 (gather::held(fields), Made::default())
             }
         });
-        let (fields, made) = copy.await.expect("building the copy's tree does not panic");
+        let (mut fields, made) = copy.await.expect("building the copy's tree does not panic");
         let mut c = self.copy();
+        // A record a reload dropped while the read was checked may have been found in the
+        // set, and its part made: held as text instead (the set no longer makes it).
+        for (d, o) in std::mem::take(&mut c.dropped) {
+            let f = part_field(&d, Part::Issued);
+            if let Some(v) = made.version(&d).filter(|_| !fields.contains_key(&f)) {
+                fields.insert(f, Kept::new(v, &o));
+            }
+        }
         c.fields = Arc::new(fields);
         c.made = Arc::new(made);
+    }
+
+    /// A reload drops the record `before` under `d` from `set`, the set in force: its
+    /// issued part held as text first when the copy made it ([`Fleet::before_change`]), and
+    /// kept aside until the next whole read is taken, which may have checked it against the
+    /// set before the drop.
+    pub(super) fn dropped(&self, d: &Digest, before: &KeyRecord, set: &KeyRecords) {
+        self.before_change(d, set);
+        if self.disk.is_none() {
+            if let Some(o) = before.only(Part::Issued) {
+                self.copy().dropped.push((*d, o));
+            }
+        }
     }
 
     /// The record under `d` in `changes`'s set in force is about to change: when the copy
@@ -645,7 +672,9 @@ fn legacy_fields(d: &Digest, o: &KeyRecord) -> Vec<(String, String)> {
 mod tests {
     use super::*;
     use crate::keys::redis_set::part_field;
-    use crate::policy::overrides::Change;
+    use crate::keys::{Backend, Keeping};
+    use crate::policy::overrides::{Change, IssuedKey};
+    use crate::runtime::live::LivePolicy;
 
     fn change() -> Option<Box<Change>> {
         Some(Box::new(Change {
@@ -669,16 +698,9 @@ mod tests {
         }
     }
 
-    /// Without `state.path`, an issued key's own part whose text the set in force makes again
-    /// is not held as text, and the copy whole (what a put-back writes) still gives it byte
-    /// for byte; a part whose text another build wrote differently stays held; and a change
-    /// to the record (a suspension, the record taken out) holds the text first, as it was
-    /// read, so that the copy keeps what Redis has.
-    #[tokio::test]
-    async fn a_part_the_set_makes_again_is_held_as_a_version_and_put_back_byte_for_byte() {
-        use crate::keys::{Backend, Keeping, KeyChanges};
-        use crate::policy::overrides::IssuedKey;
-        use crate::runtime::live::LivePolicy;
+    /// A replica with `cluster` and no `state.path` (its Redis never reached), the set in
+    /// force empty.
+    fn without_state_path() -> Arc<KeyChanges> {
         let cluster = Cluster {
             redis_url: "redis://127.0.0.1:1".into(),
             key_prefix: "made".into(),
@@ -688,57 +710,88 @@ mod tests {
         let (keeping, _) = Keeping::open(Some(&cluster), None).unwrap();
         let live =
             Arc::new(LivePolicy::new(tollgate_core::testing::config(), Arc::default()).unwrap());
-        let changes = KeyChanges::new(keeping, Arc::clone(&live), KeyRecords::new());
-        let Backend::Redis(fleet) = &changes.backend else {
-            unreachable!("a cluster's changes are kept in Redis")
+        KeyChanges::new(keeping, live, KeyRecords::new())
+    }
+
+    fn fleet_of(changes: &KeyChanges) -> &Fleet {
+        match &changes.backend {
+            Backend::Redis(fleet) => fleet,
+            _ => unreachable!("a cluster's changes are kept in Redis"),
+        }
+    }
+
+    /// The digest and plain record of the issued key `name`.
+    fn plain(name: &str) -> (Digest, KeyRecord) {
+        let d = Digest::of(name.as_bytes());
+        let record = KeyRecord {
+            issued: Some(Box::new(IssuedKey::plain(d, 1, 1_700_000_000_000))),
+            ..KeyRecord::named(name)
         };
-        let issued = |name: &str| {
-            let d = Digest::of(name.as_bytes());
-            let record = KeyRecord {
-                issued: Some(Box::new(IssuedKey::plain(d, 1, 1_700_000_000_000))),
-                ..KeyRecord::named(name)
-            };
-            (d, record)
-        };
-        let names = ["a", "b", "c", "w"];
-        let mut rows: Vec<(String, String)> = names
+        (d, record)
+    }
+
+    /// The set as Redis holds it: the issued keys `a`, `b`, `c` and `w` (`w`'s text spelt
+    /// otherwise, by another build) and a tombstone of `a`'s suspension; in the order of
+    /// their names.
+    fn read() -> Vec<(String, String)> {
+        let mut rows: Vec<(String, String)> = ["a", "b", "c", "w"]
             .iter()
             .enumerate()
             .map(|(i, name)| {
-                let (d, record) = issued(name);
+                let (d, record) = plain(name);
                 let raw = Kept::new(1_700_000_000_000_000 + i as u64, &record).raw();
                 (part_field(&d, Part::Issued), raw)
             })
             .collect();
-        // Written by another build: the same record, spelt otherwise.
         rows[3].1 = rows[3].1.replacen(r#"{"key":"w","#, r#"{ "key":"w","#, 1);
-        // A suspension's tombstone, held as any other part is.
-        let (da, _) = issued("a");
         let tomb = Kept::new(5, &KeyRecord::named("a")).raw();
-        rows.push((part_field(&da, Part::Suspended), tomb));
+        rows.push((part_field(&plain("a").0, Part::Suspended), tomb));
         rows.sort_unstable();
+        rows
+    }
 
-        // A whole read, as a round takes it: in force, then into the copy.
-        let gathered = gather::gather([rows.clone()], rows.len());
-        assert_eq!(gathered.issued.len(), 4, "each issued key's own part");
-        let set = gathered.parts.into_set(&live.load().policy);
+    /// `rows` read whole, as a round takes them: in force, then into the copy, `between`
+    /// done before the copy takes them (as a reload may while the read is checked).
+    async fn read_whole(
+        changes: &Arc<KeyChanges>,
+        rows: &[(String, String)],
+        between: impl FnOnce(),
+    ) {
+        let gathered = gather::gather([rows.to_vec()], rows.len());
+        let set = gathered.parts.into_set(&changes.live.load().policy);
         assert!(changes.replace_records(set).is_empty());
-        fleet
-            .adopt("1".into(), gathered.fields, gathered.issued, 9, &changes)
+        between();
+        fleet_of(changes)
+            .adopt("1".into(), gathered.fields, gathered.issued, 9, changes)
             .await;
+    }
+
+    /// Without `state.path`, an issued key's own part whose text the set in force makes again
+    /// is not held as text, and the copy whole (what a put-back writes) still gives it byte
+    /// for byte; a part whose text another build wrote differently stays held; and a change
+    /// to the record (a suspension, the record taken out) holds the text first, as it was
+    /// read, so that the copy keeps what Redis has.
+    #[tokio::test]
+    async fn a_part_the_set_makes_again_is_held_as_a_version_and_put_back_byte_for_byte() {
+        let changes = without_state_path();
+        let fleet = fleet_of(&changes);
+        let rows = read();
+        read_whole(&changes, &rows, || {}).await;
         let held: Vec<String> = fleet.copy().fields.keys().cloned().collect();
-        let w = part_field(&issued("w").0, Part::Issued);
-        let mut want = vec![w, part_field(&da, Part::Suspended)];
+        let (da, db, dc) = (plain("a").0, plain("b").0, plain("c").0);
+        let mut want = vec![
+            part_field(&plain("w").0, Part::Issued),
+            part_field(&da, Part::Suspended),
+        ];
         want.sort_unstable();
         assert_eq!(held, want, "only what the set cannot make again is held");
         assert_eq!(fleet.copy().made.0.len(), 3);
         assert_eq!(fleet.whole(&changes).await.unwrap(), rows, "byte for byte");
         assert!(!fleet.holds_nothing().await);
 
-        // A suspension of `a` put in force, and `b` taken out (as a reload drops it): their
-        // parts as read are held first, and the copy whole is as it was.
-        let (db, _) = issued("b");
-        let mut suspended = issued("a").1;
+        // A suspension of `a` put in force, and `b` taken out (as a delete is): their parts
+        // as read are held first, and the copy whole is as it was.
+        let mut suspended = plain("a").1;
         suspended.suspended = change();
         changes.put_records(&[
             (da, Part::Suspended, suspended),
@@ -747,9 +800,27 @@ mod tests {
         assert_eq!(fleet.copy().fields.len(), 4, "a's and b's parts held now");
         assert_eq!(fleet.whole(&changes).await.unwrap(), rows, "byte for byte");
         // `c` is still made from the set, as a delta that names it finds it.
-        let (dc, c) = issued("c");
-        assert_eq!(fleet.made_part(&dc, &changes), Some(c));
-        assert_eq!(fleet.made_part(&da, &changes), None, "held: not made");
+        assert_eq!(fleet.made_part(&dc, &changes), Some(plain("c").1));
+        assert_eq!(fleet.made_part(&da, &changes), None, "not slim: not made");
+    }
+
+    /// A reload that drops a record while a whole read is checked against the set (found
+    /// there, its part made) leaves the part held as text once the read is taken: the set
+    /// no longer makes it, and the copy keeps what Redis has until the drop is written.
+    #[tokio::test]
+    async fn a_record_a_reload_drops_while_a_read_is_checked_stays_in_the_copy() {
+        let changes = without_state_path();
+        let fleet = fleet_of(&changes);
+        let rows = read();
+        let (dc, c) = plain("c");
+        read_whole(&changes, &rows, || {
+            // The reload's drop, as `compiled` makes it: told first, the set changed after
+            // the read was checked (the check happens in `adopt`: the set still has `c`).
+            changes.with_records(|set| fleet.dropped(&dc, &c, set));
+        })
+        .await;
+        changes.with_records_for_a_while(|set| set.remove(&dc));
+        assert_eq!(fleet.whole(&changes).await.unwrap(), rows, "c's part kept");
     }
 
     /// The copy whole is the file's fields with those held in memory over them: each field

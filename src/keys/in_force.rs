@@ -183,8 +183,10 @@ impl KeyHook for KeyChanges {
         let dropped = {
             let mut in_force = self.in_force.locked();
             let drops = new.apply_overrides(&in_force.records);
-            for d in &drops {
-                self.before_change(&d.digest, &in_force.records);
+            if let super::Backend::Redis(fleet) = &self.backend {
+                for d in &drops {
+                    fleet.dropped(&d.digest, &d.before, &in_force.records);
+                }
             }
             settle_drops(new, &mut in_force.records, &drops, self.live.metrics());
             in_force.recounted();
