@@ -305,7 +305,9 @@ impl Fleet {
     }
 
     /// The issued part under `d` as the copy has it when it holds no text of it (the set in
-    /// force makes it: [`Made`]); `None` when it is held (or there is none).
+    /// force makes it: [`Made`]); `None` when the copy made none under `d`, or the record is
+    /// no longer slim (its text is held then: [`Fleet::before_change`]). Asked only when no
+    /// text of it is held.
     pub(super) fn made_part(&self, d: &Digest, changes: &KeyChanges) -> Option<KeyRecord> {
         self.copy().made.version(d)?;
         changes.with_records(|set| set.slim(d))

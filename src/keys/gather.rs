@@ -32,7 +32,7 @@ pub(super) struct Gathered {
     pub(super) fields: Vec<(String, Kept)>,
     /// Of `fields`, each issued key's own part (the field of the digest its record names):
     /// its place in `fields`, and that digest. The copy need not hold such a field's text
-    /// while the set in force can make it again ([`super::fleet`]).
+    /// while the set in force can make it again ([`super::fleet`]). Empty when not asked for.
     pub(super) issued: Vec<(usize, Digest)>,
     pub(super) parts: Parts,
     /// How many fields name a part.
@@ -42,11 +42,17 @@ pub(super) struct Gathered {
 }
 
 /// A sender for a whole read's pages, and the thread that gathers them: it ends, and its
-/// handle answers, once the sender is dropped. `about` is how many fields the set holds.
-pub(super) fn gather_beside(about: usize) -> (Pages, tokio::task::JoinHandle<Gathered>) {
+/// handle answers, once the sender is dropped. `about` is how many fields the set holds;
+/// `issued`: whether to name the issued keys' own parts ([`Gathered::issued`]: a copy held in
+/// memory needs them, one at `state.path` does not).
+pub(super) fn gather_beside(
+    about: usize,
+    issued: bool,
+) -> (Pages, tokio::task::JoinHandle<Gathered>) {
     let (pages, mut rx) = mpsc::channel::<Vec<(String, String)>>(PAGES_AHEAD);
     let gathering = tokio::task::spawn_blocking(move || {
-        gather(std::iter::from_fn(|| rx.blocking_recv()), about)
+        let pages = std::iter::from_fn(|| rx.blocking_recv());
+        gather_with(pages, about, true, issued)
     });
     (pages, gathering)
 }
@@ -58,7 +64,7 @@ pub(super) fn gather(
     pages: impl IntoIterator<Item = Vec<(String, String)>>,
     about: usize,
 ) -> Gathered {
-    gather_with(pages, about, true)
+    gather_with(pages, about, true, true)
 }
 
 /// [`gather`] of pages whose fields stay where they were read (the copy at `state.path`):
@@ -67,16 +73,17 @@ pub(super) fn gather_unheld(
     pages: impl IntoIterator<Item = Vec<(String, String)>>,
     about: usize,
 ) -> Gathered {
-    gather_with(pages, about, false)
+    gather_with(pages, about, false, false)
 }
 
 fn gather_with(
     pages: impl IntoIterator<Item = Vec<(String, String)>>,
     about: usize,
     keep: bool,
+    ids: bool,
 ) -> Gathered {
     let mut fields = Vec::with_capacity(if keep { about } else { 0 });
-    let mut issued = Vec::with_capacity(if keep { about } else { 0 });
+    let mut issued = Vec::with_capacity(if ids { about } else { 0 });
     let mut parts = Parts::with_capacity(about);
     let (mut count, mut latest) = (0, 0);
     for page in pages {
@@ -88,8 +95,11 @@ fn gather_with(
             let id = parts.add_record(&f, Kept::record_of(&text));
             count += 1;
             latest = latest.max(version);
-            if let Some(k) = Kept::parse(&text).filter(|_| keep) {
-                issued.extend(id.map(|id| (fields.len(), id)));
+            if !keep {
+                continue;
+            }
+            if let Some(k) = Kept::parse(&text) {
+                issued.extend(id.filter(|_| ids).map(|id| (fields.len(), id)));
                 fields.push((f, k));
             }
         }

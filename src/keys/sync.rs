@@ -83,7 +83,8 @@ impl KeySync {
         let (_, epoch) = fleet.known();
         let started = std::time::Instant::now();
         // The pages parsed on a blocking thread as they come, while the next one is read.
-        let (pages, gathering) = gather_beside(usize::try_from(about).unwrap_or(0));
+        let fields_about = usize::try_from(about).unwrap_or(0);
+        let (pages, gathering) = gather_beside(fields_about, fleet.disk.is_none());
         let held = fleet.set.read_whole(&epoch, about, &pages).await;
         drop(pages);
         if !held? {
