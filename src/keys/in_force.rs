@@ -72,17 +72,6 @@ impl InForce {
     }
 }
 
-impl KeyChanges {
-    /// The record under `d` in `set` (the set in force) is about to change: with `cluster`,
-    /// the copy of the fleet's set takes what it made from it as text first
-    /// ([`super::fleet::Fleet::before_change`]).
-    fn before_change(&self, d: &Digest, set: &KeyRecords) {
-        if let super::Backend::Redis(fleet) = &self.backend {
-            fleet.before_change(d, set);
-        }
-    }
-}
-
 /// Whether a record shows a change beyond the key it issues.
 fn shows_a_change(o: &KeyRecord) -> bool {
     Part::ALL.into_iter().any(|p| p != Part::Issued && o.has(p))
@@ -125,7 +114,11 @@ impl KeyChanges {
         self.live.serialized(|snap| {
             let mut in_force = self.in_force.locked();
             for (d, _, o) in changes {
-                self.before_change(d, &in_force.records);
+                // With `cluster`, the fleet's copy takes as text first what it made from
+                // the record about to change.
+                if let Some(fleet) = self.fleet() {
+                    fleet.before_change(d, &in_force.records);
+                }
                 in_force.put(*d, o);
                 snap.policy.apply_record(d, o);
             }
@@ -183,7 +176,7 @@ impl KeyHook for KeyChanges {
         let dropped = {
             let mut in_force = self.in_force.locked();
             let drops = new.apply_overrides(&in_force.records);
-            if let super::Backend::Redis(fleet) = &self.backend {
+            if let Some(fleet) = self.fleet() {
                 for d in &drops {
                     fleet.dropped(&d.digest, &d.before, &in_force.records);
                 }

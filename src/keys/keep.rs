@@ -68,7 +68,7 @@ impl KeyChanges {
     /// this replica's YAML lacked were read and could not be matched to a digest then (a
     /// rolling reload: another replica had the key first, and changed it).
     pub(super) fn learned_keys(&self) {
-        if let Backend::Redis(fleet) = &self.backend {
+        if let Some(fleet) = self.fleet() {
             fleet.forget_version();
         }
     }

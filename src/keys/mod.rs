@@ -231,6 +231,14 @@ impl KeyChanges {
         &self.live
     }
 
+    /// With `cluster`, the fleet's set and this replica's copy of it.
+    fn fleet(&self) -> Option<&fleet::Fleet> {
+        match &self.backend {
+            Backend::Redis(fleet) => Some(fleet),
+            Backend::Memory | Backend::Disk(_) => None,
+        }
+    }
+
     /// The `state.path` file, when there is one (the quota and ledger counts are kept there
     /// too).
     pub(crate) fn state_file(&self) -> Option<Arc<StateFile>> {
