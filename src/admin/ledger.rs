@@ -35,11 +35,16 @@ fn bad_query(detail: &str) -> Response<Vec<u8>> {
 /// The answer to `GET /api/ledger?query`, as CSV when `csv`.
 pub(crate) async fn answer(admin: &Admin, query: Option<&str>, csv: bool) -> Response<Vec<u8>> {
     let (mut from, mut to, mut key) = (None, None, None);
-    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        match k.as_ref() {
-            "from" => from = Some(v.into_owned()),
-            "to" => to = Some(v.into_owned()),
-            "key" => key = Some(v.into_owned()),
+    let params = match super::query::read(query, "/api/ledger") {
+        Ok(params) => params,
+        Err(refused) => return *refused,
+    };
+    for (k, v) in params {
+        match k {
+            "from" => from = Some(v),
+            "to" => to = Some(v),
+            "key" => key = Some(v),
+            // The table names no other (`openapi_tests`).
             _ => {}
         }
     }

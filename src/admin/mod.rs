@@ -65,6 +65,7 @@ pub(crate) mod list;
 mod openapi;
 mod overrides;
 mod process;
+mod query;
 mod record;
 mod reply;
 pub(crate) mod router;

@@ -62,6 +62,15 @@ const KEY_CHANGE: &[AdminCode] = &[UnknownKey, KeyRevoked, NotACustomerKey, Susp
 #[rustfmt::skip]
 const KEY_CHANGE_NO_BODY: &[AdminCode] = &[UnknownKey, KeyRevoked, NotACustomerKey, SuspendedByOperator, ChangeNotKept, BodyTooLarge];
 
+/// The query parameters `GET path` takes, as its row of [`OPS`] names them (none for a
+/// path without a `GET`): what [`super::query::read`] accepts.
+pub(super) fn query_names(path: &str) -> Vec<&'static str> {
+    OPS.iter()
+        .find(|op| op.method == "GET" && op.path == path)
+        .map(|op| op.query.iter().map(|&(name, _)| name).collect())
+        .unwrap_or_default()
+}
+
 /// Every operation of the admin API, in the order of `ROUTES`.
 #[rustfmt::skip]
 const OPS: &[Op] = &[
@@ -70,7 +79,7 @@ const OPS: &[Op] = &[
     Op { method: "GET", path: "/healthz", summary: "Liveness: `ok` while the process runs (no host check, no token)", query: &[], body: None, answer: Answer::Text("text/plain"), codes: &[] },
     Op { method: "GET", path: "/readyz", summary: "Readiness: `ready`, `upgrading` or `degraded` (200); `starting` or `draining` (503, text)", query: &[], body: None, answer: Answer::Text("text/plain"), codes: &[] },
     Op { method: "POST", path: "/reload", summary: "Read the config file again and put it in force", query: &[], body: None, answer: Answer::Json("ReloadView"), codes: &[ConfigRefused] },
-    Op { method: "GET", path: "/api/usage", summary: "The operator's view: what the page shows", query: &[("key", "Narrows the keys to names that contain it (any case)")], body: None, answer: Answer::Json("UsageView"), codes: &[] },
+    Op { method: "GET", path: "/api/usage", summary: "The operator's view: what the page shows", query: &[("key", "Narrows the keys to names that contain it (any case)")], body: None, answer: Answer::Json("UsageView"), codes: &[InvalidQuery] },
     Op { method: "GET", path: "/api/overrides", summary: "The partner upgrades in force", query: &[], body: None, answer: Answer::Json("OverridesView"), codes: &[] },
     Op { method: "DELETE", path: "/api/overrides/{name}", summary: "Put the key back on its YAML plan (the name may hold `/`)", query: &[], body: None, answer: Answer::NoContent, codes: &[NoOverride, ChangeNotKept] },
     Op { method: "GET", path: "/api/blocks", summary: "The addresses auth-failure blocking holds now", query: &[], body: None, answer: Answer::Json("BlocksView"), codes: &[] },

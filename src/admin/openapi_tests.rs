@@ -107,3 +107,25 @@ fn every_schema_named_is_in_the_components() {
         assert!(doc["components"]["schemas"].get(name).is_some(), "{r}");
     }
 }
+
+/// The parameters each `GET` with a query reads are the ones its row names: the handlers
+/// take them from the table ([`query_names`]), and read each one the table gives them.
+#[test]
+fn the_query_each_get_reads_is_its_row_of_the_table() {
+    assert_eq!(query_names("/api/usage"), ["key"]);
+    assert_eq!(query_names("/api/ledger"), ["from", "to", "key"]);
+    assert_eq!(
+        query_names("/api/keys"),
+        ["plan", "partner", "state", "source", "limit", "cursor"]
+    );
+    // Every other path takes none: a query there is not read at all.
+    let with_query: BTreeSet<&str> = OPS
+        .iter()
+        .filter(|op| !op.query.is_empty())
+        .map(|op| op.path)
+        .collect();
+    assert_eq!(
+        with_query,
+        BTreeSet::from(["/api/usage", "/api/ledger", "/api/keys"])
+    );
+}

@@ -27,11 +27,13 @@ const FOUND: usize = 50;
 
 /// `GET /api/usage?key=…`.
 pub(super) fn answer(admin: &Admin, query: Option<&str>) -> Response<Vec<u8>> {
-    let search = query.and_then(|q| {
-        form_urlencoded::parse(q.as_bytes())
-            .find(|(k, _)| k == "key")
-            .map(|(_, v)| v.into_owned())
-    });
+    let search = match super::query::read(query, "/api/usage") {
+        Ok(params) => params
+            .into_iter()
+            .find(|(k, _)| *k == "key")
+            .map(|(_, v)| v),
+        Err(refused) => return *refused,
+    };
     let view = usage_view(
         &admin.changes,
         admin.clock.as_ref(),

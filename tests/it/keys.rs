@@ -901,7 +901,8 @@ fn the_keys_are_listed_in_name_order_page_by_page_and_filtered() {
     assert_eq!(r.status, 200);
     assert_eq!(page(a, "?state=suspended").0, ["basic-1"]);
     assert_eq!(page(a, "?state=active&plan=basic").0, ["acme-customer"]);
-    // A filter that names nothing that exists, or a bad page size: 400 naming it.
+    // A filter that names nothing that exists, a bad page size, a parameter unknown or
+    // repeated: 400 naming it.
     for (query, name) in [
         ("?plan=gold", "`plan`"),
         ("?partner=initech", "`partner`"),
@@ -910,6 +911,8 @@ fn the_keys_are_listed_in_name_order_page_by_page_and_filtered() {
         ("?state=paused", "`state`"),
         ("?cursor=not-hex", "`cursor`"),
         ("?sort=name", "`sort`"),
+        ("?plan=basic&plan=pro", "`plan`"),
+        ("?limit=2&limit=3", "`limit`"),
     ] {
         let r = admin(a, "GET", &format!("/api/keys{query}"));
         assert_eq!(r.status, 400, "{query}");

@@ -349,12 +349,14 @@ fn counts_outlive_a_kill_and_the_ledger_matches_the_metrics() {
         "{}",
         lines[1]
     );
-    // Bad queries name the parameter.
+    // Bad queries name the parameter (one unknown or repeated too).
     for q in [
         "?from=2026-02-30",
         "?to=yesterday",
         "?from=2026-12-02&to=2026-12-01",
         "?from=2020-01-01&to=2026-01-01",
+        "?key=standard-1&key=basic-1",
+        "?day=2026-11-01",
     ] {
         let r = admin(a, "GET", &format!("/api/ledger{q}"));
         assert_eq!(

@@ -105,6 +105,21 @@ fn the_usage_api_shows_the_busiest_keys_and_the_latest_refusals_and_never_a_key(
     assert_eq!(r["keys"][0]["key"], "pro-1");
     assert_eq!(r["keys"][0]["requests"], 0);
     assert_eq!(r["keys"][0]["budget_left"], 150);
+    // A search repeated or misspelt answers no other question: 400 naming it.
+    for (query, named) in [("?key=PRO&key=basic", "`key`"), ("?name=PRO", "`name`")] {
+        let r = admin(
+            gw.config.process.admin_listen,
+            "GET",
+            &format!("/api/usage{query}"),
+        );
+        assert_eq!(r.status, 400, "{query}");
+        let p = r.json();
+        assert_eq!(p["code"], "invalid_query", "{query}");
+        assert!(
+            p["detail"].as_str().unwrap().contains(named),
+            "{query}: {p}"
+        );
+    }
 }
 
 fn chromium() -> String {
