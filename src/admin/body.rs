@@ -8,9 +8,12 @@
 //! | JSON, not an object | 400 `invalid_body`, pointer `""` |
 //! | a field of the wrong type, missing, or outside its rule | 400 `invalid_body`, pointer `/field`, the field's rule as `detail` |
 //!
-//! Unknown fields are ignored, and of a repeated field the last counts. With more than one
-//! bad field, the one named is the first of a wrong type (in name order), else the first the
-//! body's checks meet.
+//! Unknown fields are ignored. A member named twice in one object is refused (400
+//! `invalid_body`, its pointer): readers differ on which copy counts (the first, the last,
+//! both), so a proxy or an audit log before the gateway could read another key or plan than
+//! the one made, as the request path refuses them too. With more than one bad field, the one
+//! named is the first of a wrong type (in name order), else the first the body's checks
+//! meet.
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -163,7 +166,79 @@ pub(super) fn read<B: Body>(body: &[u8]) -> Result<B, Refused> {
     if !value.is_object() {
         return Err(invalid("", "must be a JSON object"));
     }
+    // Read once more for members named twice: the body is small (the listener bounds it).
+    if let Ok(Twice(Some(at))) = serde_json::from_slice::<Twice>(body) {
+        return Err(invalid(&at, "is given more than once"));
+    }
     serde_path_to_error::deserialize(value).map_err(|e| broken::<B>(&pointer(e.path())))
+}
+
+/// The JSON Pointer of the first member a JSON text names twice in one object, if any.
+struct Twice(Option<String>);
+
+impl<'de> Deserialize<'de> for Twice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::DeserializeSeed::deserialize(At(String::new()), d).map(Twice)
+    }
+}
+
+/// A value at a pointer, read for [`Twice`].
+struct At(String);
+
+impl<'de> serde::de::DeserializeSeed<'de> for At {
+    type Value = Option<String>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for At {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut first = None;
+        for i in 0.. {
+            match seq.next_element_seed(At(format!("{}/{i}", self.0)))? {
+                Some(found) => first = first.or(found),
+                None => break,
+            }
+        }
+        Ok(first)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut names = std::collections::HashSet::new();
+        let mut first = None;
+        while let Some(name) = map.next_key::<String>()? {
+            let at = format!("{}/{}", self.0, name.replace('~', "~0").replace('/', "~1"));
+            let within = map.next_value_seed(At(at.clone()))?;
+            if !names.insert(name) {
+                first = first.or(Some(at));
+            }
+            first = first.or(within);
+        }
+        Ok(first)
+    }
 }
 
 /// The JSON Pointer (RFC 6901) of a path serde followed.
@@ -248,11 +323,38 @@ mod tests {
         for body in ["", "{", "{} x"] {
             assert_eq!(limit(body).unwrap_err().0, "invalid_json", "{body:?}");
         }
-        // A repeated field: the last counts, as it always did.
-        assert_eq!(
-            limit(r#"{"requests_per_window":0,"requests_per_window":4}"#),
-            Ok(4)
-        );
+        // A member named twice, at any depth, whichever copy is good: 400 naming it.
+        for (body, at) in [
+            (
+                r#"{"requests_per_window":0,"requests_per_window":4}"#,
+                "/requests_per_window",
+            ),
+            (
+                r#"{"requests_per_window":4,"requests_per_window":4}"#,
+                "/requests_per_window",
+            ),
+            (
+                r#"{"requests_per_window":4,"x":{"a/b":1,"a/b":2}}"#,
+                "/x/a~1b",
+            ),
+            (
+                r#"{"requests_per_window":4,"x":[0,{"y":1,"y":1}]}"#,
+                "/x/1/y",
+            ),
+            (r#"{"requests_per_window":4,"x":{"a":1,"b":{"a":2}}}"#, "-"),
+        ] {
+            match limit(body) {
+                Err((code, pointer, detail)) => {
+                    assert_eq!(
+                        (code.as_str(), pointer.as_str()),
+                        ("invalid_body", at),
+                        "{body}"
+                    );
+                    assert_eq!(detail, "is given more than once", "{body}");
+                }
+                Ok(n) => assert_eq!((n, at), (4, "-"), "{body}"),
+            }
+        }
     }
 
     #[test]

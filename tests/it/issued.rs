@@ -159,6 +159,20 @@ fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good()
             "invalid_body",
             Some("/quota/per"),
         ),
+        // A member named twice: which copy counts is the reader's guess, so neither does.
+        (
+            r#"{"name":"shop-3","plan":"basic","plan":"pro"}"#.to_string(),
+            400,
+            "invalid_body",
+            Some("/plan"),
+        ),
+        (
+            r#"{"name":"shop-3","plan":"pro","quota":{"requests":5,"per":"day","requests":9}}"#
+                .to_string(),
+            400,
+            "invalid_body",
+            Some("/quota/requests"),
+        ),
     ] {
         let r = admin_json(a, "POST", "/api/keys", &body);
         assert_eq!((r.status, r.code()), (status, code.to_string()), "{body}");
