@@ -27,7 +27,7 @@ use super::reply::{json, no_content, problem};
 use super::view::KeyView;
 use super::Admin;
 use crate::clock::{parse_rfc3339_utc, wall_ms};
-use crate::config::{is_valid_name, MAX_REQUESTS_PER_WINDOW};
+use crate::config::{is_valid_name, MAX_REQUESTS_PER_WINDOW, NAME_RULE};
 use crate::digest::Digest;
 use crate::keys::secret;
 use crate::keys::{ChangeError, Records};
@@ -44,7 +44,7 @@ const DEFAULT_OVERLAP_SECONDS: u64 = 24 * 3600;
 /// `POST /api/keys`.
 #[derive(Debug, Deserialize, ToSchema)]
 pub(super) struct CreateBody {
-    /// The key's name: 1 to 64 of `A–Z a–z 0–9 _ - .`, no key's (YAML or issued).
+    /// The key's name ([`is_valid_name`]), no key's (YAML or issued).
     name: Option<String>,
     /// A plan's name.
     plan: Option<String>,
@@ -71,7 +71,7 @@ pub(super) struct RotateBody {
 impl Body for CreateBody {
     fn rule(pointer: &str) -> String {
         match pointer {
-            "/name" => "is required: 1 to 64 of A–Z a–z 0–9 _ - .".into(),
+            "/name" => format!("is required: {NAME_RULE}"),
             "/plan" => "is required: the name of a plan of the config in force".into(),
             "/partner" => "is the name of a partner of the config in force".into(),
             "/expires_at" => "is an RFC 3339 instant in the future".into(),

@@ -130,6 +130,12 @@ fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good()
             Some("/name"),
         ),
         (
+            r#"{"name":"..","plan":"pro"}"#.to_string(),
+            400,
+            "invalid_body",
+            Some("/name"),
+        ),
+        (
             r#"{"plan":"pro"}"#.to_string(),
             400,
             "invalid_body",

@@ -181,6 +181,23 @@ fn names_must_be_label_safe() {
     assert!(e.message.contains("not a valid name"), "{e}");
 }
 
+/// A name is a segment of the admin API's paths (`/api/keys/{name}`): `.` and `..`, which
+/// clients remove from a path before sending it, name nothing; other dotted names do.
+#[test]
+fn a_name_is_never_a_dot_segment() {
+    use tollgate_core::config::is_valid_name;
+    for name in [".", ".."] {
+        assert!(!is_valid_name(name), "{name}");
+        let e = parse(&format!("keys:\n  - {{ name: \"{name}\", sha256: \"2222222222222222222222222222222222222222222222222222222222222222\", plan: basic }}\n"))
+            .unwrap_err();
+        assert_eq!(e.field, "keys[0].name", "{name}");
+        assert!(e.message.contains("not `.` or `..`"), "{e}");
+    }
+    for name in ["...", ".a", "a..", "v1.2", "-", "_"] {
+        assert!(is_valid_name(name), "{name}");
+    }
+}
+
 #[test]
 fn duplicate_yaml_keys_are_refused() {
     let e = parse("listen: \"0.0.0.0:1\"\nlisten: \"0.0.0.0:2\"\n").unwrap_err();

@@ -588,14 +588,22 @@ pub fn line_in(file: &Path, field: &str) -> Option<usize> {
 }
 
 /// Whether `name` can name a key, a plan or a partner: 1 to 64 of `A–Z a–z 0–9 _ - .`
-/// (names are metric labels and log fields: short, printable, no quoting needed).
+/// (names are metric labels and log fields: short, printable, no quoting needed), but not
+/// `.` or `..`: names are segments of the admin API's paths (`/api/keys/{name}`), where
+/// those two are dot segments that a client, a proxy or a browser removes before sending
+/// (RFC 3986 §5.2.4), so that the key could not be shown, rotated or revoked by its path.
 pub fn is_valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
+        && name != "."
+        && name != ".."
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
+
+/// [`is_valid_name`]'s rule in words.
+pub const NAME_RULE: &str = "1 to 64 of A–Z a–z 0–9 _ - ., not `.` or `..`";
 
 fn check_name(name: &str, field: impl FnOnce() -> String) -> Result<(), Invalid> {
     if is_valid_name(name) {
@@ -603,7 +611,7 @@ fn check_name(name: &str, field: impl FnOnce() -> String) -> Result<(), Invalid>
     } else {
         Err(Invalid::new(
             field(),
-            format!("`{name}` is not a valid name (1–64 of A–Z a–z 0–9 _ - .)"),
+            format!("`{name}` is not a valid name ({NAME_RULE})"),
         ))
     }
 }
