@@ -148,6 +148,22 @@ pub enum Command {
     Keys(keys::KeysArgs),
 }
 
+/// The command line read, or the exit code of a usage error, printed first (help and
+/// `--version` are printed and exit 0). A usage error of `keys` exits 1, as every failure of
+/// that client does (scripts tell success from failure, 0 or 1); of the other commands, 2,
+/// clap's own.
+pub fn parse() -> Result<Cli, ExitCode> {
+    Cli::try_parse().map_err(|e| {
+        let _ = e.print();
+        let keys = std::env::args_os().nth(1).is_some_and(|a| a == "keys");
+        match e.exit_code() {
+            0 => ExitCode::SUCCESS,
+            _ if keys => ExitCode::FAILURE,
+            code => ExitCode::from(u8::try_from(code).unwrap_or(2)),
+        }
+    })
+}
+
 /// Run a parsed command; the binary's `main` calls this.
 pub fn dispatch(cli: Cli) -> ExitCode {
     match cli.command {

@@ -430,4 +430,19 @@ fn the_keys_command_drives_a_running_gateway_through_its_admin_api() {
     let (code, _, err) = keys(gone, "t", &["show", "basic-1"], "");
     assert_eq!(code, 1);
     assert!(err.contains("cannot reach the admin listener"), "{err}");
+    // A command line it cannot read is a failure too: exit 1, what is wrong on stderr (help
+    // exits 0).
+    for args in [
+        &["create", "shop-9", "--plan", "pro", "--quota", "5/week"][..],
+        &["rotate", "shop-7", "--overlap", "-1"],
+        &["frobnicate"],
+        &[],
+    ] {
+        let (code, out, err) = keys(a, "keys-cli-token", args, "");
+        assert_eq!((code, out.as_str()), (1, ""), "{args:?}");
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+    }
+    let (code, out, _) = keys(a, "keys-cli-token", &["create", "--help"], "");
+    assert_eq!(code, 0);
+    assert!(out.contains("--plan"), "{out}");
 }
