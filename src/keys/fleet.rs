@@ -674,7 +674,7 @@ fn legacy_fields(d: &Digest, o: &KeyRecord) -> Vec<(String, String)> {
 mod tests {
     use super::*;
     use crate::keys::redis_set::part_field;
-    use crate::keys::{Backend, Keeping};
+    use crate::keys::Keeping;
     use crate::policy::overrides::{Change, IssuedKey};
     use crate::runtime::live::LivePolicy;
 
@@ -716,10 +716,9 @@ mod tests {
     }
 
     fn fleet_of(changes: &KeyChanges) -> &Fleet {
-        match &changes.backend {
-            Backend::Redis(fleet) => fleet,
-            _ => unreachable!("a cluster's changes are kept in Redis"),
-        }
+        changes
+            .fleet()
+            .expect("a cluster's changes are kept in Redis")
     }
 
     /// The digest and plain record of the issued key `name`.

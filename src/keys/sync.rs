@@ -20,7 +20,7 @@ use pingora::services::background::BackgroundService;
 use super::fleet::Fleet;
 use super::gather::{gather_beside, Gathered};
 use super::redis_set::{field, new_epoch, split_field, Polled};
-use super::{Backend, KeyChanges};
+use super::KeyChanges;
 use crate::fleet_store::StoreError;
 use crate::policy::overrides::{KeyRecord, Part};
 use crate::policy::versions::Kept;
@@ -40,7 +40,7 @@ impl KeySync {
     /// One poll: whether the set as Redis holds it is in force here after it (not when the
     /// set was emptied or replaced during the round: the next one reads it).
     async fn round(&self) -> Result<bool, StoreError> {
-        let Backend::Redis(fleet) = &self.changes.backend else {
+        let Some(fleet) = self.changes.fleet() else {
             return Ok(true);
         };
         // Serialized with the changes made here: a change is kept and held before a poll
@@ -134,7 +134,7 @@ impl KeySync {
                 // ready meanwhile, not after the sort of a million fields.
                 let changes = Arc::clone(&self.changes);
                 tokio::spawn(async move {
-                    if let Backend::Redis(fleet) = &changes.backend {
+                    if let Some(fleet) = changes.fleet() {
                         fleet.adopt(version, fields, issued, latest, &changes).await;
                     }
                     drop(one);
