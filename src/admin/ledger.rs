@@ -29,7 +29,7 @@ pub(crate) fn header() -> Vec<&'static str> {
 }
 
 fn bad_query(detail: &str) -> Response<Vec<u8>> {
-    problem(AdminCode::InvalidQuery, detail)
+    *super::query::refused(detail)
 }
 
 /// The answer to `GET /api/ledger?query`, as CSV when `csv`.

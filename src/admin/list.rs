@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use http::{Response, StatusCode};
 
+use super::body::Refused;
 use super::codes::AdminCode;
 use super::record::key_view;
 use super::reply::{json, problem};
@@ -66,13 +67,8 @@ struct Query {
 }
 
 /// The query read, or the 400 naming the parameter.
-fn read(query: Option<&str>) -> Result<Query, Box<Response<Vec<u8>>>> {
-    let bad = |name: &str, rule: &str| {
-        Box::new(problem(
-            AdminCode::InvalidQuery,
-            &format!("`{name}` {rule}"),
-        ))
-    };
+fn read(query: Option<&str>) -> Result<Query, Refused> {
+    let bad = |name: &str, rule: &str| super::query::refused(&format!("`{name}` {rule}"));
     let mut q = Query {
         limit: DEFAULT_LIMIT,
         ..Query::default()

@@ -34,7 +34,8 @@ pub(super) fn read(query: Option<&str>, path: &str) -> Result<Params, Refused> {
     Ok(read)
 }
 
-fn refused(detail: &str) -> Refused {
+/// 400 `invalid_query` saying `detail`.
+pub(super) fn refused(detail: &str) -> Refused {
     Box::new(problem(AdminCode::InvalidQuery, detail))
 }
 
