@@ -4,6 +4,7 @@
     benches/load/budget_script.py                   # the script of the working tree
     benches/load/budget_script.py --rev e671187     # the script of another commit (A/B)
     benches/load/budget_script.py --keys 10000 --rounds 30 --batch 128
+    benches/load/budget_script.py --script /tmp/variant.lua  # a variant of it, by file
 
 Starts a redis-server of its own on a free port of 127.0.0.1 (pinned to CPU 1 when there are two,
 the client to CPU 0), loads the budget script (src/shared/budget.lua), and sends what one replica's
@@ -11,10 +12,10 @@ exchanges send: `--keys` budget names (as the gateway names them: a prefix and 3
 `--batch` keys per EVALSHA, every call of a round in one pipeline, one request per key per round
 (a hit, or with leases one request asked for), for `--rounds` rounds. Prints Redis's CPU time
 (utime + stime from /proc, all its threads) per key reported. Three argument layouts are
-understood: the lease script (`ARGV[1]` the horizon, `ARGV[2]` six little-endian 64-bit words a
-key: want, give, debt, interval, limit, floor), the packed view script before it (replica,
-horizon, recent, then three words a key: hits, interval, floor), and an older one with three
-arguments a key.
+understood: the lease script (`ARGV[1]` the horizon, `ARGV[2]` seven little-endian 64-bit
+words a key: want, give, debt, interval, limit, floor, early; six before `early`), the packed
+view script before it (replica, horizon, recent, then three words a key: hits, interval,
+floor), and an older one with three arguments a key.
 """
 
 import argparse
@@ -122,11 +123,16 @@ def redis_server():
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rev", help="take BUDGET_LUA from this git revision")
+    ap.add_argument("--script", help="take the script from this file (a variant to weigh)")
     ap.add_argument("--keys", type=int, default=10000)
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=30)
     a = ap.parse_args()
-    lua = script_of(a.rev)
+    if a.script:
+        with open(a.script) as f:
+            lua = f.read()
+    else:
+        lua = script_of(a.rev)
     packed = "struct.unpack" in lua
     leases = "'<I8I8I8I8I8I8'" in lua or "'<I8I8I8I8I8I8I8'" in lua
     # The lease script since `early` (a seventh word: how far ahead of its refill a key may
@@ -162,7 +168,7 @@ def main():
     tck = os.sysconf("SC_CLK_TCK")
     per_key = (c1 - c0) / tck * 1e6 / (a.rounds * a.keys)
     print("script: %s (%s arguments); %d keys, %d per call, %d rounds in %.2f s"
-          % (a.rev or "working tree", "leases" if leases else "packed" if packed else "per-key", a.keys, a.batch, a.rounds, t1 - t0))
+          % (a.script or a.rev or "working tree", "leases" if leases else "packed" if packed else "per-key", a.keys, a.batch, a.rounds, t1 - t0))
     print("redis CPU per key reported: %.2f µs" % per_key)
 
 
