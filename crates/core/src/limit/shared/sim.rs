@@ -789,6 +789,41 @@ fn ten_replicas_stay_within_the_bounds() {
     check(10);
 }
 
+/// A key between quiet and spent, at random (Poisson) on one replica: a calm key's second
+/// request in an interval finds neither credit (an interval's first has it) nor a lease (a
+/// calm key holds none), and waits; docs/cluster.md ("Where the waits of a key between quiet
+/// and spent come from") has the figures this prints, and why its credit stays one an
+/// interval.
+#[test]
+fn a_key_within_its_limit_at_random_waits_for_few_of_its_requests() {
+    for limit in [40u32, 150] {
+        for f in [0.05, 0.2, 0.5, 0.9, 1.2, 2.0, 10.0] {
+            let case = Case {
+                replicas: 1,
+                limit,
+                load: Load::Poisson(f),
+                split: Split::All,
+                seed: 1,
+                windows: 30,
+                outage: None,
+                hop: NEAR,
+            };
+            let out = run(&case);
+            let sent = out.fleet.len() + out.fleet_refused;
+            let parked = out.parks as f64 / sent as f64;
+            eprintln!(
+                "limit {limit}, Poisson at {f} of it: {} of {sent} parked ({:.1} %)",
+                out.parks,
+                100.0 * parked
+            );
+            if f < 1.0 {
+                assert!(parked <= 0.12, "{case:?}: {} of {sent} parked", out.parks);
+                assert_eq!(out.fleet_refused, 0, "{case:?}: refused within its limit");
+            }
+        }
+    }
+}
+
 #[test]
 fn the_window_comparison_finds_the_worst_window() {
     // b admits one every second; a the same plus three at 20.5 s.
