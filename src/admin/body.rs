@@ -8,12 +8,15 @@
 //! | JSON, not an object | 400 `invalid_body`, pointer `""` |
 //! | a field of the wrong type, missing, or outside its rule | 400 `invalid_body`, pointer `/field`, the field's rule as `detail` |
 //!
-//! Unknown fields are ignored. A member named twice in one object is refused (400
-//! `invalid_body`, its pointer): readers differ on which copy counts (the first, the last,
-//! both), so a proxy or an audit log before the gateway could read another key or plan than
-//! the one made, as the request path refuses them too. With more than one bad field, the one
-//! named is the first of a wrong type (in name order), else the first the body's checks
-//! meet.
+//! A member the body does not have, at any depth, is refused (400 `invalid_body`, its pointer,
+//! and the members it may have): a misspelt `expires_at` or `requests_per_window` would
+//! otherwise make a key that never expires or keeps its plan's limit, as a misspelt query
+//! parameter would answer another question (`query.rs`), and as the YAML refuses unknown
+//! fields. A member named twice in one object is refused (400 `invalid_body`, its pointer):
+//! readers differ on which copy counts (the first, the last, both), so a proxy or an audit
+//! log before the gateway could read another key or plan than the one made, as the request
+//! path refuses them too. With more than one bad field, the one named is the first of a
+//! wrong type (in name order), else the first the body's checks meet.
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -39,6 +42,7 @@ pub(super) trait Body: DeserializeOwned {
 
 /// `POST /api/keys/{name}/suspend`: optional.
 #[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct SuspendBody {
     /// Why, for the record (at most [`MAX_REASON`] characters).
     reason: Option<String>,
@@ -49,12 +53,14 @@ const MAX_REASON: usize = 200;
 
 /// `PUT /api/keys/{name}/limit`.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct LimitBody {
     requests_per_window: Option<u64>,
 }
 
 /// `PUT /api/keys/{name}/quota`.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct QuotaBody {
     pub(super) requests: Option<u64>,
     #[schema(value_type = Option<super::view::PeriodSchema>)]
@@ -63,6 +69,7 @@ pub(super) struct QuotaBody {
 
 /// `POST /api/keys/revoke`: the leak path.
 #[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct SecretBody {
     /// The secret, bare or as `Bearer <secret>`; never logged or echoed.
     key: Option<String>,
@@ -170,7 +177,29 @@ pub(super) fn read<B: Body>(body: &[u8]) -> Result<B, Refused> {
     if let Ok(Twice(Some(at))) = serde_json::from_slice::<Twice>(body) {
         return Err(invalid(&at, "is given more than once"));
     }
-    serde_path_to_error::deserialize(value).map_err(|e| broken::<B>(&pointer(e.path())))
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let at = pointer(e.path());
+        match unknown_member(&e.inner().to_string()) {
+            Some(members) => invalid(&at, &format!("is not a member of this body: {members}")),
+            None => broken::<B>(&at),
+        }
+    })
+}
+
+/// For serde's error on a member a struct that denies unknown fields does not have ("unknown
+/// field `x`, expected `a` or `b`", "…, expected one of `a`, `b`, `c`", "…, there are no
+/// fields"), the members it may have, in words; `None` for any other error.
+fn unknown_member(message: &str) -> Option<String> {
+    if !message.starts_with("unknown field `") {
+        return None;
+    }
+    if message.ends_with(", there are no fields") {
+        return Some("it has none".into());
+    }
+    // The list serde ends its message with (a member's name may hold anything, the list not).
+    let (_, expected) = message.rsplit_once(", expected ")?;
+    let names: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    Some(format!("it has `{}`", names.join("`, `")))
 }
 
 /// The JSON Pointer of the first member a JSON text names twice in one object, if any.
@@ -299,7 +328,25 @@ mod tests {
 
     #[test]
     fn a_400_names_the_field_whatever_broke_it() {
-        assert_eq!(limit(r#"{"requests_per_window":3,"x":1}"#), Ok(3));
+        // A member the body does not have: 400 naming it and the members there are.
+        for (body, at) in [
+            (r#"{"requests_per_window":3,"x":1}"#, "/x"),
+            (r#"{"request_per_window":3}"#, "/request_per_window"),
+            (r#"{"requests_per_window":4,"x":{"a":1,"b":{"a":2}}}"#, "/x"),
+            (r#"{"a/b":1,"requests_per_window":4}"#, "/a~1b"),
+            (r#"{"x`, expected `y":1}"#, "/x`, expected `y"),
+        ] {
+            let (code, pointer, detail) = limit(body).unwrap_err();
+            assert_eq!(
+                (code.as_str(), pointer.as_str(), detail.as_str()),
+                (
+                    "invalid_body",
+                    at,
+                    "is not a member of this body: it has `requests_per_window`"
+                ),
+                "{body}"
+            );
+        }
         for body in [
             "{}",
             r#"{"requests_per_window":null}"#,
@@ -341,19 +388,13 @@ mod tests {
                 r#"{"requests_per_window":4,"x":[0,{"y":1,"y":1}]}"#,
                 "/x/1/y",
             ),
-            (r#"{"requests_per_window":4,"x":{"a":1,"b":{"a":2}}}"#, "-"),
         ] {
-            match limit(body) {
-                Err((code, pointer, detail)) => {
-                    assert_eq!(
-                        (code.as_str(), pointer.as_str()),
-                        ("invalid_body", at),
-                        "{body}"
-                    );
-                    assert_eq!(detail, "is given more than once", "{body}");
-                }
-                Ok(n) => assert_eq!((n, at), (4, "-"), "{body}"),
-            }
+            let (code, pointer, detail) = limit(body).unwrap_err();
+            assert_eq!(
+                (code.as_str(), pointer.as_str(), detail.as_str()),
+                ("invalid_body", at, "is given more than once"),
+                "{body}"
+            );
         }
     }
 
@@ -379,6 +420,17 @@ mod tests {
             quota(r#"{"requests":0,"per":"month"}"#),
             Err("/requests".into())
         );
+        assert_eq!(
+            quota(r#"{"requests":5,"per":"day","period":"day"}"#),
+            Err("/period".into())
+        );
+        let detail = read::<QuotaBody>(br#"{"requests":5,"pre":"day"}"#)
+            .err()
+            .map(|r| refused(&r).2);
+        assert_eq!(
+            detail.as_deref(),
+            Some("is not a member of this body: it has `requests`, `per`")
+        );
 
         let suspend = |body: &str| {
             SuspendBody::read_optional(body.as_bytes())
@@ -392,6 +444,7 @@ mod tests {
         let long = format!(r#"{{"reason":"{}"}}"#, "é".repeat(201));
         assert_eq!(suspend(&long), Err("/reason".into()));
         assert_eq!(suspend("null"), Err("".into()));
+        assert_eq!(suspend(r#"{"reason":"late","by":"me"}"#), Err("/by".into()));
 
         let secret = |body: &str| {
             read::<SecretBody>(body.as_bytes())
@@ -403,6 +456,7 @@ mod tests {
             Some(Digest::of(b"abc"))
         );
         assert_eq!(secret(r#"{"key":"abc"}"#).ok(), Some(Digest::of(b"abc")));
+        assert_eq!(secret(r#"{"secret":"abc"}"#).unwrap_err().1, "/secret");
         for body in [r#"{}"#, r#"{"key":5}"#, r#"{"key":"  "}"#] {
             assert_eq!(secret(body).unwrap_err().1, "/key", "{body}");
         }

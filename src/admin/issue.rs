@@ -43,6 +43,7 @@ const DEFAULT_OVERLAP_SECONDS: u64 = 24 * 3600;
 
 /// `POST /api/keys`.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct CreateBody {
     /// The key's name ([`is_valid_name`]), no key's (YAML or issued).
     name: Option<String>,
@@ -62,6 +63,7 @@ pub(super) struct CreateBody {
 
 /// `POST /api/keys/{name}/rotate`: optional.
 #[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub(super) struct RotateBody {
     /// How long the secret replaced still authenticates, in seconds (default 86400; 0: not
     /// at all).
@@ -74,7 +76,10 @@ impl Body for CreateBody {
             "/name" => format!("is required: {NAME_RULE}"),
             "/plan" => "is required: the name of a plan of the config in force".into(),
             "/partner" => "is the name of a partner of the config in force".into(),
-            "/expires_at" => "is an RFC 3339 instant in the future".into(),
+            "/expires_at" => {
+                "is an RFC 3339 instant in UTC, in the future, such as `2027-01-01T00:00:00Z`"
+                    .into()
+            }
             "/requests_per_window" => {
                 format!("is an integer from 1 to {MAX_REQUESTS_PER_WINDOW}, as a plan's")
             }

@@ -179,6 +179,21 @@ fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good()
             "invalid_body",
             Some("/quota/requests"),
         ),
+        // A member the body does not have (a misspelt expiry would make a key that never
+        // expires), at any depth: refused, naming it.
+        (
+            r#"{"name":"shop-3","plan":"basic","expires":"2999-01-01T00:00:00Z"}"#.to_string(),
+            400,
+            "invalid_body",
+            Some("/expires"),
+        ),
+        (
+            r#"{"name":"shop-3","plan":"pro","quota":{"requests":5,"per":"day","period":"day"}}"#
+                .to_string(),
+            400,
+            "invalid_body",
+            Some("/quota/period"),
+        ),
     ] {
         let r = admin_json(a, "POST", "/api/keys", &body);
         assert_eq!((r.status, r.code()), (status, code.to_string()), "{body}");
