@@ -7,6 +7,9 @@
 //! | not JSON (empty too, where a body is required) | 400 `invalid_json` |
 //! | JSON, not an object | 400 `invalid_body`, pointer `""` |
 //! | a field of the wrong type, missing, or outside its rule | 400 `invalid_body`, pointer `/field`, the field's rule as `detail` |
+//! | a member the body does not have, at any depth | 400 `invalid_body`, its pointer, the members the body has |
+//! | a member named twice in one object, at any depth | 400 `invalid_body`, its pointer |
+//! | anything but nothing, white space or `{}`, where the request takes no body ([`none`]) | 400, as above |
 //!
 //! A member the body does not have, at any depth, is refused (400 `invalid_body`, its pointer,
 //! and the members it may have): a misspelt `expires_at` or `requests_per_window` would
@@ -184,6 +187,26 @@ pub(super) fn read<B: Body>(body: &[u8]) -> Result<B, Refused> {
             None => broken::<B>(&at),
         }
     })
+}
+
+/// The body of a request that takes none: nothing, white space or `{}`; anything else is
+/// 400 (`invalid_json`, or `invalid_body` naming the first member: "it has none").
+pub(super) fn none(body: &[u8]) -> Result<(), Refused> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    read::<NoBody>(body).map(|_| ())
+}
+
+/// What a request that takes no body may send: an empty object.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoBody {}
+
+impl Body for NoBody {
+    fn rule(_: &str) -> String {
+        "is not a member of this body: it has none".into()
+    }
 }
 
 /// For serde's error on a member a struct that denies unknown fields does not have ("unknown
@@ -395,6 +418,28 @@ mod tests {
                 ("invalid_body", at, "is given more than once"),
                 "{body}"
             );
+        }
+    }
+
+    #[test]
+    fn a_request_that_takes_no_body_takes_nothing_or_an_empty_object() {
+        for body in ["", " \r\n", "{}", " { } "] {
+            assert!(none(body.as_bytes()).is_ok(), "{body:?}");
+        }
+        for (body, want) in [
+            (r#"{"reason":"leaked"}"#, ("invalid_body", "/reason")),
+            (r#"{"":1}"#, ("invalid_body", "/")),
+            ("[]", ("invalid_body", "")),
+            ("null", ("invalid_body", "")),
+            ("{", ("invalid_json", "-")),
+            ("reason=leaked", ("invalid_json", "-")),
+        ] {
+            let r = none(body.as_bytes()).unwrap_err();
+            let (code, pointer, detail) = refused(&r);
+            assert_eq!((code.as_str(), pointer.as_str()), want, "{body}");
+            if pointer.starts_with('/') {
+                assert_eq!(detail, "is not a member of this body: it has none");
+            }
         }
     }
 

@@ -78,7 +78,6 @@ impl KeyOp {
     }
 
     /// Its row of the router's `ROUTES`.
-    #[cfg(test)]
     pub(crate) fn row(self) -> (&'static str, &'static str) {
         match self {
             KeyOp::Suspend => ("POST", "/api/keys/{name}/suspend"),

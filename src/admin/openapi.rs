@@ -116,7 +116,17 @@ fn open(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz")
 }
 
-/// The codes the guards can answer an operation with, before its handler.
+/// Whether `method path` (a row of `ROUTES`) takes a body: one that takes none and is not a
+/// `GET` refuses a body with anything in it (`body::none`, before its handler).
+pub(super) fn takes_body(method: &str, path: &str) -> bool {
+    method == "GET"
+        || OPS
+            .iter()
+            .any(|op| op.method == method && op.path == path && op.body.is_some())
+}
+
+/// The codes the guards can answer an operation with, before its handler (and, for one that
+/// takes no body, the refusal of a body with something in it).
 fn guard_codes(op: &Op) -> Vec<AdminCode> {
     let mut codes = Vec::new();
     if !open(op.path) {
@@ -127,6 +137,9 @@ fn guard_codes(op: &Op) -> Vec<AdminCode> {
     }
     if !open(op.path) {
         codes.extend([TooManyAuthFailures, Unauthorized]);
+    }
+    if !takes_body(op.method, op.path) {
+        codes.extend([InvalidJson, InvalidBody]);
     }
     codes
 }

@@ -201,6 +201,15 @@ impl Admin {
                 )
             }
         };
+        // A change that takes no body refuses one that asks for something (`{"reason": …}`
+        // on a revocation would otherwise be dropped unsaid), as a body refuses a member it
+        // does not have.
+        let (method, template) = route.row();
+        if !super::openapi::takes_body(method, template) {
+            if let Err(refused) = super::body::none(req.body) {
+                return *refused;
+            }
+        }
         match route {
             Route::Page => page(StatusCode::OK),
             Route::Metrics => self.metrics(),
@@ -234,7 +243,6 @@ impl Admin {
     }
 }
 
-#[cfg(test)]
 impl Route {
     /// Its row of [`ROUTES`] (`HEAD` is the `GET` row).
     fn row(&self) -> (&'static str, &'static str) {

@@ -111,3 +111,21 @@ fn names_are_decoded_and_other_paths_are_404() {
         Err(Miss::NotAllowed("DELETE"))
     );
 }
+
+#[test]
+fn the_routes_that_read_a_body_are_those_the_document_gives_one() {
+    // Held to the OpenAPI table: each change without a body there refuses one here.
+    let bodies = ["/api/keys", "/api/keys/{name}/rotate", "/api/keys/revoke"];
+    let changes = [
+        "/api/keys/{name}/suspend",
+        "/api/keys/{name}/limit",
+        "/api/keys/{name}/quota",
+    ];
+    for &(method, pattern) in ROUTES {
+        let takes = crate::admin::openapi::takes_body(method, pattern);
+        let reads = method == "GET"
+            || (matches!(method, "POST" | "PUT") && bodies.contains(&pattern))
+            || (matches!(method, "POST" | "PUT") && changes.contains(&pattern));
+        assert_eq!(takes, reads, "{method} {pattern}");
+    }
+}

@@ -206,6 +206,23 @@ fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good()
         404,
         "nothing refused was made"
     );
+    // A change that takes no body refuses one that asks for something (the reason would be
+    // dropped unsaid), and nothing is changed; nothing or `{}` is taken.
+    let r = admin_json(
+        a,
+        "POST",
+        "/api/keys/shop-2/revoke",
+        r#"{"reason":"leaked"}"#,
+    );
+    assert_eq!((r.status, r.code()), (400, "invalid_body".to_string()));
+    assert_eq!(r.json()["errors"][0]["pointer"], "/reason");
+    assert_eq!(
+        admin(a, "GET", "/api/keys/shop-2").json()["state"],
+        "active"
+    );
+    assert_eq!(call(l, "my-own-secret").status, 200, "not revoked");
+    let r = admin_json(a, "POST", "/api/keys/shop-2/resume", "{}");
+    assert_eq!(r.status, 200, "{r:?}");
 
     // Rotation: one key (one budget), the old secret for the overlap, then the new alone.
     // Thirty requests spent first: the new secret finds the budget they left, give or take
