@@ -125,8 +125,21 @@ pub(super) fn takes_body(method: &str, path: &str) -> bool {
             .any(|op| op.method == method && op.path == path && op.body.is_some())
 }
 
+/// Whether `method path` (a row of `ROUTES`) takes no query yet reads one strictly: a
+/// parameter there is refused (`query::none`, before its handler). So are the API's paths
+/// (`/api/…`) and every change; the page, the metrics and the probes, which browsers,
+/// scrapers and orchestrators fetch with parameters of their own, ignore a query.
+pub(super) fn refuses_any_query(method: &str, path: &str) -> bool {
+    let takes_none = OPS
+        .iter()
+        .filter(|op| op.method == method && op.path == path)
+        .all(|op| op.query.is_empty());
+    takes_none && (method != "GET" || path.starts_with("/api/"))
+}
+
 /// The codes the guards can answer an operation with, before its handler (and, for one that
-/// takes no body, the refusal of a body with something in it).
+/// takes no body, the refusal of a body with something in it; for one that takes no query,
+/// of a parameter).
 fn guard_codes(op: &Op) -> Vec<AdminCode> {
     let mut codes = Vec::new();
     if !open(op.path) {
@@ -140,6 +153,9 @@ fn guard_codes(op: &Op) -> Vec<AdminCode> {
     }
     if !takes_body(op.method, op.path) {
         codes.extend([InvalidJson, InvalidBody]);
+    }
+    if refuses_any_query(op.method, op.path) {
+        codes.push(InvalidQuery);
     }
     codes
 }

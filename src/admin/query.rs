@@ -4,7 +4,9 @@
 //! cannot disagree), and given at most once. Anything else is 400 `invalid_query` naming
 //! it: a filter misspelt or repeated would otherwise answer another question than the one
 //! asked (`?key=a&key=b` answered the ledger's rows of `b` and the usage of `a`; `?day=…`
-//! answered today's ledger).
+//! answered today's ledger). A path that takes no query and reads one strictly (the other
+//! `/api/…` paths and every change: [`super::openapi::refuses_any_query`]) refuses any
+//! parameter ([`none`]), before its handler.
 
 use super::body::Refused;
 use super::codes::AdminCode;
@@ -32,6 +34,18 @@ pub(super) fn read(query: Option<&str>, path: &str) -> Result<Params, Refused> {
         read.push((name, v.into_owned()));
     }
     Ok(read)
+}
+
+/// The query of `method path`, which takes none ([`super::openapi::refuses_any_query`]):
+/// nothing, or the 400 that names its first parameter (`POST …/revoke?reason=leaked` would
+/// otherwise revoke and drop the reason unsaid).
+pub(super) fn none(query: Option<&str>, method: &str, path: &str) -> Result<(), Refused> {
+    match form_urlencoded::parse(query.unwrap_or("").as_bytes()).next() {
+        None => Ok(()),
+        Some((k, _)) => Err(refused(&format!(
+            "`{k}` is not a parameter of {method} {path}: it takes none"
+        ))),
+    }
 }
 
 /// 400 `invalid_query` saying `detail`.
@@ -72,6 +86,50 @@ mod tests {
         ] {
             let d = detail(&read(Some(query), path).unwrap_err());
             assert!(d.starts_with(said), "{query}: {d}");
+        }
+    }
+
+    #[test]
+    fn a_path_that_takes_no_query_refuses_any_parameter() {
+        let revoke = "/api/keys/{name}/revoke";
+        for query in [None, Some(""), Some("&"), Some("&&")] {
+            assert!(none(query, "POST", revoke).is_ok(), "{query:?}");
+        }
+        for (query, said) in [
+            (
+                "reason=leaked",
+                "`reason` is not a parameter of POST /api/keys/{name}/revoke: it takes none",
+            ),
+            ("force", "`force` is not"),
+            ("&x=1", "`x` is not"),
+        ] {
+            let d = detail(&none(Some(query), "POST", revoke).unwrap_err());
+            assert!(d.starts_with(said), "{query}: {d}");
+        }
+        // Which paths: the API's and every change; not the page, the metrics, the probes,
+        // nor the three that read a query of their own.
+        use crate::admin::openapi::refuses_any_query;
+        for (method, path) in [
+            ("POST", revoke),
+            ("POST", "/api/keys"),
+            ("DELETE", "/api/keys/{name}"),
+            ("POST", "/reload"),
+            ("GET", "/api/keys/{name}"),
+            ("GET", "/api/overrides"),
+            ("GET", "/api/openapi.json"),
+        ] {
+            assert!(refuses_any_query(method, path), "{method} {path}");
+        }
+        for (method, path) in [
+            ("GET", "/"),
+            ("GET", "/metrics"),
+            ("GET", "/healthz"),
+            ("GET", "/readyz"),
+            ("GET", "/api/keys"),
+            ("GET", "/api/ledger"),
+            ("GET", "/api/usage"),
+        ] {
+            assert!(!refuses_any_query(method, path), "{method} {path}");
         }
     }
 }

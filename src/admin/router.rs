@@ -205,6 +205,11 @@ impl Admin {
         // on a revocation would otherwise be dropped unsaid), as a body refuses a member it
         // does not have.
         let (method, template) = route.row();
+        if super::openapi::refuses_any_query(method, template) {
+            if let Err(refused) = super::query::none(req.query, method, template) {
+                return *refused;
+            }
+        }
         if !super::openapi::takes_body(method, template) {
             if let Err(refused) = super::body::none(req.body) {
                 return *refused;

@@ -223,6 +223,17 @@ fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good()
     assert_eq!(call(l, "my-own-secret").status, 200, "not revoked");
     let r = admin_json(a, "POST", "/api/keys/shop-2/resume", "{}");
     assert_eq!(r.status, 200, "{r:?}");
+    // So does a query where the path takes none.
+    let r = admin(a, "POST", "/api/keys/shop-2/revoke?reason=leaked");
+    assert_eq!((r.status, r.code()), (400, "invalid_query".to_string()));
+    assert_eq!(call(l, "my-own-secret").status, 200, "not revoked");
+    let r = admin(a, "GET", "/api/keys/shop-2?fields=state");
+    assert_eq!((r.status, r.code()), (400, "invalid_query".to_string()));
+    assert_eq!(
+        admin(a, "GET", "/metrics?x=1").status,
+        200,
+        "a scraper's own"
+    );
 
     // Rotation: one key (one budget), the old secret for the overlap, then the new alone.
     // Thirty requests spent first: the new secret finds the budget they left, give or take
