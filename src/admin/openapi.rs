@@ -125,10 +125,10 @@ pub(super) fn takes_body(method: &str, path: &str) -> bool {
             .any(|op| op.method == method && op.path == path && op.body.is_some())
 }
 
-/// Whether `method path` (a row of `ROUTES`) takes no query yet reads one strictly: a
-/// parameter there is refused (`query::none`, before its handler). So are the API's paths
-/// (`/api/…`) and every change; the page, the metrics and the probes, which browsers,
-/// scrapers and orchestrators fetch with parameters of their own, ignore a query.
+/// Whether any parameter in the query of `method path` (a row of `ROUTES`) is refused, before
+/// its handler (`query::none`): where the operation takes no query and is a change or under
+/// `/api/`. The page, the metrics and the probes, which browsers, scrapers and orchestrators
+/// fetch with parameters of their own, ignore a query.
 pub(super) fn refuses_any_query(method: &str, path: &str) -> bool {
     let takes_none = OPS
         .iter()

@@ -201,9 +201,9 @@ impl Admin {
                 )
             }
         };
-        // A change that takes no body refuses one that asks for something (`{"reason": …}`
-        // on a revocation would otherwise be dropped unsaid), as a body refuses a member it
-        // does not have.
+        // What the operation does not take is refused, not dropped unsaid (`?reason=…` or
+        // `{"reason": …}` on a revocation), as a body refuses a member it does not have and
+        // a query a parameter it does not name.
         let (method, template) = route.row();
         if super::openapi::refuses_any_query(method, template) {
             if let Err(refused) = super::query::none(req.query, method, template) {
