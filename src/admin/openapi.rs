@@ -65,10 +65,14 @@ const KEY_CHANGE_NO_BODY: &[AdminCode] = &[UnknownKey, KeyRevoked, NotACustomerK
 /// The query parameters `GET path` takes, as its row of [`OPS`] names them (none for a
 /// path without a `GET`): what [`super::query::read`] accepts.
 pub(super) fn query_names(path: &str) -> Vec<&'static str> {
-    OPS.iter()
-        .find(|op| op.method == "GET" && op.path == path)
+    op("GET", path)
         .map(|op| op.query.iter().map(|&(name, _)| name).collect())
         .unwrap_or_default()
+}
+
+/// The row of [`OPS`] of `method path` (a row of `ROUTES`).
+fn op(method: &str, path: &str) -> Option<&'static Op> {
+    OPS.iter().find(|op| op.method == method && op.path == path)
 }
 
 /// Every operation of the admin API, in the order of `ROUTES`.
@@ -119,10 +123,7 @@ fn open(path: &str) -> bool {
 /// Whether `method path` (a row of `ROUTES`) takes a body: one that takes none and is not a
 /// `GET` refuses a body with anything in it (`body::none`, before its handler).
 pub(super) fn takes_body(method: &str, path: &str) -> bool {
-    method == "GET"
-        || OPS
-            .iter()
-            .any(|op| op.method == method && op.path == path && op.body.is_some())
+    method == "GET" || op(method, path).is_some_and(|op| op.body.is_some())
 }
 
 /// Whether any parameter in the query of `method path` (a row of `ROUTES`) is refused, before
@@ -130,10 +131,7 @@ pub(super) fn takes_body(method: &str, path: &str) -> bool {
 /// `/api/`. The page, the metrics and the probes, which browsers, scrapers and orchestrators
 /// fetch with parameters of their own, ignore a query.
 pub(super) fn refuses_any_query(method: &str, path: &str) -> bool {
-    let takes_none = OPS
-        .iter()
-        .filter(|op| op.method == method && op.path == path)
-        .all(|op| op.query.is_empty());
+    let takes_none = op(method, path).is_none_or(|op| op.query.is_empty());
     takes_none && (method != "GET" || path.starts_with("/api/"))
 }
 
