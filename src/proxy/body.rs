@@ -47,8 +47,18 @@ pub(crate) async fn check(
     }
     let cap = limits.max_validated_body_bytes.get();
     // One type: a server behind that reads the second (a form) would parse what was not
-    // checked.
-    if req.headers.get_all(CONTENT_TYPE).iter().nth(1).is_some() {
+    // checked. `Content_Type` is one too: CGI, WSGI and Rack servers read `_` as `-`.
+    let types = req
+        .headers
+        .iter()
+        .filter(|(n, _)| {
+            n.as_str()
+                .bytes()
+                .map(|c| if c == b'_' { b'-' } else { c })
+                .eq(CONTENT_TYPE.as_str().bytes())
+        })
+        .count();
+    if types > 1 {
         return Err(Refusal::new(
             Code::BadRequest,
             "this operation takes one Content-Type field: application/json",

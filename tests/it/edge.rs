@@ -711,6 +711,33 @@ fn a_query_naming_a_checked_member_is_refused_and_one_content_type_is_required()
         good,
     );
     assert_eq!((r.status, r.code()), (400, "bad_request".into()));
+    // Spelled with `_`, as servers that read `_` as `-` take it, a second one all the same.
+    let r = gw.request(
+        "POST",
+        "/v2/settings/webhook/set",
+        &[auth, json, ("Content_Type", "text/plain")],
+        good,
+    );
+    assert_eq!((r.status, r.code()), (400, "bad_request".into()));
+    // A member of the body in another case (alone: no duplicate to find) is the member to a
+    // case-insensitive reader behind: an error naming it.
+    for (body, at) in [
+        (
+            &br#"{"url":"https://hooks.example.com/in","SIGNING":"maybe"}"#[..],
+            "/SIGNING",
+        ),
+        (br#"{"URL":"http://169.254.169.254/"}"#, "/URL"),
+    ] {
+        let r = gw.request("POST", "/v2/settings/webhook/set", &[auth, json], body);
+        assert_eq!((r.status, r.code()), (400, "invalid_body".into()), "{at}");
+        let pointers: Vec<_> = r.json()["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["pointer"].as_str().unwrap().to_string())
+            .collect();
+        assert!(pointers.contains(&at.to_string()), "{pointers:?}");
+    }
     assert_eq!(up.count(), 0, "nothing forwarded");
     // Other query parameters pass.
     let r = gw.request(

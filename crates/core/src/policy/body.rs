@@ -6,7 +6,9 @@
 //! | `webhook_set` | 2.2, 4.2 rules 1–5 | `url` an absolute http(s) URL with a host that passes the webhook URL guard ([`webhook`](super::webhook): no user info, no private-network name or address in any spelling, https only when `allow_http` is off, `allow_hosts` exempt); `signing`, when present, `on` or `off`; `webhookKey`, when present, a string of at least 16 characters; `signing: on` without a key is allowed (the provider may generate one) |
 //! | `service_upgrade` | 2.3, 4.3 | `apiKey` a non-empty string; `planID` a JSON integer (no fraction, no exponent, within 64 bits) |
 //!
-//! Unknown extra fields pass. The document must be one JSON object. Every violation is reported
+//! Unknown extra fields pass, but not a rule's member spelled another way (`SIGNING`, `Url`,
+//! `ſigning`): a case-insensitive reader upstream would take it for the member, which the
+//! gateway checks only under its own spelling, so it is an error naming it. The document must be one JSON object. Every violation is reported
 //! (not just the first) as a JSON Pointer and a detail. The caller enforces the size cap before
 //! the body is read; [`check_body`] checks it again first. Parsing is bounded: `serde_json`
 //! refuses nesting deeper than 128 levels without recursing further, numbers that do not fit
@@ -96,15 +98,19 @@ pub fn check_body_with(
             Checked::WebhookSet
         }
         BodyRule::ServiceUpgrade => {
+            misspelled(&obj, "", &[key_field, "planID"], &mut errors);
             let (target, plan_id) = service_upgrade(&obj, key_field, &mut errors);
             Checked::ServiceUpgrade {
                 target: target.unwrap_or(Digest([0; 32])),
                 plan_id: plan_id.unwrap_or(0),
             }
         }
-        BodyRule::ServiceKey => Checked::ServiceKey {
-            target: service_key(&obj, key_field, &mut errors).unwrap_or(Digest([0; 32])),
-        },
+        BodyRule::ServiceKey => {
+            misspelled(&obj, "", &[key_field], &mut errors);
+            Checked::ServiceKey {
+                target: service_key(&obj, key_field, &mut errors).unwrap_or(Digest([0; 32])),
+            }
+        }
     };
     if errors.is_empty() {
         Ok(checked)
@@ -378,7 +384,32 @@ fn string_field<'v>(
     }
 }
 
+/// Each member of `obj` that is one of `names` spelled another way (another case, by the
+/// folding of [`same_member`]): a reader upstream that ignores case would take it for that
+/// member, which the gateway did not check under that spelling, so it is an error naming it.
+fn misspelled(obj: &Object<'_>, parent: &str, names: &[&str], errors: &mut Vec<FieldError>) {
+    for (k, _) in &obj.0 {
+        if names.contains(&k.as_ref()) {
+            continue;
+        }
+        if let Some(m) = names.iter().find(|m| same_member(k, m)) {
+            errors.push(FieldError::new(
+                pointer(parent, k),
+                format!(
+                    "is `{m}` spelled another way, which readers that ignore case take for it: send it as `{m}`"
+                ),
+            ));
+        }
+    }
+}
+
 fn group_event(obj: &Object<'_>, errors: &mut Vec<FieldError>) {
+    misspelled(
+        obj,
+        "",
+        &["name", "type", "groupId", "startTime", "eventOptions"],
+        errors,
+    );
     string_field(obj, "", "name", true, true, errors);
     if let Some(t) = string_field(obj, "", "type", true, false, errors) {
         if t != "event" {
@@ -400,6 +431,7 @@ fn group_event(obj: &Object<'_>, errors: &mut Vec<FieldError>) {
     match obj.get("eventOptions") {
         None => errors.push(FieldError::new("/eventOptions", "is required")),
         Some(Json::Object(opts)) => {
+            misspelled(opts, "/eventOptions", &["callType", "description"], errors);
             string_field(opts, "/eventOptions", "callType", true, true, errors);
             string_field(opts, "/eventOptions", "description", true, true, errors);
         }
@@ -443,6 +475,7 @@ pub fn is_utc_millis_timestamp(s: &str) -> bool {
 }
 
 fn webhook_set(obj: &Object<'_>, guard: &WebhookGuard, errors: &mut Vec<FieldError>) {
+    misspelled(obj, "", &["url", "signing", "webhookKey"], errors);
     if let Some(url) = string_field(obj, "", "url", true, true, errors) {
         if let Err(detail) = check_url(url, guard) {
             errors.push(FieldError::new("/url", detail));
@@ -1058,6 +1091,54 @@ mod tests {
     fn the_cap_is_checked_first() {
         let r = check_body(BodyRule::GroupEvent, EVENT.as_bytes(), 10, &guard()).unwrap_err();
         assert_eq!(r.code, Code::BodyTooLarge);
+    }
+
+    #[test]
+    fn a_member_spelled_another_way_is_an_error_naming_it() {
+        // Alone (no duplicate to find), in another case or by Unicode's folding, at any
+        // depth a rule checks: a case-insensitive reader upstream would take it for the
+        // member the gateway checks under its own spelling only.
+        let webhook = |extra: &str| format!(r#"{{"url":"https://example.com/",{extra}}}"#);
+        for (body, at) in [
+            (webhook(r#""SIGNING":"maybe""#), "/SIGNING"),
+            (webhook(r#""Signing":"on""#), "/Signing"),
+            (webhook(r#""\u017figning":"on""#), "/\u{17f}igning"),
+            (
+                webhook(r#""webhoo\u212aKey":"short""#),
+                "/webhoo\u{212a}Key",
+            ),
+            (webhook(r#""WEBHOOKKEY":"x""#), "/WEBHOOKKEY"),
+        ] {
+            let got = errors(BodyRule::WebhookSet, &body);
+            assert_eq!(got.len(), 1, "{body}: {got:?}");
+            assert_eq!(got[0].0, at, "{body}");
+            assert!(got[0].1.contains("spelled another way"), "{got:?}");
+        }
+        // Without the member itself, which is then missing too.
+        let nested = EVENT.replace("\"callType\"", "\"CALLTYPE\"");
+        assert_eq!(
+            errors(BodyRule::GroupEvent, &nested),
+            vec![
+                (
+                    "/eventOptions/CALLTYPE".to_string(),
+                    "is `callType` spelled another way, which readers that ignore case take for it: send it as `callType`".to_string()
+                ),
+                ("/eventOptions/callType".to_string(), "is required".to_string()),
+            ]
+        );
+        let top = EVENT.replace("\"startTime\"", "\"StartTime\"");
+        assert_eq!(errors(BodyRule::GroupEvent, &top)[0].0, "/StartTime");
+        let partner = r#"{"apiKey":"k","PLANID":3,"planID":1}"#;
+        assert_eq!(
+            code(BodyRule::ServiceUpgrade, partner.as_bytes()),
+            Some(Code::InvalidJson)
+        );
+        let partner = r#"{"APIKEY":"k","planID":1}"#;
+        let got = errors(BodyRule::ServiceUpgrade, partner);
+        assert!(got.iter().any(|(p, _)| p == "/APIKEY"), "{got:?}");
+        // A member of another rule, or a name no rule has, still passes.
+        assert!(errors(BodyRule::ServiceKey, r#"{"apiKey":"k","PLANID":3}"#).is_empty());
+        assert!(errors(BodyRule::WebhookSet, &webhook(r#""Extra":1"#)).is_empty());
     }
 
     #[test]
