@@ -53,7 +53,7 @@ pub(crate) enum KeyOp {
 impl KeyOp {
     /// Its kind of change (the `action` label of `tollgate_admin_changes_total`: the path's
     /// last segment).
-    fn kind(self) -> ChangeKind {
+    pub(super) fn kind(self) -> ChangeKind {
         match self {
             KeyOp::Suspend => ChangeKind::Suspend,
             KeyOp::Resume => ChangeKind::Resume,
@@ -149,7 +149,7 @@ pub(super) async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8
         ),
         Err(ChangeError::NotFound) => problem(
             AdminCode::UnknownSecret,
-            "no key in the config in force has that secret (nor had it as a previous one)",
+            "no key authenticates with that secret (a secret a rotation replaced stops at the end of its overlap, and needs no revocation after it)",
         ),
         Err(e) => change_error(e, "(by secret)"),
     }
@@ -158,14 +158,16 @@ pub(super) async fn revoke_secret(admin: &Admin, body: &[u8]) -> Response<Vec<u8
 fn unknown_key(name: &str) -> Response<Vec<u8>> {
     problem(
         AdminCode::UnknownKey,
-        &format!("no key or partner is named `{name}` in the config in force"),
+        &format!("no key or partner is named `{name}` (in the config or issued)"),
     )
 }
 
 /// The answer to a change that was not made.
 pub(super) fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
     let (code, detail) = match e {
-        ChangeError::NotFound => return unknown_key(name),
+        ChangeError::NotFound | ChangeError::Refused(ChangeRefused::Deleted) => {
+            return unknown_key(name)
+        }
         ChangeError::Refused(r) => (
             match r {
                 ChangeRefused::Revoked => AdminCode::KeyRevoked,
@@ -173,6 +175,7 @@ pub(super) fn change_error(e: ChangeError, name: &str) -> Response<Vec<u8>> {
                 // Only a partner's resume meets it; the operator's own changes never do.
                 ChangeRefused::SuspendedByOperator => AdminCode::SuspendedByOperator,
                 ChangeRefused::DefinedInConfig => AdminCode::DefinedInConfig,
+                ChangeRefused::Deleted => AdminCode::UnknownKey,
                 ChangeRefused::KeyExists(_) => AdminCode::KeyExists,
                 // A reload between the request's check and the change.
                 ChangeRefused::NotInConfig(_) => AdminCode::InvalidBody,

@@ -71,6 +71,9 @@ pub enum ChangeRefused {
     SuspendedByOperator,
     /// A rotation or deletion of a key the YAML defines (it rotates in the YAML).
     DefinedInConfig,
+    /// A rotation or deletion of an issued key deleted since its name was looked up (by a
+    /// change made before it in the same batch): no such key any more.
+    Deleted,
     /// A new key whose name (`name`) or digest (`sha256`) a key has, or had (a revoked
     /// digest never authenticates again).
     KeyExists(&'static str),
@@ -96,6 +99,7 @@ impl std::fmt::Display for ChangeRefused {
             ChangeRefused::DefinedInConfig => {
                 "the key is defined in the config: it rotates there (`previous`), and leaves it there"
             }
+            ChangeRefused::Deleted => "the key was deleted",
             ChangeRefused::KeyExists("name") => "a key with that name exists",
             ChangeRefused::KeyExists(_) => "a key has, or had, that digest",
             ChangeRefused::NotInConfig(_) => "the config in force has no such plan or partner",

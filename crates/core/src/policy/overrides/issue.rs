@@ -33,7 +33,7 @@ pub struct NewKey {
 impl Policy {
     /// What to keep to issue `key` with the digest `digest`, by `by` at `now_ms`: refused
     /// when a key has that name, or any key has or had that digest (a revoked digest never
-    /// authenticates again).
+    /// authenticates again; one a rotation replaced is never another key's).
     pub fn issue(
         &self,
         key: &NewKey,
@@ -45,7 +45,7 @@ impl Policy {
         if self.keys.find_by_name(&key.name).is_some() {
             return Err(ChangeRefused::KeyExists("name"));
         }
-        if self.keys.resolve(&digest).is_some() || in_force.contains_key(&digest) {
+        if self.keys.resolve(&digest).is_some() || in_force.holds(&digest) {
             return Err(ChangeRefused::KeyExists("sha256"));
         }
         let plan = self
@@ -82,7 +82,8 @@ impl Policy {
 
     /// What to keep to rotate the issued key `k` to the digest `digest`: the one in force
     /// authenticates as the key for `overlap_ms` more (0: not at all); earlier ones keep
-    /// their own ends.
+    /// their own ends. Every digest replaced stays in the record after its end, one entry a
+    /// rotation, so that none is issued again.
     pub fn rotate(
         &self,
         k: KeyIdx,
@@ -95,17 +96,16 @@ impl Policy {
         if record.revoked.is_some() {
             return Err(ChangeRefused::Revoked);
         }
-        if self.keys.resolve(&digest).is_some() || in_force.contains_key(&digest) {
+        if self.keys.resolve(&digest).is_some() || in_force.holds(&digest) {
             return Err(ChangeRefused::KeyExists("sha256"));
         }
         let issued = record.issued.as_mut().expect("an issued key's record");
-        issued.previous.retain(|p| p.until_ms > now_ms);
-        if overlap_ms > 0 {
-            issued.previous.push(PreviousDigest {
-                digest: issued.digest,
-                until_ms: now_ms.saturating_add(overlap_ms),
-            });
-        }
+        // Kept after its overlap too (0: none, ended at once), so that the digest replaced
+        // is never issued again: a secret that was a key's never becomes another's.
+        issued.previous.push(PreviousDigest {
+            digest: issued.digest,
+            until_ms: now_ms.saturating_add(overlap_ms),
+        });
         issued.digest = digest;
         issued.rotated_ms = Some(now_ms);
         Ok(vec![(id, Part::Issued, record)])
@@ -157,10 +157,12 @@ impl Policy {
             .ok_or(ChangeRefused::DefinedInConfig)?
             .entry
             .digest;
+        // An issued slot whose record holds no issued key: deleted by a change made before
+        // this one and not yet out of the table (an earlier change of the same batch).
         let record = in_force
             .record(&id)
             .filter(|o| o.issued.is_some())
-            .ok_or(ChangeRefused::DefinedInConfig)?;
+            .ok_or(ChangeRefused::Deleted)?;
         Ok((id, record))
     }
 

@@ -326,3 +326,81 @@ fn a_plain_issued_key_is_put_back_as_its_whole_record_would_put_it() {
         "revoked"
     );
 }
+
+#[test]
+fn a_key_deleted_earlier_in_a_batch_is_gone_to_the_changes_after_it() {
+    // A batch makes each change on the set its earlier changes left, with the table as it
+    // was: a rotation or deletion after the key's deletion finds an issued slot whose
+    // record holds no key. That key is gone (404), not one the YAML defines (409).
+    let p = Policy::new(TestConfig::new().parse(), None);
+    let mut set = KeyRecords::new();
+    let c = p
+        .issue(
+            &new_key("shop-9"),
+            Digest::of(b"nine"),
+            "admin",
+            1_000,
+            &set,
+        )
+        .unwrap();
+    put(&p, &mut set, c);
+    let k = p.keys.find_by_name("shop-9").unwrap();
+    for (d, _, o) in p.delete(k, "admin", 2_000, &set).unwrap() {
+        set.insert(d, o);
+    }
+    assert_eq!(
+        p.rotate(k, Digest::of(b"ten"), 0, 3_000, &set),
+        Err(ChangeRefused::Deleted)
+    );
+    assert_eq!(
+        p.delete(k, "admin", 3_000, &set),
+        Err(ChangeRefused::Deleted)
+    );
+}
+
+#[test]
+fn a_digest_a_rotation_replaced_is_never_issued_again() {
+    // Replaced with no overlap, or past its overlap: it no longer authenticates, and it is
+    // still the key's, so no new key (nor another rotation) takes it and lets the old
+    // secret in as someone else.
+    let p = Policy::new(TestConfig::new().parse(), None);
+    let mut set = KeyRecords::new();
+    let (first, second, third) = (
+        Digest::of(b"first"),
+        Digest::of(b"second"),
+        Digest::of(b"third"),
+    );
+    let c = p
+        .issue(&new_key("shop-1"), first, "admin", 1_000, &set)
+        .unwrap();
+    put(&p, &mut set, c);
+    let k = p.keys.find_by_name("shop-1").unwrap();
+    let c = p.rotate(k, second, 0, 2_000, &set).unwrap();
+    put(&p, &mut set, c);
+    let c = p.rotate(k, third, 10, 3_000, &set).unwrap();
+    put(&p, &mut set, c);
+    let later = 3_000 + 11;
+    for gone in [first, second] {
+        assert_eq!(
+            p.issue(&new_key("shop-2"), gone, "admin", later, &set),
+            Err(ChangeRefused::KeyExists("sha256"))
+        );
+        assert_eq!(
+            p.rotate(k, gone, 0, later, &set),
+            Err(ChangeRefused::KeyExists("sha256"))
+        );
+    }
+    // The record keeps one entry a rotation, the first replaced with no overlap.
+    let record = set.record(&first).unwrap();
+    let previous = &record.issued.as_ref().unwrap().previous;
+    assert_eq!(
+        previous
+            .iter()
+            .map(|p| (p.digest, p.until_ms))
+            .collect::<Vec<_>>(),
+        [(first, 2_000), (second, 3_010)]
+    );
+    // Built again from its records (a restart), the set still knows them.
+    let again: KeyRecords = set.clone().into_iter().collect();
+    assert!(again.holds(&second));
+}

@@ -23,10 +23,24 @@ use crate::metering::{pack_quota, unpack_quota};
 /// A B-tree, not a hash map: it grows a node at a time, where a hash map of a million records
 /// doubles at once under the change lock (a create waited 1.2 s at 458,753 records:
 /// docs/keyscale.md, "Records made compact").
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct KeyRecords {
     map: BTreeMap<Digest, Held>,
+    /// Every digest an issued key's record holds besides the one it is kept under (a
+    /// rotated key's digest in force, and each it had before), with how many records hold
+    /// it so: so that no digest a key has or had is issued again ([`KeyRecords::holds`]).
+    /// Only rotated keys have any.
+    others: BTreeMap<Digest, u32>,
 }
+
+/// Two sets are equal when their records are: the index of other digests is made from them.
+impl PartialEq for KeyRecords {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl Eq for KeyRecords {}
 
 /// One record as the set holds it.
 #[derive(Clone, PartialEq, Eq)]
@@ -320,6 +334,12 @@ impl KeyRecords {
         self.map.contains_key(digest)
     }
 
+    /// Whether any record holds `digest`: kept under it (a key's, or a revocation), or as
+    /// an issued key's digest in force or one it had before a rotation.
+    pub fn holds(&self, digest: &Digest) -> bool {
+        self.map.contains_key(digest) || self.others.contains_key(digest)
+    }
+
     /// The record under `digest`.
     pub fn get(&self, digest: &Digest) -> Option<Cow<'_, KeyRecord>> {
         Some(self.map.get(digest)?.record(digest))
@@ -332,13 +352,25 @@ impl KeyRecords {
 
     /// Put `o` under `digest`; the record it replaces.
     pub fn insert(&mut self, digest: Digest, o: KeyRecord) -> Option<KeyRecord> {
-        let before = self.map.insert(digest, Held::of(&digest, o))?;
-        Some(before.into_record(&digest))
+        let others = others_of(&digest, &o);
+        let before = self
+            .map
+            .insert(digest, Held::of(&digest, o))
+            .map(|h| h.into_record(&digest));
+        if let Some(b) = &before {
+            unindex(&mut self.others, &digest, b);
+        }
+        for d in others {
+            *self.others.entry(d).or_default() += 1;
+        }
+        before
     }
 
     /// Take the record under `digest` out.
     pub fn remove(&mut self, digest: &Digest) -> Option<KeyRecord> {
-        Some(self.map.remove(digest)?.into_record(digest))
+        let before = self.map.remove(digest)?.into_record(digest);
+        unindex(&mut self.others, digest, &before);
+        Some(before)
     }
 
     /// Every record, in the order of their digests.
@@ -438,16 +470,54 @@ impl KeyRecords {
     }
 }
 
+/// The digests `o`, kept under `digest`, holds besides it: an issued key's in force and
+/// those it had (none for a key never rotated).
+fn others_of(digest: &Digest, o: &KeyRecord) -> Vec<Digest> {
+    match o.issued.as_deref() {
+        Some(i) if !i.previous.is_empty() || i.digest != *digest || i.id != *digest => {
+            i.digests().into_iter().filter(|d| d != digest).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Take out of `others` the digests `o`, which was kept under `digest`, held besides it.
+fn unindex(others: &mut BTreeMap<Digest, u32>, digest: &Digest, o: &KeyRecord) {
+    for d in others_of(digest, o) {
+        if let std::collections::btree_map::Entry::Occupied(mut n) = others.entry(d) {
+            *n.get_mut() -= 1;
+            if *n.get() == 0 {
+                n.remove();
+            }
+        }
+    }
+}
+
+impl KeyRecords {
+    /// Built in one go from `map`, the index of other digests made from its whole records
+    /// (a slim one is an issued key never rotated: its one digest is the one it is under).
+    fn of_map(map: BTreeMap<Digest, Held>) -> Self {
+        let mut others = BTreeMap::new();
+        for (d, h) in &map {
+            if let View::Whole(o) = h.view() {
+                for x in others_of(d, o) {
+                    *others.entry(x).or_default() += 1;
+                }
+            }
+        }
+        Self { map, others }
+    }
+}
+
 impl FromIterator<(Digest, KeyRecord)> for KeyRecords {
     /// Built in one go: from records in their digests' order the tree's nodes are full. A
     /// digest given twice keeps its last record, as [`KeyRecords::insert`] would.
     fn from_iter<I: IntoIterator<Item = (Digest, KeyRecord)>>(iter: I) -> Self {
-        Self {
-            map: iter
-                .into_iter()
+        Self::of_map(
+            iter.into_iter()
                 .map(|(d, o)| (d, Held::of(&d, o)))
                 .collect(),
-        }
+        )
     }
 }
 
@@ -455,9 +525,7 @@ impl FromIterator<(Digest, Compact)> for KeyRecords {
     /// Built in one go, as from whole records (the same order and the same rule for a digest
     /// given twice).
     fn from_iter<I: IntoIterator<Item = (Digest, Compact)>>(iter: I) -> Self {
-        Self {
-            map: iter.into_iter().map(|(d, c)| (d, c.0)).collect(),
-        }
+        Self::of_map(iter.into_iter().map(|(d, c)| (d, c.0)).collect())
     }
 }
 

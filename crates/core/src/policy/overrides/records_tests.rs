@@ -143,10 +143,20 @@ proptest! {
             prop_assert_eq!(c.record(d).into_owned(), merged);
         }
         prop_assert_eq!(set.clone().into_iter().collect::<Vec<_>>(), want);
+        // Every digest a record holds is held (its own, an issued key's in force and each it
+        // had), by the set built one record at a time and by the one built in one go.
+        let built = KeyRecords::from_iter(records.clone());
+        for (d, o) in &plain {
+            let all = o.issued.as_ref().map(|i| i.digests()).unwrap_or_default();
+            for x in std::iter::once(*d).chain(all) {
+                prop_assert!(set.holds(&x) && built.holds(&x));
+            }
+        }
         for (d, o) in &plain {
             prop_assert_eq!(set.remove(d), Some(o.clone()));
         }
         prop_assert!(set.is_empty());
+        prop_assert!(set.others.is_empty(), "nothing held once every record is out");
     }
 }
 
