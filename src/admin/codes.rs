@@ -4,8 +4,9 @@
 //! problem+json with the same `type` URI spelling as the request path's.
 //!
 //! A code that is also a refusal code of the request path (`unauthorized`, `invalid_json`,
-//! `invalid_body`, `body_too_large`, `too_many_auth_failures`) is spelled as that one and
-//! answers its status (a unit test keeps both); its title says what it means here.
+//! `invalid_body`, `body_too_large`, `method_not_allowed`, `too_many_auth_failures`) is spelled
+//! as that one and answers its status (a unit test keeps both); its title says what it means
+//! here.
 
 use http::StatusCode;
 
@@ -78,6 +79,10 @@ admin_codes! {
     BodyTooLarge => PAYLOAD_TOO_LARGE, "body_too_large", "The body is too large";
     /// An operation on a key that is not one of the table's.
     NoKeyOperation => NOT_FOUND, "not_found", "No such key operation";
+    /// A path the admin listener does not answer.
+    NoRoute => NOT_FOUND, "not_found", "No such path";
+    /// A method the path does not take (with `Allow`).
+    MethodNotAllowed => METHOD_NOT_ALLOWED, "method_not_allowed", "The path does not take that method";
     /// A body that is not JSON.
     InvalidJson => BAD_REQUEST, "invalid_json", "The body is not JSON";
     /// A field of the body breaks its rule (with `errors`, as the request path's).
@@ -128,6 +133,7 @@ mod tests {
                 "too_many_auth_failures",
                 "unauthorized",
                 "body_too_large",
+                "method_not_allowed",
                 "invalid_json",
                 "invalid_body"
             ]
@@ -135,7 +141,7 @@ mod tests {
     }
 
     #[test]
-    fn codes_are_snake_case_and_only_unknown_key_has_two_titles() {
+    fn codes_are_snake_case_and_only_unknown_key_and_not_found_have_two_titles() {
         for a in AdminCode::ALL {
             let s = a.as_str();
             assert!(
@@ -144,7 +150,11 @@ mod tests {
             );
             assert!(a.status().is_client_error() || a.status().is_server_error());
             let same: Vec<_> = AdminCode::ALL.iter().filter(|b| b.as_str() == s).collect();
-            let expected = if s == "unknown_key" { 2 } else { 1 };
+            let expected = if matches!(s, "unknown_key" | "not_found") {
+                2
+            } else {
+                1
+            };
             assert_eq!(same.len(), expected, "{s}");
         }
     }

@@ -105,9 +105,12 @@ pub(super) fn no_content() -> Response<Vec<u8>> {
     r
 }
 
-/// 405 with `Allow`.
+/// 405 problem `method_not_allowed`, with `Allow`.
 pub(super) fn not_allowed(allow: &'static str) -> Response<Vec<u8>> {
-    let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    let mut r = problem(
+        AdminCode::MethodNotAllowed,
+        &format!("this path takes {allow}"),
+    );
     r.headers_mut()
         .insert(ALLOW, http::HeaderValue::from_static(allow));
     r

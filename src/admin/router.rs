@@ -6,11 +6,13 @@
 
 use http::{Method, Response, StatusCode};
 
+use super::body::Refused;
 use super::codes::AdminCode;
 use super::keys::{self, KeyOp};
 use super::reply::{json, not_allowed, page, percent_decode, problem, reply, text};
 use super::view::BlocksView;
 use super::{issue, ledger, list, openapi, overrides, usage, Admin, MAX_ADMIN_BODY};
+use crate::policy::overrides::ChangeKind;
 
 /// Every route the admin listener answers: `(method, path)`, a `{name}` a path segment
 /// (percent-decoded; for `DELETE /api/overrides/{name}` and `/api/blocks/{address}`, the rest
@@ -183,37 +185,29 @@ pub(crate) fn classify(method: &Method, path: &str) -> Result<Route, Miss> {
 impl Admin {
     /// The answer to a request past the guards: its route's handler, or the miss.
     pub(super) async fn answer(&self, req: &AdminRequest<'_>) -> Response<Vec<u8>> {
-        // A body over the cap is refused on the paths that take one, whatever the route.
-        if req.too_large && (req.path.starts_with("/api/keys/") || req.path == "/api/keys") {
-            return problem(
-                AdminCode::BodyTooLarge,
-                &format!("the admin listener reads at most {MAX_ADMIN_BODY} bytes"),
-            );
-        }
-        let route = match classify(req.method, req.path) {
-            Ok(route) => route,
-            Err(Miss::NotFound) => return text(StatusCode::NOT_FOUND, "not found\n"),
-            Err(Miss::NotAllowed(allow)) => return not_allowed(allow),
-            Err(Miss::NoKeyOperation) => {
-                return problem(
-                    AdminCode::NoKeyOperation,
-                    "the operations are suspend, resume, revoke, rotate, limit and quota",
-                )
+        let route =
+            match classify(req.method, req.path) {
+                Ok(route) => route,
+                // A body over the cap is refused on the paths that take one, whatever the route.
+                Err(_) if req.too_large && is_keys_path(req.path) => return too_large(),
+                Err(Miss::NotFound) => return problem(
+                    AdminCode::NoRoute,
+                    "the admin listener answers no such path (GET /api/openapi.json lists them)",
+                ),
+                Err(Miss::NotAllowed(allow)) => return not_allowed(allow),
+                Err(Miss::NoKeyOperation) => {
+                    return problem(
+                        AdminCode::NoKeyOperation,
+                        "the operations are suspend, resume, revoke, rotate, limit and quota",
+                    )
+                }
+            };
+        if let Err(refused) = self.admissible(&route, req) {
+            // A change refused before its handler is a change refused all the same.
+            if let Some(kind) = route.change_kind() {
+                self.live.metrics().admin_change(kind, false);
             }
-        };
-        // What the operation does not take is refused, not dropped unsaid (`?reason=…` or
-        // `{"reason": …}` on a revocation), as a body refuses a member it does not have and
-        // a query a parameter it does not name.
-        let (method, template) = route.row();
-        if super::openapi::refuses_any_query(method, template) {
-            if let Err(refused) = super::query::none(req.query, method, template) {
-                return *refused;
-            }
-        }
-        if !super::openapi::takes_body(method, template) {
-            if let Err(refused) = super::body::none(req.body) {
-                return *refused;
-            }
+            return *refused;
         }
         match route {
             Route::Page => page(StatusCode::OK),
@@ -248,7 +242,53 @@ impl Admin {
     }
 }
 
+impl Admin {
+    /// What the router refuses of a classified request before its handler: a body over the
+    /// cap on the paths that take one, and what the operation does not take, refused rather
+    /// than dropped unsaid (`?reason=…` or `{"reason": …}` on a revocation), as a body
+    /// refuses a member it does not have and a query a parameter it does not name.
+    fn admissible(&self, route: &Route, req: &AdminRequest<'_>) -> Result<(), Refused> {
+        if req.too_large && is_keys_path(req.path) {
+            return Err(Box::new(too_large()));
+        }
+        let (method, template) = route.row();
+        if super::openapi::refuses_any_query(method, template) {
+            super::query::none(req.query, method, template)?;
+        }
+        if !super::openapi::takes_body(method, template) {
+            super::body::none(req.body)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `path` is one of `/api/keys…`, the paths that read a body.
+fn is_keys_path(path: &str) -> bool {
+    path.starts_with("/api/keys/") || path == "/api/keys"
+}
+
+/// 413: a body over the admin listener's cap.
+fn too_large() -> Response<Vec<u8>> {
+    problem(
+        AdminCode::BodyTooLarge,
+        &format!("the admin listener reads at most {MAX_ADMIN_BODY} bytes"),
+    )
+}
+
 impl Route {
+    /// The kind of change it makes (the `action` of `tollgate_admin_changes_total`), for a
+    /// change of a key.
+    fn change_kind(&self) -> Option<ChangeKind> {
+        match self {
+            Route::CreateKey => Some(ChangeKind::Create),
+            Route::RotateKey(_) => Some(ChangeKind::Rotate),
+            Route::DeleteKey(_) => Some(ChangeKind::Delete),
+            Route::RevokeSecret => Some(ChangeKind::Revoke),
+            Route::Key(_, op) => Some(op.kind()),
+            _ => None,
+        }
+    }
+
     /// Its row of [`ROUTES`] (`HEAD` is the `GET` row).
     fn row(&self) -> (&'static str, &'static str) {
         match self {

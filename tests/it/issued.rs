@@ -333,6 +333,17 @@ fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good()
     let a = a2;
     assert_eq!(call(l, &third).status, 200);
     assert_eq!(call(l, "my-own-secret").status, 200);
+    // The secret a rotation replaced with no overlap no longer authenticates, and stays the
+    // key's through the restarts: its digest is no new key's, so it never lets anyone in.
+    let replaced = tollgate::digest::Digest::of(rotated.as_bytes()).to_hex();
+    let r = admin_json(
+        a,
+        "POST",
+        "/api/keys",
+        &format!(r#"{{"name":"shop-8","plan":"pro","sha256":"{replaced}"}}"#),
+    );
+    assert_eq!((r.status, r.code().as_str()), (409, "key_exists"));
+    assert_eq!(call(l, &rotated).status, 401);
 
     // A reload, and `check`, refuse a YAML key with an issued key's name or digest.
     let path = dir.path().join("gw.yaml");
@@ -396,6 +407,22 @@ fn a_key_issued_serves_at_once_rotates_with_an_overlap_and_is_deleted_for_good()
     let (_, again) = create(a, r#"{"name":"shop-1","plan":"basic"}"#);
     assert_eq!(call(l, &again.unwrap()).status, 200);
     assert_eq!(call(l, &third).status, 401);
+
+    // Refused before its handler (a query it does not take, a body over the cap): a create
+    // refused all the same, counted so.
+    let refused = |a| {
+        metric(
+            &metrics_page(a),
+            r#"tollgate_admin_changes_total{action="create",result="refused"}"#,
+        )
+        .unwrap_or(0.0)
+    };
+    let before = refused(a);
+    let r = admin_json(a, "POST", "/api/keys?x=1", r#"{"name":"q","plan":"pro"}"#);
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid_query"));
+    let big = format!(r#"{{"name":"{}","plan":"pro"}}"#, "n".repeat(70_000));
+    assert_eq!(admin_json(a, "POST", "/api/keys", &big).status, 413);
+    assert_eq!(refused(a), before + 2.0);
 
     let page = metrics_page(a);
     for (action, n) in [("create", 1.0), ("delete", 1.0)] {

@@ -96,7 +96,16 @@ fn an_operator_suspends_resumes_and_revokes_a_key_and_each_refusal_is_the_one_40
     let r = admin(a, "POST", "/api/keys/nobody/suspend");
     assert_eq!((r.status, r.code().as_str()), (404, "unknown_key"));
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
-    assert_eq!(admin(a, "GET", "/api/keys/basic-1/suspend").status, 405);
+    // A method a path does not take, and a path the listener does not answer: problems too.
+    let r = admin(a, "GET", "/api/keys/basic-1/suspend");
+    assert_eq!((r.status, r.code().as_str()), (405, "method_not_allowed"));
+    assert_eq!(
+        (r.header("content-type"), r.header("allow")),
+        (Some("application/problem+json"), Some("POST"))
+    );
+    let r = admin(a, "GET", "/api/nothing-here");
+    assert_eq!((r.status, r.code().as_str()), (404, "not_found"));
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
 
     let page = metrics_page(a);
     for (series, want) in [
@@ -741,17 +750,31 @@ fn revoke_pro_key(admin_addr: SocketAddr) {
 #[test]
 fn with_state_path_beside_redis_a_revocation_holds_through_a_restart_while_redis_is_down() {
     let s = beside_redis("mr");
-    let b = s.b(&s.redis.url());
+    // No grace to wait out: b stops on SIGTERM at once (below).
+    let b = s.b(&s.redis.url()).shutdown(0, 0, 5);
     let (_pa, _, admin_a) = spawn(s.dir.path(), "a", &s.a);
     let (mut pb, lb, _) = spawn(s.dir.path(), "b", &b);
     revoke_pro_key(admin_a);
     eventually("replica b refuses it", || {
         call(lb, "pro-key-1").status == 401
     });
-    pb.stop();
+    // Stopped gracefully (SIGTERM: its copy closed clean, for `check` to read below).
+    pb.signal("TERM");
+    pb.wait_exit(Duration::from_secs(30))
+        .expect("exits on SIGTERM");
     // Redis goes away; replica b starts again from its copy at state.path.
     let _ = s.redis.kill();
     let path = s.dir.path().join("b.yaml");
+    // `check` says so too: Redis not there, b's own copy read instead.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("not read from Redis") && text.contains("pro-1: revoked by admin"),
+        "{text}"
+    );
     let p = Process::spawn(
         s.dir.path(),
         "b2",
