@@ -14,13 +14,24 @@ use crate::config::{Allow, Config, Scheme};
 pub(super) fn overrides_summary(cfg: &Config) -> Result<String, crate::config::ConfigError> {
     let mut s = String::new();
     let read = match (&cfg.process.cluster, &cfg.process.state_path) {
-        (Some(c), _) => {
+        (Some(c), on_disk) => {
             let _ = writeln!(
                 s,
                 "  overrides     kept in the cluster's Redis ({})",
                 c.redacted_url()
             );
-            crate::keys::check::read_redis(c).map_err(|e| e.to_string())
+            match (crate::keys::check::read_redis(c), on_disk) {
+                // Redis not there: this replica's own copy says what it would start with.
+                (Err(e), Some(p)) => {
+                    let _ = writeln!(
+                        s,
+                        "  overrides     not read from Redis ({e}): this replica's copy in {} instead",
+                        p.display()
+                    );
+                    crate::keys::check::read_copy(p).map_err(|e| e.to_string())
+                }
+                (read, _) => read.map_err(|e| e.to_string()),
+            }
         }
         (None, Some(p)) => {
             let _ = writeln!(s, "  overrides     kept in {}", p.display());

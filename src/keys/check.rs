@@ -22,6 +22,21 @@ pub(crate) fn read_state(path: &Path) -> Result<Vec<KeyRecord>, disk::DiskError>
     Ok(sorted(set.into_iter().map(|(_, o)| o)))
 }
 
+/// The records of a fleet's replica's copy of the set at `path` (the fields it keeps of
+/// Redis's, as `state.path` holds them beside `cluster`): what it would start with.
+pub(crate) fn read_copy(path: &Path) -> Result<Vec<KeyRecord>, disk::DiskError> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let db = disk::open_read_only(path)?;
+    let mut pairs = HashMap::new();
+    disk::read_copy_pages(&db, |page| {
+        pairs.extend(page);
+        true
+    })?;
+    Ok(records_of_fields(&pairs))
+}
+
 /// The records kept in the cluster's Redis, with a runtime of its own (`check` has none).
 pub(crate) fn read_redis(cfg: &Cluster) -> Result<Vec<KeyRecord>, StoreError> {
     let rt = tokio::runtime::Builder::new_current_thread()
