@@ -86,22 +86,24 @@ impl Body for SuspendBody {
 
 impl Body for LimitBody {
     fn rule(_: &str) -> String {
-        format!("is required: an integer from 1 to {MAX_REQUESTS_PER_WINDOW}, as a plan's")
+        format!("must be an integer from 1 to {MAX_REQUESTS_PER_WINDOW}, as a plan's (required)")
     }
 }
 
 impl Body for QuotaBody {
     fn rule(pointer: &str) -> String {
         match pointer {
-            "/per" => "is required: `day` or `month`".into(),
-            _ => format!("is required: an integer from 1 to {MAX_QUOTA_REQUESTS}, as a plan's"),
+            "/per" => "must be `day` or `month` (required)".into(),
+            _ => {
+                format!("must be an integer from 1 to {MAX_QUOTA_REQUESTS}, as a plan's (required)")
+            }
         }
     }
 }
 
 impl Body for SecretBody {
     fn rule(_: &str) -> String {
-        "is required: the secret itself, as a string".into()
+        "must be the secret itself, as a string (required)".into()
     }
 }
 

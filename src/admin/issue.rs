@@ -73,8 +73,8 @@ pub(super) struct RotateBody {
 impl Body for CreateBody {
     fn rule(pointer: &str) -> String {
         match pointer {
-            "/name" => format!("is required: {NAME_RULE}"),
-            "/plan" => "is required: the name of a plan of the config in force".into(),
+            "/name" => format!("must be {NAME_RULE} (required)"),
+            "/plan" => "must be the name of a plan of the config in force (required)".into(),
             "/partner" => "is the name of a partner of the config in force".into(),
             "/expires_at" => {
                 "is an RFC 3339 instant in UTC, in the future, such as `2027-01-01T00:00:00Z`"
@@ -84,7 +84,7 @@ impl Body for CreateBody {
                 format!("is an integer from 1 to {MAX_REQUESTS_PER_WINDOW}, as a plan's")
             }
             "/sha256" => "is 64 hex characters: the SHA-256 of the secret".into(),
-            p if p.starts_with("/quota/per") => "is required: `day` or `month`".into(),
+            p if p.starts_with("/quota/per") => "must be `day` or `month` (required)".into(),
             p if p.starts_with("/quota") => {
                 "is an object: `requests` (1 to 10^12) and `per` (`day` or `month`)".into()
             }

@@ -189,9 +189,8 @@ pub(super) fn run(args: KeysArgs) -> ExitCode {
             let body = overlap.map_or(json!({}), |s| json!({ "overlap_seconds": s }));
             c.call("POST", &key(name, "rotate"), Some(&body))
         }
-        Verb::Delete { name } => c
-            .call("DELETE", &format!("/api/keys/{}", segment(name)), None)
-            .map(|_| json!({ "deleted": name })),
+        // 204, no body: `--json` prints nothing, as the API answers nothing.
+        Verb::Delete { name } => c.call("DELETE", &format!("/api/keys/{}", segment(name)), None),
         Verb::Show { name } => c.call("GET", &format!("/api/keys/{}", segment(name)), None),
         Verb::Suspend { name, reason } => {
             let body = reason.as_ref().map(|r| json!({ "reason": r }));
@@ -236,12 +235,17 @@ pub(super) fn run(args: KeysArgs) -> ExitCode {
     };
     match answer {
         Ok(v) if args.json => {
-            println!("{v}");
+            if !v.is_null() {
+                println!("{v}");
+            }
             ExitCode::SUCCESS
         }
         Ok(v) => {
-            if let Some(name) = v["deleted"].as_str() {
+            if let Verb::Delete { name } = &args.verb {
                 println!("deleted {name}");
+            } else if let (Verb::RevokeSecret, Some(name)) = (&args.verb, v["name"].as_str()) {
+                // The API answers only the name (and the state) of the key the secret was.
+                println!("revoked {name}");
             } else {
                 print!("{}", table(&v));
             }

@@ -88,7 +88,7 @@ impl std::fmt::Display for ChangeRefused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             ChangeRefused::Revoked => {
-                "the key is revoked: only a new sha256 in the config brings it back"
+                "the key is revoked for good (a key of the config comes back only with a new sha256 there; an issued key, as a new key)"
             }
             ChangeRefused::NotACustomerKey => {
                 "a partner key has no plan: its window limit is `partner_requests_per_window`"
