@@ -185,24 +185,20 @@ pub(crate) fn classify(method: &Method, path: &str) -> Result<Route, Miss> {
 impl Admin {
     /// The answer to a request past the guards: its route's handler, or the miss.
     pub(super) async fn answer(&self, req: &AdminRequest<'_>) -> Response<Vec<u8>> {
-        let route =
-            match classify(req.method, req.path) {
-                Ok(route) => route,
-                // A body over the cap is refused on the paths that take one, whatever the route.
-                Err(_) if req.too_large && is_keys_path(req.path) => return too_large(),
-                Err(Miss::NotFound) => return problem(
-                    AdminCode::NoRoute,
-                    "the admin listener answers no such path (GET /api/openapi.json lists them)",
-                ),
-                Err(Miss::NotAllowed(allow)) => return not_allowed(allow),
-                Err(Miss::NoKeyOperation) => {
-                    return problem(
-                        AdminCode::NoKeyOperation,
-                        "the operations are suspend, resume, revoke, rotate, limit and quota",
-                    )
-                }
-            };
-        if let Err(refused) = self.admissible(&route, req) {
+        let route = match classify(req.method, req.path) {
+            Ok(route) => route,
+            // A body over the cap is refused on the paths that take one, whatever the route.
+            Err(_) if req.too_large && is_keys_path(req.path) => return too_large(),
+            Err(Miss::NotFound) => return no_route(),
+            Err(Miss::NotAllowed(allow)) => return not_allowed(allow),
+            Err(Miss::NoKeyOperation) => {
+                return problem(
+                    AdminCode::NoKeyOperation,
+                    "the operations are suspend, resume, revoke, rotate, limit and quota",
+                )
+            }
+        };
+        if let Err(refused) = admissible(&route, req) {
             // A change refused before its handler is a change refused all the same.
             if let Some(kind) = route.change_kind() {
                 self.live.metrics().admin_change(kind, false);
@@ -242,24 +238,30 @@ impl Admin {
     }
 }
 
-impl Admin {
-    /// What the router refuses of a classified request before its handler: a body over the
-    /// cap on the paths that take one, and what the operation does not take, refused rather
-    /// than dropped unsaid (`?reason=…` or `{"reason": …}` on a revocation), as a body
-    /// refuses a member it does not have and a query a parameter it does not name.
-    fn admissible(&self, route: &Route, req: &AdminRequest<'_>) -> Result<(), Refused> {
-        if req.too_large && is_keys_path(req.path) {
-            return Err(Box::new(too_large()));
-        }
-        let (method, template) = route.row();
-        if super::openapi::refuses_any_query(method, template) {
-            super::query::none(req.query, method, template)?;
-        }
-        if !super::openapi::takes_body(method, template) {
-            super::body::none(req.body)?;
-        }
-        Ok(())
+/// What the router refuses of a classified request before its handler: a body over the cap
+/// on the paths that take one, and what the operation does not take, refused rather than
+/// dropped unsaid (`?reason=…` or `{"reason": …}` on a revocation), as a body refuses a member
+/// it does not have and a query a parameter it does not name.
+fn admissible(route: &Route, req: &AdminRequest<'_>) -> Result<(), Refused> {
+    if req.too_large && is_keys_path(req.path) {
+        return Err(Box::new(too_large()));
     }
+    let (method, template) = route.row();
+    if super::openapi::refuses_any_query(method, template) {
+        super::query::none(req.query, method, template)?;
+    }
+    if !super::openapi::takes_body(method, template) {
+        super::body::none(req.body)?;
+    }
+    Ok(())
+}
+
+/// 404 problem `not_found`: a path the listener does not answer.
+fn no_route() -> Response<Vec<u8>> {
+    problem(
+        AdminCode::NoRoute,
+        "the admin listener answers no such path (GET /api/openapi.json lists them)",
+    )
 }
 
 /// Whether `path` is one of `/api/keys…`, the paths that read a body.
