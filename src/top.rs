@@ -283,7 +283,7 @@ pub(crate) fn screen(
             if !u.key_changes.is_empty() {
                 sections.push(changes_section(u));
             }
-            sections.push(refusals_section(u));
+            sections.push(refusals_section(u, mode));
             let room = height.map(|h| h.saturating_sub(lines.len()));
             let given = match room {
                 Some(room) => share(&sections, room),
@@ -545,9 +545,14 @@ fn changes_section(u: &UsageView) -> Section {
     }
 }
 
-/// The latest refusals, newest first.
-fn refusals_section(u: &UsageView) -> Section {
-    let r = &u.refusals[..u.refusals.len().min(10)];
+/// The latest refusals, newest first: the ten newest live (a glance), every one the view
+/// holds with `--once` (for scripts: every row).
+fn refusals_section(u: &UsageView, mode: Mode) -> Section {
+    let shown = match mode {
+        Mode::Once => u.refusals.len(),
+        Mode::Live => u.refusals.len().min(10),
+    };
+    let r = &u.refusals[..shown];
     let columns = vec![
         Column::number("time (UTC)", 0, r.iter().map(|r| hms(r.at_ms)).collect()),
         Column::text("key", 1, 12, r.iter().map(|r| or_dash(r.key.as_deref()))),
@@ -1079,7 +1084,7 @@ mod tests {
             assert!(width_of(l) <= w, "{} > {w}: {l:?}", width_of(l));
         }
         // Every section's header holds every shown column's header whole.
-        let sections = [keys_section(u), refusals_section(u)];
+        let sections = [keys_section(u), refusals_section(u, Mode::Live)];
         let headers: Vec<&ScreenLine> = lines.iter().filter(|l| l.look == Look::Header).collect();
         assert_eq!(headers.len(), 2, "{all}");
         for (s, header) in sections.iter().zip(&headers) {
@@ -1276,7 +1281,8 @@ mod tests {
             assert!(text.ends_with('\n') && !text.ends_with("\n\n"), "{text:?}");
             assert!(!text.contains('\x1b'), "an escape sequence");
             assert!(text.lines().all(|l| l == l.trim_end()), "trailing spaces");
-            // Every row the view has (10 refusals at most), no more lines than those.
+            // Every row the view has (every refusal too: the live view shows ten), no more
+            // lines than those.
             let lines = screen(&Ok(u.clone()), Mode::Once, width, None);
             assert_eq!(text.lines().count(), lines.len());
             assert!(!text.contains("more keys") && !text.contains("more refusals"));
@@ -1290,6 +1296,8 @@ mod tests {
                 }
                 let (header, _) = keys_section(&u).table.lines(None);
                 assert_eq!(header.split_whitespace().count(), 9, "{header}");
+                let refusals = text.lines().filter(|l| l.ends_with("429 rate_limited"));
+                assert_eq!(refusals.count(), u.refusals.len(), "{text}");
             }
         }
         // Far fewer lines than the 48 it used to pad to, for a small view.
@@ -1313,7 +1321,7 @@ mod tests {
     #[test]
     fn sections_share_a_short_screen_keys_first() {
         let u = busy();
-        let sections = [keys_section(&u), refusals_section(&u)];
+        let sections = [keys_section(&u), refusals_section(&u, Mode::Live)];
         // Room for everything: everything.
         assert_eq!(share(&sections, 100), vec![22, 12]);
         // 21 lines: refusals keep 3 rows (+ title, header, "… more"), keys get the rest.
