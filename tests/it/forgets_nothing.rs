@@ -879,7 +879,7 @@ fn admitted_of(listen: SocketAddr, key: &str, n: usize) -> usize {
 /// requests to b; both replicas restarted, 30 requests to each; again; then Redis restarted
 /// empty, 30 more to each. The fleet admits at most the quota plus one request per replica
 /// (5), `quota.used` is what was charged, and Redis holds it again after its restart.
-fn a_small_quota_over_restarts(with_state_path: bool) {
+fn a_small_quota_over_restarts(with_state_path: bool, outage: bool) {
     let up = Upstream::start(Mode::Ok);
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
@@ -932,10 +932,21 @@ fn a_small_quota_over_restarts(with_state_path: bool) {
 
     // Redis restarted empty: the replicas put the count back, and admit nothing more.
     let port = redis.kill();
-    let redis = RedisServer::start_on(port);
     let la: SocketAddr = a.file.listen.parse().unwrap();
     let lb: SocketAddr = b.file.listen.parse().unwrap();
     let mut after = 0;
+    if outage {
+        // Away until both replicas have found it so, and asked meanwhile.
+        for p in [&a, &b] {
+            let at: SocketAddr = p.file.admin_listen.parse().unwrap();
+            eventually("the replica finds the store down", || {
+                metric(&metrics_page(at), "tollgate_cluster_store_up") == Some(0.0)
+            });
+        }
+        after += admitted_of(la, "basic-key-1", 3);
+        after += admitted_of(lb, "basic-key-1", 3);
+    }
+    let redis = RedisServer::start_on(port);
     for _ in 0..10 {
         after += admitted_of(la, "basic-key-1", 3);
         after += admitted_of(lb, "basic-key-1", 3);
@@ -966,12 +977,19 @@ fn month_id() -> u32 {
 
 #[test]
 fn a_quota_of_three_over_two_replicas_and_two_restarts_admits_at_most_five() {
-    a_small_quota_over_restarts(false);
+    a_small_quota_over_restarts(false, false);
 }
 
 #[test]
 fn a_quota_of_three_over_restarts_with_state_path_admits_at_most_five() {
-    a_small_quota_over_restarts(true);
+    a_small_quota_over_restarts(true, false);
+}
+
+/// Redis away long enough for both replicas to find it so (and asked meanwhile) before it
+/// comes back empty: the count comes back all the same.
+#[test]
+fn a_quota_spent_before_an_outage_of_redis_stays_spent_when_it_returns_empty() {
+    a_small_quota_over_restarts(false, true);
 }
 
 /// A rolling reload: replica a's YAML has a key that b's does not have yet, and a suspends
@@ -1030,4 +1048,57 @@ fn a_replica_behind_in_a_rolling_reload_undoes_no_change_of_a_key_it_lacks() {
     });
     assert_eq!(call(lb, "late-key").status, 401);
     assert_eq!(call(la, "late-key").status, 401);
+}
+
+/// An issued key with a quota of its own, spent, then Redis away until both replicas find it
+/// so and back empty: the count comes back, and nothing more is admitted (the set of issued
+/// keys is put back and read whole meanwhile, which must not start the key's count again).
+#[test]
+fn an_issued_keys_own_quota_stays_spent_when_redis_returns_empty_after_an_outage() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = |tag: &str| {
+        let path = dir.path().join(format!("{tag}-state.db"));
+        config_for(&up)
+            .cluster(&redis.url(), &format!("iq{}", redis.port), 100)
+            .state_path(path.to_str().unwrap())
+    };
+    let (pa, la, admin_a) = Process::run(dir.path(), "a", &config("a"));
+    let (pb, lb, admin_b) = Process::run(dir.path(), "b", &config("b"));
+    let r = crate::harness::admin_json(
+        admin_a,
+        "POST",
+        "/api/keys",
+        r#"{"name":"metered-1","plan":"pro","quota":{"requests":3,"per":"day"}}"#,
+    );
+    assert_eq!(r.status, 201);
+    let secret = r.json()["key"].as_str().unwrap().to_string();
+    eventually("b serves the new key", || call(lb, &secret).status == 200);
+    let mut admitted = 1 + admitted_of(la, &secret, 5);
+    admitted += admitted_of(lb, &secret, 5);
+    assert!((3..=5).contains(&admitted), "{admitted}");
+    let port = redis.kill();
+    for at in [admin_a, admin_b] {
+        eventually("the replica finds the store down", || {
+            metric(&metrics_page(at), "tollgate_cluster_store_up") == Some(0.0)
+        });
+    }
+    let mut after = admitted_of(la, &secret, 3) + admitted_of(lb, &secret, 3);
+    let _redis = RedisServer::start_on(port);
+    for at in [admin_a, admin_b] {
+        eventually("the replica finds the store back", || {
+            metric(&metrics_page(at), "tollgate_cluster_store_up") == Some(1.0)
+        });
+    }
+    for _ in 0..10 {
+        after += admitted_of(la, &secret, 3) + admitted_of(lb, &secret, 3);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(after, 0, "admitted after Redis lost the count");
+    for at in [admin_a, admin_b] {
+        let used = state(at, "metered-1")["quota"]["used"].as_u64();
+        assert!(used >= Some(admitted as u64), "{used:?} of {admitted}");
+    }
+    drop((pa, pb));
 }
