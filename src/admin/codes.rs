@@ -4,7 +4,8 @@
 //! problem+json with the same `type` URI spelling as the request path's.
 //!
 //! A code that is also a refusal code of the request path (`unauthorized`, `invalid_json`,
-//! `invalid_body`, `body_too_large`, `method_not_allowed`, `too_many_auth_failures`) is spelled
+//! `invalid_body`, `body_too_large`, `request_timeout`, `method_not_allowed`,
+//! `too_many_auth_failures`) is spelled
 //! as that one and answers its status (a unit test keeps both); its title says what it means
 //! here.
 
@@ -77,6 +78,9 @@ admin_codes! {
     // `/api/keys/…`.
     /// A body over the admin listener's cap.
     BodyTooLarge => PAYLOAD_TOO_LARGE, "body_too_large", "The body is too large";
+    /// A body its framing promised that did not finish arriving (within `body_timeout`, or
+    /// before the client closed): nothing is changed on what came of it.
+    RequestTimeout => REQUEST_TIMEOUT, "request_timeout", "The body did not finish arriving";
     /// An operation on a key that is not one of the table's.
     NoKeyOperation => NOT_FOUND, "not_found", "No such key operation";
     /// A path the admin listener does not answer.
@@ -133,6 +137,7 @@ mod tests {
                 "too_many_auth_failures",
                 "unauthorized",
                 "body_too_large",
+                "request_timeout",
                 "method_not_allowed",
                 "invalid_json",
                 "invalid_body"

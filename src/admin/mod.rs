@@ -86,6 +86,7 @@ use crate::policy::blocking::FailureTable;
 use crate::policy::client::ClientKey;
 use crate::runtime::lifecycle::Health;
 use crate::runtime::live::LivePolicy;
+use codes::AdminCode;
 use reply::conn_of;
 use router::AdminRequest;
 
@@ -110,6 +111,18 @@ pub(crate) struct Admin {
     pub names: list::NameOrder,
 }
 
+/// 408: the body its framing promised did not finish arriving; nothing was changed.
+fn unfinished() -> Response<Vec<u8>> {
+    let mut r = reply::problem(
+        AdminCode::RequestTimeout,
+        "the body did not finish arriving (its Content-Length or chunked framing promised more, \
+         within server.body_timeout_seconds): nothing was changed",
+    );
+    let len = r.body().len();
+    r.headers_mut().insert(CONTENT_LENGTH, len.into());
+    r
+}
+
 /// The usage page: one file, no external asset (works on an air-gapped host).
 const PAGE: &str = include_str!("page.html");
 
@@ -126,16 +139,28 @@ impl pingora::apps::http_app::ServeHttp for Admin {
             c.head_done(Instant::now(), !session.is_body_done());
         }
         // Read the body (the key operations take one), up to a cap; past it, the rest is
-        // not read and the connection is closed.
+        // not read and the connection is closed. A body that does not finish arriving (the
+        // body deadline, or the client closing before its framing's end) is no body: what
+        // came of it is never taken for the whole, and nothing is changed.
         let mut body: Vec<u8> = Vec::new();
         let mut too_large = false;
-        while let Ok(Some(chunk)) = session.read_request_body().await {
-            if body.len() + chunk.len() > MAX_ADMIN_BODY {
-                session.set_keepalive(None);
-                too_large = true;
-                break;
+        loop {
+            match session.read_request_body().await {
+                Ok(Some(chunk)) if body.len() + chunk.len() > MAX_ADMIN_BODY => {
+                    session.set_keepalive(None);
+                    too_large = true;
+                    break;
+                }
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                Ok(None) => break,
+                Err(_) => {
+                    session.set_keepalive(None);
+                    if let Some(c) = &conn {
+                        c.body_done();
+                    }
+                    return unfinished();
+                }
             }
-            body.extend_from_slice(&chunk);
         }
         if let Some(c) = &conn {
             c.body_done();

@@ -763,3 +763,54 @@ fn keys_issued_at_once_are_kept_together_and_one_name_is_issued_once() {
         assert_eq!(call(l, key).status, 200, "{name}");
     }
 }
+
+/// A body the admin listener's framing says is longer than what came is never taken for the
+/// whole: the client closing early, or stalling past `body_timeout`, changes nothing (a key
+/// created from the part that came, found by probing, was a 201 with its secret).
+#[test]
+fn an_admin_body_that_does_not_finish_arriving_changes_nothing() {
+    use std::io::{Read, Write};
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_for(&up).server(|s| s.body_timeout_seconds = 1);
+    let (_p, l, a) = spawn(dir.path(), "gw", &config);
+    let part = r#"{"name":"cut-1","plan":"pro"}"#;
+    let head = |chunked: bool| {
+        let framing = if chunked {
+            "Transfer-Encoding: chunked".to_string()
+        } else {
+            format!("Content-Length: {}", part.len() + 100)
+        };
+        format!(
+            "POST /api/keys HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\n{framing}\r\n\r\n"
+        )
+    };
+    for chunked in [false, true] {
+        let body = if chunked {
+            format!("{:x}\r\n{part}\r\n", part.len())
+        } else {
+            part.to_string()
+        };
+        // Closed early (the write side shut), then stalled past the body deadline.
+        for close in [true, false] {
+            let mut s = std::net::TcpStream::connect(a).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s.write_all(format!("{}{body}", head(chunked)).as_bytes())
+                .unwrap();
+            if close {
+                s.shutdown(std::net::Shutdown::Write).unwrap();
+            }
+            let mut got = Vec::new();
+            let _ = s.read_to_end(&mut got);
+            let text = String::from_utf8_lossy(&got);
+            assert!(
+                text.is_empty() || text.starts_with("HTTP/1.1 408"),
+                "chunked {chunked}, close {close}: {text}"
+            );
+            assert_eq!(admin(a, "GET", "/api/keys/cut-1").status, 404, "{text}");
+        }
+    }
+    // Whole, the same body makes the key.
+    let (_, secret) = create(a, part);
+    assert_eq!(call(l, &secret.unwrap()).status, 200);
+}
