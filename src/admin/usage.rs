@@ -229,6 +229,7 @@ fn key_row(policy: &Policy, k: KeyIdx, c: &KeyCounts, now: u64) -> KeyRow {
         admitted: c.admitted,
         refusals: KeyRefusals {
             rate_limited: c.rate_limited,
+            quota_exhausted: c.quota_exhausted,
             forbidden: c.forbidden,
             invalid: c.invalid,
         },

@@ -161,6 +161,8 @@ pub struct KeyCounts {
     pub admitted: u64,
     /// Refused `429 rate_limited`.
     pub rate_limited: u64,
+    /// Refused `429 quota_exhausted` (an outcome of its own, as in the metrics).
+    pub quota_exhausted: u64,
     /// Refused with a 403 (`plan_restricted`, `wrong_credential`, `not_your_customer`).
     pub forbidden: u64,
     /// Refused otherwise (path, route, method, body, timeout, block).
@@ -404,11 +406,17 @@ impl Usage {
                 for (&code, &n) in Code::ALL.iter().zip(&c.codes) {
                     match (code, code.status()) {
                         (Code::RateLimited, _) => c.rate_limited += n,
+                        (Code::QuotaExhausted, _) => c.quota_exhausted += n,
                         (_, 403) => c.forbidden += n,
                         _ => c.invalid += n,
                     }
                 }
-                c.requests = c.admitted + c.rate_limited + c.forbidden + c.invalid + c.shadowed;
+                c.requests = c.admitted
+                    + c.rate_limited
+                    + c.quota_exhausted
+                    + c.forbidden
+                    + c.invalid
+                    + c.shadowed;
                 (k, c)
             })
             .collect();
@@ -552,8 +560,22 @@ mod tests {
             Outcome::Unauthorized,
             code(Code::Unauthorized),
         );
+        // A quota's refusal is an outcome of its own, not `invalid`.
+        u.record(
+            1,
+            T0,
+            Some(11),
+            Some(2),
+            Outcome::QuotaExhausted,
+            code(Code::QuotaExhausted),
+        );
         let keys = u.keys(T0 / 1000);
         assert_eq!(keys[0].0, 7);
+        let quota = keys.iter().find(|k| k.0 == 11).unwrap();
+        assert_eq!(
+            (quota.1.requests, quota.1.quota_exhausted, quota.1.invalid),
+            (1, 1, 0)
+        );
         let mut codes = [0; CODES];
         codes[Code::RateLimited as usize] = 1;
         assert_eq!(
@@ -584,10 +606,10 @@ mod tests {
         );
         assert_eq!(u.anonymous(T0 / 1000), 1);
         let r = u.refusals();
-        assert_eq!(r.len(), 4);
-        assert_eq!((r[0].key, r[0].code), (None, Code::Unauthorized as u8));
+        assert_eq!(r.len(), 5);
+        assert_eq!((r[1].key, r[1].code), (None, Code::Unauthorized as u8));
         assert_eq!(
-            (r[3].key, r[3].route, r[3].code),
+            (r[4].key, r[4].route, r[4].code),
             (Some(7), Some(2), Code::RateLimited as u8)
         );
     }

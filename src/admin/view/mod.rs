@@ -162,6 +162,9 @@ pub(crate) struct QuotaView {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub(crate) struct KeyRefusals {
     pub rate_limited: u64,
+    /// `429 quota_exhausted`: an outcome of its own, as in `tollgate_requests_total`.
+    #[serde(default)]
+    pub quota_exhausted: u64,
     pub forbidden: u64,
     pub invalid: u64,
 }
