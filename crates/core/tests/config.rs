@@ -205,6 +205,21 @@ fn duplicate_yaml_keys_are_refused() {
     assert!(e.line.is_some());
 }
 
+/// A field given twice is named, at its second line: at the top level (serde_yaml locates
+/// the map that holds it, the file's line 1) and in a block below.
+#[test]
+fn a_field_given_twice_is_named_at_its_second_line() {
+    let base = BASE.lines().count();
+    let e = parse("log: { format: json }\n# again\nlog: { format: text }\n").unwrap_err();
+    assert_eq!((e.field.as_str(), e.line), ("log", Some(base + 3)), "{e}");
+    let e = parse("server:\n  idle_timeout_seconds: 5\n\n  idle_timeout_seconds: 6\n").unwrap_err();
+    assert_eq!(
+        (e.field.as_str(), e.line),
+        ("server.idle_timeout_seconds", Some(base + 4)),
+        "{e}"
+    );
+}
+
 #[test]
 fn log_format_is_text_or_json() {
     assert!(parse("log: { format: json }\n").is_ok());

@@ -467,7 +467,7 @@ impl Config {
         match fast {
             Some((raw, section)) => Self::validate(raw, &KeyList::Fast(&section), text, path, env),
             None => {
-                let mut raw: FileConfig = from_yaml(text).map_err(|e| yaml_error(path, e))?;
+                let mut raw: FileConfig = from_yaml(text).map_err(|e| yaml_error(path, text, e))?;
                 let keys = std::mem::take(&mut raw.keys);
                 Self::validate(raw, &KeyList::File(&keys), text, path, env)
             }
@@ -477,7 +477,7 @@ impl Config {
     /// [`Config::parse`] without the fast path: everything through serde_yaml.
     #[cfg(test)]
     fn parse_slow(text: &str, path: &Path, env: &dyn Env) -> Result<Config, ConfigError> {
-        let mut raw: FileConfig = from_yaml(text).map_err(|e| yaml_error(path, e))?;
+        let mut raw: FileConfig = from_yaml(text).map_err(|e| yaml_error(path, text, e))?;
         let keys = std::mem::take(&mut raw.keys);
         Self::validate(raw, &KeyList::File(&keys), text, path, env)
     }
@@ -537,7 +537,7 @@ fn load_catalogue(
         ))
     })?;
     let raw: FileCatalogue =
-        from_yaml(&text).map_err(|e| CatalogueError::There(yaml_error(&path, e)))?;
+        from_yaml(&text).map_err(|e| CatalogueError::There(yaml_error(&path, &text, e)))?;
     let lines = LineIndex::new(&text);
     let catalogue =
         Catalogue::compile(raw).map_err(|inv| CatalogueError::There(inv.at(&path, &lines)))?;
@@ -554,9 +554,15 @@ fn from_yaml<T: serde::de::DeserializeOwned>(
 /// A parse error as a [`ConfigError`]: the field path as serde_path_to_error tracked it
 /// (`server.idle_timeout` for an unknown field, `keys[0]` for a missing one), the line as
 /// serde_yaml located it, and serde's own message without the two things already given apart
-/// (serde_yaml writes its path in front and the location after it).
-fn yaml_error(path: &Path, e: serde_path_to_error::Error<serde_yaml::Error>) -> ConfigError {
-    let field = match e.path().to_string() {
+/// (serde_yaml writes its path in front and the location after it). A field given twice is
+/// named whole (`ledger`, `server.idle_timeout_seconds`), at its second line where `text`
+/// shows it (serde_yaml locates the map that holds it).
+fn yaml_error(
+    path: &Path,
+    text: &str,
+    e: serde_path_to_error::Error<serde_yaml::Error>,
+) -> ConfigError {
+    let mut field = match e.path().to_string() {
         root if root == "." => String::new(),
         field => field,
     };
@@ -572,12 +578,63 @@ fn yaml_error(path: &Path, e: serde_path_to_error::Error<serde_yaml::Error>) -> 
             message = rest.to_string();
         }
     }
+    let mut line = location.map(|l| l.line());
+    let twice = message
+        .strip_prefix("duplicate field `")
+        .and_then(|r| r.split_once('`'))
+        .map(|(name, _)| name.to_string());
+    if let Some(name) = twice {
+        field = if field.is_empty() {
+            name
+        } else {
+            format!("{field}.{name}")
+        };
+        line = second_line_of(text, &field).or(line);
+    }
     ConfigError {
         file: path.to_path_buf(),
-        line: location.map(|l| l.line()),
+        line,
         field,
         message,
     }
+}
+
+/// The line (1-based) where `field` (`ledger`, `server.idle_timeout_seconds`: maps only) is
+/// given a second time in `text`, in block style: the lines of its parent's block whose
+/// indentation is the block's and whose key is the field's last name.
+fn second_line_of(text: &str, field: &str) -> Option<usize> {
+    let mut parts = field.split('.');
+    let last = parts.next_back()?;
+    let mut indent = 0;
+    let mut lines = text.lines().enumerate();
+    for parent in parts {
+        lines.find(|(_, l)| key_at(l, indent) == Some(parent))?;
+        indent = lines
+            .clone()
+            .map(|(_, l)| l)
+            .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .map(|l| l.len() - l.trim_start().len())
+            .filter(|&i| i > indent)?;
+    }
+    lines
+        .take_while(|(_, l)| {
+            l.trim().is_empty()
+                || l.trim_start().starts_with('#')
+                || l.len() - l.trim_start().len() >= indent
+        })
+        .filter(|(_, l)| key_at(l, indent) == Some(last))
+        .nth(1)
+        .map(|(i, _)| i + 1)
+}
+
+/// The key of a block mapping's line at exactly `indent` spaces (`name: …` or `"name": …`).
+fn key_at(line: &str, indent: usize) -> Option<&str> {
+    let rest = line.strip_prefix(&" ".repeat(indent))?;
+    if rest.starts_with(' ') {
+        return None;
+    }
+    let (key, _) = rest.split_once(':')?;
+    Some(key.trim().trim_matches(['"', '\'']))
 }
 
 /// The line (1-based) of the field `field` (`keys[3].name`) in the YAML file `file`, read
