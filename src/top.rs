@@ -83,9 +83,16 @@ impl Admin {
         )
         .map_err(|e| e.to_string())?;
         let mut raw = Vec::new();
-        s.take(16 << 20)
-            .read_to_end(&mut raw)
-            .map_err(|e| e.to_string())?;
+        s.take(16 << 20).read_to_end(&mut raw).map_err(|e| {
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) {
+                format!("{}:{}: no answer within 5 s", self.host, self.port)
+            } else {
+                format!("{}:{}: {e}", self.host, self.port)
+            }
+        })?;
         let at = raw
             .windows(4)
             .position(|w| w == b"\r\n\r\n")
@@ -93,21 +100,27 @@ impl Admin {
         let head = String::from_utf8_lossy(&raw[..at]);
         let status = head.split(' ').nth(1).unwrap_or("?");
         if status != "200" {
-            return Err(format!(
-                "/api/usage answered {status}{}",
-                if status == "401" {
-                    " (set TOLLGATE_ADMIN_TOKEN)"
-                } else {
-                    ""
-                }
-            ));
+            let why = match (status, &self.token) {
+                ("401", None) => " (TOLLGATE_ADMIN_TOKEN is not set)",
+                ("401", Some(_)) => " (the token in TOLLGATE_ADMIN_TOKEN was refused)",
+                _ => "",
+            };
+            return Err(format!("/api/usage answered {status}{why}"));
         }
-        serde_json::from_slice(&raw[at + 4..]).map_err(|e| format!("/api/usage: {e}"))
+        serde_json::from_slice(&raw[at + 4..]).map_err(|e| {
+            format!(
+                "/api/usage: {e} (is {}:{} the admin listener?)",
+                self.host, self.port
+            )
+        })
     }
 }
 
 /// Run the live view until `q` (or Esc, or Ctrl-C).
 pub(crate) fn run(admin: &Admin) -> Result<(), String> {
+    if !std::io::stdout().is_terminal() {
+        return Err("the live view needs a terminal: use --once to print one frame".into());
+    }
     let mut terminal = ratatui::try_init().map_err(|e| e.to_string())?;
     let result = (|| {
         let mut last: Result<UsageView, String> = admin.usage();

@@ -366,5 +366,20 @@ fn top_once_prints_the_same_view_in_the_terminal() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("401") && err.contains("is not set"), "{err}");
+    // A wrong one, and the live view with no terminal: each said as it is.
+    for (args, token, said) in [
+        (&["--once"][..], "wrong", "was refused"),
+        (&[][..], "admin-secret-3", "needs a terminal"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["top", "--admin", &admin])
+            .args(args)
+            .env("TOLLGATE_ADMIN_TOKEN", token)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success() && err.contains(said), "{err}");
+    }
 }
