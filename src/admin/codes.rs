@@ -4,8 +4,8 @@
 //! problem+json with the same `type` URI spelling as the request path's.
 //!
 //! A code that is also a refusal code of the request path (`unauthorized`, `invalid_json`,
-//! `invalid_body`, `body_too_large`, `request_timeout`, `method_not_allowed`,
-//! `too_many_auth_failures`) is spelled
+//! `invalid_body`, `headers_too_large`, `body_too_large`, `request_timeout`,
+//! `method_not_allowed`, `too_many_auth_failures`) is spelled
 //! as that one and answers its status (a unit test keeps both); its title says what it means
 //! here.
 
@@ -76,6 +76,8 @@ admin_codes! {
     LedgerUnavailable => SERVICE_UNAVAILABLE, "ledger_unavailable", "The ledger cannot be read";
 
     // `/api/keys/…`.
+    /// A request line and header fields over `server.max_header_bytes` or `max_headers`.
+    HeadersTooLarge => REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large", "The request's head is too large";
     /// A body over the admin listener's cap.
     BodyTooLarge => PAYLOAD_TOO_LARGE, "body_too_large", "The body is too large";
     /// A body its framing promised that did not finish arriving (within `body_timeout`, or
@@ -136,6 +138,7 @@ mod tests {
             [
                 "too_many_auth_failures",
                 "unauthorized",
+                "headers_too_large",
                 "body_too_large",
                 "request_timeout",
                 "method_not_allowed",

@@ -138,6 +138,22 @@ impl pingora::apps::http_app::ServeHttp for Admin {
         if let Some(c) = &conn {
             c.head_done(Instant::now(), !session.is_body_done());
         }
+        // The head within `server.max_header_bytes` and `max_headers`, as on the gateway's
+        // listeners (the connection's own settings on HTTP/1.1): else 431, the body unread.
+        let limits = conn.as_ref().map_or_else(
+            || Arc::clone(&self.live.load().policy.config.server),
+            |c| Arc::new(c.settings().clone()),
+        );
+        let raw = session
+            .as_http1()
+            .map(|h1| h1.get_headers_raw_bytes().len());
+        if let Err(r) = crate::proxy::head::check_size(session.req_header(), raw, &limits) {
+            session.set_keepalive(None);
+            let mut r = reply::problem(AdminCode::HeadersTooLarge, &r.detail);
+            let len = r.body().len();
+            r.headers_mut().insert(CONTENT_LENGTH, len.into());
+            return r;
+        }
         // Read the body (the key operations take one), up to a cap; past it, the rest is
         // not read and the connection is closed. A body that does not finish arriving (the
         // body deadline, or the client closing before its framing's end) is no body: what

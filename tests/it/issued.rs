@@ -814,3 +814,34 @@ fn an_admin_body_that_does_not_finish_arriving_changes_nothing() {
     let (_, secret) = create(a, part);
     assert_eq!(call(l, &secret.unwrap()).status, 200);
 }
+
+/// The admin listener keeps the gateway's head caps (`server.max_headers`,
+/// `max_header_bytes`): over either, `431 headers_too_large` as problem+json, the request not
+/// acted on; within them, answered as before.
+#[test]
+fn the_admin_listener_keeps_the_head_caps() {
+    let up = Upstream::start(Mode::Ok);
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_for(&up).server(|s| {
+        s.max_headers = 20;
+        s.max_header_bytes = 4096;
+    });
+    let (_p, _l, a) = spawn(dir.path(), "gw", &config);
+    let body = r#"{"name":"big-head","plan":"pro"}"#;
+    let post = |extra: &str| {
+        format!(
+            "POST /api/keys HTTP/1.1\r\nHost: {a}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let many: String = (0..25).map(|i| format!("X-F{i}: v\r\n")).collect();
+    let long = format!("X-Long: {}\r\n", "v".repeat(5000));
+    for extra in [&many, &long] {
+        let r = crate::harness::send_raw(a, post(extra).as_bytes());
+        assert_eq!((r.status, r.code().as_str()), (431, "headers_too_large"));
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert_eq!(admin(a, "GET", "/api/keys/big-head").status, 404);
+    }
+    let r = crate::harness::send_raw(a, post("").as_bytes());
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+}
