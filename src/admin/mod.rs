@@ -111,25 +111,13 @@ pub(crate) struct Admin {
     pub names: list::NameOrder,
 }
 
-/// 408: the body its framing promised did not finish arriving; nothing was changed.
-fn unfinished() -> Response<Vec<u8>> {
-    let mut r = reply::problem(
-        AdminCode::RequestTimeout,
-        "the body did not finish arriving (its Content-Length or chunked framing promised more, \
-         within server.body_timeout_seconds): nothing was changed",
-    );
-    let len = r.body().len();
-    r.headers_mut().insert(CONTENT_LENGTH, len.into());
-    r
-}
-
 /// The usage page: one file, no external asset (works on an air-gapped host).
 const PAGE: &str = include_str!("page.html");
 
 #[async_trait]
 impl pingora::apps::http_app::ServeHttp for Admin {
-    /// The steps: read the body (up to a cap), the guards, the route table; then the
-    /// framing every answer shares (`Content-Length`, no body for `HEAD`).
+    /// The exchange ([`Admin::exchange`]), then the framing every answer shares
+    /// (`Content-Length`, no body for `HEAD`).
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         // The head is in: its body (if any) is due within the body deadline, and the answer,
         // once made, starts the connection's idle spell (the edge's deadlines, as on the
@@ -138,21 +126,37 @@ impl pingora::apps::http_app::ServeHttp for Admin {
         if let Some(c) = &conn {
             c.head_done(Instant::now(), !session.is_body_done());
         }
+        let mut r = self.exchange(session, conn.as_deref()).await;
+        let len = r.body().len();
+        r.headers_mut().insert(CONTENT_LENGTH, len.into());
+        if session.req_header().method == Method::HEAD {
+            r.body_mut().clear();
+        }
+        if let Some(c) = &conn {
+            c.exchange_done(Instant::now());
+        }
+        r
+    }
+}
+
+impl Admin {
+    /// The steps: the head within the caps, the body read (up to a cap), the guards, the
+    /// route table.
+    async fn exchange(
+        &self,
+        session: &mut ServerSession,
+        conn: Option<&crate::edge::stream::Conn>,
+    ) -> Response<Vec<u8>> {
         // The head within `server.max_header_bytes` and `max_headers`, as on the gateway's
         // listeners (the connection's own settings on HTTP/1.1): else 431, the body unread.
-        let limits = conn.as_ref().map_or_else(
-            || Arc::clone(&self.live.load().policy.config.server),
-            |c| Arc::new(c.settings().clone()),
-        );
+        let snap = self.live.load();
+        let limits = conn.map_or(&*snap.policy.config.server, |c| c.settings());
         let raw = session
             .as_http1()
             .map(|h1| h1.get_headers_raw_bytes().len());
-        if let Err(r) = crate::proxy::head::check_size(session.req_header(), raw, &limits) {
+        if let Err(r) = crate::proxy::head::check_size(session.req_header(), raw, limits) {
             session.set_keepalive(None);
-            let mut r = reply::problem(AdminCode::HeadersTooLarge, &r.detail);
-            let len = r.body().len();
-            r.headers_mut().insert(CONTENT_LENGTH, len.into());
-            return r;
+            return reply::problem(AdminCode::HeadersTooLarge, &r.detail);
         }
         // Read the body (the key operations take one), up to a cap; past it, the rest is
         // not read and the connection is closed. A body that does not finish arriving (the
@@ -160,63 +164,52 @@ impl pingora::apps::http_app::ServeHttp for Admin {
         // came of it is never taken for the whole, and nothing is changed.
         let mut body: Vec<u8> = Vec::new();
         let mut too_large = false;
-        loop {
+        let read = loop {
             match session.read_request_body().await {
                 Ok(Some(chunk)) if body.len() + chunk.len() > MAX_ADMIN_BODY => {
                     session.set_keepalive(None);
                     too_large = true;
-                    break;
+                    break Ok(());
                 }
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-                Ok(None) => break,
-                Err(_) => {
-                    session.set_keepalive(None);
-                    if let Some(c) = &conn {
-                        c.body_done();
-                    }
-                    return unfinished();
-                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
             }
-        }
-        if let Some(c) = &conn {
+        };
+        if let Some(c) = conn {
             c.body_done();
+        }
+        if read.is_err() {
+            session.set_keepalive(None);
+            return reply::problem(
+                AdminCode::RequestTimeout,
+                "the body did not finish arriving (its Content-Length or chunked framing \
+                 promised more, within server.body_timeout_seconds): nothing was changed",
+            );
         }
         let client = session
             .client_addr()
             .and_then(|a| a.as_inet())
             .map(|a| ClientKey::of(a.ip()));
         let req = session.req_header();
-        let method = req.method.clone();
-        let path = req.uri.path().to_string();
-        let query = req.uri.query().map(str::to_string);
         // `GET /api/ledger` answers CSV to `Accept: text/csv`.
         let csv = req.headers.get_all(http::header::ACCEPT).iter().any(|v| {
             v.to_str()
                 .is_ok_and(|v| v.to_ascii_lowercase().contains("text/csv"))
         });
-        let refused = self.refusal(req, client, &self.live.load().policy.config);
-        let mut r = match refused {
-            Some(refused) => refused,
-            None => {
-                let asked = AdminRequest {
-                    method: &method,
-                    path: &path,
-                    query: query.as_deref(),
-                    body: &body,
-                    too_large,
-                    csv,
-                };
-                self.answer(&asked).await
-            }
+        if let Some(refused) = self.refusal(req, client, &snap.policy.config) {
+            return refused;
+        }
+        // The handlers load the config in force themselves: this one is not held across them.
+        drop(snap);
+        let asked = AdminRequest {
+            method: &req.method,
+            path: req.uri.path(),
+            query: req.uri.query(),
+            body: &body,
+            too_large,
+            csv,
         };
-        let len = r.body().len();
-        r.headers_mut().insert(CONTENT_LENGTH, len.into());
-        if method == Method::HEAD {
-            r.body_mut().clear();
-        }
-        if let Some(c) = &conn {
-            c.exchange_done(Instant::now());
-        }
-        r
+        self.answer(&asked).await
     }
 }
