@@ -52,10 +52,7 @@ pub(crate) async fn check(
         .headers
         .iter()
         .filter(|(n, _)| {
-            n.as_str()
-                .bytes()
-                .map(|c| if c == b'_' { b'-' } else { c })
-                .eq(CONTENT_TYPE.as_str().bytes())
+            super::head::as_servers_read(n.as_str().as_bytes()).eq(CONTENT_TYPE.as_str().bytes())
         })
         .count();
     if types > 1 {

@@ -167,11 +167,13 @@ pub(crate) fn is_claim(name: &str) -> bool {
     if !b.contains(&b'_') {
         return claim_of(b);
     }
-    let read: Vec<u8> = b
-        .iter()
-        .map(|&c| if c == b'_' { b'-' } else { c })
-        .collect();
+    let read: Vec<u8> = as_servers_read(b).collect();
     claim_of(&read) || is_own(&read)
+}
+
+/// A field's name as CGI, WSGI and Rack servers read it: `_` as `-`.
+pub(crate) fn as_servers_read(name: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    name.iter().map(|&c| if c == b'_' { b'-' } else { c })
 }
 
 /// Fields the gateway writes on every request it forwards.
