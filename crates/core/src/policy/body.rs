@@ -66,6 +66,13 @@ pub fn check_body(
 /// The field of a partner's body that names the customer key, unless the route says another.
 pub const API_KEY: &str = "apiKey";
 
+/// The members each rule checks, by object: the body rule's own and the query rule's
+/// ([`check_query`]) from one list.
+const GROUP_EVENT: &[&str] = &["name", "type", "groupId", "startTime", "eventOptions"];
+const EVENT_OPTIONS: &[&str] = &["callType", "description"];
+const WEBHOOK_SET: &[&str] = &["url", "signing", "webhookKey"];
+const PLAN_ID: &str = "planID";
+
 /// [`check_body`], with the customer key of `service_upgrade` and `service_key` in the field
 /// `key_field` (a route's `key_field`).
 pub fn check_body_with(
@@ -98,7 +105,7 @@ pub fn check_body_with(
             Checked::WebhookSet
         }
         BodyRule::ServiceUpgrade => {
-            misspelled(&obj, "", &[key_field, "planID"], &mut errors);
+            misspelled(&obj, "", &[key_field, PLAN_ID], &mut errors);
             let (target, plan_id) = service_upgrade(&obj, key_field, &mut errors);
             Checked::ServiceUpgrade {
                 target: target.unwrap_or(Digest([0; 32])),
@@ -404,12 +411,7 @@ fn misspelled(obj: &Object<'_>, parent: &str, names: &[&str], errors: &mut Vec<F
 }
 
 fn group_event(obj: &Object<'_>, errors: &mut Vec<FieldError>) {
-    misspelled(
-        obj,
-        "",
-        &["name", "type", "groupId", "startTime", "eventOptions"],
-        errors,
-    );
+    misspelled(obj, "", GROUP_EVENT, errors);
     string_field(obj, "", "name", true, true, errors);
     if let Some(t) = string_field(obj, "", "type", true, false, errors) {
         if t != "event" {
@@ -431,7 +433,7 @@ fn group_event(obj: &Object<'_>, errors: &mut Vec<FieldError>) {
     match obj.get("eventOptions") {
         None => errors.push(FieldError::new("/eventOptions", "is required")),
         Some(Json::Object(opts)) => {
-            misspelled(opts, "/eventOptions", &["callType", "description"], errors);
+            misspelled(opts, "/eventOptions", EVENT_OPTIONS, errors);
             string_field(opts, "/eventOptions", "callType", true, true, errors);
             string_field(opts, "/eventOptions", "description", true, true, errors);
         }
@@ -475,7 +477,7 @@ pub fn is_utc_millis_timestamp(s: &str) -> bool {
 }
 
 fn webhook_set(obj: &Object<'_>, guard: &WebhookGuard, errors: &mut Vec<FieldError>) {
-    misspelled(obj, "", &["url", "signing", "webhookKey"], errors);
+    misspelled(obj, "", WEBHOOK_SET, errors);
     if let Some(url) = string_field(obj, "", "url", true, true, errors) {
         if let Err(detail) = check_url(url, guard) {
             errors.push(FieldError::new("/url", detail));
@@ -1158,19 +1160,12 @@ pub fn check_query(rule: BodyRule, query: Option<&str>, key_field: &str) -> Resu
     let Some(query) = query.filter(|q| !q.is_empty()) else {
         return Ok(());
     };
-    let members: &[&str] = match rule {
-        BodyRule::GroupEvent => &[
-            "name",
-            "groupId",
-            "type",
-            "startTime",
-            "eventOptions",
-            "callType",
-            "description",
-        ],
-        BodyRule::WebhookSet => &["url", "signing", "webhookKey"],
-        BodyRule::ServiceUpgrade => &["apiKey", "planID"],
-        BodyRule::ServiceKey => &["apiKey"],
+    // The key field (`apiKey`, or the route's own) is matched on its own below.
+    let members: &[&[&str]] = match rule {
+        BodyRule::GroupEvent => &[GROUP_EVENT, EVENT_OPTIONS],
+        BodyRule::WebhookSet => &[WEBHOOK_SET],
+        BodyRule::ServiceUpgrade => &[&[API_KEY, PLAN_ID]],
+        BodyRule::ServiceKey => &[&[API_KEY]],
     };
     let mut errors = Vec::new();
     for param in query.split(['&', ';']) {
@@ -1178,7 +1173,11 @@ pub fn check_query(rule: BodyRule, query: Option<&str>, key_field: &str) -> Resu
         let name = query_name(raw);
         let hit = name.split(['[', ']', '.']).map(str::trim).any(|part| {
             !part.is_empty()
-                && (same_member(part, key_field) || members.iter().any(|m| same_member(part, m)))
+                && (same_member(part, key_field)
+                    || members
+                        .iter()
+                        .flat_map(|m| m.iter())
+                        .any(|m| same_member(part, m)))
         });
         if hit {
             errors.push(FieldError::parameter(
