@@ -259,7 +259,7 @@ async fn change_named(
     admin: &Admin,
     kind: ChangeKind,
     name: &str,
-    make: impl FnOnce(&Policy, KeyIdx, &KeyRecords) -> Result<Records, ChangeRefused> + Send + 'static,
+    make: impl Fn(&Policy, KeyIdx, &KeyRecords) -> Result<Records, ChangeRefused> + Send + 'static,
 ) -> Result<(), ChangeError> {
     let named = name.to_string();
     let done = admin

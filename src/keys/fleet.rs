@@ -35,11 +35,10 @@
 use std::sync::{Arc, Mutex};
 
 use super::gather::{self, Gathered};
-use super::redis_set::{part_field, NewPart, RedisSet};
-use super::KeyChanges;
+use super::redis_set::{part_field, Condition, NewPart, RedisSet, Written};
+use super::{KeepError, KeyChanges};
 use crate::config::Cluster;
 use crate::digest::Digest;
-use crate::fleet_store::StoreError;
 use crate::policy::overrides::{KeyRecord, KeyRecords, Part};
 use crate::policy::versions::{part_of_field, Fields, Hlc, Kept, Version};
 use crate::runtime::live::unix_ms;
@@ -323,6 +322,23 @@ impl Fleet {
         version: String,
         raw: Vec<(String, String)>,
     ) -> Vec<(String, Kept)> {
+        let changed = self.parsed(raw);
+        self.hold(&changed);
+        self.copy().version = version;
+        self.write_changed(changed).await
+    }
+
+    /// Take fields read from the set (a key's parts, read when a change met another
+    /// replica's) into the copy, as [`Fleet::adopt_delta`] does, the version this copy is of
+    /// left as it is (the next poll reads them again). The fields that name a part, parsed.
+    pub(super) async fn take_fields(&self, raw: Vec<(String, String)>) -> Vec<(String, Kept)> {
+        let changed = self.parsed(raw);
+        self.hold(&changed);
+        self.write_changed(changed).await
+    }
+
+    /// The fields of `raw` that name a part, parsed, their versions observed.
+    fn parsed(&self, raw: Vec<(String, String)>) -> Vec<(String, Kept)> {
         let changed: Vec<(String, Kept)> = raw
             .into_iter()
             .filter(|(f, _)| part_of_field(f).is_some())
@@ -331,8 +347,11 @@ impl Fleet {
         changed
             .iter()
             .for_each(|(_, k)| self.hlc.observe(k.version));
-        self.hold(&changed);
-        self.copy().version = version;
+        changed
+    }
+
+    /// `changed`, once what is held is written to `state.path` (or its write failed).
+    async fn write_changed(&self, changed: Vec<(String, Kept)>) -> Vec<(String, Kept)> {
         if !self.write_held().await {
             tracing::warn!(target: "tollgate::overrides", "changes read from the cluster store were not copied to state.path (they are held in memory, and written by the next write that holds)");
         }
@@ -442,11 +461,13 @@ impl Fleet {
 
     /// Keep the parts `changes` name (each digest's record after the change, the part changed
     /// named; a part the record no longer holds is written as a tombstone), at a version
-    /// later than any this replica has seen; held here once Redis has them.
+    /// later than any this replica has seen, once `conditions` hold in Redis (else nothing is
+    /// written: [`KeepError::Clash`]); held here once Redis has them.
     pub(super) async fn keep(
         &self,
         changes: &[(Digest, Part, KeyRecord)],
-    ) -> Result<(), StoreError> {
+        conditions: &[Condition],
+    ) -> Result<(), KeepError> {
         let parts: Vec<NewPart> = changes
             .iter()
             .map(|(d, part, o)| {
@@ -458,7 +479,12 @@ impl Fleet {
                 }
             })
             .collect();
-        let kept = self.set.write(&parts).await?;
+        let kept = match self.set.write(&parts, conditions).await? {
+            Written::Kept(kept) => kept,
+            Written::Clash { condition, clash } => {
+                return Err(KeepError::Clash { condition, clash })
+            }
+        };
         let written: Vec<(String, Kept)> = parts.into_iter().map(|p| p.field).zip(kept).collect();
         written
             .iter()

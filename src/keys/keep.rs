@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::redis_set::Condition;
 use super::{Backend, KeepError, KeyChanges};
 use crate::digest::Digest;
 use crate::policy::overrides::{Drop, KeyRecord, Part};
@@ -17,6 +18,16 @@ impl KeyChanges {
     pub(super) async fn keep(
         &self,
         changes: &[(Digest, Part, KeyRecord)],
+    ) -> Result<(), KeepError> {
+        self.keep_if(changes, &[]).await
+    }
+
+    /// [`KeyChanges::keep`], once `conditions` hold where the fleet meets (with `cluster`;
+    /// one process alone decides every change under its lock, and needs none).
+    pub(super) async fn keep_if(
+        &self,
+        changes: &[(Digest, Part, KeyRecord)],
+        conditions: &[Condition],
     ) -> Result<(), KeepError> {
         match &self.backend {
             Backend::Memory => Ok(()),
@@ -37,7 +48,7 @@ impl KeyChanges {
                 .map_err(KeepError::from)
             }
             // Boxed: the write's future is deep, and every admin route awaits this one.
-            Backend::Redis(fleet) => Ok(Box::pin(fleet.keep(changes)).await?),
+            Backend::Redis(fleet) => Box::pin(fleet.keep(changes, conditions)).await,
         }
     }
 }

@@ -87,6 +87,12 @@ pub(crate) enum KeepError {
     /// The store's error for a batch of changes, told to each of them.
     #[error("{0}")]
     Batch(String),
+    /// A condition of the write (its index) did not hold in Redis: nothing was written.
+    #[error("refused by the cluster store: {clash:?}")]
+    Clash {
+        condition: usize,
+        clash: redis_set::Clash,
+    },
 }
 
 /// Why a change to a key was not made.

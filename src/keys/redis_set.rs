@@ -99,6 +99,106 @@ pub(crate) struct NewPart {
     pub json: String,
 }
 
+/// What a write asks of the set before it writes anything (`write.lua`): the changes of
+/// issued keys made on two replicas at once (each deciding on its own copy, which the other's
+/// change reaches only at its next poll) must not both be acknowledged when one undoes the
+/// other. A name or a digest is *claimed* for [`CLAIM_TTL`], far longer than a change takes
+/// to reach every replica, after which each replica's own check refuses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Condition {
+    /// The issued part of the key issued as `id` is absent (`was: None`: a new key; a field
+    /// left as a tombstone is a deleted key's, whose digest is never issued again), or holds
+    /// a key whose digest in force is `was` (the record this replica changed is the one in
+    /// Redis: no other replica rotated or deleted it meanwhile).
+    Issued { id: Digest, was: Option<Digest> },
+    /// The name `name` is claimed by the key issued as `id`: not by another key still issued.
+    Name { name: String, id: Digest },
+    /// The digest `digest` is claimed by the key issued as `id`: by no other.
+    Secret { digest: Digest, id: Digest },
+    /// The key issued as `id` was deleted: its claim on `name`, if it holds one, is let go.
+    Free { name: String, id: Digest },
+}
+
+/// Which condition of a write did not hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Clash {
+    /// Another key holds the name.
+    Name,
+    /// Another key has or had the digest.
+    Sha256,
+    /// The key was changed (rotated, deleted) on another replica since this one read it.
+    Changed,
+}
+
+/// What a write did: kept every part (their texts as kept, in order), or nothing, for the
+/// condition (its index) that did not hold.
+pub(crate) enum Written {
+    Kept(Vec<Kept>),
+    Clash { condition: usize, clash: Clash },
+}
+
+/// How long a claim on a name or a digest lasts in Redis: sixty times the second within
+/// which a change reaches every replica (then each replica's own check refuses it).
+const CLAIM_TTL: Duration = Duration::from_secs(60);
+
+/// The first text of a write refused by a condition (`write.lua`).
+const CLASH: &str = "~clash";
+
+impl Condition {
+    /// The Redis key of its claim under `prefix` (`None`: no claim).
+    fn claim(&self, prefix: &str) -> Option<String> {
+        match self {
+            Condition::Issued { .. } => None,
+            Condition::Name { name, .. } | Condition::Free { name, .. } => {
+                Some(format!("{{{prefix}:ov}}:claim:name:{name}"))
+            }
+            Condition::Secret { digest, .. } => {
+                Some(format!("{{{prefix}:ov}}:claim:digest:{}", field(digest)))
+            }
+        }
+    }
+
+    /// Its kind, its field in the set (`None` for a claim, whose first word `write.lua`
+    /// reads is the index of its key in `KEYS`) and its second word (the digest a key is
+    /// expected to have, or the field of the key that claims).
+    fn args(&self) -> (&'static str, Option<String>, String) {
+        let issued = |id: &Digest| part_field(id, Part::Issued);
+        match self {
+            Condition::Issued { id, was } => (
+                "k",
+                Some(issued(id)),
+                was.as_ref().map(Digest::to_hex).unwrap_or_default(),
+            ),
+            Condition::Name { id, .. } => ("n", None, issued(id)),
+            Condition::Secret { id, .. } => ("d", None, issued(id)),
+            Condition::Free { id, .. } => ("f", None, issued(id)),
+        }
+    }
+}
+
+impl Condition {
+    /// The key issued as `id` that the condition is of.
+    pub(crate) fn id(&self) -> &Digest {
+        match self {
+            Condition::Issued { id, .. }
+            | Condition::Name { id, .. }
+            | Condition::Secret { id, .. }
+            | Condition::Free { id, .. } => id,
+        }
+    }
+}
+
+impl Clash {
+    fn parse(word: &str) -> Option<Clash> {
+        match word {
+            "name" => Some(Clash::Name),
+            "sha256" => Some(Clash::Sha256),
+            "changed" => Some(Clash::Changed),
+            _ => None,
+        }
+    }
+}
+
 impl RedisSet {
     pub(crate) fn new(cfg: &Cluster) -> Self {
         let prefix = &cfg.key_prefix;
@@ -129,21 +229,24 @@ impl RedisSet {
         Ok(c)
     }
 
-    /// A call of `lua` (the set and the version its keys, `args` its `ARGV`), within the
-    /// timeout; a failed call drops the connection.
+    /// A call of `lua` (the set, the version, the log and the logged version its keys, then
+    /// `more`; `args` its `ARGV`), within the timeout; a failed call drops the connection.
     async fn call<T: ::redis::FromRedisValue>(
         &self,
         lua: &Lua,
+        more: &[&str],
         args: impl FnOnce(&mut ::redis::Cmd),
     ) -> Result<T, StoreError> {
         let client = self.client().await?;
         let deadline = tokio::time::Instant::now() + self.cfg.timeout;
-        let mut cmd = lua.evalsha(&[
-            &self.set_key,
+        let mut keys = vec![
+            self.set_key.as_str(),
             &self.version_key,
             &self.log_key,
             &self.logged_key,
-        ]);
+        ];
+        keys.extend_from_slice(more);
+        let mut cmd = lua.evalsha(&keys);
         args(&mut cmd);
         let r = within(deadline, &self.cfg.redis_url, client.call::<T>(lua, &cmd)).await;
         self.settled(r).await
@@ -158,21 +261,59 @@ impl RedisSet {
     }
 
     /// Write parts of overrides (a part taken out as a tombstone), each at its version or
-    /// later than the copy it replaces, and bump the version, all in one script: all of them
-    /// are kept, or none. The texts as kept, in order. Returns when Redis has them; behind
-    /// Sentinel or on a Redis Cluster, when a replica has them too (else
-    /// [`StoreError::NotReplicated`]: the change is not acknowledged).
-    pub(crate) async fn write(&self, parts: &[NewPart]) -> Result<Vec<Kept>, StoreError> {
+    /// later than the copy it replaces, and bump the version, all in one script, once every
+    /// one of `conditions` holds: all of them are kept, or none. The texts as kept, in order,
+    /// or the first condition that failed ([`Written::Clash`]: nothing was written). Returns
+    /// when Redis has them; behind Sentinel or on a Redis Cluster, when a replica has them
+    /// too (else [`StoreError::NotReplicated`]: the change is not acknowledged).
+    pub(crate) async fn write(
+        &self,
+        parts: &[NewPart],
+        conditions: &[Condition],
+    ) -> Result<Written, StoreError> {
         let ttl = TTL.as_millis() as u64;
-        let texts: Vec<String> = self
-            .call(&self.write, |c| {
+        let claims: Vec<String> = conditions
+            .iter()
+            .filter_map(|c| c.claim(&self.cfg.key_prefix))
+            .collect();
+        let more: Vec<&str> = claims.iter().map(String::as_str).collect();
+        let reply: ::redis::Value = self
+            .call(&self.write, &more, |c| {
                 c.arg(ttl).arg(new_epoch()).arg(LOG_LEN);
+                c.arg(CLAIM_TTL.as_millis() as u64).arg(conditions.len());
+                // Each claim's key is KEYS[5], KEYS[6], … in the order of the conditions.
+                let mut key = 4;
+                for cond in conditions {
+                    let (kind, field, owner) = cond.args();
+                    let first = match field {
+                        Some(f) => f,
+                        None => {
+                            key += 1;
+                            key.to_string()
+                        }
+                    };
+                    c.arg(kind).arg(first).arg(owner);
+                }
                 for p in parts {
                     let v = format!("{:0width$}", p.version, width = VERSION_DIGITS);
                     c.arg(&p.field).arg(v).arg(&p.json);
                 }
             })
             .await?;
+        let texts: Vec<String> = ::redis::from_redis_value(reply)
+            .map_err(|_| StoreError::Malformed("the overrides' write answered another shape"))?;
+        if texts.first().map(String::as_str) == Some(CLASH) {
+            let condition = texts.get(1).and_then(|i| i.parse::<usize>().ok());
+            let clash = texts.get(2).and_then(|w| Clash::parse(w));
+            return match (condition, clash) {
+                (Some(condition), Some(clash)) if condition < conditions.len() => {
+                    Ok(Written::Clash { condition, clash })
+                }
+                _ => Err(StoreError::Malformed(
+                    "the overrides' write answered a clash it cannot name",
+                )),
+            };
+        }
         let kept: Vec<Kept> = texts.iter().filter_map(|t| Kept::parse(t)).collect();
         if kept.len() != parts.len() {
             return Err(StoreError::Malformed(
@@ -180,7 +321,21 @@ impl RedisSet {
             ));
         }
         self.held().await?;
-        Ok(kept)
+        Ok(Written::Kept(kept))
+    }
+
+    /// The texts of the fields `names` as the set holds them now (`None`: absent), within
+    /// the timeout.
+    pub(crate) async fn read_fields(
+        &self,
+        names: &[String],
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        let client = self.client().await?;
+        let deadline = tokio::time::Instant::now() + self.cfg.timeout;
+        let mut cmd = ::redis::cmd("HMGET");
+        cmd.arg(&self.set_key).arg(names);
+        let r = within(deadline, &self.cfg.redis_url, client.query(&cmd)).await;
+        self.settled(r).await
     }
 
     /// Behind Sentinel or on a Redis Cluster, whether a replica holds what was written.
@@ -207,7 +362,7 @@ impl RedisSet {
     pub(crate) async fn poll(&self, known: &str, epoch: &str) -> Result<Polled, StoreError> {
         let ttl = TTL.as_millis() as u64;
         let reply: ::redis::Value = self
-            .call(&self.poll, |c| {
+            .call(&self.poll, &[], |c| {
                 c.arg(known).arg(ttl).arg(epoch).arg(MAX_DELTA);
             })
             .await?;
@@ -292,7 +447,7 @@ impl RedisSet {
         }
         for batch in batches {
             let (e, n): (String, u64) = self
-                .call(&self.restore, |c| {
+                .call(&self.restore, &[], |c| {
                     c.arg(ttl).arg(epoch).arg(LOG_LEN);
                     for (f, raw) in batch {
                         c.arg(f).arg(raw);

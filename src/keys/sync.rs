@@ -19,8 +19,9 @@ use pingora::services::background::BackgroundService;
 
 use super::fleet::Fleet;
 use super::gather::{gather_beside, Gathered};
-use super::redis_set::{field, new_epoch, split_field, Polled};
+use super::redis_set::{field, new_epoch, part_field, split_field, Polled};
 use super::KeyChanges;
+use crate::digest::Digest;
 use crate::fleet_store::StoreError;
 use crate::policy::overrides::{KeyRecord, Part};
 use crate::policy::versions::Kept;
@@ -51,9 +52,7 @@ impl KeySync {
         let (version, about) = match fleet.set.poll(&known, &epoch).await? {
             Polled::Same => return Ok(true),
             Polled::Delta { version, fields } => {
-                // On disk first (with `state.path`), then in force.
-                let changed = fleet.adopt_delta(version, fields).await;
-                apply_delta(fleet, &self.changes, &changed).await;
+                take_delta(fleet, &self.changes, version, fields).await;
                 return Ok(true);
             }
             Polled::Whole { version, fields } => (version, fields),
@@ -155,12 +154,47 @@ impl KeySync {
                         .map(|&p| (d.digest, p, KeyRecord::named(&d.before.key)))
                 })
                 .collect();
-            let _ = fleet.keep(&gone).await;
+            let _ = fleet.keep(&gone, &[]).await;
             // Read everything again next time.
             fleet.forget_version();
         }
         Ok(true)
     }
+}
+
+/// With the change lock held (a batch of changes, one of which met a change another replica
+/// made meanwhile to the key issued as `id`): read that key's parts from Redis, take them into
+/// the copy and put them in force, as a poll would have (the poll that follows reads them
+/// again, logged as they are after the version it has). Whether it did: not when Redis does
+/// not answer.
+pub(super) async fn catch_up(changes: &KeyChanges, id: &Digest) -> bool {
+    let Some(fleet) = changes.fleet() else {
+        return false;
+    };
+    let names: Vec<String> = Part::ALL.iter().map(|&p| part_field(id, p)).collect();
+    let Ok(texts) = fleet.set.read_fields(&names).await else {
+        return false;
+    };
+    let raw = names
+        .into_iter()
+        .zip(texts)
+        .filter_map(|(f, t)| Some((f, t?)))
+        .collect();
+    let changed = fleet.take_fields(raw).await;
+    apply_delta(fleet, changes, &changed).await;
+    true
+}
+
+/// Take the fields a poll found changed since `version` into the copy (on disk first, with
+/// `state.path`), then put them in force.
+async fn take_delta(
+    fleet: &Fleet,
+    changes: &KeyChanges,
+    version: String,
+    fields: Vec<(String, String)>,
+) {
+    let changed = fleet.adopt_delta(version, fields).await;
+    apply_delta(fleet, changes, &changed).await;
 }
 
 /// The set was found with another epoch than `known` (`found`, empty for none, holding

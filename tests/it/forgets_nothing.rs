@@ -808,6 +808,10 @@ fn a_trimmed_log_never_answers_a_delta_that_misses_a_change() {
                 inv.key(k);
             }
             inv.arg(60_000).arg("e").arg(keep);
+            if !put_back {
+                // No claim's life, no conditions (write.lua).
+                inv.arg(60_000).arg(0);
+            }
             for f in &fields {
                 if put_back {
                     // A put-back that always wins: a later version than any written.
@@ -862,6 +866,108 @@ fn a_trimmed_log_never_answers_a_delta_that_misses_a_change() {
         }
     }
     assert!(wholes > 0 && deltas > 0, "{wholes} whole, {deltas} deltas");
+}
+
+/// `write.lua`'s conditions, call by call on a real Redis: a name claimed once (taken over
+/// when the key that claimed it holds no key any more: a deletion by a replica of a version
+/// without claims), a digest claimed once, a key's part expected as read, a claim let go by
+/// its own key alone, and nothing written by a write a condition refuses.
+#[test]
+fn the_writes_conditions_refuse_a_second_claim_and_a_stale_change() {
+    let redis = RedisServer::start();
+    let mut con = redis.client();
+    let write = sent_after_kept(include_str!("../../src/keys/write.lua"));
+    let keys = ["c:set", "c:v", "c:log", "c:lv"];
+    let (f1, f2) = ("1".repeat(32) + ":k", "2".repeat(32) + ":k");
+    let (d1, d2) = ("a".repeat(64), "b".repeat(64));
+    let live = |d: &str| format!(r#"{{"key":"x","issued":{{"id":"{d}","digest":"{d}"}}}}"#);
+    // One write: `conditions` (kind, claim key or field, word), then `parts` (field, JSON).
+    let mut call = |conditions: &[(&str, &str, &str)], parts: &[(&str, String)]| {
+        let mut inv = write.prepare_invoke();
+        for k in keys {
+            inv.key(k);
+        }
+        let mut claim = keys.len();
+        let mut args: Vec<(String, String, String)> = Vec::new();
+        for &(kind, a, b) in conditions {
+            if kind == "k" {
+                args.push((kind.into(), a.into(), b.into()));
+            } else {
+                inv.key(a);
+                claim += 1;
+                args.push((kind.into(), claim.to_string(), b.into()));
+            }
+        }
+        inv.arg(60_000)
+            .arg("e")
+            .arg(100)
+            .arg(30_000)
+            .arg(conditions.len());
+        for (kind, a, b) in &args {
+            inv.arg(kind).arg(a).arg(b);
+        }
+        for (f, json) in parts {
+            inv.arg(*f).arg("0000000000000001").arg(json);
+        }
+        let reply: Vec<String> = inv.invoke(&mut con).unwrap();
+        reply
+    };
+    let clash = |r: &[String]| (r[0] == "~clash").then(|| (r[1].clone(), r[2].clone()));
+
+    // A new key: its name, its part and its digest.
+    let created = call(
+        &[
+            ("n", "c:claim:name:x", &f1),
+            ("k", &f1, ""),
+            ("d", "c:claim:digest:1", &f1),
+        ],
+        &[(&f1, live(&d1))],
+    );
+    assert_eq!(clash(&created), None, "{created:?}");
+    // The name again, for another key: refused, nothing written.
+    let r = call(&[("n", "c:claim:name:x", &f2)], &[(&f2, live(&d2))]);
+    assert_eq!(clash(&r), Some(("0".into(), "name".into())));
+    // The digest again: refused; the part of a key that exists, as a new key: refused.
+    let r = call(&[("d", "c:claim:digest:1", &f2)], &[(&f2, live(&d2))]);
+    assert_eq!(clash(&r), Some(("0".into(), "sha256".into())));
+    let r = call(&[("k", &f1, "")], &[(&f1, live(&d2))]);
+    assert_eq!(clash(&r), Some(("0".into(), "sha256".into())));
+    // A change of a key read with another digest than it has: refused.
+    let r = call(&[("k", &f1, &d2)], &[(&f1, live(&d2))]);
+    assert_eq!(clash(&r), Some(("0".into(), "changed".into())));
+    let mut con2 = redis.client();
+    let text: Option<String> = redis::cmd("HGET")
+        .arg(keys[0])
+        .arg(&f2)
+        .query(&mut con2)
+        .unwrap();
+    assert_eq!(text, None, "a refused write wrote");
+    // Read as it is: taken.
+    let r = call(&[("k", &f1, &d1)], &[(&f1, live(&d1))]);
+    assert_eq!(clash(&r), None, "{r:?}");
+    // The key taken out (a tombstone) by a write that let go of nothing: its name is free.
+    let r = call(&[], &[(&f1, r#"{"key":"x"}"#.to_string())]);
+    assert_eq!(clash(&r), None);
+    let r = call(&[("n", "c:claim:name:x", &f2)], &[(&f2, live(&d2))]);
+    assert_eq!(clash(&r), None, "{r:?}");
+    // A claim is let go by its own key alone, and expires.
+    call(&[("f", "c:claim:name:x", &f1)], &[]);
+    let owner: Option<String> = redis::cmd("GET")
+        .arg("c:claim:name:x")
+        .query(&mut con2)
+        .unwrap();
+    assert_eq!(owner.as_deref(), Some(f2.as_str()));
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("c:claim:name:x")
+        .query(&mut con2)
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 30_000, "PTTL {ttl}");
+    call(&[("f", "c:claim:name:x", &f2)], &[]);
+    let owner: Option<String> = redis::cmd("GET")
+        .arg("c:claim:name:x")
+        .query(&mut con2)
+        .unwrap();
+    assert_eq!(owner, None);
 }
 
 /// The admissions of `n` requests of `key` to the gateway at `listen` (each 200 or 429).

@@ -704,6 +704,102 @@ fn a_replica_reads_a_set_of_many_pages_in_pages() {
     drop((pa, pb));
 }
 
+/// Two replicas changing issued keys at once, each deciding on its own copy (which the
+/// other's change reaches at its next poll: here a minute, the longest interval), never both
+/// win: a name or a digest is issued once across the fleet; a rotation made on a copy that
+/// lacks another replica's lands on top of it (both new secrets authenticate); a key deleted
+/// on one replica is not brought back by a rotation on the other. Found by probing: both
+/// replicas answered 201 to one name, and one of the keys was lost.
+#[test]
+fn two_replicas_changing_one_key_at_once_never_both_win() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("race{}", redis.port);
+    let config = || config_for(&up).cluster(&redis.url(), &prefix, 60_000);
+    let (_pa, _la, aa) = spawn(dir.path(), "a", &config());
+    let (pb, _, ab) = spawn(dir.path(), "b", &config());
+    let refused = |a: SocketAddr, body: &str, field: &str| {
+        let r = admin_json(a, "POST", "/api/keys", body);
+        let text = String::from_utf8_lossy(&r.body).into_owned();
+        assert_eq!(r.status, 409, "{text}");
+        assert_eq!(r.json()["code"], "key_exists", "{text}");
+        assert!(text.contains(field), "{text}");
+    };
+
+    // One name asked of both; one digest asked of both under two names.
+    let (_, twice) = create(aa, r#"{"name":"twice","plan":"pro"}"#);
+    refused(ab, r#"{"name":"twice","plan":"basic"}"#, "name");
+    let sha = "ab".repeat(32);
+    create(
+        aa,
+        &format!(r#"{{"name":"mine","plan":"pro","sha256":"{sha}"}}"#),
+    );
+    refused(
+        ab,
+        &format!(r#"{{"name":"yours","plan":"pro","sha256":"{sha}"}}"#),
+        "digest",
+    );
+
+    // Two keys both replicas know (b, started again, reads the set whole).
+    let (_, original) = create(aa, r#"{"name":"rotated","plan":"pro"}"#);
+    let (_, doomed) = create(aa, r#"{"name":"doomed","plan":"pro"}"#);
+    drop(pb);
+    let (_pb, lb, ab) = spawn(dir.path(), "b2", &config());
+    let doomed = doomed.unwrap();
+    assert_eq!(call(lb, &doomed).status, 200);
+    let rotate = |a: SocketAddr| {
+        let r = admin_json(a, "POST", "/api/keys/rotated/rotate", "");
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        r.json()["key"].as_str().unwrap().to_string()
+    };
+    let on_a = rotate(aa);
+    let on_b = rotate(ab);
+    assert_eq!(admin(ab, "DELETE", "/api/keys/doomed").status, 204);
+    let r = admin_json(aa, "POST", "/api/keys/doomed/rotate", "");
+    assert_eq!(r.status, 404, "{}", String::from_utf8_lossy(&r.body));
+
+    // A replica started now reads what the fleet holds.
+    let (_pc, lc, ac) = spawn(dir.path(), "c", &config());
+    assert_eq!(call(lc, &twice.unwrap()).status, 200);
+    assert_eq!(admin(ac, "GET", "/api/keys/twice").json()["plan"], "pro");
+    assert_eq!(admin(ac, "GET", "/api/keys/mine").status, 200);
+    assert_eq!(admin(ac, "GET", "/api/keys/yours").status, 404);
+    for (what, secret) in [
+        ("a's", &on_a),
+        ("b's", &on_b),
+        ("the first", &original.unwrap()),
+    ] {
+        assert_eq!(
+            call(lc, secret).status,
+            200,
+            "{what} secret of the rotated key"
+        );
+    }
+    assert_eq!(call(lc, &doomed).status, 401);
+    assert_eq!(admin(ac, "GET", "/api/keys/doomed").status, 404);
+
+    // The claims expire within a minute, and name a key's name or a hash of a digest alone.
+    let mut con = redis.client();
+    let claims: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{{prefix}:ov}}:claim:*"))
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        claims.iter().any(|c| c.ends_with(":name:twice")),
+        "{claims:?}"
+    );
+    assert!(
+        !claims.iter().any(|c| c.ends_with(":name:doomed")),
+        "{claims:?}"
+    );
+    for c in &claims {
+        let ttl: i64 = redis::cmd("PTTL").arg(c).query(&mut con).unwrap();
+        assert!(ttl > 0 && ttl <= 60_000, "{c}: PTTL {ttl}");
+        assert!(!c.contains(&sha), "{c}");
+    }
+}
+
 #[test]
 fn keys_issued_at_once_are_kept_together_and_one_name_is_issued_once() {
     let up = Upstream::start(Mode::Ok);
