@@ -303,7 +303,8 @@ fn add_gateway(
     options.h2_idle_timeout = Some(edge_limits.idle_timeout);
     proxy.server_options = Some(options);
     let mut h2 = default_h2_options();
-    h2.max_header_list_size(u32::try_from(edge_limits.max_header_bytes).unwrap_or(u32::MAX));
+    let ceiling = crate::edge::h2scan::header_ceiling(&edge_limits);
+    h2.max_header_list_size(u32::try_from(ceiling).unwrap_or(u32::MAX));
     proxy.h2_options = Some(h2);
     let tls_listener = match &tls {
         None => None,

@@ -27,12 +27,29 @@ const END_HEADERS: u8 = 0x4;
 /// once): a client past this is ending the connection.
 const MAX_TRACKED_STREAMS: usize = 1024;
 
+/// The largest header list the HTTP/2 layer takes, decoded (`SETTINGS_MAX_HEADER_LIST_SIZE`)
+/// or as sent (a header block, HPACK never making one longer than the list it carries by
+/// more than this counts): twice `server.max_header_bytes`, as an HTTP/1.1 head is read (the
+/// edge stream), and 32 bytes for each field the caps let through and the four pseudo-fields
+/// (h2 counts 32 a field where the caps count 4); at least Pingora's own 64 KiB. Under it, a
+/// head over a cap reaches the request path's own check and is answered `431
+/// headers_too_large` as problem+json; over it, the h2 crate refuses the stream (its bare 431)
+/// or this scanner ends the connection, memory bounded either way.
+pub(crate) fn header_ceiling(settings: &crate::config::Server) -> usize {
+    let fields = settings.max_headers.saturating_add(4);
+    settings
+        .max_header_bytes
+        .saturating_mul(2)
+        .saturating_add(fields.saturating_mul(32))
+        .max(64 * 1024)
+}
+
 /// The limits the scanner enforces, in ns.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct H2Limits {
     pub header_timeout: Nanos,
     pub body_timeout: Nanos,
-    /// Bytes of one header block (HPACK-compressed, as sent).
+    /// Bytes of one header block (HPACK-compressed, as sent): [`header_ceiling`].
     pub max_block_bytes: usize,
 }
 
@@ -138,7 +155,7 @@ impl H2Scan {
                         if matches!(frame.kind, HEADERS | CONTINUATION) {
                             b.bytes += n;
                             if b.bytes > lim.max_block_bytes {
-                                return Err("a header block over server.max_header_bytes");
+                                return Err("a header block over twice server.max_header_bytes");
                             }
                         }
                     }

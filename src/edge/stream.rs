@@ -262,7 +262,7 @@ impl EdgeStream {
                     // A checked body's own deadline (408, answered by the request path)
                     // comes first; the connection is ended only if that did not settle it.
                     body_timeout: (settings.body_timeout + H2_BODY_GRACE).as_nanos() as u64,
-                    max_block_bytes: settings.max_header_bytes,
+                    max_block_bytes: super::h2scan::header_ceiling(&settings),
                 },
             })
         });
