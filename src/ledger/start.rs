@@ -66,6 +66,7 @@ impl Keeper {
             .iter()
             .map(|(k, e)| (e.name.as_str(), k))
             .collect();
+        let now_ms = policy.metering.calendar.now_ms();
         let mut kept = self.lock();
         for (name, id, n) in rows {
             if let Some(&k) = by_name.get(name.as_str()) {
@@ -73,7 +74,15 @@ impl Keeper {
                 let m = policy.metering.meter(&e.rate, &e.name);
                 m.restore(id, n);
                 // What was restored is what is kept: not written again until it changes.
-                kept.hold(Arc::clone(&e.rate) as Held, m.quota_word());
+                let at = kept.hold(Arc::clone(&e.rate) as Held, m.quota_word());
+                // Over its quota already: marked and watched, so that the gauge counts it
+                // from the first pass, before any request of it.
+                if let Some((spec, _)) = policy.quota_of(k, e.credential()) {
+                    let period = policy.metering.calendar.period(spec.per, now_ms);
+                    if m.mark_if_spent(spec.requests, &period) {
+                        kept.watch.insert(at);
+                    }
+                }
             }
         }
         Ok(())

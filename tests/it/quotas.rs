@@ -395,6 +395,14 @@ fn counts_outlive_a_kill_and_the_ledger_matches_the_metrics() {
     };
     eventually("the refusal in the ledger", || counts().1 == Some(1));
     assert_eq!(counts(), (Some(5), Some(1)));
+
+    // Started again, the key is over its quota before any request of it: the gauge says so
+    // (it counted only the keys refused since the start).
+    drop(_p);
+    let (_p, _, a) = Process::run(dir.path(), "gw", &config);
+    eventually("the key over its quota in the gauge", || {
+        metric(&metrics_page(a), "tollgate_quota_exhausted_keys") == Some(1.0)
+    });
 }
 
 /// Three replicas sharing quotas and the ledger through one Redis: the fleet admits the quota

@@ -308,6 +308,18 @@ impl Meter {
             });
     }
 
+    /// Mark the key as refused for its quota in `period` when its count there has reached
+    /// `limit` already (a count restored at a start, before any request of the key): the
+    /// gauge of keys over their quota counts it from then, as the next request would.
+    /// Whether it had.
+    pub fn mark_if_spent(&self, limit: u64, period: &PeriodAt) -> bool {
+        let spent = self.used(period) >= limit;
+        if spent {
+            self.exhausted.store(period.id + 1, Ordering::Relaxed);
+        }
+        spent
+    }
+
     /// Whether the key is refused for its quota in the period `id` or `other` (a day's and a
     /// month's: the gauge's question, "over its quota now").
     pub fn exhausted_in(&self, day: u32, month: u32) -> bool {

@@ -99,6 +99,24 @@ fn a_quota_counts_to_its_limit_and_starts_again_next_period() {
 }
 
 #[test]
+fn a_count_restored_at_its_limit_is_marked_spent_and_one_under_is_not() {
+    let day1 = PeriodAt::of(Period::Day, JAN_31_2026);
+    let day2 = PeriodAt::of(Period::Day, day1.end_ms);
+    let m = Meter::new(KeyName::new("k"));
+    m.restore(day1.id, 2);
+    assert!(!m.mark_if_spent(3, &day1));
+    assert!(!m.exhausted_in(day1.id, 0));
+    m.restore(day1.id, 3);
+    assert!(m.mark_if_spent(3, &day1));
+    assert!(m.exhausted_in(day1.id, 0));
+    // Yesterday's count is spent nothing today.
+    let n = Meter::new(KeyName::new("n"));
+    n.restore(day1.id, 3);
+    assert!(!n.mark_if_spent(3, &day2));
+    assert!(!n.exhausted_in(day2.id, 0));
+}
+
+#[test]
 fn a_clock_stepped_back_does_not_charge_a_period_twice() {
     let m = Meter::new(KeyName::new("k"));
     let day1 = PeriodAt::of(Period::Day, JAN_31_2026);
