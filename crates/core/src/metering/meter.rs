@@ -215,13 +215,15 @@ impl Meter {
         self.blind.store(false, Ordering::Release);
     }
 
-    /// Requests charged in `period` (0 if the count is of an earlier one).
+    /// Requests charged in `period`, as [`Meter::charge`] counts them: 0 if the count is of
+    /// an earlier period of the same `per`; a count kept under the other `per` (the quota's
+    /// period changed live) goes on in this one, and is shown so.
     pub fn used(&self, period: &PeriodAt) -> u64 {
         let (id, n) = unpack(self.used.load(Ordering::Acquire));
-        if id >= period.id && same_per(id, period.id) {
-            n
-        } else {
+        if same_per(id, period.id) && id < period.id {
             0
+        } else {
+            n
         }
     }
 

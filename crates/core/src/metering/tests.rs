@@ -242,3 +242,17 @@ fn a_changed_meter_is_queued_once_until_the_keeper_takes_it() {
     metering.touched(&a);
     assert_eq!(metering.take_changed().len(), 1);
 }
+
+#[test]
+fn a_count_carried_over_a_change_of_period_is_shown_as_it_is_charged() {
+    let month = PeriodAt::of(Period::Month, JAN_31_2026);
+    let day = PeriodAt::of(Period::Day, JAN_31_2026);
+    let m = Meter::new(KeyName::new("k"));
+    assert_eq!(m.charge(5, &month), Ok((month.id, 1)));
+    assert_eq!(m.charge(5, &month), Ok((month.id, 2)));
+    // The quota is now 3 a day: the count goes on, and is read as it goes on.
+    assert_eq!(m.used(&day), 2);
+    assert_eq!(m.charge(3, &day), Ok((day.id, 3)));
+    assert_eq!(m.used(&day), 3);
+    assert_eq!(m.charge(3, &day), Err(3));
+}
