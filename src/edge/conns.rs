@@ -84,8 +84,8 @@ pub(crate) struct ConnGuard {
     limiter: Arc<ConnLimiter>,
     /// The address counted, when one was.
     key: Option<ClientKey>,
-    /// `tollgate_connections{listener}`.
-    gauge: IntGauge,
+    /// `tollgate_connections{listener}` (none for an HTTP/2 stream's place).
+    gauge: Option<IntGauge>,
 }
 
 impl ConnLimiter {
@@ -114,6 +114,32 @@ impl ConnLimiter {
         limits: &Server,
         gauge: &IntGauge,
     ) -> Result<ConnGuard, Refused> {
+        self.take(peer, caps, limits, Some(gauge))
+    }
+
+    /// Admit an HTTP/2 request from `peer` under `caps` into this limiter of streams (one of
+    /// its own, beside the connections'): an address holds at most `max_connections_per_ip`
+    /// requests in flight over HTTP/2, whatever the number of its connections, and all
+    /// addresses `max_connections`, as nginx's `limit_conn` counts each HTTP/2 request as a
+    /// connection. A connection's streams each hold the buffers of an exchange (Pingora's
+    /// channel of the upstream's body, some hundreds of KiB while the client takes nothing):
+    /// multiplexing must not multiply what one address may hold.
+    pub(crate) fn admit_stream(
+        self: &Arc<Self>,
+        peer: Option<IpAddr>,
+        caps: Caps,
+        limits: &Server,
+    ) -> Result<ConnGuard, Refused> {
+        self.take(peer, caps, limits, None)
+    }
+
+    fn take(
+        self: &Arc<Self>,
+        peer: Option<IpAddr>,
+        caps: Caps,
+        limits: &Server,
+        gauge: Option<&IntGauge>,
+    ) -> Result<ConnGuard, Refused> {
         let max = caps.total;
         self.total
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
@@ -139,11 +165,13 @@ impl ConnLimiter {
                 Some(key)
             }
         };
-        gauge.inc();
+        if let Some(g) = gauge {
+            g.inc();
+        }
         Ok(ConnGuard {
             limiter: Arc::clone(self),
             key,
-            gauge: gauge.clone(),
+            gauge: gauge.cloned(),
         })
     }
 }
@@ -156,7 +184,9 @@ impl Drop for ConnGuard {
                 *n == 0
             });
         }
-        self.gauge.dec();
+        if let Some(g) = &self.gauge {
+            g.dec();
+        }
         self.limiter.total.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -78,6 +78,9 @@ pub(crate) struct Ctx {
     pub code: Option<crate::policy::Code>,
     /// The request's trace, with `tracing` on ([`crate::traces::Trace`]).
     pub trace: Option<crate::traces::Trace>,
+    /// An HTTP/2 request's place among the streams in flight (given back when the request
+    /// ends: [`crate::edge::conns::ConnLimiter::admit_stream`]).
+    pub stream_place: Option<crate::edge::conns::ConnGuard>,
 }
 
 impl Ctx {
@@ -160,6 +163,7 @@ impl Ctx {
             not_authenticated: None,
             code: None,
             trace: None,
+            stream_place: None,
         }
     }
 

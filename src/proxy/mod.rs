@@ -36,6 +36,7 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType, Result};
 
 use crate::clock::Clock;
+use crate::edge::conns::{Caps, ConnLimiter, Refused};
 use crate::edge::stream::EdgeStream;
 use crate::keys::KeyChanges;
 use crate::policy::overrides::Pending;
@@ -79,6 +80,8 @@ pub(crate) struct Gateway {
     settling: Option<Arc<crate::shared::Settling>>,
     /// With `tracing`: the exporter's handle (off: no trace is begun, headers pass as they came).
     traces: Option<Arc<crate::traces::Tracer>>,
+    /// The HTTP/2 requests in flight, under the connections' caps ([`Gateway::admit_stream`]).
+    streams: Arc<ConnLimiter>,
 }
 
 impl Gateway {
@@ -95,6 +98,7 @@ impl Gateway {
             ids: RequestIds::new(),
             settling: None,
             traces: None,
+            streams: ConnLimiter::new(),
         }
     }
 
@@ -120,6 +124,7 @@ impl Gateway {
             ctx.trace = t.begin(&session.req_header().headers);
         }
         self.begin(session, ctx);
+        self.admit_stream(session, ctx)?;
         // The `server:` settings: those the connection was accepted under on HTTP/1.1 (it
         // keeps them for its life, as its stream does), the config in force on HTTP/2.
         let edge = ctx
@@ -162,6 +167,51 @@ impl Gateway {
             session.set_keepalive(None);
         }
         ctx.conn = Some(conn);
+    }
+
+    /// An HTTP/2 request takes a place among the streams in flight, under the caps of the
+    /// connections (`server.max_connections`, `max_connections_per_ip`), held until it ends:
+    /// over either, `503 too_many_streams` (nginx's `limit_conn` counts each HTTP/2 request
+    /// as a connection). An HTTP/1.1 request's connection holds its place already.
+    fn admit_stream(&self, session: &Session, ctx: &mut Ctx) -> Result<(), Refusal> {
+        if ctx.conn.is_some() || session.as_downstream().as_http1().is_some() {
+            return Ok(());
+        }
+        let Some(snap) = &ctx.snap else {
+            return Ok(());
+        };
+        let limits = &snap.policy.config.server;
+        let peer = match session.client_addr() {
+            Some(pingora::protocols::l4::socket::SocketAddr::Inet(a)) => Some(a.ip()),
+            _ => None,
+        };
+        match self
+            .streams
+            .admit_stream(peer, Caps::gateway(limits), limits)
+        {
+            Ok(place) => {
+                ctx.stream_place = Some(place);
+                Ok(())
+            }
+            Err(why) => {
+                let mut r = Refusal::new(
+                    crate::policy::Code::TooManyStreams,
+                    format!(
+                        "{} HTTP/2 requests are in flight already{}; retry when one ends",
+                        match why {
+                            Refused::MaxConnectionsPerIp => "this address's",
+                            _ => "the gateway's",
+                        },
+                        match why {
+                            Refused::MaxConnectionsPerIp => " (server.max_connections_per_ip)",
+                            _ => " (server.max_connections)",
+                        }
+                    ),
+                );
+                r.retry_after = Some(1);
+                Err(r)
+            }
+        }
     }
 
     /// Steps 0–4 ([`Policy::decide_for`](crate::policy::Policy::decide_for)): auth-failure

@@ -552,6 +552,65 @@ fn an_http2_client_that_never_takes_its_answer_loses_the_stream() {
     });
 }
 
+/// HTTP/2 requests in flight count as connections do (nginx's `limit_conn` counts each HTTP/2
+/// request so): an address holds at most `max_connections_per_ip` of them, however many
+/// streams its connections may open; one over is `503 too_many_streams` with `Retry-After`,
+/// and a request that ends gives its place back. (A probe held 1.27 GB with 60 connections of
+/// 100 streams each that took no byte of their answers.)
+#[test]
+fn http2_requests_in_flight_are_capped_per_address_as_connections_are() {
+    let up = Upstream::start(Mode::Big);
+    let e = edge(&up, |s| {
+        s.max_connections_per_ip = 3;
+        s.send_timeout_seconds = 30;
+    });
+    let ask = |send: &mut H2| {
+        let (resp, _) = send
+            .send_request(request("GET", "/v2/client/download", &[]), true)
+            .unwrap();
+        async move {
+            tokio::time::timeout(Duration::from_secs(10), resp)
+                .await
+                .expect("a head in time")
+                .expect("a head")
+        }
+    };
+    runtime().block_on(async {
+        // Three answers of 64 MiB, none read: three requests in flight.
+        let (mut send, _done) = h2(&e).await;
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let resp = ask(&mut send).await;
+            assert_eq!(resp.status(), 200);
+            held.push(resp);
+        }
+        // A fourth, on another connection of the address (two connections of three).
+        let (mut other, _other_done) = h2(&e).await;
+        let resp = ask(&mut other).await;
+        assert_eq!(resp.status(), 503);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        let mut body = resp.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = body.data().await {
+            text.extend_from_slice(&chunk.unwrap());
+        }
+        let text = String::from_utf8_lossy(&text);
+        assert!(text.contains(r#""code":"too_many_streams""#), "{text}");
+        assert!(text.contains("max_connections_per_ip"), "{text}");
+        // One ends (the client drops it: a reset): its place is given back.
+        drop(held.pop());
+        let mut status = 0;
+        for _ in 0..50 {
+            status = ask(&mut other).await.status().as_u16();
+            if status == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(status, 200, "the place of the request that ended");
+    });
+}
+
 /// Send `method path` with a JSON body (none when empty); the status and the `allow` field.
 async fn call(send: &mut H2, method: &str, path: &str, body: &str) -> (u16, Option<String>) {
     let mut req = request(method, path, &[("content-type", "application/json")]);

@@ -88,6 +88,10 @@ codes! {
     MethodNotAllowed => 405, "method_not_allowed", "Method not allowed", Invalid;
     /// A method the gateway does not know (an extension method, a lower-case or overlong token).
     NotImplemented => 501, "not_implemented", "Method not implemented", Invalid;
+    /// An HTTP/2 request over the caps of requests in flight (`server.max_connections_per_ip`
+    /// from its address, `server.max_connections` in all), which count HTTP/2 requests as
+    /// connections. With `Retry-After`.
+    TooManyStreams => 503, "too_many_streams", "Too many requests in flight", Invalid;
     /// The upstream cannot be reached or breaks the connection.
     UpstreamUnavailable => 502, "upstream_unavailable", "Upstream unavailable", UpstreamError;
     /// The upstream does not answer in time.
@@ -247,7 +251,8 @@ mod tests {
     #[test]
     fn statuses_match_the_contract_table() {
         // The contract's table (and Tollgate's own: `bad_request` for ambiguous framing,
-        // `method_not_allowed` and `not_implemented` for methods).
+        // `method_not_allowed` and `not_implemented` for methods, `too_many_streams` for
+        // HTTP/2 requests in flight over the connections' caps).
         let table = [
             ("unauthorized", 401),
             ("plan_restricted", 403),
@@ -267,6 +272,7 @@ mod tests {
             ("bad_request", 400),
             ("method_not_allowed", 405),
             ("not_implemented", 501),
+            ("too_many_streams", 503),
             ("upstream_unavailable", 502),
             ("upstream_timeout", 504),
         ];

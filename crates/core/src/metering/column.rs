@@ -84,12 +84,16 @@ impl Column {
     }
 
     /// Whether the ledger shows a column for `code`: every refusal code but `unauthorized`
-    /// (never a key's), and not `upstream_unavailable` and `upstream_timeout`, which are
-    /// forwarded requests that failed (`upstream_failed`).
+    /// and `too_many_streams` (decided before any key is read: never a key's), and not
+    /// `upstream_unavailable` and `upstream_timeout`, which are forwarded requests that
+    /// failed (`upstream_failed`).
     pub fn shown(code: Code) -> bool {
         !matches!(
             code,
-            Code::Unauthorized | Code::UpstreamUnavailable | Code::UpstreamTimeout
+            Code::Unauthorized
+                | Code::TooManyStreams
+                | Code::UpstreamUnavailable
+                | Code::UpstreamTimeout
         )
     }
 }
