@@ -123,6 +123,16 @@ async fn status(send: &mut H2, req: http::Request<()>) -> u16 {
         .as_u16()
 }
 
+/// The whole body of `resp`, as text.
+async fn text_of(resp: http::Response<h2::RecvStream>) -> String {
+    let mut body = resp.into_body();
+    let mut text = Vec::new();
+    while let Some(chunk) = body.data().await {
+        text.extend_from_slice(&chunk.unwrap());
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
 /// Closed between `min` and `max` after `since`.
 async fn closed_between(
     done: tokio::task::JoinHandle<Instant>,
@@ -480,12 +490,7 @@ fn http2_heads_over_the_caps_are_refused_and_never_forwarded() {
                     .headers()
                     .get("content-type")
                     .map(|v| v.to_str().unwrap().to_string());
-                let mut body = resp.into_body();
-                let mut text = Vec::new();
-                while let Some(chunk) = body.data().await {
-                    text.extend_from_slice(&chunk.unwrap());
-                }
-                (status, kind, String::from_utf8_lossy(&text).into_owned())
+                (status, kind, text_of(resp).await)
             }
         };
         let many: Vec<(String, String)> = (0..12)
@@ -589,12 +594,7 @@ fn http2_requests_in_flight_are_capped_per_address_as_connections_are() {
         let resp = ask(&mut other).await;
         assert_eq!(resp.status(), 503);
         assert_eq!(resp.headers()["retry-after"], "1");
-        let mut body = resp.into_body();
-        let mut text = Vec::new();
-        while let Some(chunk) = body.data().await {
-            text.extend_from_slice(&chunk.unwrap());
-        }
-        let text = String::from_utf8_lossy(&text);
+        let text = text_of(resp).await;
         assert!(text.contains(r#""code":"too_many_streams""#), "{text}");
         assert!(text.contains("max_connections_per_ip"), "{text}");
         // One ends (the client drops it: a reset): its place is given back.
