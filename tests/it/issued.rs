@@ -800,6 +800,72 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
     }
 }
 
+/// Many clients of two replicas sharing a Redis issue the same forty names at once, each in
+/// its own order: every name is issued exactly once across the fleet (the others `409`,
+/// never `503`), and every key issued authenticates on both replicas within a second.
+#[test]
+fn names_asked_of_two_replicas_at_once_are_each_issued_once() {
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("many{}", redis.port);
+    let config = || config_for(&up).cluster(&redis.url(), &prefix, 100);
+    let (_pa, la, aa) = spawn(dir.path(), "a", &config());
+    let (_pb, lb, ab) = spawn(dir.path(), "b", &config());
+    let names: Vec<String> = (0..40).map(|i| format!("signup-{i}")).collect();
+    let answers: Vec<(String, u16, Option<String>)> = std::thread::scope(|s| {
+        let clients: Vec<_> = (0..8)
+            .map(|c| {
+                let (admin_at, names) = (if c % 2 == 0 { aa } else { ab }, &names);
+                s.spawn(move || {
+                    let mut got = Vec::new();
+                    for i in 0..names.len() {
+                        let name = &names[(i * 7 + c * 5) % names.len()];
+                        let body = format!(r#"{{"name":"{name}","plan":"basic"}}"#);
+                        let r = admin_json(admin_at, "POST", "/api/keys", &body);
+                        let key = r.json()["key"].as_str().map(String::from);
+                        got.push((name.clone(), r.status, key));
+                    }
+                    got
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect()
+    });
+    for name in &names {
+        let statuses: Vec<u16> = answers
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, s, _)| *s)
+            .collect();
+        assert_eq!(
+            statuses.iter().filter(|&&s| s == 201).count(),
+            1,
+            "{name}: {statuses:?}"
+        );
+        assert!(
+            statuses.iter().all(|&s| s == 201 || s == 409),
+            "{name}: {statuses:?}"
+        );
+    }
+    let issued: Vec<&String> = answers.iter().filter_map(|(_, _, k)| k.as_ref()).collect();
+    assert_eq!(issued.len(), names.len());
+    let t = Instant::now();
+    while !issued
+        .iter()
+        .all(|k| call(la, k).status == 200 && call(lb, k).status == 200)
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "not every key on both replicas after 1 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn keys_issued_at_once_are_kept_together_and_one_name_is_issued_once() {
     let up = Upstream::start(Mode::Ok);
