@@ -109,6 +109,18 @@ impl PeriodAt {
         }
     }
 
+    /// The period whose id is `id` (a day's or a month's: [`PeriodAt::of`] of an instant in
+    /// it gives the same).
+    pub fn of_id(id: u32) -> Self {
+        let n = u64::from(id & (MONTH_BIT - 1));
+        if id & MONTH_BIT == 0 {
+            return Self::of(Period::Day, n * DAY_MS);
+        }
+        let y = 1970 + (n / 12) as i64;
+        let m = (n % 12) as u32 + 1;
+        Self::of(Period::Month, days_from_civil(y, m, 1) as u64 * DAY_MS)
+    }
+
     /// The period's length in seconds (86400 for a day; the month's own length).
     pub fn secs(&self) -> u64 {
         (self.end_ms - self.start_ms) / 1000

@@ -227,6 +227,14 @@ impl Meter {
         }
     }
 
+    /// The period of the count when it is a later one than `period`, of the same `per`: the
+    /// wall clock stepped back since it was charged, and the count refuses until that
+    /// period ends, not this one.
+    pub fn later_period(&self, period: &PeriodAt) -> Option<PeriodAt> {
+        let (id, _) = unpack(self.used.load(Ordering::Acquire));
+        (same_per(id, period.id) && id > period.id).then(|| PeriodAt::of_id(id))
+    }
+
     /// The quota word as it stands: (period id, count), for keeping it.
     pub fn quota_word(&self) -> (u32, u64) {
         unpack(self.used.load(Ordering::Acquire))

@@ -256,3 +256,18 @@ fn a_count_carried_over_a_change_of_period_is_shown_as_it_is_charged() {
     assert_eq!(m.used(&day), 3);
     assert_eq!(m.charge(3, &day), Err(3));
 }
+
+#[test]
+fn a_period_is_found_again_from_its_id() {
+    // Every day from 1970 to 2100, at noon, and the first and last instants of a few.
+    let mut ms = 12 * 3_600_000;
+    while ms < 4_102_444_800_000 {
+        for per in [Period::Day, Period::Month] {
+            let p = PeriodAt::of(per, ms);
+            assert_eq!(PeriodAt::of_id(p.id), p, "{per:?} at {ms}");
+            assert_eq!(PeriodAt::of(per, p.start_ms), p);
+            assert_eq!(PeriodAt::of(per, p.end_ms - 1), p);
+        }
+        ms += 86_400_000;
+    }
+}

@@ -427,6 +427,11 @@ impl Policy {
                 }
                 Err(used) => {
                     state.used = used;
+                    // Charged in a later period (the wall clock stepped back since): refused
+                    // until that one ends.
+                    if let Some(later) = meter.later_period(&period) {
+                        state.reset_secs = later.secs_left(now_ms);
+                    }
                     d.quota_state = Some(Box::new(state));
                     return Err(quota_exhausted(&state));
                 }

@@ -237,3 +237,21 @@ fn the_config_checks_quotas_and_warns_when_their_counts_would_not_be_kept() {
         assert!(e.contains(field), "{e}");
     }
 }
+
+#[test]
+fn after_the_wall_clock_steps_back_a_spent_quota_points_to_the_period_it_was_spent_in() {
+    let cfg = TestConfig::new().plan_quota("basic", 2, "day").parse();
+    let p = at(Policy::new(cfg, None), DEC_1 + 10_000);
+    for _ in 0..2 {
+        assert!(send(&p, "Bearer basic-key-1", 0).verdict.is_ok());
+    }
+    // The clock steps back into November 30: the count of December 1 still refuses (it is
+    // of a later day), until December 1 ends, and says so.
+    p.metering.calendar.set(NOV_30_LATE);
+    let d = send(&p, "Bearer basic-key-1", 0);
+    let r = d.verdict.as_ref().unwrap_err();
+    assert_eq!(r.code, Code::QuotaExhausted);
+    assert_eq!(r.retry_after, Some(2 + 86_400), "to the end of December 1");
+    let (_, state) = headers(&p, &d);
+    assert!(state.ends_with("\"basic-day\";r=0;t=86402"), "{state}");
+}
