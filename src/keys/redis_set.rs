@@ -174,9 +174,7 @@ impl Condition {
             Condition::Free { id, .. } => ("f", None, issued(id)),
         }
     }
-}
 
-impl Condition {
     /// The key issued as `id` that the condition is of.
     pub(crate) fn id(&self) -> &Digest {
         match self {
