@@ -194,18 +194,19 @@ impl Gateway {
                 Ok(())
             }
             Err(why) => {
+                let (cap, from, field) = match why {
+                    Refused::MaxConnectionsPerIp => (
+                        limits.max_connections_per_ip.map_or(0, |n| n.get()),
+                        " from this address",
+                        "server.max_connections_per_ip",
+                    ),
+                    _ => (limits.max_connections.get(), "", "server.max_connections"),
+                };
                 let mut r = Refusal::new(
                     crate::policy::Code::TooManyStreams,
                     format!(
-                        "{} HTTP/2 requests are in flight already{}; retry when one ends",
-                        match why {
-                            Refused::MaxConnectionsPerIp => "this address's",
-                            _ => "the gateway's",
-                        },
-                        match why {
-                            Refused::MaxConnectionsPerIp => " (server.max_connections_per_ip)",
-                            _ => " (server.max_connections)",
-                        }
+                        "{cap} HTTP/2 requests{from} are in flight already ({field}); retry \
+                         when one ends"
                     ),
                 );
                 r.retry_after = Some(1);
