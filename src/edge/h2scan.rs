@@ -11,6 +11,9 @@
 //! - which streams still owe their request body, and its deadline: from the end of their head
 //!   to a `DATA` (or trailing `HEADERS`) frame with `END_STREAM`, or an `RST_STREAM`.
 //!
+//! [`H2Out`] follows the server's frame headers as they are written: a stream the server resets
+//! owes no body any more (it answered early; Pingora resets such a stream).
+//!
 //! [`H2Scan::deadline`] is the earliest of those; the stream wrapper ends the connection when
 //! it passes. An idle connection (no open stream) is closed by Pingora's HTTP/2 idle timeout.
 
@@ -66,6 +69,44 @@ struct Block {
     started: Nanos,
     end_stream: bool,
     bytes: usize,
+}
+
+/// The server's half of one HTTP/2 connection, followed frame header by frame header as it
+/// is written (it starts with a frame: the server's preface is its `SETTINGS`): which streams
+/// the server resets. Only lengths and headers are read, never a payload.
+#[derive(Debug, Default)]
+pub(crate) struct H2Out {
+    head: [u8; 9],
+    head_len: usize,
+    payload_left: usize,
+}
+
+impl H2Out {
+    /// Follow `bytes` written to the client, in order; each stream a `RST_STREAM` frame of
+    /// the server's resets is handed to `reset`.
+    pub(crate) fn feed(&mut self, mut bytes: &[u8], mut reset: impl FnMut(u32)) {
+        while !bytes.is_empty() {
+            if self.payload_left > 0 {
+                let n = self.payload_left.min(bytes.len());
+                self.payload_left -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let n = (9 - self.head_len).min(bytes.len());
+            self.head[self.head_len..self.head_len + n].copy_from_slice(&bytes[..n]);
+            self.head_len += n;
+            bytes = &bytes[n..];
+            if self.head_len == 9 {
+                self.head_len = 0;
+                let h = &self.head;
+                self.payload_left =
+                    usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+                if h[3] == RST_STREAM {
+                    reset(u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff);
+                }
+            }
+        }
+    }
 }
 
 /// The client's half of one HTTP/2 connection, followed frame by frame.
@@ -210,6 +251,12 @@ impl H2Scan {
         Ok(())
     }
 
+    /// The server reset `stream` (it answered before the body came, and will read no more of
+    /// it: Pingora resets such a stream): no body is owed on it any more.
+    pub(crate) fn server_reset(&mut self, stream: u32) {
+        self.body_ended(stream);
+    }
+
     fn body_ended(&mut self, stream: u32) {
         if let Some(i) = self.bodies.iter().position(|&(s, _)| s == stream) {
             self.bodies.swap_remove(i);
@@ -289,6 +336,35 @@ mod tests {
         s.feed(&frame(CONTINUATION, END_HEADERS, 3, 5), 120, &LIM)
             .unwrap();
         assert_eq!(s.deadline(&LIM), Some(150));
+    }
+
+    #[test]
+    fn a_stream_the_server_resets_owes_no_body() {
+        let mut s = H2Scan::new();
+        s.feed(&preface(), 0, &LIM).unwrap();
+        // Stream 1's head, its body to come; stream 3's too.
+        s.feed(&frame(HEADERS, END_HEADERS, 1, 5), 1, &LIM).unwrap();
+        s.feed(&frame(HEADERS, END_HEADERS, 3, 5), 1, &LIM).unwrap();
+        assert_eq!(s.deadline(&LIM), Some(1 + LIM.body_timeout));
+        // The server answers stream 1 (a head, a body) and resets it, its frames written in
+        // pieces of every size; stream 3 it leaves be.
+        let mut written = Vec::new();
+        written.extend(frame(0x4, 0, 0, 0)); // SETTINGS, its preface
+        written.extend(frame(HEADERS, END_HEADERS, 1, 20));
+        written.extend(frame(DATA, END_STREAM, 1, 300));
+        written.extend(frame(RST_STREAM, 0, 1, 4));
+        for piece in 1..=10 {
+            let mut out = H2Out::default();
+            let mut reset = Vec::new();
+            for chunk in written.chunks(piece) {
+                out.feed(chunk, |st| reset.push(st));
+            }
+            assert_eq!(reset, [1], "in pieces of {piece}");
+        }
+        s.server_reset(1);
+        assert_eq!(s.bodies.len(), 1, "stream 3 still owes its body");
+        s.server_reset(3);
+        assert_eq!(s.deadline(&LIM), None);
     }
 
     #[test]

@@ -42,7 +42,7 @@ use pingora::time::fast_timeout::fast_sleep;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::conns::ConnGuard;
-use super::h2scan::{H2Limits, H2Scan};
+use super::h2scan::{H2Limits, H2Out, H2Scan};
 use crate::clock::Nanos;
 use crate::config::Server;
 
@@ -208,6 +208,8 @@ impl Timer {
 /// How an HTTP/2 connection's deadlines are known.
 struct H2 {
     scan: H2Scan,
+    /// The server's frames as they are written: a stream it resets owes no body.
+    out: H2Out,
     limits: H2Limits,
 }
 
@@ -257,6 +259,7 @@ impl EdgeStream {
         let h2 = matches!(inner.selected_alpn_proto(), Some(ALPN::H2)).then(|| {
             Box::new(H2 {
                 scan: H2Scan::new(),
+                out: H2Out::default(),
                 limits: H2Limits {
                     header_timeout: settings.header_timeout.as_nanos() as u64,
                     // A checked body's own deadline (408, answered by the request path)
@@ -384,6 +387,17 @@ impl EdgeStream {
 
     /// After a write poll: progress clears the send deadline; a stall starts it, and fails
     /// once it passes.
+    /// Bytes written to the client (HTTP/2: the server's frames are followed, and a stream
+    /// the server reset owes no body any more).
+    fn on_write(&mut self, written: &[&[u8]]) {
+        if let Some(h2) = self.h2.as_mut() {
+            let H2 { scan, out, .. } = &mut **h2;
+            for bytes in written {
+                out.feed(bytes, |stream| scan.server_reset(stream));
+            }
+        }
+    }
+
     fn after_write<T>(
         &mut self,
         cx: &mut Context<'_>,
@@ -460,6 +474,9 @@ impl AsyncWrite for EdgeStream {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         let r = Pin::new(&mut *this.inner).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = &r {
+            this.on_write(&[&data[..*n]]);
+        }
         this.after_write(cx, r)
     }
 
@@ -470,6 +487,20 @@ impl AsyncWrite for EdgeStream {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         let r = Pin::new(&mut *this.inner).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = &r {
+            // The first `n` bytes of the buffers, in order.
+            let mut left = *n;
+            let mut written: Vec<&[u8]> = Vec::new();
+            for b in bufs {
+                if left == 0 {
+                    break;
+                }
+                let take = left.min(b.len());
+                written.push(&b[..take]);
+                left -= take;
+            }
+            this.on_write(&written);
+        }
         this.after_write(cx, r)
     }
 

@@ -611,6 +611,58 @@ fn http2_requests_in_flight_are_capped_per_address_as_connections_are() {
     });
 }
 
+/// A request the gateway answers before its body came (413 from its `Content-Length`, 401)
+/// owes no body once the gateway has reset its stream: the connection's other requests go on
+/// past `body_timeout`, and a client refused so a thousand times and more keeps its
+/// connection. (Found by probing: the edge still awaited the body, and closed the whole
+/// connection `body_timeout` later, or at its 1,025th such request.)
+#[test]
+fn a_request_answered_before_its_body_leaves_the_connection_be() {
+    let up = Upstream::start(Mode::Ok);
+    // A window wide enough for every request below (each is decided, and counted, first).
+    let e = edge_with(&up, |c| c.plan_limit("pro", 100_000), |_| {});
+    runtime().block_on(async {
+        let (mut send, _done) = h2(&e).await;
+        let early = |send: &mut H2, auth: &str| {
+            let mut req = request(
+                "POST",
+                "/v2/client/upload",
+                &[("content-length", "67108864")],
+            );
+            req.headers_mut()
+                .insert("authorization", auth.parse().unwrap());
+            // The body is never sent: the stream stays open on the client's side.
+            let (resp, body) = send.send_request(req, false).unwrap();
+            async move {
+                let status = tokio::time::timeout(Duration::from_secs(10), resp)
+                    .await
+                    .expect("an answer in time")
+                    .expect("an answer")
+                    .status();
+                (status.as_u16(), body)
+            }
+        };
+        let (status, _unsent) = early(&mut send, "Bearer pro-key-1").await;
+        assert_eq!(status, 413);
+        let (status, _unsent_too) = early(&mut send, "Bearer nobody").await;
+        assert_eq!(status, 401);
+        // Past `body_timeout` (1 s, and the quarter second after it): the connection serves.
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        assert_eq!(status_of(&mut send).await, 200);
+        // Many more, one at a time.
+        for i in 0..1100 {
+            let (status, _) = early(&mut send, "Bearer pro-key-1").await;
+            assert_eq!(status, 413, "request {i}");
+        }
+        assert_eq!(status_of(&mut send).await, 200);
+    });
+}
+
+/// A GET of a forwarded route on `send`: its status.
+async fn status_of(send: &mut H2) -> u16 {
+    status(send, request("GET", "/v2/client/getState", &[])).await
+}
+
 /// Send `method path` with a JSON body (none when empty); the status and the `allow` field.
 async fn call(send: &mut H2, method: &str, path: &str, body: &str) -> (u16, Option<String>) {
     let mut req = request(method, path, &[("content-type", "application/json")]);
