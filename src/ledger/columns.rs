@@ -74,7 +74,7 @@ mod tests {
             let is_shown = shown.contains(name);
             let never_a_keys = matches!(
                 *name,
-                "unauthorized" | "upstream_unavailable" | "upstream_timeout"
+                "unauthorized" | "too_many_streams" | "upstream_unavailable" | "upstream_timeout"
             );
             assert!(is_shown != never_a_keys, "{name}");
         }
