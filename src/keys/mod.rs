@@ -62,6 +62,7 @@ use crate::state::disk;
 use crate::state::StateFile;
 pub(crate) use in_force::put_kept_in_force;
 pub(crate) use keep::Records;
+use redis_set::Condition;
 pub(crate) use shown::UpgradeRow;
 pub(crate) use sync::KeySync;
 
@@ -313,7 +314,9 @@ impl KeyChanges {
     ///
     /// An operator's change that cannot be kept is refused and applied nowhere ([`ChangeError::
     /// NotKept`]); a partner's (`apply_unkept`), which the upstream has already accepted, is
-    /// applied here all the same, and the failure logged.
+    /// applied here all the same, and the failure logged. With `cluster`, a change to an
+    /// issued key that another replica rotated or deleted since this one polled is made again
+    /// once this replica has read the key (at most twice; a key deleted meanwhile: not found).
     pub(crate) async fn change(
         &self,
         target: KeyRef<'_>,
@@ -322,44 +325,67 @@ impl KeyChanges {
         apply_unkept: bool,
     ) -> Result<String, ChangeError> {
         let _one = self.serial.lock().await;
-        let live = &self.live;
-        let snap = live.load();
-        let keys = &snap.policy.keys;
-        let k = match target {
-            KeyRef::Name(name) => keys.find_by_name(name),
-            KeyRef::Digest(d) => match keys.resolve(d) {
-                Some(Found::Key(k)) => Some(k),
-                Some(Found::Alias(a)) => Some(keys.alias(a).key),
-                None => None,
-            },
-        }
-        .ok_or(ChangeError::NotFound)?;
-        let name = keys.get(k).name.as_str().to_string();
-        let changes =
-            self.with_records(|set| snap.policy.change(k, &action, by, unix_ms(), set))?;
-        let kept = self.keep(&changes).await;
-        if let Err(why) = &kept {
-            tracing::error!(
+        let mut catch_ups = 0;
+        loop {
+            let snap = self.live.load();
+            let keys = &snap.policy.keys;
+            let k = match target {
+                KeyRef::Name(name) => keys.find_by_name(name),
+                KeyRef::Digest(d) => match keys.resolve(d) {
+                    Some(Found::Key(k)) => Some(k),
+                    Some(Found::Alias(a)) => Some(keys.alias(a).key),
+                    None => None,
+                },
+            }
+            .ok_or(ChangeError::NotFound)?;
+            let name = keys.get(k).name.as_str().to_string();
+            // An issued key's change expects the key as this replica has it (another replica
+            // may have rotated or deleted it since this one polled: docs/cluster.md, "Two
+            // replicas at once").
+            let (changes, conditions) = self.with_records(|set| {
+                let changes = snap.policy.change(k, &action, by, unix_ms(), set)?;
+                let conditions: Vec<Condition> = keys
+                    .issued_slot(k)
+                    .map(|slot| slot.entry.digest)
+                    .and_then(|id| {
+                        let was = set.get(&id)?.issued.as_ref()?.digest;
+                        Some(Condition::Issued { id, was: Some(was) })
+                    })
+                    .into_iter()
+                    .collect();
+                Ok::<_, ChangeError>((changes, conditions))
+            })?;
+            let kept = self.keep_if(&changes, &conditions).await;
+            if let Err(KeepError::Clash { condition, .. }) = &kept {
+                let id = *conditions[*condition].id();
+                if catch_ups < 2 && sync::catch_up(self, &id).await {
+                    catch_ups += 1;
+                    continue;
+                }
+            }
+            if let Err(why) = &kept {
+                tracing::error!(
+                    target: "tollgate::keys",
+                    key = %name,
+                    action = %action.name(),
+                    by = %by,
+                    error = %why,
+                    "key change not kept"
+                );
+                if !apply_unkept {
+                    return Err(ChangeError::NotKept(kept.unwrap_err()));
+                }
+            }
+            self.put_records(&changes);
+            tracing::info!(
                 target: "tollgate::keys",
                 key = %name,
                 action = %action.name(),
                 by = %by,
-                error = %why,
-                "key change not kept"
+                "key changed"
             );
-            if !apply_unkept {
-                return Err(ChangeError::NotKept(kept.unwrap_err()));
-            }
+            return Ok(name);
         }
-        self.put_records(&changes);
-        tracing::info!(
-            target: "tollgate::keys",
-            key = %name,
-            action = %action.name(),
-            by = %by,
-            "key changed"
-        );
-        Ok(name)
     }
 
     /// The upstream accepted a partner's lifecycle operation (`effect`) on the customer key

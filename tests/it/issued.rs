@@ -708,7 +708,7 @@ fn a_replica_reads_a_set_of_many_pages_in_pages() {
 /// other's change reaches at its next poll: here a minute, the longest interval), never both
 /// win: a name or a digest is issued once across the fleet; a rotation made on a copy that
 /// lacks another replica's lands on top of it (both new secrets authenticate); a key deleted
-/// on one replica is not brought back by a rotation on the other. Found by probing: both
+/// on one replica is not brought back by a rotation on the other, nor suspended there. Found by probing: both
 /// replicas answered 201 to one name, and one of the keys was lost.
 #[test]
 fn two_replicas_changing_one_key_at_once_never_both_win() {
@@ -744,6 +744,7 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
     // Two keys both replicas know (b, started again, reads the set whole).
     let (_, original) = create(aa, r#"{"name":"rotated","plan":"pro"}"#);
     let (_, doomed) = create(aa, r#"{"name":"doomed","plan":"pro"}"#);
+    let (_, paused) = create(aa, r#"{"name":"paused","plan":"pro"}"#);
     drop(pb);
     let (_pb, lb, ab) = spawn(dir.path(), "b2", &config());
     let doomed = doomed.unwrap();
@@ -757,6 +758,10 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
     let on_b = rotate(ab);
     assert_eq!(admin(ab, "DELETE", "/api/keys/doomed").status, 204);
     let r = admin_json(aa, "POST", "/api/keys/doomed/rotate", "");
+    assert_eq!(r.status, 404, "{}", String::from_utf8_lossy(&r.body));
+    // Part three's changes too: a suspension on a replica that has not seen the deletion.
+    assert_eq!(admin(aa, "DELETE", "/api/keys/paused").status, 204);
+    let r = admin_json(ab, "POST", "/api/keys/paused/suspend", "");
     assert_eq!(r.status, 404, "{}", String::from_utf8_lossy(&r.body));
 
     // A replica started now reads what the fleet holds.
@@ -778,6 +783,8 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
     }
     assert_eq!(call(lc, &doomed).status, 401);
     assert_eq!(admin(ac, "GET", "/api/keys/doomed").status, 404);
+    assert_eq!(call(lc, &paused.unwrap()).status, 401);
+    assert_eq!(admin(ac, "GET", "/api/keys/paused").status, 404);
 
     // The claims expire within a minute, and name a key's name or a hash of a digest alone.
     let mut con = redis.client();
