@@ -259,12 +259,15 @@ async fn change_named(
     admin: &Admin,
     kind: ChangeKind,
     name: &str,
-    make: impl Fn(&Policy, KeyIdx, &KeyRecords) -> Result<Records, ChangeRefused> + Send + 'static,
+    make: impl Fn(&Policy, KeyIdx, &KeyRecords) -> Result<Records, ChangeRefused>
+        + Send
+        + Sync
+        + 'static,
 ) -> Result<(), ChangeError> {
-    let named = name.to_string();
-    let done = admin
-        .changes
-        .make(
+    let make = std::sync::Arc::new(make);
+    let once = || {
+        let (named, make) = (name.to_string(), std::sync::Arc::clone(&make));
+        admin.changes.make(
             kind,
             name,
             Box::new(move |policy, set| {
@@ -275,7 +278,13 @@ async fn change_named(
                 Ok(make(policy, k, set)?)
             }),
         )
-        .await;
+    };
+    let mut done = once().await;
+    // Issued by another replica moments ago, and not polled here yet: found through its
+    // name's claim in Redis, then made.
+    if matches!(done, Err(ChangeError::NotFound)) && admin.changes.look_up(name).await {
+        done = once().await;
+    }
     admin.live.metrics().admin_change(kind, done.is_ok());
     done
 }

@@ -336,8 +336,17 @@ impl KeyChanges {
                     Some(Found::Alias(a)) => Some(keys.alias(a).key),
                     None => None,
                 },
-            }
-            .ok_or(ChangeError::NotFound)?;
+            };
+            let Some(k) = k else {
+                // Issued by another replica moments ago, and not polled here yet?
+                if let (KeyRef::Name(name), 0) = (target, catch_ups) {
+                    catch_ups += 1;
+                    if sync::look_up(self, name).await {
+                        continue;
+                    }
+                }
+                return Err(ChangeError::NotFound);
+            };
             let name = keys.get(k).name.as_str().to_string();
             // An issued key's change expects the key as this replica has it (another replica
             // may have rotated or deleted it since this one polled: docs/cluster.md, "Two
@@ -437,6 +446,17 @@ impl KeyChanges {
         self.put_records(&change);
         tracing::info!(target: "tollgate::overrides", key = %name, "plan override removed by the operator");
         Ok(true)
+    }
+
+    /// With `cluster`: the key named `name`, if another replica issued it within the last
+    /// minute and this one has not polled it yet, read from Redis and put in force (takes the
+    /// change lock). Whether this replica has a key of that name after it.
+    pub(crate) async fn look_up(&self, name: &str) -> bool {
+        if self.fleet().is_none() {
+            return false;
+        }
+        let _one = self.serial.lock().await;
+        sync::look_up(self, name).await
     }
 
     /// Whether overrides are shared through Redis (and [`KeySync`] must run).

@@ -336,6 +336,23 @@ impl RedisSet {
         self.settled(r).await
     }
 
+    /// The field of the issued key that claims the name `name` now (a key issued within
+    /// [`CLAIM_TTL`], by any replica), within the timeout.
+    pub(crate) async fn claimed_by(&self, name: &str) -> Result<Option<String>, StoreError> {
+        let client = self.client().await?;
+        let deadline = tokio::time::Instant::now() + self.cfg.timeout;
+        let mut cmd = ::redis::cmd("GET");
+        cmd.arg(
+            Condition::Name {
+                name: name.to_string(),
+                id: Digest([0; 32]),
+            }
+            .claim(&self.cfg.key_prefix),
+        );
+        let r = within(deadline, &self.cfg.redis_url, client.query(&cmd)).await;
+        self.settled(r).await
+    }
+
     /// Behind Sentinel or on a Redis Cluster, whether a replica holds what was written.
     async fn held(&self) -> Result<(), StoreError> {
         let client = self.client().await?;

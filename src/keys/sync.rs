@@ -185,6 +185,38 @@ pub(super) async fn catch_up(changes: &KeyChanges, id: &Digest) -> bool {
     true
 }
 
+/// With the change lock held: the key named `name`, issued by another replica within the
+/// last minute and not polled here yet, read from Redis through its name's claim (its parts,
+/// one `HMGET`) and put in force, as a poll would. Whether this replica has a key of that
+/// name after it. (A change asked of this replica moments after another issued the key finds
+/// it, instead of answering 404 until the next poll.)
+pub(super) async fn look_up(changes: &KeyChanges, name: &str) -> bool {
+    let Some(fleet) = changes.fleet() else {
+        return false;
+    };
+    let Ok(Some(owner)) = fleet.set.claimed_by(name).await else {
+        return false;
+    };
+    let Some((hash, _)) = split_field(&owner) else {
+        return false;
+    };
+    let names: Vec<String> = Part::ALL
+        .iter()
+        .map(|p| format!("{hash}{}", p.suffix()))
+        .collect();
+    let Ok(texts) = fleet.set.read_fields(&names).await else {
+        return false;
+    };
+    let raw = names
+        .into_iter()
+        .zip(texts)
+        .filter_map(|(f, t)| Some((f, t?)))
+        .collect();
+    let changed = fleet.take_fields(raw).await;
+    apply_delta(fleet, changes, &changed).await;
+    changes.live.load().policy.keys.find_by_name(name).is_some()
+}
+
 /// Take the fields a poll found changed since `version` into the copy (on disk first, with
 /// `state.path`), then put them in force.
 async fn take_delta(

@@ -708,7 +708,8 @@ fn a_replica_reads_a_set_of_many_pages_in_pages() {
 /// other's change reaches at its next poll: here a minute, the longest interval), never both
 /// win: a name or a digest is issued once across the fleet; a rotation made on a copy that
 /// lacks another replica's lands on top of it (both new secrets authenticate); a key deleted
-/// on one replica is not brought back by a rotation on the other, nor suspended there. Found by probing: both
+/// on one replica is not brought back by a rotation on the other, nor suspended there; a key
+/// issued on one replica moments ago is found by a change asked of the other. Found by probing: both
 /// replicas answered 201 to one name, and one of the keys was lost.
 #[test]
 fn two_replicas_changing_one_key_at_once_never_both_win() {
@@ -764,8 +765,22 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
     let r = admin_json(ab, "POST", "/api/keys/paused/suspend", "");
     assert_eq!(r.status, 404, "{}", String::from_utf8_lossy(&r.body));
 
+    // A key issued on one replica moments ago is found on the other (through its name's
+    // claim in Redis), not 404 until the next poll: deleted there, suspended there.
+    let (_, fresh) = create(aa, r#"{"name":"fresh","plan":"pro"}"#);
+    assert_eq!(admin(ab, "DELETE", "/api/keys/fresh").status, 204);
+    create(aa, r#"{"name":"fresh-2","plan":"pro"}"#);
+    let r = admin_json(ab, "POST", "/api/keys/fresh-2/suspend", "");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+
     // A replica started now reads what the fleet holds.
     let (_pc, lc, ac) = spawn(dir.path(), "c", &config());
+    assert_eq!(call(lc, &fresh.unwrap()).status, 401);
+    assert_eq!(admin(ac, "GET", "/api/keys/fresh").status, 404);
+    assert_eq!(
+        admin(ac, "GET", "/api/keys/fresh-2").json()["state"],
+        "suspended"
+    );
     assert_eq!(call(lc, &twice.unwrap()).status, 200);
     assert_eq!(admin(ac, "GET", "/api/keys/twice").json()["plan"], "pro");
     assert_eq!(admin(ac, "GET", "/api/keys/mine").status, 200);
