@@ -89,7 +89,7 @@ pub(crate) enum KeepError {
     #[error("{0}")]
     Batch(String),
     /// A condition of the write (its index) did not hold in Redis: nothing was written.
-    #[error("refused by the cluster store: {clash:?}")]
+    #[error("refused by the cluster store: {clash}")]
     Clash {
         condition: usize,
         clash: redis_set::Clash,

@@ -186,6 +186,16 @@ impl Condition {
     }
 }
 
+impl std::fmt::Display for Clash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Clash::Name => "another key holds the name",
+            Clash::Sha256 => "another key has, or had, the digest",
+            Clash::Changed => "the key was changed on another replica meanwhile",
+        })
+    }
+}
+
 impl Clash {
     fn parse(word: &str) -> Option<Clash> {
         match word {
