@@ -385,8 +385,6 @@ impl EdgeStream {
         expired
     }
 
-    /// After a write poll: progress clears the send deadline; a stall starts it, and fails
-    /// once it passes.
     /// Bytes written to the client (HTTP/2: the server's frames are followed, and a stream
     /// the server reset owes no body any more).
     fn on_write(&mut self, written: &[&[u8]]) {
@@ -398,6 +396,8 @@ impl EdgeStream {
         }
     }
 
+    /// After a write poll: progress clears the send deadline; a stall starts it, and fails
+    /// once it passes.
     fn after_write<T>(
         &mut self,
         cx: &mut Context<'_>,
