@@ -71,6 +71,17 @@ struct Block {
     bytes: usize,
 }
 
+/// A frame header read whole: its payload's length, and the frame.
+fn frame_head(h: &[u8; 9]) -> (usize, Frame) {
+    let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+    let frame = Frame {
+        kind: h[3],
+        flags: h[4],
+        stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
+    };
+    (len, frame)
+}
+
 /// The server's half of one HTTP/2 connection, followed frame header by frame header as it
 /// is written (it starts with a frame: the server's preface is its `SETTINGS`): which streams
 /// the server resets. Only lengths and headers are read, never a payload.
@@ -98,11 +109,10 @@ impl H2Out {
             bytes = &bytes[n..];
             if self.head_len == 9 {
                 self.head_len = 0;
-                let h = &self.head;
-                self.payload_left =
-                    usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
-                if h[3] == RST_STREAM {
-                    reset(u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff);
+                let (len, frame) = frame_head(&self.head);
+                self.payload_left = len;
+                if frame.kind == RST_STREAM {
+                    reset(frame.stream);
                 }
             }
         }
@@ -172,14 +182,7 @@ impl H2Scan {
                     bytes = &bytes[n..];
                     if self.head_len == 9 {
                         self.head_len = 0;
-                        let h = &self.head;
-                        let len =
-                            usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
-                        let frame = Frame {
-                            kind: h[3],
-                            flags: h[4],
-                            stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
-                        };
+                        let (len, frame) = frame_head(&self.head);
                         self.start(frame);
                         self.frame = Some(frame);
                         self.payload_left = len;

@@ -19,7 +19,7 @@ use pingora::services::background::BackgroundService;
 
 use super::fleet::Fleet;
 use super::gather::{gather_beside, Gathered};
-use super::redis_set::{field, new_epoch, part_field, split_field, Polled};
+use super::redis_set::{field, new_epoch, split_field, Polled};
 use super::KeyChanges;
 use crate::digest::Digest;
 use crate::fleet_store::StoreError;
@@ -171,18 +171,7 @@ pub(super) async fn catch_up(changes: &KeyChanges, id: &Digest) -> bool {
     let Some(fleet) = changes.fleet() else {
         return false;
     };
-    let names: Vec<String> = Part::ALL.iter().map(|&p| part_field(id, p)).collect();
-    let Ok(texts) = fleet.set.read_fields(&names).await else {
-        return false;
-    };
-    let raw = names
-        .into_iter()
-        .zip(texts)
-        .filter_map(|(f, t)| Some((f, t?)))
-        .collect();
-    let changed = fleet.take_fields(raw).await;
-    apply_delta(fleet, changes, &changed).await;
-    true
+    read_key(fleet, changes, &field(id)).await
 }
 
 /// With the change lock held: the key named `name`, issued by another replica within the
@@ -200,6 +189,14 @@ pub(super) async fn look_up(changes: &KeyChanges, name: &str) -> bool {
     let Some((hash, _)) = split_field(&owner) else {
         return false;
     };
+    read_key(fleet, changes, hash).await
+        && changes.live.load().policy.keys.find_by_name(name).is_some()
+}
+
+/// Read every part of the key whose digest hashes to `hash` from Redis (one `HMGET`), take
+/// them into the copy and put them in force, as a poll would (the poll that follows reads
+/// them again). Whether Redis answered.
+async fn read_key(fleet: &Fleet, changes: &KeyChanges, hash: &str) -> bool {
     let names: Vec<String> = Part::ALL
         .iter()
         .map(|p| format!("{hash}{}", p.suffix()))
@@ -214,7 +211,7 @@ pub(super) async fn look_up(changes: &KeyChanges, name: &str) -> bool {
         .collect();
     let changed = fleet.take_fields(raw).await;
     apply_delta(fleet, changes, &changed).await;
-    changes.live.load().policy.keys.find_by_name(name).is_some()
+    true
 }
 
 /// Take the fields a poll found changed since `version` into the copy (on disk first, with

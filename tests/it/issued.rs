@@ -22,6 +22,19 @@ fn create(a: SocketAddr, body: &str) -> (serde_json::Value, Option<String>) {
     (v, key)
 }
 
+/// The answers to every request for the name `name`: one `201`, the others `409`.
+fn issued_once(name: &str, statuses: &[u16]) {
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 201).count(),
+        1,
+        "{name}: {statuses:?}"
+    );
+    assert!(
+        statuses.iter().all(|&s| s == 201 || s == 409),
+        "{name}: {statuses:?}"
+    );
+}
+
 /// `tollgate check` of the file at `path`: whether it passed, and its stdout and stderr.
 fn check(path: &Path) -> (bool, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
@@ -863,15 +876,7 @@ fn names_asked_of_two_replicas_at_once_are_each_issued_once() {
             .filter(|(n, _, _)| n == name)
             .map(|(_, s, _)| *s)
             .collect();
-        assert_eq!(
-            statuses.iter().filter(|&&s| s == 201).count(),
-            1,
-            "{name}: {statuses:?}"
-        );
-        assert!(
-            statuses.iter().all(|&s| s == 201 || s == 409),
-            "{name}: {statuses:?}"
-        );
+        issued_once(name, &statuses);
     }
     let issued: Vec<&String> = answers.iter().filter_map(|(_, _, k)| k.as_ref()).collect();
     assert_eq!(issued.len(), names.len());
@@ -924,15 +929,7 @@ fn keys_issued_at_once_are_kept_together_and_one_name_is_issued_once() {
         .filter(|(_, _, n)| n == "contested")
         .map(|(s, _, _)| *s)
         .collect();
-    assert_eq!(
-        contested.iter().filter(|&&s| s == 201).count(),
-        1,
-        "{contested:?}"
-    );
-    assert!(
-        contested.iter().all(|&s| s == 201 || s == 409),
-        "{contested:?}"
-    );
+    issued_once("contested", &contested);
     let issued: Vec<(String, String)> = answers
         .into_iter()
         .filter(|(s, _, _)| *s == 201)
