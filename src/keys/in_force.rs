@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use super::KeyChanges;
 use crate::config::{Config, ConfigError};
 use crate::digest::Digest;
-use crate::policy::overrides::{Drop, KeyRecord, KeyRecords, Part};
+use crate::policy::overrides::{Change, Drop, Dropped, KeyRecord, KeyRecords, Part};
 use crate::policy::Policy;
 use crate::runtime::live::KeyHook;
 use crate::runtime::metrics::Metrics;
@@ -113,7 +113,13 @@ impl KeyChanges {
     pub(super) fn put_records(&self, changes: &[(Digest, Part, KeyRecord)]) {
         self.live.serialized(|snap| {
             let mut in_force = self.in_force.locked();
-            for (d, _, o) in changes {
+            // A key deleted leaves its name before another key issued with it comes (two
+            // live keys of one name are a contest: `names_lost`).
+            let deletions_first = changes
+                .iter()
+                .filter(|(_, _, o)| o.issued.is_none())
+                .chain(changes.iter().filter(|(_, _, o)| o.issued.is_some()));
+            for (d, _, o) in deletions_first {
                 // With `cluster`, the fleet's copy takes as text first what it made from
                 // the record about to change.
                 if let Some(fleet) = self.fleet() {
@@ -121,6 +127,15 @@ impl KeyChanges {
                 }
                 in_force.put(*d, o);
                 snap.policy.apply_record(d, o);
+            }
+            // A name issued twice: the key that lost it is deleted where the set is kept
+            // by the next whole read, which sees both (`names_lost`).
+            let lost = snap.policy.keys.issued().take_lost();
+            if !lost.is_empty() {
+                tracing::warn!(target: "tollgate::keys", keys = lost.len(), "a name was issued twice while the cluster store had forgotten the first: the smaller id keeps it; the set is read whole next");
+                if let Some(fleet) = self.fleet() {
+                    fleet.forget_version();
+                }
             }
         });
     }
@@ -139,12 +154,14 @@ impl KeyChanges {
     pub(super) fn replace_records(&self, mut set: KeyRecords) -> Vec<Drop> {
         let (before, drops) = self.live.serialized(|snap| {
             let mut drops = snap.policy.apply_overrides(&set);
+            drops.extend(names_lost(&snap.policy, &set));
             drops.retain(|d| {
-                let later = d.parts.iter().any(|&p| {
-                    d.before
-                        .changed_ms(p)
-                        .is_some_and(|at| at > snap.compiled_ms)
-                });
+                let later = d.why != Dropped::NameTaken
+                    && d.parts.iter().any(|&p| {
+                        d.before
+                            .changed_ms(p)
+                            .is_some_and(|at| at > snap.compiled_ms)
+                    });
                 if !later {
                     match &d.after {
                         Some(o) => set.insert(d.digest, o.clone()),
@@ -175,7 +192,8 @@ impl KeyHook for KeyChanges {
     fn compiled(&self, new: &Policy, old: &Policy) {
         let dropped = {
             let mut in_force = self.in_force.locked();
-            let drops = new.apply_overrides(&in_force.records);
+            let mut drops = new.apply_overrides(&in_force.records);
+            drops.extend(names_lost(new, &in_force.records));
             if let Some(fleet) = self.fleet() {
                 for d in &drops {
                     fleet.dropped(&d.digest, &d.before, &in_force.records);
@@ -223,9 +241,48 @@ pub(crate) fn put_kept_in_force(
             batch
         })
         .collect();
-    let drops = applying.finish();
+    let mut drops = applying.finish();
+    drops.extend(names_lost(policy, &set));
     settle_drops(policy, &mut set, &drops, metrics);
     set
+}
+
+/// The issued keys of `set` that lost their name to another key of `set` issued with it
+/// when put on `policy` (`Issued::keeps_name`: the smaller id keeps it), each as a deletion
+/// to keep: its record without its key, its id revoked for good (a secret that was a key's
+/// never becomes another's), by `cluster`. Only a contest `set` itself shows: the name's
+/// key here is live in `set` too, with the smaller id.
+fn names_lost(policy: &Policy, set: &KeyRecords) -> Vec<Drop> {
+    let keys = &policy.keys;
+    let now_ms = crate::runtime::live::unix_ms();
+    keys.issued()
+        .take_lost()
+        .into_iter()
+        .filter_map(|id| {
+            let before = set.record(&id).filter(|o| o.issued.is_some())?;
+            let winner = keys.get(keys.find_by_name(&before.key)?).digest;
+            let live = set.get(&winner).is_some_and(|o| o.issued.is_some());
+            if !live || winner >= id {
+                return None;
+            }
+            let mut after = before.clone();
+            after.issued = None;
+            after.revoked.get_or_insert_with(|| {
+                Box::new(Change {
+                    since_ms: now_ms,
+                    by: "cluster".into(),
+                    reason: Some(Dropped::NameTaken.as_str().into()),
+                })
+            });
+            Some(Drop {
+                digest: id,
+                before,
+                after: Some(after),
+                parts: vec![Part::Issued],
+                why: Dropped::NameTaken,
+            })
+        })
+        .collect()
 }
 
 /// What no longer applies to `policy` taken out of `set` (one log line each), and the gauge
@@ -237,6 +294,10 @@ fn settle_drops(policy: &Policy, set: &mut KeyRecords, drops: &[Drop], metrics: 
             None => set.remove(&d.digest),
         };
         let parts: Vec<&str> = d.parts.iter().map(|p| p.name()).collect();
+        if d.why == Dropped::NameTaken {
+            tracing::warn!(target: "tollgate::keys", key = %d.before.key, reason = d.why.as_str(), "issued key deleted");
+            continue;
+        }
         tracing::info!(
             target: "tollgate::overrides",
             key = %d.before.key,

@@ -23,7 +23,7 @@ use super::redis_set::{field, new_epoch, split_field, Polled};
 use super::KeyChanges;
 use crate::digest::Digest;
 use crate::fleet_store::StoreError;
-use crate::policy::overrides::{KeyRecord, Part};
+use crate::policy::overrides::{Dropped, KeyRecord, Part};
 use crate::policy::versions::Kept;
 use crate::runtime::lifecycle::Health;
 
@@ -124,7 +124,14 @@ impl KeySync {
             "the cluster store's overrides read whole"
         );
         for d in &dropped {
-            tracing::info!(target: "tollgate::overrides", key = %d.before.key, reason = d.why.as_str(), "override dropped");
+            match d.why {
+                Dropped::NameTaken => {
+                    tracing::warn!(target: "tollgate::keys", key = %d.before.key, reason = d.why.as_str(), "issued key deleted")
+                }
+                _ => {
+                    tracing::info!(target: "tollgate::overrides", key = %d.before.key, reason = d.why.as_str(), "override dropped")
+                }
+            }
         }
         if let Some((version, fields, issued)) = in_memory {
             if dropped.is_empty() {
@@ -145,13 +152,24 @@ impl KeySync {
                 .await;
         }
         if !dropped.is_empty() {
-            // Each part dropped, kept as taken out (a tombstone): every replica drops it too.
+            // Each part dropped, kept as taken out (a tombstone), and any part the drop put
+            // (a key deleted for a name it lost is revoked): every replica drops it too.
             let gone: Vec<_> = dropped
                 .iter()
                 .flat_map(|d| {
+                    let after = d
+                        .after
+                        .clone()
+                        .unwrap_or_else(|| KeyRecord::named(&d.before.key));
+                    let put = Part::ALL
+                        .into_iter()
+                        .filter(|&p| after.has(p) && !d.before.has(p));
                     d.parts
                         .iter()
-                        .map(|&p| (d.digest, p, KeyRecord::named(&d.before.key)))
+                        .copied()
+                        .chain(put)
+                        .map(|p| (d.digest, p, after.clone()))
+                        .collect::<Vec<_>>()
                 })
                 .collect();
             let _ = fleet.keep(&gone, &[]).await;

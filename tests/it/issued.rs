@@ -835,6 +835,95 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
     }
 }
 
+/// Redis forgets a key issued on one replica moments before another replica, which had not
+/// polled it, issues the same name: both are answered `201` (nothing in Redis tells them
+/// apart). Every replica then settles on the key with the smaller id, whichever it issued
+/// and in whatever order it learns of the two; the other is deleted and its digest revoked
+/// where the fleet keeps keys, so that a replica started later agrees, and the name's key
+/// stays the one it is after the first replica's deletion of the other.
+#[test]
+fn a_name_issued_twice_while_redis_forgot_the_first_settles_on_one_key_everywhere() {
+    use tollgate::digest::Digest;
+    let up = Upstream::start(Mode::Ok);
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("twice{}", redis.port);
+    let every = |ms: u64| config_for(&up).cluster(&redis.url(), &prefix, ms);
+    // a polls often (it puts its keys back after the flush); b not for a minute (it has
+    // not seen a's keys when it issues the names again).
+    let (_pa, la, aa) = spawn(dir.path(), "a", &every(200));
+    let (pb, lb, ab) = spawn(dir.path(), "b", &every(60_000));
+    // On `a-wins` a's digest is the smaller, on `b-wins` b's.
+    let pair = |name: &str, a_smaller: bool| -> (String, String) {
+        let on_a = format!("{name}-secret-on-a");
+        let on_b = (0..)
+            .map(|i| format!("{name}-secret-on-b-{i}"))
+            .find(|b| (Digest::of(on_a.as_bytes()) < Digest::of(b.as_bytes())) == a_smaller)
+            .unwrap();
+        (on_a, on_b)
+    };
+    let issue = |admin: SocketAddr, name: &str, secret: &str| {
+        let sha = Digest::of(secret.as_bytes()).to_hex();
+        create(
+            admin,
+            &format!(r#"{{"name":"{name}","plan":"pro","sha256":"{sha}"}}"#),
+        );
+    };
+    let names = [
+        ("a-wins", pair("a-wins", true)),
+        ("b-wins", pair("b-wins", false)),
+    ];
+    for (name, (on_a, _)) in &names {
+        issue(aa, name, on_a);
+    }
+    let mut con = redis.client();
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    for (name, (_, on_b)) in &names {
+        issue(ab, name, on_b);
+    }
+    // a learns of b's keys (and puts its own back): the smaller id keeps each name.
+    for (name, (on_a, on_b)) in &names {
+        let (winner, loser) = match *name == "a-wins" {
+            true => (on_a, on_b),
+            false => (on_b, on_a),
+        };
+        eventually(&format!("a settles {name}"), || {
+            call(la, winner).status == 200 && call(la, loser).status == 401
+        });
+        // In Redis (fields are hashes of digests; the records name their key): one key
+        // issued under the name, the other's revocation.
+        eventually(&format!("the loser of {name} deleted in Redis"), || {
+            let set = format!("{{{prefix}:ov}}:set");
+            let fields: Vec<(String, String)> =
+                redis::cmd("HGETALL").arg(&set).query(&mut con).unwrap();
+            let of = |part: &str| {
+                fields
+                    .iter()
+                    .filter(|(_, v)| v.contains(&format!("\"{name}\"")) && v.contains(part))
+                    .count()
+            };
+            (of("\"issued\""), of("\"revoked\"")) == (1, 1)
+        });
+    }
+    // b, started again, reads the set whole; a replica started now agrees.
+    drop(pb);
+    let (_pb, lb2, ab2) = spawn(dir.path(), "b2", &every(60_000));
+    let (_pc, lc, _) = spawn(dir.path(), "c", &every(200));
+    for (name, (on_a, on_b)) in &names {
+        let (winner, loser) = match *name == "a-wins" {
+            true => (on_a, on_b),
+            false => (on_b, on_a),
+        };
+        for (who, l) in [("b", lb2), ("c", lc), ("a", la)] {
+            assert_eq!(call(l, winner).status, 200, "{who}: {name}'s winner");
+            assert_eq!(call(l, loser).status, 401, "{who}: {name}'s loser");
+        }
+        let key = admin(ab2, "GET", &format!("/api/keys/{name}"));
+        assert_eq!(key.status, 200);
+    }
+    let _ = (lb, ab);
+}
+
 /// Many clients of two replicas sharing a Redis issue the same forty names at once, each in
 /// its own order: every name is issued exactly once across the fleet (the others `409`,
 /// never `503`), and every key issued authenticates on both replicas within a second.

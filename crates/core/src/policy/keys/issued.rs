@@ -95,6 +95,10 @@ struct Book {
     digests: HashMap<u32, Vec<Digest>>,
     /// What lapses when, in order.
     lapses: BTreeSet<(u64, Lapse)>,
+    /// The ids of keys that lost their name to another key issued with it (two replicas
+    /// issued one name while Redis had forgotten the first: [`Issued::keeps_name`]), for the
+    /// caller to take ([`Issued::take_lost`]) and delete where the keys are kept.
+    lost: Vec<Digest>,
 }
 
 /// The keys issued through the admin API (see the module's docs).
@@ -171,27 +175,71 @@ impl Issued {
     }
 
     /// The names put while filling ([`Book::unsorted`]) put in `names`: a name put twice is
-    /// the later key's, the earlier deleted, as [`Issued::put`] does one key at a time.
+    /// the key's that [`Issued::keeps_name`] says, the other deleted, as [`Issued::put`]
+    /// does one key at a time.
     fn sorted(&self, book: &mut Book) {
         if book.unsorted.is_empty() {
             return;
         }
         let mut new = std::mem::take(&mut book.unsorted);
-        // Stable: of the keys of one name, the one put last comes last.
         new.sort_by(|a, b| a.0.cmp(&b.0));
         let mut kept: Vec<(KeyName, u32)> = Vec::with_capacity(new.len());
         for (name, s) in new {
             match kept.last_mut() {
                 Some(last) if last.0 == name => {
-                    let old = std::mem::replace(&mut last.1, s);
-                    self.forget(&mut book.digests, old);
+                    let lost = match self.keeps_name(last.1, s) {
+                        true => s,
+                        false => std::mem::replace(&mut last.1, s),
+                    };
+                    self.lose(book, lost);
+                    self.refind(book, last.1);
                 }
                 _ => kept.push((name, s)),
             }
         }
-        for old in book.names.extend_sorted(kept, |t| self.name_of(t)) {
-            self.forget(&mut book.digests, old);
+        let keeps = |held: u32, new: u32| self.keeps_name(held, new);
+        for lost in book.names.extend_sorted(kept, |t| self.name_of(t), keeps) {
+            self.lose(book, lost);
+            if let Some(w) = book.names.get(self.name_of(lost), |t| self.name_of(t)) {
+                self.refind(book, w);
+            }
         }
+    }
+
+    /// The digests of the key in slot `s` found as its own again (a key that lost its name
+    /// to it may have been put later, with a digest of the two: a filled segment then holds
+    /// what one filled a key at a time would).
+    fn refind(&self, book: &Book, s: u32) {
+        match book.digests.get(&s) {
+            Some(held) => held.iter().for_each(|&d| self.find_as(d, s)),
+            None => self.find_as(self.id_of(s), s),
+        }
+    }
+
+    /// Whether the key in slot `held` keeps its name from the key in slot `new`, issued
+    /// with the same name and another id: the smaller id keeps it. Two live keys of one
+    /// name happen only when two replicas issued it while Redis had forgotten the first
+    /// (docs/cluster.md, "Two replicas at once"); whatever order each replica learns of
+    /// them in, every replica (and every start) settles on the same one.
+    fn keeps_name(&self, held: u32, new: u32) -> bool {
+        self.id_of(held) < self.id_of(new)
+    }
+
+    /// The key in slot `s` lost its name: taken out, its id noted for the caller.
+    fn lose(&self, book: &mut Book, s: u32) {
+        if self.forget(&mut book.digests, s) {
+            book.lost.push(self.id_of(s));
+        }
+    }
+
+    /// The ids of the keys that lost their name to another key since this was last asked
+    /// ([`Issued::keeps_name`]): out of this table, still live where they are kept.
+    pub fn take_lost(&self) -> Vec<Digest> {
+        let mut lost = std::mem::take(&mut self.book_as_is().lost);
+        // A key put again after it lost (a whole read) loses again.
+        lost.sort_unstable();
+        lost.dedup();
+        lost
     }
 
     /// The name of the key in slot `s`.
@@ -303,8 +351,9 @@ impl Issued {
     /// Put the key `key` here, or bring the key of that name up to date with it (its digests
     /// and what lapses: a rotation); its slot. What a slot was issued with (plan, partner,
     /// expiry, limit, quota, id) does not change: a key of the same name with another id is
-    /// a new slot (the old one deleted).
-    pub fn put(&self, mut key: NewIssued<'_>) -> u32 {
+    /// a new slot, and one of the two loses the name ([`Issued::keeps_name`]; `None` when
+    /// `key` does). (A key deleted is taken out before another takes its name.)
+    pub fn put(&self, mut key: NewIssued<'_>) -> Option<u32> {
         let mut book = self.book_as_is();
         let book = &mut *book;
         // Filling, a key whose id no key has yet (every key of a start): its name sorted in
@@ -313,7 +362,7 @@ impl Issued {
             let s = self.push(&mut key, &mut book.lapses);
             book.unsorted.push((KeyName::new(key.name), s));
             self.put_digests(book, s, &key, false);
-            return s;
+            return Some(s);
         }
         self.sorted(book);
         // The name's key, if any: this one again (a rotation), or another, deleted when this
@@ -322,17 +371,21 @@ impl Issued {
         let place = book.names.locate(&name, |t| self.name_of(t));
         let (at, known) = match place.slot() {
             Some(s) if self.id_of(s) == key.id => (s, true),
+            Some(s) if self.id_of(s) < key.id => {
+                book.lost.push(key.id);
+                return None;
+            }
             _ => {
-                // Another key of that name, if any: deleted, its name given to this one.
+                // Another key of that name, if any, loses it to this one.
                 let s = self.push(&mut key, &mut book.lapses);
                 if let Some(old) = book.names.give(name, s, place, |t| self.name_of(t)) {
-                    self.forget(&mut book.digests, old);
+                    self.lose(book, old);
                 }
                 (s, false)
             }
         };
         self.put_digests(book, at, &key, known);
-        at
+        Some(at)
     }
 
     /// The digests of `key`, in slot `at`, put in the map (those it no longer has taken out,

@@ -90,12 +90,14 @@ impl Names {
     }
 
     /// Names in order with no name twice (`more`: a fill's, [`Names::fill`]) put beside
-    /// those held, at once: a name held already is given to the slot `more` has for it. The
-    /// slots those names were given to before.
+    /// those held, at once: a name held already stays with the slot that holds it when
+    /// `keeps(held, new)`, else it is given to the slot `more` has for it. The slots that
+    /// lost a name so (held before, or in `more`).
     pub(super) fn extend_sorted<'s>(
         &mut self,
         more: Vec<(KeyName, u32)>,
         name_of: impl Fn(u32) -> &'s KeyName,
+        keeps: impl Fn(u32, u32) -> bool,
     ) -> Vec<u32> {
         if self.is_empty() {
             self.fill(more.into_iter().map(|(_, s)| s));
@@ -104,7 +106,13 @@ impl Names {
         if more.len() < self.merge_at() {
             return more
                 .into_iter()
-                .filter_map(|(name, s)| self.insert(name, s, &name_of))
+                .filter_map(|(name, s)| {
+                    let place = self.locate(&name, &name_of);
+                    match place.slot() {
+                        Some(held) if keeps(held, s) => Some(s),
+                        _ => self.give(name, s, place, &name_of),
+                    }
+                })
                 .collect();
         }
         // Many: one pass over both, in order (each name held read once).
@@ -115,13 +123,19 @@ impl Names {
         let mut merged = Vec::with_capacity(self.sorted.len() + self.recent.len() + more.len());
         let mut displaced = Vec::new();
         for (name, s) in more {
+            let mut new = Some(s);
             while let Some(h) = held.next_if(|&h| *name_of(h) <= name) {
-                match *name_of(h) == name {
-                    true => displaced.push(h),
-                    false => merged.push(h),
+                if *name_of(h) == name {
+                    if !keeps(h, s) {
+                        displaced.push(h);
+                        continue;
+                    }
+                    displaced.push(s);
+                    new = None;
                 }
+                merged.push(h);
             }
-            merged.push(s);
+            merged.extend(new);
         }
         merged.extend(held);
         self.fill_anew(merged);
@@ -166,6 +180,7 @@ impl Names {
     }
 
     /// `name` given to slot `s`; the slot it was given to before, if any.
+    #[cfg(test)]
     pub(super) fn insert<'s>(
         &mut self,
         name: KeyName,
@@ -344,11 +359,18 @@ mod tests {
                     }
                     Op::Extend(ns) => {
                         let more = in_new_slots(&mut slots, &ns);
-                        let mut displaced: Vec<u32> =
-                            more.iter().filter_map(|(n, s)| model.insert(n.clone(), *s)).collect();
+                        // A name held stays where this rule says (any rule: the caller's).
+                        let keeps = |held: u32, new: u32| (held + new) % 3 == 0;
+                        let mut displaced: Vec<u32> = more
+                            .iter()
+                            .filter_map(|(n, s)| match model.get(n) {
+                                Some(&h) if keeps(h, *s) => Some(*s),
+                                _ => model.insert(n.clone(), *s),
+                            })
+                            .collect();
                         displaced.sort_unstable();
                         let of = |s: u32| &slots[s as usize];
-                        let mut got = names.extend_sorted(more, of);
+                        let mut got = names.extend_sorted(more, of, keeps);
                         got.sort_unstable();
                         prop_assert_eq!(got, displaced);
                     }

@@ -158,12 +158,13 @@ impl KeyTable {
             .and_then(|s| self.issued.slot(s as u32))
     }
 
-    /// Put an issued key in the table (or bring it up to date: [`Issued::put`]); its index.
-    pub fn put_issued(&self, key: NewIssued<'_>) -> KeyIdx {
+    /// Put an issued key in the table (or bring it up to date: [`Issued::put`]); its index,
+    /// `None` when another key issued with its name keeps the name.
+    pub fn put_issued(&self, key: NewIssued<'_>) -> Option<KeyIdx> {
         if key.extra.as_ref().is_some_and(|x| x.quota.is_some()) {
             self.own_quotas.store(true, Ordering::Relaxed);
         }
-        self.entries.len() as KeyIdx + self.issued.put(key)
+        Some(self.entries.len() as KeyIdx + self.issued.put(key)?)
     }
 
     /// Delete the issued key at `k` (nothing for a YAML key).

@@ -101,9 +101,11 @@ fn reload_carries_rate_state_for_remaining_keys_only() {
 }
 
 /// A key put in the segment: new under its name, brought up to date when put again with its
-/// id (a rotation), and replaced, the old one deleted, when its name comes with another id.
+/// id (a rotation); when its name comes with another id, the smaller id keeps it (a key with
+/// a smaller one replaces it, the old one deleted; one with a larger one is not put), and
+/// the loser's id is told.
 #[test]
-fn an_issued_name_is_new_then_brought_up_to_date_then_replaced_by_another_id() {
+fn an_issued_name_is_new_then_brought_up_to_date_then_kept_by_the_smaller_id() {
     fn key<'a>(id: Digest, digests: &'a [(Digest, u64)], expires_ms: Option<u64>) -> NewIssued<'a> {
         NewIssued {
             name: "shop",
@@ -126,26 +128,48 @@ fn an_issued_name_is_new_then_brought_up_to_date_then_replaced_by_another_id() {
     let ds = |digests: &[&str]| -> Vec<(Digest, u64)> {
         digests.iter().map(|s| (d(s), u64::MAX)).collect()
     };
-    let first = seg.put(key(d("a"), &ds(&["a"]), Some(100)));
+    // Two ids, and a third larger than both.
+    let (small, big) = match d("a") < d("b") {
+        true => ("a", "b"),
+        false => ("b", "a"),
+    };
+    let larger = (0..)
+        .map(|i| format!("c{i}"))
+        .find(|c| d(c) > d(big))
+        .unwrap();
+    let first = seg.put(key(d(big), &ds(&[big]), Some(100))).unwrap();
     assert_eq!(
-        (seg.find("shop"), seg.lookup(&d("a")), seg.len()),
+        (seg.find("shop"), seg.lookup(&d(big)), seg.len()),
         (Some(first), Some(first), 1)
     );
     // Its id again, a new digest in force: the same slot, the old digest gone.
-    assert_eq!(seg.put(key(d("a"), &ds(&["a2"]), None)), first);
+    assert_eq!(seg.put(key(d(big), &ds(&["x2"]), None)), Some(first));
     assert_eq!(
-        (seg.lookup(&d("a")), seg.lookup(&d("a2")), seg.len()),
+        (seg.lookup(&d(big)), seg.lookup(&d("x2")), seg.len()),
         (None, Some(first), 1)
     );
-    // The name with another id: a new slot; the old one deleted, none of its digests found.
-    let second = seg.put(key(d("b"), &ds(&["b"]), Some(5)));
+    assert_eq!(seg.take_lost(), vec![]);
+    // The name with a smaller id: a new slot; the old one deleted, none of its digests found.
+    let second = seg.put(key(d(small), &ds(&[small]), Some(5))).unwrap();
     assert_ne!(second, first);
     assert!(seg.slot(first).unwrap().is_gone());
     assert_eq!(
-        (seg.find("shop"), seg.lookup(&d("a2")), seg.lookup(&d("b"))),
+        (
+            seg.find("shop"),
+            seg.lookup(&d("x2")),
+            seg.lookup(&d(small))
+        ),
         (Some(second), None, Some(second))
     );
     assert_eq!(seg.len(), 1);
+    assert_eq!(seg.take_lost(), vec![d(big)]);
+    // With a larger id: not put, the name's key left as it is.
+    assert_eq!(seg.put(key(d(&larger), &ds(&[&larger]), None)), None);
+    assert_eq!(
+        (seg.find("shop"), seg.lookup(&d(&larger)), seg.len()),
+        (Some(second), None, 1)
+    );
+    assert_eq!(seg.take_lost(), vec![d(&larger)]);
     // Put past its expiry: expired at once.
     let entry = &seg.slot(second).unwrap().entry;
     assert_eq!(entry.live().state(), KeyState::Expired);
@@ -247,8 +271,10 @@ mod filling {
     use super::*;
 
     /// One key put, with an id of its own (a fill puts each record once): a name of 8 (a
-    /// name put again is given to the later key), maybe a second digest of 4 that others
-    /// may have too (a rotation's), and whether its name is looked up right after.
+    /// name put again stays with the smaller id), maybe a second digest of 4 that other
+    /// keys of its name may have too (a rotation's: two keys of one name are two replicas'
+    /// issues of it, and may share a digest as they share the name), and whether its name
+    /// is looked up right after.
     fn put() -> impl Strategy<Value = (u8, Option<u8>, bool)> {
         (
             0..8u8,
@@ -257,29 +283,33 @@ mod filling {
         )
     }
 
-    /// Every slot of `seg`: whether it is deleted, its name and id; every digest's slot;
-    /// every name's slot, in name order; how many keys.
+    /// Each key of `seg` not deleted, by name and id; the id each digest finds; the ids in
+    /// name order; how many keys; the ids that lost their names, in order. (By id, not
+    /// slot: a key that loses its name at once takes no slot when put alone.)
     type Seen = (
-        Vec<(bool, String, Digest)>,
-        Vec<Option<u32>>,
-        Vec<u32>,
+        Vec<(String, Digest)>,
+        Vec<Option<Digest>>,
+        Vec<Digest>,
         usize,
+        Vec<Digest>,
     );
 
     fn seen(seg: &Issued, ids: usize) -> Seen {
-        let slots = (0..seg.slots() as u32)
-            .map(|s| {
-                let slot = seg.slot(s).unwrap();
-                let name = slot.entry.name.as_str().to_string();
-                (slot.is_gone(), name, slot.entry.digest)
-            })
+        let id = |s: u32| seg.slot(s).unwrap().entry.digest;
+        let mut live: Vec<(String, Digest)> = seg
+            .iter()
+            .map(|(_, slot)| (slot.entry.name.as_str().to_string(), slot.entry.digest))
             .collect();
+        live.sort();
         let digests = (0..ids)
             .map(|i| Digest::of(format!("id-{i}").as_bytes()))
-            .chain((0..4u8).map(|r| Digest::of(&[r])))
-            .map(|d| seg.lookup(&d))
+            .chain((0..32u8).map(|r| Digest::of(&[r / 4, r % 4])))
+            .map(|d| seg.lookup(&d).map(id))
             .collect();
-        (slots, digests, seg.names_after(None, 100), seg.len())
+        let names = seg.names_after(None, 100).into_iter().map(id).collect();
+        let mut lost = seg.take_lost();
+        lost.sort();
+        (live, digests, names, seg.len(), lost)
     }
 
     proptest! {
@@ -295,7 +325,7 @@ mod filling {
                 let name = format!("key-{n}");
                 let id = Digest::of(format!("id-{i}").as_bytes());
                 let mut digests = vec![(id, u64::MAX)];
-                digests.extend(rotated.map(|r| (Digest::of(&[r]), u64::MAX)));
+                digests.extend(rotated.map(|r| (Digest::of(&[n, r]), u64::MAX)));
                 for seg in [&filled, &one_by_one] {
                     seg.put(NewIssued {
                         name: &name,
@@ -307,7 +337,8 @@ mod filling {
                     });
                 }
                 if read {
-                    prop_assert_eq!(filled.find(&name), one_by_one.find(&name));
+                    let id = |seg: &Issued| seg.find(&name).map(|s| seg.slot(s).unwrap().entry.digest);
+                    prop_assert_eq!(id(&filled), id(&one_by_one));
                 }
             }
             filled.settle();
@@ -376,7 +407,19 @@ fn the_issued_names_stay_in_order_past_their_merges() {
             now_ms: 0,
         })
     };
+    // Each name's id and slot: a name put again stays with the smaller id.
     let mut want = std::collections::BTreeMap::new();
+    let keep = |want: &mut std::collections::BTreeMap<String, (Digest, u32)>,
+                name: &str,
+                id: Digest,
+                s: Option<u32>| {
+        match want.get(name) {
+            Some(&(held, _)) if held < id => {}
+            _ => {
+                want.insert(name.to_string(), (id, s.expect("the smaller id is put")));
+            }
+        }
+    };
     let n = 12_000u32;
     // A start's fill: the names sorted in at the first read (5,000 into none), then at the
     // next (7,000 into those, in one pass).
@@ -386,30 +429,30 @@ fn the_issued_names_stay_in_order_past_their_merges() {
             assert_eq!(seg.find("none"), None);
         }
         // Names in no order (7,919 is prime to 11,000), some long enough to be held on the
-        // heap; the last 1,000 are names the first 1,000 had (the later key's, as in a fill).
+        // heap; the last 1,000 are names the first 1,000 had (the smaller id's, as in a fill).
         let j = (i * 7_919) % 11_000;
         let name = match j % 5 {
             0 => format!("a-much-longer-key-name-{j:05}"),
             _ => format!("key-{j:05}"),
         };
-        let s = put(&name, Digest::of(format!("id-{i}").as_bytes()));
-        want.insert(name, s);
+        let id = Digest::of(format!("id-{i}").as_bytes());
+        keep(&mut want, &name, id, put(&name, id));
     }
     assert_eq!(seg.find("none"), None);
     seg.settle();
     let names: Vec<String> = want.keys().cloned().collect();
-    // Live names given to new keys (the old ones deleted).
+    // Live names put again with other ids (the smaller keeps each).
     for name in names.iter().skip(1).step_by(3).take(2_000) {
-        let s = put(name, Digest::of(format!("new-{name}").as_bytes()));
-        want.insert(name.clone(), s);
+        let id = Digest::of(format!("new-{name}").as_bytes());
+        keep(&mut want, name, id, put(name, id));
     }
     for name in names.iter().step_by(3) {
         seg.remove(seg.find(name).unwrap());
         want.remove(name);
     }
     for name in names.iter().step_by(9).take(700) {
-        let s = put(name, Digest::of(format!("again-{name}").as_bytes()));
-        want.insert(name.clone(), s);
+        let id = Digest::of(format!("again-{name}").as_bytes());
+        keep(&mut want, name, id, put(name, id));
     }
     let mut pages = Vec::new();
     let mut after: Option<String> = None;
@@ -419,8 +462,8 @@ fn the_issued_names_stay_in_order_past_their_merges() {
         after = Some(seg.slot(last).unwrap().entry.name.as_str().to_string());
         pages.extend(page);
     }
-    assert_eq!(pages, want.values().copied().collect::<Vec<u32>>());
-    for (name, &s) in &want {
+    assert_eq!(pages, want.values().map(|w| w.1).collect::<Vec<u32>>());
+    for (name, &(_, s)) in &want {
         assert_eq!(seg.find(name), Some(s), "{name}");
     }
     assert_eq!(seg.find("key-99999"), None);

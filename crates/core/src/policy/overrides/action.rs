@@ -117,6 +117,9 @@ pub enum Dropped {
     YamlChanged,
     /// No plan has the override's `plan_id` any more.
     PlanGone,
+    /// Another key issued with the same name keeps it (two replicas issued the name while
+    /// Redis had forgotten the first: the smaller id keeps it); this one is deleted.
+    NameTaken,
 }
 
 impl Dropped {
@@ -126,6 +129,9 @@ impl Dropped {
             Dropped::KeyGone => "the key is no longer in the config",
             Dropped::YamlChanged => "the config changed the key since",
             Dropped::PlanGone => "no plan has that plan_id any more",
+            Dropped::NameTaken => {
+                "another key was issued with this name while the cluster store had forgotten this one, and keeps it"
+            }
         }
     }
 }

@@ -111,17 +111,30 @@ impl Policy {
     /// has now (kept, so that the digest never authenticates again). A suspension, a live
     /// limit or quota hold until the YAML changes the key ([`Policy::fingerprint`]); an
     /// upgrade until the YAML moves the key to another plan.
+    ///
+    /// On a table that holds issued keys already, the records that hold none (a deletion)
+    /// are put first: a key deleted leaves its name before another key issued with it comes
+    /// (two live keys of one name are a contest: `Issued::keeps_name`).
     pub fn apply_overrides(&self, set: &KeyRecords) -> Vec<Drop> {
-        let issued = if self.keys.issued().is_empty() {
-            set.issued_count()
-        } else {
-            0
-        };
+        let filling = self.keys.issued().is_empty();
+        let issued = if filling { set.issued_count() } else { 0 };
         let mut applying = self.applying(issued);
-        for (digest, held) in set.held() {
-            match held {
-                HeldRecord::Whole(o) => applying.record(digest, o),
-                HeldRecord::Plain(key) => applying.plain(digest, &key),
+        let mut put = |issues: Option<bool>| {
+            for (digest, held) in set.held() {
+                match held {
+                    HeldRecord::Whole(o) if issues.is_none_or(|i| o.issued.is_some() == i) => {
+                        applying.record(digest, o)
+                    }
+                    HeldRecord::Plain(key) if issues != Some(false) => applying.plain(digest, &key),
+                    _ => {}
+                }
+            }
+        };
+        match filling {
+            true => put(None),
+            false => {
+                put(Some(false));
+                put(Some(true));
             }
         }
         applying.finish()

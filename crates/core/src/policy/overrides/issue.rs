@@ -169,7 +169,8 @@ impl Policy {
     /// Put the key `issued` kept under `id` as `name` in the table (or bring it up to date);
     /// its index. `None` when this config has no plan with its `plan_id`, or not its partner
     /// (a replica on an older config: the key is left to a replica that has them, never
-    /// dropped).
+    /// dropped), and when another key issued with its name keeps the name (the table's
+    /// `take_lost` then names it).
     pub(super) fn put_issued(&self, name: &str, issued: &IssuedKey, now_ms: u64) -> Option<KeyIdx> {
         let digests: Vec<(Digest, u64)> = issued.authenticating(now_ms).collect();
         let plain = PlainIssued {
@@ -219,7 +220,7 @@ impl Policy {
             quota: key.quota,
         };
         let plain = extra == KeyExtra::default();
-        Some(self.keys.put_issued(NewIssued {
+        self.keys.put_issued(NewIssued {
             name: key.name,
             id,
             credential: Credential::Customer {
@@ -230,7 +231,7 @@ impl Policy {
             extra: (!plain).then_some(extra),
             digests,
             now_ms,
-        }))
+        })
     }
 }
 

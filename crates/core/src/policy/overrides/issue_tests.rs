@@ -404,3 +404,72 @@ fn a_digest_a_rotation_replaced_is_never_issued_again() {
     let again: KeyRecords = set.clone().into_iter().collect();
     assert!(again.holds(&second));
 }
+
+/// A whole set read on a replica that holds issued keys already: a key deleted there leaves
+/// its name before the key issued with it since comes, whatever their digests' order (were
+/// the new key put first, the old one, still here, would keep the name from it); and two
+/// live keys of one name (a name issued twice while Redis had forgotten the first) end the
+/// same way on a replica that knew either, the smaller id keeping the name, the other told.
+#[test]
+fn a_whole_set_read_frees_a_deleted_name_first_and_settles_a_name_issued_twice() {
+    let config = TestConfig::new();
+    // Ids on both sides of the old key's, so that the new key sorts first in one case.
+    let old = Digest::of(b"old");
+    let after_old = |smaller: bool| {
+        (0..)
+            .map(|i| Digest::of(format!("new-{i}").as_bytes()))
+            .find(|d| (*d < old) == smaller)
+            .unwrap()
+    };
+    for new in [after_old(true), after_old(false)] {
+        let p = Policy::new(config.parse(), None);
+        let mut set = KeyRecords::new();
+        let c = p.issue(&new_key("shop"), old, "admin", 1, &set).unwrap();
+        put(&p, &mut set, c);
+        // Deleted and issued again elsewhere: the set as read whole here.
+        let mut elsewhere = set.clone();
+        let k = p.keys.find_by_name("shop").unwrap();
+        for (d, _, o) in p.delete(k, "admin", 2, &set).unwrap() {
+            elsewhere.insert(d, o);
+        }
+        let fresh = Policy::new(config.parse(), None);
+        for (d, _, o) in fresh
+            .issue(&new_key("shop"), new, "admin", 3, &KeyRecords::new())
+            .unwrap()
+        {
+            elsewhere.insert(d, o);
+        }
+        assert!(p.apply_overrides(&elsewhere).is_empty());
+        let k = p.keys.find_by_name("shop").unwrap();
+        assert_eq!(p.keys.get(k).digest, new);
+        assert_eq!(p.keys.issued().take_lost(), vec![]);
+    }
+
+    // Two live keys of one name: whichever a replica knew first, both end on the smaller.
+    let (small, big) = (after_old(true), old);
+    let issued = |d: Digest| {
+        let p = Policy::new(config.parse(), None);
+        p.issue(&new_key("shop"), d, "admin", 1, &KeyRecords::new())
+            .unwrap()
+    };
+    let mut both = KeyRecords::new();
+    for (d, _, o) in issued(small).into_iter().chain(issued(big)) {
+        both.insert(d, o);
+    }
+    for first in [small, big] {
+        let p = Policy::new(config.parse(), None);
+        let mut set = KeyRecords::new();
+        put(&p, &mut set, issued(first));
+        p.apply_overrides(&both);
+        let k = p.keys.find_by_name("shop").unwrap();
+        assert_eq!(p.keys.get(k).digest, small, "knew {first:?} first");
+        assert_eq!(p.keys.issued().len(), 1);
+        assert_eq!(p.keys.issued().take_lost(), vec![big]);
+        // And a start (the table filled from the set at once).
+        let q = Policy::new(config.parse(), None);
+        q.apply_overrides(&both);
+        let k = q.keys.find_by_name("shop").unwrap();
+        assert_eq!(q.keys.get(k).digest, small);
+        assert_eq!(q.keys.issued().take_lost(), vec![big]);
+    }
+}
