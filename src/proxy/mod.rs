@@ -52,6 +52,10 @@ use head::RequestIds;
 /// connection itself (which Pingora handles).
 pub(crate) enum Stop {
     Refuse(Refusal),
+    /// Refused without an answer: the HTTP/2 stream reset with `REFUSED_STREAM` (RFC 9113
+    /// §8.7: not processed, safe to retry), when even the answers being written are at their
+    /// cap ([`Gateway::admit_stream`]). Recorded with the refusal's code.
+    Shed(Refusal),
     Fail(Box<Error>),
 }
 
@@ -82,6 +86,9 @@ pub(crate) struct Gateway {
     traces: Option<Arc<crate::traces::Tracer>>,
     /// The HTTP/2 requests in flight, under the connections' caps ([`Gateway::admit_stream`]).
     streams: Arc<ConnLimiter>,
+    /// The HTTP/2 requests refused for `streams`' caps whose answer is being written, under
+    /// the same caps ([`Gateway::admit_stream`]).
+    refusing: Arc<ConnLimiter>,
 }
 
 impl Gateway {
@@ -99,6 +106,7 @@ impl Gateway {
             settling: None,
             traces: None,
             streams: ConnLimiter::new(),
+            refusing: ConnLimiter::new(),
         }
     }
 
@@ -173,7 +181,13 @@ impl Gateway {
     /// connections (`server.max_connections`, `max_connections_per_ip`), held until it ends:
     /// over either, `503 too_many_streams` (nginx's `limit_conn` counts each HTTP/2 request
     /// as a connection). An HTTP/1.1 request's connection holds its place already.
-    fn admit_stream(&self, session: &Session, ctx: &mut Ctx) -> Result<(), Refusal> {
+    ///
+    /// The refusal's answer waits on the client's flow-control window like any other (a
+    /// client that grants none holds it until `send_timeout`), so it takes a place too,
+    /// among the refusals being written, under the same caps; over them, the stream is reset
+    /// unanswered ([`Stop::Shed`]). What one address holds in streams is so bounded by its
+    /// cap, twice: the requests in flight, and the refusals.
+    fn admit_stream(&self, session: &Session, ctx: &mut Ctx) -> Result<(), Stop> {
         if ctx.conn.is_some() || session.as_downstream().as_http1().is_some() {
             return Ok(());
         }
@@ -185,10 +199,8 @@ impl Gateway {
             Some(pingora::protocols::l4::socket::SocketAddr::Inet(a)) => Some(a.ip()),
             _ => None,
         };
-        match self
-            .streams
-            .admit_stream(peer, Caps::gateway(limits), limits)
-        {
+        let caps = Caps::gateway(limits);
+        match self.streams.admit_stream(peer, caps, limits) {
             Ok(place) => {
                 ctx.stream_place = Some(place);
                 Ok(())
@@ -210,7 +222,13 @@ impl Gateway {
                     ),
                 );
                 r.retry_after = Some(1);
-                Err(r)
+                match self.refusing.admit_stream(peer, caps, limits) {
+                    Ok(place) => {
+                        ctx.stream_place = Some(place);
+                        Err(Stop::Refuse(r))
+                    }
+                    Err(_) => Err(Stop::Shed(r)),
+                }
             }
         }
     }
@@ -319,6 +337,17 @@ impl ProxyHttp for Gateway {
             Err(Stop::Refuse(r)) => {
                 answer::send(session, ctx, &r, self.health.closing()).await?;
                 Ok(true)
+            }
+            Err(Stop::Shed(r)) => {
+                session
+                    .as_downstream_mut()
+                    .shutdown_with_reason(h2::Reason::REFUSED_STREAM);
+                ctx.outcome = r.code.outcome();
+                ctx.code = Some(r.code);
+                // No answer: the stream is reset, and nothing is written after it.
+                let mut e = Error::new_down(ErrorType::H2Error);
+                e.set_context("HTTP/2 stream reset unanswered (REFUSED_STREAM)");
+                Err(e)
             }
             Err(Stop::Fail(e)) => Err(e),
         }

@@ -92,8 +92,16 @@ type H2 = h2::client::SendRequest<Bytes>;
 
 /// An HTTP/2 client connection, and a handle that finishes when the connection closes.
 async fn h2(e: &Edge) -> (H2, tokio::task::JoinHandle<Instant>) {
+    h2_with(e, &h2::client::Builder::new()).await
+}
+
+/// [`h2`] with the client's settings in `builder`.
+async fn h2_with(
+    e: &Edge,
+    builder: &h2::client::Builder,
+) -> (H2, tokio::task::JoinHandle<Instant>) {
     let io = tls(e, &[b"h2"]).await;
-    let (send, conn) = h2::client::handshake(io).await.expect("h2 handshake");
+    let (send, conn) = builder.handshake(io).await.expect("h2 handshake");
     let done = tokio::spawn(async move {
         let _ = conn.await;
         Instant::now()
@@ -561,7 +569,9 @@ fn an_http2_client_that_never_takes_its_answer_loses_the_stream() {
 /// request so): an address holds at most `max_connections_per_ip` of them, however many
 /// streams its connections may open; one over is `503 too_many_streams` with `Retry-After`,
 /// and a request that ends gives its place back. (A probe held 1.27 GB with 60 connections of
-/// 100 streams each that took no byte of their answers.)
+/// 100 streams each that took no byte of their answers.) The refusals' answers take places
+/// too, under the same cap, while a client that grants no window leaves them unwritten; one
+/// over is reset unanswered (`REFUSED_STREAM`). (A probe held 249 MB in refusals so.)
 #[test]
 fn http2_requests_in_flight_are_capped_per_address_as_connections_are() {
     let up = Upstream::start(Mode::Big);
@@ -597,17 +607,56 @@ fn http2_requests_in_flight_are_capped_per_address_as_connections_are() {
         let text = text_of(resp).await;
         assert!(text.contains(r#""code":"too_many_streams""#), "{text}");
         assert!(text.contains("max_connections_per_ip"), "{text}");
-        // One ends (the client drops it: a reset): its place is given back.
-        drop(held.pop());
-        let mut status = 0;
+        // Refusals whose bodies a client never lets through (a window of 0): three held, the
+        // fourth reset unanswered; one that ends gives its place back.
+        let stingy = h2::client::Builder::new().initial_window_size(0).clone();
+        let (mut stingy, _stingy_done) = h2_with(&e, &stingy).await;
+        let mut stuck = Vec::new();
+        for _ in 0..3 {
+            let resp = ask(&mut stingy).await;
+            assert_eq!(resp.status(), 503);
+            stuck.push(resp);
+        }
+        // How a request ends: its status, or the reason of its reset.
+        let reset = |send: &mut H2| {
+            let (resp, _) = send
+                .send_request(request("GET", "/v2/client/download", &[]), true)
+                .unwrap();
+            async move {
+                tokio::time::timeout(Duration::from_secs(10), resp)
+                    .await
+                    .expect("an end in time")
+                    .map(|r| r.status().as_u16())
+                    .map_err(|e| e.reason())
+            }
+        };
+        assert_eq!(
+            reset(&mut stingy).await,
+            Err(Some(h2::Reason::REFUSED_STREAM))
+        );
+        drop(stuck.pop());
+        let mut end = Err(None);
         for _ in 0..50 {
-            status = ask(&mut other).await.status().as_u16();
-            if status == 200 {
+            end = reset(&mut stingy).await;
+            if end == Ok(503) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        assert_eq!(status, 200, "the place of the request that ended");
+        assert_eq!(end, Ok(503), "the place of the refusal that ended");
+        drop(stuck);
+        // One ends (the client drops it: a reset): its place is given back.
+        drop(held.pop());
+        // (Refused meanwhile, or reset while the refusals above give their places back.)
+        let mut end = Err(None);
+        for _ in 0..50 {
+            end = reset(&mut other).await;
+            if end == Ok(200) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(end, Ok(200), "the place of the request that ended");
     });
 }
 
