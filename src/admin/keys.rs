@@ -91,7 +91,25 @@ impl KeyOp {
     }
 }
 
-/// `GET /api/keys/{name}`.
+/// `GET /api/keys/{name}`: with `cluster`, a name this replica has no key of is looked up
+/// in the fleet's store first (a key another replica issued moments ago, not polled here
+/// yet, is found at once, as a change by name finds it: docs/cluster.md, "Two replicas at
+/// once").
+pub(super) async fn show_found(changes: &KeyChanges, name: &str) -> Response<Vec<u8>> {
+    if changes
+        .live()
+        .load()
+        .policy
+        .keys
+        .find_by_name(name)
+        .is_none()
+    {
+        changes.look_up(name).await;
+    }
+    show(changes, name)
+}
+
+/// The key named `name`'s state, as this replica has it.
 pub(super) fn show(changes: &KeyChanges, name: &str) -> Response<Vec<u8>> {
     let snap = changes.live().load();
     let Some(k) = snap.policy.keys.find_by_name(name) else {

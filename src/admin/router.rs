@@ -224,7 +224,7 @@ impl Admin {
             Route::Ledger => ledger::answer(self, req.query, req.csv).await,
             Route::ListKeys => list::answer(self, req.query),
             Route::CreateKey => issue::create(self, req.body).await,
-            Route::ShowKey(name) => keys::show(&self.changes, &name),
+            Route::ShowKey(name) => keys::show_found(&self.changes, &name).await,
             Route::DeleteKey(name) => issue::delete(self, &name).await,
             Route::RotateKey(name) => issue::rotate(self, &name, req.body).await,
             Route::RevokeSecret => keys::revoke_secret(self, req.body).await,

@@ -785,6 +785,11 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
     create(aa, r#"{"name":"fresh-2","plan":"pro"}"#);
     let r = admin_json(ab, "POST", "/api/keys/fresh-2/suspend", "");
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    create(aa, r#"{"name":"fresh-3","plan":"basic"}"#);
+    let r = admin(ab, "GET", "/api/keys/fresh-3");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["plan"], "basic");
+    assert_eq!(admin(ab, "GET", "/api/keys/never-issued").status, 404);
 
     // A replica started now reads what the fleet holds.
     let (_pc, lc, ac) = spawn(dir.path(), "c", &config());
