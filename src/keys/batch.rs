@@ -229,8 +229,8 @@ impl KeyChanges {
 /// What Redis must hold for the issued part `after` of the key issued as `id` to be written,
 /// this replica having it with the digest in force `was` (`None`: no key): a new key's name
 /// and digest unclaimed by another and its part absent; a rotated or deleted key's part as
-/// this replica has it, the rotation's digest unclaimed by another, the deleted key's name
-/// let go.
+/// this replica has it, the rotated key not revoked and the rotation's digest unclaimed by
+/// another, the deleted key's name let go.
 fn conditions_of(id: Digest, was: Option<Digest>, after: &KeyRecord) -> Vec<Condition> {
     let name = || after.key.clone();
     match (was, after.issued.as_deref()) {
@@ -245,6 +245,7 @@ fn conditions_of(id: Digest, was: Option<Digest>, after: &KeyRecord) -> Vec<Cond
         (Some(w), Some(i)) => {
             let mut c = vec![Condition::Issued { id, was: Some(w) }];
             if i.digest != w {
+                c.push(Condition::Unrevoked { id });
                 c.push(Condition::Secret {
                     digest: i.digest,
                     id,
@@ -295,7 +296,7 @@ mod tests {
                 Condition::Secret { digest: id, id },
             ]
         );
-        // Rotated: the part as read, and the new digest claimed.
+        // Rotated: the part as read, the key not revoked, and the new digest claimed.
         let new = Digest::of(b"second");
         let mut rotated = issued("n", id);
         let i = rotated.issued.as_mut().unwrap();
@@ -308,6 +309,7 @@ mod tests {
             conditions_of(id, Some(id), &rotated),
             [
                 Condition::Issued { id, was: Some(id) },
+                Condition::Unrevoked { id },
                 Condition::Secret { digest: new, id },
             ]
         );

@@ -117,6 +117,9 @@ pub(crate) enum Condition {
     Secret { digest: Digest, id: Digest },
     /// The key issued as `id` was deleted: its claim on `name`, if it holds one, is let go.
     Free { name: String, id: Digest },
+    /// The key issued as `id` is not revoked (asked of a rotation: a replica that has not
+    /// polled another's revocation of the key would hand out a secret the next poll revokes).
+    Unrevoked { id: Digest },
 }
 
 /// Which condition of a write did not hold.
@@ -148,7 +151,7 @@ impl Condition {
     /// The Redis key of its claim under `prefix` (`None`: no claim).
     fn claim(&self, prefix: &str) -> Option<String> {
         match self {
-            Condition::Issued { .. } => None,
+            Condition::Issued { .. } | Condition::Unrevoked { .. } => None,
             Condition::Name { name, .. } | Condition::Free { name, .. } => {
                 Some(format!("{{{prefix}:ov}}:claim:name:{name}"))
             }
@@ -172,6 +175,9 @@ impl Condition {
             Condition::Name { id, .. } => ("n", None, issued(id)),
             Condition::Secret { id, .. } => ("d", None, issued(id)),
             Condition::Free { id, .. } => ("f", None, issued(id)),
+            Condition::Unrevoked { id } => {
+                ("u", Some(part_field(id, Part::Revoked)), String::new())
+            }
         }
     }
 
@@ -181,7 +187,8 @@ impl Condition {
             Condition::Issued { id, .. }
             | Condition::Name { id, .. }
             | Condition::Secret { id, .. }
-            | Condition::Free { id, .. } => id,
+            | Condition::Free { id, .. }
+            | Condition::Unrevoked { id } => id,
         }
     }
 }

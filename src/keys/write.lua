@@ -17,6 +17,8 @@
 --                    OWNER, or by a field that holds no key now (deleted)
 --   d KEY OWNER      the digest claimed at KEYS[KEY] by OWNER: unclaimed or OWNER's
 --   f KEY OWNER      the claim at KEYS[KEY], let go if OWNER's (a deleted key's name)
+--   u FIELD -        the revocation part FIELD is absent or revokes nothing (a key rotated
+--                    must not have been revoked meanwhile)
 -- then per part: the field (a hash of the key's digest and the part's suffix), its version
 -- (16 digits), its JSON. Answers each field's text as kept (`<version>|<JSON>`), or, when a
 -- condition failed, `~clash`, its index (from 0) and `name`, `sha256` or `changed`. The keys
@@ -50,6 +52,11 @@ for c = 0, n - 1 do
       if not i or i.digest ~= b then
         clash = 'changed'
       end
+    end
+  elseif kind == 'u' then
+    local cur = redis.call('HGET', KEYS[1], a)
+    if cur and revokes(cur) then
+      clash = 'changed'
     end
   elseif kind == 'n' or kind == 'd' then
     local owner = redis.call('GET', KEYS[tonumber(a)])

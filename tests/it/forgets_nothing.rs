@@ -890,7 +890,7 @@ fn the_writes_conditions_refuse_a_second_claim_and_a_stale_change() {
         let mut claim = keys.len();
         let mut args: Vec<(String, String, String)> = Vec::new();
         for &(kind, a, b) in conditions {
-            if kind == "k" {
+            if kind == "k" || kind == "u" {
                 args.push((kind.into(), a.into(), b.into()));
             } else {
                 inv.key(a);
@@ -912,7 +912,9 @@ fn the_writes_conditions_refuse_a_second_claim_and_a_stale_change() {
         let reply: Vec<String> = inv.invoke(&mut con).unwrap();
         reply
     };
-    let clash = |r: &[String]| (r[0] == "~clash").then(|| (r[1].clone(), r[2].clone()));
+    let clash = |r: &[String]| {
+        (r.first().map(String::as_str) == Some("~clash")).then(|| (r[1].clone(), r[2].clone()))
+    };
 
     // A new key: its name, its part and its digest.
     let created = call(
@@ -945,6 +947,14 @@ fn the_writes_conditions_refuse_a_second_claim_and_a_stale_change() {
     // Read as it is: taken.
     let r = call(&[("k", &f1, &d1)], &[(&f1, live(&d1))]);
     assert_eq!(clash(&r), None, "{r:?}");
+    // A key not revoked (no revocation part, or one taken out): taken; revoked: refused.
+    let r1 = "1".repeat(32) + ":r";
+    let r = call(&[("u", &r1, "")], &[]);
+    assert_eq!(clash(&r), None, "{r:?}");
+    let revoked = r#"{"key":"x","revoked":{"since_ms":1,"by":"admin"}}"#.to_string();
+    call(&[], &[(&r1, revoked)]);
+    let r = call(&[("k", &f1, &d1), ("u", &r1, "")], &[(&f1, live(&d1))]);
+    assert_eq!(clash(&r), Some(("1".into(), "changed".into())));
     // The key taken out (a tombstone) by a write that let go of nothing: its name is free.
     let r = call(&[], &[(&f1, r#"{"key":"x"}"#.to_string())]);
     assert_eq!(clash(&r), None);

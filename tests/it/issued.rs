@@ -759,6 +759,7 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
     let (_, original) = create(aa, r#"{"name":"rotated","plan":"pro"}"#);
     let (_, doomed) = create(aa, r#"{"name":"doomed","plan":"pro"}"#);
     let (_, paused) = create(aa, r#"{"name":"paused","plan":"pro"}"#);
+    let (_, gagged) = create(aa, r#"{"name":"gagged","plan":"pro"}"#);
     drop(pb);
     let (_pb, lb, ab) = spawn(dir.path(), "b2", &config());
     let doomed = doomed.unwrap();
@@ -777,6 +778,16 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
     assert_eq!(admin(aa, "DELETE", "/api/keys/paused").status, 204);
     let r = admin_json(ab, "POST", "/api/keys/paused/suspend", "");
     assert_eq!(r.status, 404, "{}", String::from_utf8_lossy(&r.body));
+    // A rotation on a replica that has not seen a revocation: refused, no secret handed out.
+    assert_eq!(admin(aa, "POST", "/api/keys/gagged/revoke").status, 200);
+    let r = admin_json(ab, "POST", "/api/keys/gagged/rotate", "");
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "key_revoked"),
+        "{text}"
+    );
+    assert!(r.json().get("key").is_none(), "{text}");
 
     // A key issued on one replica moments ago is found on the other (through its name's
     // claim in Redis), not 404 until the next poll: deleted there, suspended there.
@@ -817,6 +828,11 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
     assert_eq!(call(lc, &doomed).status, 401);
     assert_eq!(admin(ac, "GET", "/api/keys/doomed").status, 404);
     assert_eq!(call(lc, &paused.unwrap()).status, 401);
+    assert_eq!(call(lc, &gagged.unwrap()).status, 401);
+    assert_eq!(
+        admin(ac, "GET", "/api/keys/gagged").json()["state"],
+        "revoked"
+    );
     assert_eq!(admin(ac, "GET", "/api/keys/paused").status, 404);
 
     // The claims expire within a minute, and name a key's name or a hash of a digest alone.
