@@ -233,7 +233,7 @@ impl Issued {
     }
 
     /// The ids of the keys that lost their name to another key since this was last asked
-    /// ([`Issued::keeps_name`]): out of this table, still live where they are kept.
+    /// (the smaller id keeps a name): out of this table, still live where they are kept.
     pub fn take_lost(&self) -> Vec<Digest> {
         let mut lost = std::mem::take(&mut self.book_as_is().lost);
         // A key put again after it lost (a whole read) loses again.
@@ -351,7 +351,7 @@ impl Issued {
     /// Put the key `key` here, or bring the key of that name up to date with it (its digests
     /// and what lapses: a rotation); its slot. What a slot was issued with (plan, partner,
     /// expiry, limit, quota, id) does not change: a key of the same name with another id is
-    /// a new slot, and one of the two loses the name ([`Issued::keeps_name`]; `None` when
+    /// a new slot, and the one with the larger id loses the name (`None` when
     /// `key` does). (A key deleted is taken out before another takes its name.)
     pub fn put(&self, mut key: NewIssued<'_>) -> Option<u32> {
         let mut book = self.book_as_is();

@@ -360,7 +360,7 @@ mod tests {
                     Op::Extend(ns) => {
                         let more = in_new_slots(&mut slots, &ns);
                         // A name held stays where this rule says (any rule: the caller's).
-                        let keeps = |held: u32, new: u32| (held + new) % 3 == 0;
+                        let keeps = |held: u32, new: u32| (held + new).is_multiple_of(3);
                         let mut displaced: Vec<u32> = more
                             .iter()
                             .filter_map(|(n, s)| match model.get(n) {
