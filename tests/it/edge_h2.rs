@@ -617,47 +617,51 @@ fn http2_requests_in_flight_are_capped_per_address_as_connections_are() {
             assert_eq!(resp.status(), 503);
             stuck.push(resp);
         }
-        // How a request ends: its status, or the reason of its reset.
-        let reset = |send: &mut H2| {
-            let (resp, _) = send
-                .send_request(request("GET", "/v2/client/download", &[]), true)
-                .unwrap();
-            async move {
-                tokio::time::timeout(Duration::from_secs(10), resp)
-                    .await
-                    .expect("an end in time")
-                    .map(|r| r.status().as_u16())
-                    .map_err(|e| e.reason())
-            }
-        };
         assert_eq!(
-            reset(&mut stingy).await,
+            end_of(&mut stingy).await,
             Err(Some(h2::Reason::REFUSED_STREAM))
         );
         drop(stuck.pop());
-        let mut end = Err(None);
-        for _ in 0..50 {
-            end = reset(&mut stingy).await;
-            if end == Ok(503) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(end, Ok(503), "the place of the refusal that ended");
+        assert_eq!(
+            ends_as(&mut stingy, 503).await,
+            Ok(503),
+            "the place of the refusal that ended"
+        );
         drop(stuck);
-        // One ends (the client drops it: a reset): its place is given back.
+        // One ends (the client drops it: a reset): its place is given back. (Refused
+        // meanwhile, or reset while the refusals above give their places back.)
         drop(held.pop());
-        // (Refused meanwhile, or reset while the refusals above give their places back.)
-        let mut end = Err(None);
-        for _ in 0..50 {
-            end = reset(&mut other).await;
-            if end == Ok(200) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(end, Ok(200), "the place of the request that ended");
+        assert_eq!(
+            ends_as(&mut other, 200).await,
+            Ok(200),
+            "the place of the request that ended"
+        );
     });
+}
+
+/// How a download asked on `send` ends: its status, or the reason of its reset.
+async fn end_of(send: &mut H2) -> Result<u16, Option<h2::Reason>> {
+    let (resp, _) = send
+        .send_request(request("GET", "/v2/client/download", &[]), true)
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), resp)
+        .await
+        .expect("an end in time")
+        .map(|r| r.status().as_u16())
+        .map_err(|e| e.reason())
+}
+
+/// [`end_of`], asked again every 100 ms until it ends with `want` (at most 50 times); the last.
+async fn ends_as(send: &mut H2, want: u16) -> Result<u16, Option<h2::Reason>> {
+    let mut end = Err(None);
+    for _ in 0..50 {
+        end = end_of(send).await;
+        if end == Ok(want) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    end
 }
 
 /// A request the gateway answers before its body came (413 from its `Content-Length`, 401)
