@@ -349,18 +349,24 @@ impl KeyChanges {
             };
             let name = keys.get(k).name.as_str().to_string();
             // An issued key's change expects the key as this replica has it (another replica
-            // may have rotated or deleted it since this one polled: docs/cluster.md, "Two
-            // replicas at once").
+            // may have rotated, deleted or revoked it since this one polled: docs/cluster.md,
+            // "Two replicas at once"); a revocation, whatever revoked it before.
             let (changes, conditions) = self.with_records(|set| {
                 let changes = snap.policy.change(k, &action, by, unix_ms(), set)?;
+                let revoking = matches!(action, Action::Revoke);
                 let conditions: Vec<Condition> = keys
                     .issued_slot(k)
                     .map(|slot| slot.entry.digest)
                     .and_then(|id| {
                         let was = set.get(&id)?.issued.as_ref()?.digest;
-                        Some(Condition::Issued { id, was: Some(was) })
+                        Some([
+                            Some(Condition::Issued { id, was: Some(was) }),
+                            (!revoking).then_some(Condition::Unrevoked { id }),
+                        ])
                     })
                     .into_iter()
+                    .flatten()
+                    .flatten()
                     .collect();
                 Ok::<_, ChangeError>((changes, conditions))
             })?;

@@ -760,6 +760,7 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
     let (_, doomed) = create(aa, r#"{"name":"doomed","plan":"pro"}"#);
     let (_, paused) = create(aa, r#"{"name":"paused","plan":"pro"}"#);
     let (_, gagged) = create(aa, r#"{"name":"gagged","plan":"pro"}"#);
+    create(aa, r#"{"name":"muted","plan":"pro"}"#);
     drop(pb);
     let (_pb, lb, ab) = spawn(dir.path(), "b2", &config());
     let doomed = doomed.unwrap();
@@ -788,6 +789,21 @@ fn two_replicas_changing_one_key_at_once_never_both_win() {
         "{text}"
     );
     assert!(r.json().get("key").is_none(), "{text}");
+    // And a live change there, but a revocation again.
+    assert_eq!(admin(aa, "POST", "/api/keys/muted/revoke").status, 200);
+    let r = admin_json(
+        ab,
+        "PUT",
+        "/api/keys/muted/limit",
+        r#"{"requests_per_window":5}"#,
+    );
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "key_revoked"),
+        "{text}"
+    );
+    assert_eq!(admin(ab, "POST", "/api/keys/muted/revoke").status, 200);
 
     // A key issued on one replica moments ago is found on the other (through its name's
     // claim in Redis), not 404 until the next poll: deleted there, suspended there.
