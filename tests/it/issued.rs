@@ -913,11 +913,21 @@ fn a_name_issued_twice_while_redis_forgot_the_first_settles_on_one_key_everywher
     for (name, (on_a, _)) in &names {
         issue(aa, name, on_a);
     }
+    // One name and one digest, the caller's, issued on both, on two plans.
+    let same = Digest::of(b"the-same-secret").to_hex();
+    let on = |admin: SocketAddr, plan: &str| {
+        create(
+            admin,
+            &format!(r#"{{"name":"same","plan":"{plan}","sha256":"{same}"}}"#),
+        );
+    };
+    on(aa, "pro");
     let mut con = redis.client();
     let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
     for (name, (_, on_b)) in &names {
         issue(ab, name, on_b);
     }
+    on(ab, "basic");
     // a learns of b's keys (and puts its own back): the smaller id keeps each name.
     for (name, (on_a, on_b)) in &names {
         let (winner, loser) = match *name == "a-wins" {
@@ -958,6 +968,13 @@ fn a_name_issued_twice_while_redis_forgot_the_first_settles_on_one_key_everywher
         let key = admin(ab2, "GET", &format!("/api/keys/{name}"));
         assert_eq!(key.status, 200);
     }
+    // The same key issued twice: Redis keeps the later issue, and so does every replica.
+    let plan = |a: SocketAddr| admin(a, "GET", "/api/keys/same").json()["plan"].clone();
+    eventually("a takes the later issue of the same key", || {
+        plan(aa) == "basic"
+    });
+    assert_eq!(plan(ab2), "basic");
+    assert_eq!(call(la, "the-same-secret").status, 200);
     let _ = (lb, ab);
 }
 

@@ -225,6 +225,13 @@ impl Issued {
         self.id_of(held) < self.id_of(new)
     }
 
+    /// Whether the key in slot `s` was issued as `key` is (plan, partner, limit, expiry,
+    /// quota: what an issue sets once).
+    fn issued_as(&self, s: u32, key: &NewIssued<'_>) -> bool {
+        self.slots[s as usize].entry.configured() == key.credential
+            && self.extra(s) == key.extra.as_ref()
+    }
+
     /// The key in slot `s` lost its name: taken out, its id noted for the caller.
     fn lose(&self, book: &mut Book, s: u32) {
         if self.forget(&mut book.digests, s) {
@@ -370,16 +377,23 @@ impl Issued {
         let name = KeyName::new(key.name);
         let place = book.names.locate(&name, |t| self.name_of(t));
         let (at, known) = match place.slot() {
-            Some(s) if self.id_of(s) == key.id => (s, true),
+            Some(s) if self.id_of(s) == key.id && self.issued_as(s, &key) => (s, true),
             Some(s) if self.id_of(s) < key.id => {
                 book.lost.push(key.id);
                 return None;
             }
             _ => {
-                // Another key of that name, if any, loses it to this one.
+                // Another key of that name, if any, loses it to this one; the same key
+                // issued otherwise (its id given by the caller on two replicas while Redis
+                // had forgotten the first, the later issue kept there) is put anew.
                 let s = self.push(&mut key, &mut book.lapses);
                 if let Some(old) = book.names.give(name, s, place, |t| self.name_of(t)) {
-                    self.lose(book, old);
+                    match self.id_of(old) == key.id {
+                        true => {
+                            self.forget(&mut book.digests, old);
+                        }
+                        false => self.lose(book, old),
+                    }
                 }
                 (s, false)
             }

@@ -143,7 +143,7 @@ fn an_issued_name_is_new_then_brought_up_to_date_then_kept_by_the_smaller_id() {
         (Some(first), Some(first), 1)
     );
     // Its id again, a new digest in force: the same slot, the old digest gone.
-    assert_eq!(seg.put(key(d(big), &ds(&["x2"]), None)), Some(first));
+    assert_eq!(seg.put(key(d(big), &ds(&["x2"]), Some(100))), Some(first));
     assert_eq!(
         (seg.lookup(&d(big)), seg.lookup(&d("x2")), seg.len()),
         (None, Some(first), 1)
@@ -173,6 +173,42 @@ fn an_issued_name_is_new_then_brought_up_to_date_then_kept_by_the_smaller_id() {
     // Put past its expiry: expired at once.
     let entry = &seg.slot(second).unwrap().entry;
     assert_eq!(entry.live().state(), KeyState::Expired);
+}
+
+/// The same id put again issued otherwise (a caller's digest issued on two replicas, on two
+/// plans, while Redis had forgotten the first; the later issue is the one kept): the key is put
+/// anew, as it is kept, and no key lost its name.
+#[test]
+fn an_id_put_again_issued_otherwise_is_put_anew() {
+    let seg = Issued::default();
+    let id = Digest::of(b"the caller's");
+    let put = |plan: usize| {
+        seg.put(NewIssued {
+            name: "shop",
+            id,
+            credential: Credential::Customer {
+                plan,
+                partner: None,
+                limit: 0,
+            },
+            extra: None,
+            digests: &[(id, u64::MAX)],
+            now_ms: 0,
+        })
+        .unwrap()
+    };
+    let first = put(0);
+    assert_eq!(put(0), first, "issued alike: the same slot");
+    let second = put(1);
+    assert_ne!(second, first);
+    assert!(seg.slot(first).unwrap().is_gone());
+    let entry = &seg.slot(second).unwrap().entry;
+    assert_eq!(entry.configured().plan(), Some(1));
+    assert_eq!(
+        (seg.find("shop"), seg.lookup(&id), seg.len()),
+        (Some(second), Some(second), 1)
+    );
+    assert_eq!(seg.take_lost(), vec![]);
 }
 
 mod state_counts {
