@@ -19,7 +19,7 @@ use pingora::services::background::BackgroundService;
 
 use super::fleet::Fleet;
 use super::gather::{gather_beside, Gathered};
-use super::redis_set::{field, new_epoch, split_field, Polled};
+use super::redis_set::{field, new_epoch, split_field, Condition, Polled};
 use super::KeyChanges;
 use crate::digest::Digest;
 use crate::fleet_store::StoreError;
@@ -173,6 +173,24 @@ impl KeySync {
                 })
                 .collect();
             let _ = fleet.keep(&gone, &[]).await;
+            // A name a key lost is claimed again for the key that keeps it (the claim named
+            // the loser, or nothing once Redis forgot): a replica that has not polled finds
+            // the name taken, and the key through it (docs/cluster.md, "Two replicas at once").
+            let keys = &live.load().policy.keys;
+            let claims: Vec<Condition> = dropped
+                .iter()
+                .filter(|d| d.why == Dropped::NameTaken)
+                .filter_map(|d| {
+                    let k = keys.find_by_name(&d.before.key)?;
+                    Some(Condition::Name {
+                        name: d.before.key.clone(),
+                        id: keys.get(k).digest,
+                    })
+                })
+                .collect();
+            if !claims.is_empty() {
+                let _ = fleet.keep(&[], &claims).await;
+            }
             // Read everything again next time.
             fleet.forget_version();
         }

@@ -890,6 +890,8 @@ fn a_name_issued_twice_while_redis_forgot_the_first_settles_on_one_key_everywher
     // not seen a's keys when it issues the names again).
     let (_pa, la, aa) = spawn(dir.path(), "a", &every(200));
     let (pb, lb, ab) = spawn(dir.path(), "b", &every(60_000));
+    // e polls once a minute too: it learns of the keys through their names' claims alone.
+    let (_pe, _, ae) = spawn(dir.path(), "e", &every(60_000));
     // On `a-wins` a's digest is the smaller, on `b-wins` b's.
     let pair = |name: &str, a_smaller: bool| -> (String, String) {
         let on_a = format!("{name}-secret-on-a");
@@ -951,6 +953,16 @@ fn a_name_issued_twice_while_redis_forgot_the_first_settles_on_one_key_everywher
             };
             (of("\"issued\""), of("\"revoked\"")) == (1, 1)
         });
+        // The name is claimed again for the key that keeps it: found on e, not issued again.
+        let r = admin(ae, "GET", &format!("/api/keys/{name}"));
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let r = admin_json(
+            ae,
+            "POST",
+            "/api/keys",
+            &format!(r#"{{"name":"{name}","plan":"pro"}}"#),
+        );
+        assert_eq!(r.status, 409, "{}", String::from_utf8_lossy(&r.body));
     }
     // b, started again, reads the set whole; a replica started now agrees.
     drop(pb);
