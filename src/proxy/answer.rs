@@ -104,12 +104,14 @@ pub(crate) fn for_error(e: &Error, ctx: &Ctx) -> Option<Refusal> {
             Code::UpstreamUnavailable,
             "the upstream could not be reached or broke the connection",
         )),
-        // The client left, or reset its HTTP/2 stream or connection: no answer reaches it.
+        // The client left, or reset its HTTP/2 stream or connection, or took too long over
+        // the answer (an HTTP/2 stream's `send_timeout`): no answer reaches it.
         (
             ErrorType::ReadError
             | ErrorType::WriteError
             | ErrorType::ConnectionClosed
-            | ErrorType::H2Error,
+            | ErrorType::H2Error
+            | ErrorType::WriteTimedout,
             ErrorSource::Downstream,
         ) => None,
         (_, ErrorSource::Downstream) => Some(Refusal::new(
@@ -165,6 +167,7 @@ mod tests {
             ErrorType::WriteError,
             ErrorType::ConnectionClosed,
             ErrorType::H2Error,
+            ErrorType::WriteTimedout,
         ] {
             let name = format!("{t:?}");
             assert_eq!(code(t, Downstream), None, "{name}");

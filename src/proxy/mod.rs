@@ -206,6 +206,10 @@ impl Gateway {
                 Ok(())
             }
             Err(why) => {
+                // Who asked, for the access line (a flood's address is the first thing an
+                // operator looks for).
+                ctx.client =
+                    head::client(session.client_addr(), &session.req_header().headers, limits);
                 let (cap, from, field) = match why {
                     Refused::MaxConnectionsPerIp => (
                         limits.max_connections_per_ip.map_or(0, |n| n.get()),
@@ -478,7 +482,14 @@ impl ProxyHttp for Gateway {
         ctx.close_upstream_leg();
         let Some(refusal) = answer::for_error(e, ctx) else {
             ctx.status = 0;
-            if ctx.conn.as_ref().is_some_and(|c| c.timed_out()) {
+            // A client that took too long over the answer (HTTP/1.1's deadlines, or an
+            // HTTP/2 stream's `send_timeout`): timed out, whatever was written before (as
+            // HTTP/1.1's are).
+            let slow_client = matches!(
+                (e.etype(), e.esource()),
+                (ErrorType::WriteTimedout, pingora::ErrorSource::Downstream)
+            );
+            if slow_client || ctx.conn.as_ref().is_some_and(|c| c.timed_out()) {
                 ctx.outcome = crate::policy::Outcome::Timeout;
             }
             return FailToProxy {

@@ -639,6 +639,50 @@ fn http2_requests_in_flight_are_capped_per_address_as_connections_are() {
     });
 }
 
+/// An HTTP/2 answer the client never lets through (a window of 0) is given up at
+/// `send_timeout` and counted as timed out, as HTTP/1.1's is: a forwarded request never
+/// turns `invalid` (it did, as a `400` the client never saw), and a refusal held so keeps its
+/// own outcome.
+#[test]
+fn an_http2_answer_the_client_never_takes_is_counted_as_timed_out() {
+    let up = Upstream::start(Mode::Big);
+    let e = edge(&up, |s| s.max_connections_per_ip = 1);
+    runtime().block_on(async {
+        let stingy = h2::client::Builder::new().initial_window_size(0).clone();
+        let (mut send, _done) = h2_with(&e, &stingy).await;
+        let (resp, _) = send
+            .send_request(request("GET", "/v2/client/download", &[]), true)
+            .unwrap();
+        let held = tokio::time::timeout(Duration::from_secs(10), resp)
+            .await
+            .expect("a head in time")
+            .expect("a head");
+        assert_eq!(held.status(), 200);
+        // A second: refused (its answer held too).
+        assert_eq!(end_of(&mut send).await, Ok(503));
+        let counted = |outcome: &str| {
+            let page = metrics_page(e.gw.config.process.admin_listen);
+            page.lines()
+                .filter(|l| l.starts_with("tollgate_requests_total{"))
+                .filter(|l| l.contains(&format!(r#"outcome="{outcome}""#)))
+                .filter(|l| l.contains(r#"plan="pro""#))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>()
+        };
+        let mut timed_out = 0.0;
+        for _ in 0..100 {
+            timed_out = counted("timeout");
+            if timed_out >= 1.0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(timed_out, 1.0, "the forwarded request, given up");
+        assert_eq!(counted("invalid"), 0.0);
+        drop(held);
+    });
+}
+
 /// How a download asked on `send` ends: its status, or the reason of its reset.
 async fn end_of(send: &mut H2) -> Result<u16, Option<h2::Reason>> {
     let (resp, _) = send
