@@ -372,9 +372,20 @@ impl Issued {
             return Some(s);
         }
         self.sorted(book);
+        let name = KeyName::new(key.name);
+        // The key of this id under another name (a caller's digest issued under two names
+        // while Redis had forgotten the first: one field in Redis, which keeps the later
+        // issue): taken out with its name, as a whole read would.
+        if let Some(t) = self
+            .lookup(&key.id)
+            .filter(|&t| self.id_of(t) == key.id && *self.name_of(t) != name)
+        {
+            if self.forget(&mut book.digests, t) {
+                book.names.remove(self.name_of(t), |u| self.name_of(u));
+            }
+        }
         // The name's key, if any: this one again (a rotation), or another, deleted when this
         // one takes its name.
-        let name = KeyName::new(key.name);
         let place = book.names.locate(&name, |t| self.name_of(t));
         let (at, known) = match place.slot() {
             Some(s) if self.id_of(s) == key.id && self.issued_as(s, &key) => (s, true),

@@ -176,8 +176,8 @@ fn an_issued_name_is_new_then_brought_up_to_date_then_kept_by_the_smaller_id() {
 }
 
 /// The same id put again issued otherwise (a caller's digest issued on two replicas, on two
-/// plans, while Redis had forgotten the first; the later issue is the one kept): the key is put
-/// anew, as it is kept, and no key lost its name.
+/// plans or under two names, while Redis had forgotten the first; the later issue is the one
+/// kept): the key is put anew, as it is kept, and no key lost its name.
 #[test]
 fn an_id_put_again_issued_otherwise_is_put_anew() {
     let seg = Issued::default();
@@ -208,6 +208,33 @@ fn an_id_put_again_issued_otherwise_is_put_anew() {
         (seg.find("shop"), seg.lookup(&id), seg.len()),
         (Some(second), Some(second), 1)
     );
+    assert_eq!(seg.take_lost(), vec![]);
+    // Under another name (the caller's digest issued under two names so): that name leaves.
+    let third = seg
+        .put(NewIssued {
+            name: "till",
+            id,
+            credential: Credential::Customer {
+                plan: 1,
+                partner: None,
+                limit: 0,
+            },
+            extra: None,
+            digests: &[(id, u64::MAX)],
+            now_ms: 0,
+        })
+        .unwrap();
+    assert!(seg.slot(second).unwrap().is_gone());
+    assert_eq!(
+        (
+            seg.find("shop"),
+            seg.find("till"),
+            seg.lookup(&id),
+            seg.len()
+        ),
+        (None, Some(third), Some(third), 1)
+    );
+    assert_eq!(seg.names_after(None, 10), vec![third]);
     assert_eq!(seg.take_lost(), vec![]);
 }
 
