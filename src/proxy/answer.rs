@@ -87,6 +87,15 @@ pub(crate) fn rate_limit_headers(ctx: &Ctx, resp: &mut ResponseHeader) -> Result
     Ok(())
 }
 
+/// Whether `e` is the client taking too long over the answer (an HTTP/2 stream's
+/// `send_timeout`): timed out, whatever was written of it.
+pub(crate) fn client_too_slow(e: &Error) -> bool {
+    matches!(
+        (e.etype(), e.esource()),
+        (ErrorType::WriteTimedout, ErrorSource::Downstream)
+    )
+}
+
 /// The refusal that answers a failure to proxy, or `None` when there is nobody to answer (the
 /// client went away). Never formats `e` itself: its context can hold raw request or response
 /// bytes.
@@ -104,14 +113,14 @@ pub(crate) fn for_error(e: &Error, ctx: &Ctx) -> Option<Refusal> {
             Code::UpstreamUnavailable,
             "the upstream could not be reached or broke the connection",
         )),
-        // The client left, or reset its HTTP/2 stream or connection, or took too long over
-        // the answer (an HTTP/2 stream's `send_timeout`): no answer reaches it.
+        // The client took too long over the answer: no answer reaches it.
+        _ if client_too_slow(e) => None,
+        // The client left, or reset its HTTP/2 stream or connection: no answer reaches it.
         (
             ErrorType::ReadError
             | ErrorType::WriteError
             | ErrorType::ConnectionClosed
-            | ErrorType::H2Error
-            | ErrorType::WriteTimedout,
+            | ErrorType::H2Error,
             ErrorSource::Downstream,
         ) => None,
         (_, ErrorSource::Downstream) => Some(Refusal::new(

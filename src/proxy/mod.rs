@@ -485,11 +485,7 @@ impl ProxyHttp for Gateway {
             // A client that took too long over the answer (HTTP/1.1's deadlines, or an
             // HTTP/2 stream's `send_timeout`): timed out, whatever was written before (as
             // HTTP/1.1's are).
-            let slow_client = matches!(
-                (e.etype(), e.esource()),
-                (ErrorType::WriteTimedout, pingora::ErrorSource::Downstream)
-            );
-            if slow_client || ctx.conn.as_ref().is_some_and(|c| c.timed_out()) {
+            if answer::client_too_slow(e) || ctx.conn.as_ref().is_some_and(|c| c.timed_out()) {
                 ctx.outcome = crate::policy::Outcome::Timeout;
             }
             return FailToProxy {
