@@ -536,13 +536,7 @@ fn an_http2_client_that_never_takes_its_answer_loses_the_stream() {
     let e = edge(&up, |_| {});
     runtime().block_on(async {
         let (mut send, _done) = h2(&e).await;
-        let (resp, _) = send
-            .send_request(request("GET", "/v2/client/download", &[]), true)
-            .unwrap();
-        let resp = tokio::time::timeout(Duration::from_secs(10), resp)
-            .await
-            .expect("a head in time")
-            .expect("a head");
+        let resp = download_head(&mut send).await;
         assert_eq!(resp.status(), 200);
         // Take nothing (grant no flow-control window) for longer than the send timeout...
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -579,29 +573,18 @@ fn http2_requests_in_flight_are_capped_per_address_as_connections_are() {
         s.max_connections_per_ip = 3;
         s.send_timeout_seconds = 30;
     });
-    let ask = |send: &mut H2| {
-        let (resp, _) = send
-            .send_request(request("GET", "/v2/client/download", &[]), true)
-            .unwrap();
-        async move {
-            tokio::time::timeout(Duration::from_secs(10), resp)
-                .await
-                .expect("a head in time")
-                .expect("a head")
-        }
-    };
     runtime().block_on(async {
         // Three answers of 64 MiB, none read: three requests in flight.
         let (mut send, _done) = h2(&e).await;
         let mut held = Vec::new();
         for _ in 0..3 {
-            let resp = ask(&mut send).await;
+            let resp = download_head(&mut send).await;
             assert_eq!(resp.status(), 200);
             held.push(resp);
         }
         // A fourth, on another connection of the address (two connections of three).
         let (mut other, _other_done) = h2(&e).await;
-        let resp = ask(&mut other).await;
+        let resp = download_head(&mut other).await;
         assert_eq!(resp.status(), 503);
         assert_eq!(resp.headers()["retry-after"], "1");
         let text = text_of(resp).await;
@@ -613,7 +596,7 @@ fn http2_requests_in_flight_are_capped_per_address_as_connections_are() {
         let (mut stingy, _stingy_done) = h2_with(&e, &stingy).await;
         let mut stuck = Vec::new();
         for _ in 0..3 {
-            let resp = ask(&mut stingy).await;
+            let resp = download_head(&mut stingy).await;
             assert_eq!(resp.status(), 503);
             stuck.push(resp);
         }
@@ -650,13 +633,7 @@ fn an_http2_answer_the_client_never_takes_is_counted_as_timed_out() {
     runtime().block_on(async {
         let stingy = h2::client::Builder::new().initial_window_size(0).clone();
         let (mut send, _done) = h2_with(&e, &stingy).await;
-        let (resp, _) = send
-            .send_request(request("GET", "/v2/client/download", &[]), true)
-            .unwrap();
-        let held = tokio::time::timeout(Duration::from_secs(10), resp)
-            .await
-            .expect("a head in time")
-            .expect("a head");
+        let held = download_head(&mut send).await;
         assert_eq!(held.status(), 200);
         // A second: refused (its answer held too).
         assert_eq!(end_of(&mut send).await, Ok(503));
@@ -681,6 +658,17 @@ fn an_http2_answer_the_client_never_takes_is_counted_as_timed_out() {
         assert_eq!(counted("invalid"), 0.0);
         drop(held);
     });
+}
+
+/// A download asked on `send`: the answer's head (its body left where it is).
+async fn download_head(send: &mut H2) -> http::Response<h2::RecvStream> {
+    let (resp, _) = send
+        .send_request(request("GET", "/v2/client/download", &[]), true)
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), resp)
+        .await
+        .expect("a head in time")
+        .expect("a head")
 }
 
 /// How a download asked on `send` ends: its status, or the reason of its reset.
