@@ -293,20 +293,26 @@ fn settle_drops(policy: &Policy, set: &mut KeyRecords, drops: &[Drop], metrics: 
             Some(o) => set.insert(d.digest, o.clone()),
             None => set.remove(&d.digest),
         };
-        let parts: Vec<&str> = d.parts.iter().map(|p| p.name()).collect();
-        if d.why == Dropped::NameTaken {
-            tracing::warn!(target: "tollgate::keys", key = %d.before.key, reason = d.why.as_str(), "issued key deleted");
-            continue;
-        }
-        tracing::info!(
-            target: "tollgate::overrides",
-            key = %d.before.key,
-            dropped = %parts.join(","),
-            reason = d.why.as_str(),
-            "override dropped"
-        );
+        log_drop(d);
     }
     metrics.set_key_states(policy);
+}
+
+/// One log line for what a config or a read of the set dropped: an issued key that lost its
+/// name at `warn`, any other drop at `info`.
+pub(super) fn log_drop(d: &Drop) {
+    if d.why == Dropped::NameTaken {
+        tracing::warn!(target: "tollgate::keys", key = %d.before.key, reason = d.why.as_str(), "issued key deleted");
+        return;
+    }
+    let parts: Vec<&str> = d.parts.iter().map(|p| p.name()).collect();
+    tracing::info!(
+        target: "tollgate::overrides",
+        key = %d.before.key,
+        dropped = %parts.join(","),
+        reason = d.why.as_str(),
+        "override dropped"
+    );
 }
 
 /// The records of `set` that hold an upgrade (`tollgate_plan_overrides`).

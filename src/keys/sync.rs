@@ -123,16 +123,7 @@ impl KeySync {
             apply_ms = ms(started.elapsed() - matched),
             "the cluster store's overrides read whole"
         );
-        for d in &dropped {
-            match d.why {
-                Dropped::NameTaken => {
-                    tracing::warn!(target: "tollgate::keys", key = %d.before.key, reason = d.why.as_str(), "issued key deleted")
-                }
-                _ => {
-                    tracing::info!(target: "tollgate::overrides", key = %d.before.key, reason = d.why.as_str(), "override dropped")
-                }
-            }
-        }
+        dropped.iter().for_each(super::in_force::log_drop);
         if let Some((version, fields, issued)) = in_memory {
             if dropped.is_empty() {
                 // Made on a task of its own, the lock held until it is (no change or poll
