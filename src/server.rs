@@ -409,6 +409,7 @@ fn add_background(
                 changes: Arc::clone(&rooms.changes),
                 every,
                 first_read: awaiting_first_read.then(|| Arc::clone(health)),
+                copying: Default::default(),
             },
         ));
     }

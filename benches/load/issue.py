@@ -88,6 +88,36 @@ def wait_loaded(port, limit=600):
     sys.exit(f"the Redis on {port} did not load its data within {limit} s")
 
 
+def redis_value(port, *words):
+    """One command to the Redis on `port`: its answer, a bulk string (None for nil) or an
+    integer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.sendall(b"*%d\r\n" % len(words) + b"".join(
+            b"$%d\r\n%s\r\n" % (len(w.encode()), w.encode()) for w in words))
+        f = s.makefile("rb")
+        line = f.readline().decode().strip()
+        if line.startswith(":"):
+            return int(line[1:])
+        if line.startswith("$"):
+            return None if line == "$-1" else f.readline().decode().strip()
+        sys.exit(f"redis answered {line}")
+
+
+def wait_copy(port, limit=180):
+    """Wait until the set's compact copy in the Redis on `port` is of use to a start (the
+    log names at most half a delta's fields since it; a replica writes it again when more
+    have changed, at most once a minute): how long that took and how far behind it is."""
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        version = redis_value(port, "HGET", "{issue:ov}:compact", "version")
+        if version is not None:
+            behind = redis_value(port, "ZCOUNT", "{issue:ov}:log", f"({version}", "+inf")
+            if behind <= 5000:
+                return {"copy_wait_s": round(time.time() - t0, 1), "copy_behind": behind}
+        time.sleep(0.5)
+    return {"copy_wait_s": None}
+
+
 def stop_all(*procs):
     """Terminate each process given (None: none) and wait for it."""
     for p in procs:
@@ -335,6 +365,8 @@ plans:
             "over_1s": sum(1 for x in lat if x > 1),
             "rss_bytes_per_key": round((rss - base_rss) * 1024 / n) if n else None,
         }
+        if redis:
+            out.update(wait_copy(rport))
         if args.dir and "secret" in last:
             with open(os.path.join(work, "last.json"), "w") as f:
                 json.dump({"secret": last["secret"], "keys": n}, f)

@@ -12,11 +12,12 @@
 //! what they box) is fresh memory the kernel zeroes first, which on a virtual machine costs
 //! more than the records' parse (docs/keyscale.md, "A start from Redis").
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::redis_set::{field, split_field, Pages};
+use super::redis_set::{compact, field, split_field, Pages};
 use crate::digest::Digest;
 use crate::policy::overrides::{Compact, KeyRecord, KeyRecords};
 use crate::policy::versions::{part_of_field, Fields, Kept, Version};
@@ -55,6 +56,44 @@ pub(super) fn gather_beside(
         gather_with(pages, about, true, issued)
     });
     (pages, gathering)
+}
+
+/// A sender for the chunks of the set's compact copy (`redis_set::compact`), and the thread
+/// that gathers them as [`gather_beside`] gathers pages: each chunk decoded, and its fields
+/// but those in `skip` (read again since the copy was made) gathered. Its handle answers
+/// `None` when a chunk was not one (its gathering is then to be let go).
+pub(super) fn gather_chunks(
+    about: usize,
+    issued: bool,
+    skip: Arc<HashSet<String>>,
+) -> (
+    mpsc::Sender<Vec<u8>>,
+    tokio::task::JoinHandle<Option<Gathered>>,
+) {
+    let (chunks, mut rx) = mpsc::channel::<Vec<u8>>(2);
+    let gathering = tokio::task::spawn_blocking(move || {
+        let mut whole = true;
+        let pages = std::iter::from_fn(|| rx.blocking_recv()).map_while(|chunk| {
+            let Some(mut page) = compact::decode(&chunk) else {
+                whole = false;
+                return None;
+            };
+            if !skip.is_empty() {
+                page.retain(|(f, _)| !skip.contains(f));
+            }
+            Some(page)
+        });
+        let gathered = gather_with(pages, about, true, issued);
+        whole.then_some(gathered)
+    });
+    (chunks, gathering)
+}
+
+/// [`gather`] of one page, naming the issued keys' own parts when `issued` (as
+/// [`gather_beside`]).
+pub(super) fn gather_page(page: Vec<(String, String)>, issued: bool) -> Gathered {
+    let about = page.len();
+    gather_with([page], about, true, issued)
 }
 
 /// Gather `pages` (each field's name and its text as kept, as Redis answers a page and as
@@ -110,6 +149,22 @@ fn gather_with(
         parts,
         count,
         latest,
+    }
+}
+
+impl Gathered {
+    /// `self` and `other`, gathered from two parts of one set (no field in both).
+    pub(super) fn merge(mut self, other: Gathered) -> Gathered {
+        let at = self.fields.len();
+        self.fields.extend(other.fields);
+        self.issued
+            .extend(other.issued.into_iter().map(|(i, d)| (i + at, d)));
+        self.parts.issued.extend(other.parts.issued);
+        self.parts.hashes.extend(other.parts.hashes);
+        self.parts.other.extend(other.parts.other);
+        self.count += other.count;
+        self.latest = self.latest.max(other.latest);
+        self
     }
 }
 

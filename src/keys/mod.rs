@@ -32,7 +32,7 @@
 //! | `keep.rs` | the writes: a change kept before it applies, what a reload dropped forgotten, a key it added read again |
 //! | `batch.rs` | the operator's changes made in batches: those that wait while one is kept are kept together ([`KeyChanges::make`]) |
 //! | `shown.rs` | what `check`, the admin API and the page show of the upgrades ([`UpgradeRow`]) |
-//! | `fleet.rs`, [`redis_set`], `gather.rs`, [`sync`] | with `cluster`: this replica's copy, the set in Redis, a whole read of it, the poll that spreads it |
+//! | `fleet.rs`, [`redis_set`], `gather.rs`, [`sync`] | with `cluster`: this replica's copy, the set in Redis (and its compact copy), a whole read of it, the poll that spreads it (and writes the compact copy now and then) |
 //! | [`check`] | what `tollgate check` reads, read-only |
 
 mod batch;

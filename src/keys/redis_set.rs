@@ -18,13 +18,16 @@
 //! | `write.lua` | changes parts, each later than the copy it replaces, and bumps the version, in one step |
 //! | `poll.lua` | the epoch, then the version and, when it moved, the fields changed since the replica's version (a delta: what a change costs a replica is that change, not the set), or word to read the whole set when the log cannot say (a first read, a write by a version without the log, a delta over [`MAX_DELTA`] fields) |
 //! | `restore.lua` | merges a replica's copy in (the merge rule of `policy::versions`) and marks the epoch |
+//! | `compact.lua` | the compact copy's status (is there one of use, how far behind), and its header put in place ([`compact`]) |
 //!
 //! A whole read comes in pages ([`RedisSet::read_whole`]: `HSCAN`, each page within
 //! `timeout_ms`), never as one `HGETALL`: a million issued keys are a set of about a gigabyte,
 //! which one call would hold Redis for seconds to answer, past the timeout, again and again.
-//! The log keeps the newest [`LOG_LEN`] fields (`kept.lua`, which `write.lua` and
-//! `restore.lua` are sent after: the versions, the revocations and the log they share), so it
-//! stays bounded too.
+//! A set of a page or more also has a compact copy ([`compact`]): its fields and texts as of
+//! one version in a few large values, which a whole read takes instead of the pages when the
+//! log covers what changed since. The log keeps the newest [`LOG_LEN`] fields (`kept.lua`,
+//! which `write.lua` and `restore.lua` are sent after: the versions, the revocations and the
+//! log they share), so it stays bounded too.
 //!
 //! The keys share a hash tag: one slot on a Redis Cluster.
 
@@ -36,6 +39,8 @@ use crate::fleet_store::{connect, within, Client, Hold, Lua, StoreError};
 use crate::limit::shared::hashed;
 use crate::policy::overrides::Part;
 use crate::policy::versions::{Kept, VERSION_DIGITS};
+
+pub(crate) mod compact;
 
 /// How long the overrides stay in Redis after the last replica touched them.
 const TTL: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -66,6 +71,7 @@ pub(crate) struct RedisSet {
     write: Lua,
     poll: Lua,
     restore: Lua,
+    compact: Lua,
     client: tokio::sync::Mutex<Option<Client>>,
     /// Whether the master of the set's slot has replicas to wait for.
     hold: Hold,
@@ -229,6 +235,7 @@ impl RedisSet {
                 include_str!("kept.lua"),
                 include_str!("restore.lua")
             )),
+            compact: Lua::new(include_str!("compact.lua")),
             client: tokio::sync::Mutex::new(None),
             hold: Hold::default(),
         }
@@ -450,17 +457,20 @@ impl RedisSet {
         pages: &Pages,
     ) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        let r = async {
-            scan_into(&client, &self.cfg, &self.set_key, about, pages).await?;
-            let deadline = tokio::time::Instant::now() + self.cfg.timeout;
-            let mut cmd = ::redis::cmd("HGET");
-            cmd.arg(&self.set_key).arg("~epoch");
-            let now: Option<String> =
-                within(deadline, &self.cfg.redis_url, client.query(&cmd)).await?;
-            Ok(now.as_deref() == Some(epoch))
-        }
-        .await;
-        self.settled(r).await
+        let r = scan_into(&client, &self.cfg, &self.set_key, about, pages).await;
+        self.settled(r).await?;
+        self.has_epoch(epoch).await
+    }
+
+    /// Whether the set has the epoch `epoch` now, within the timeout.
+    pub(crate) async fn has_epoch(&self, epoch: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let deadline = tokio::time::Instant::now() + self.cfg.timeout;
+        let mut cmd = ::redis::cmd("HGET");
+        cmd.arg(&self.set_key).arg("~epoch");
+        let r: Result<Option<String>, _> =
+            within(deadline, &self.cfg.redis_url, client.query(&cmd)).await;
+        Ok(self.settled(r).await?.as_deref() == Some(epoch))
     }
 
     /// Merge `fields` (a replica's copy: name and text) into the set and mark its epoch

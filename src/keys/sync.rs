@@ -10,6 +10,7 @@
 //! first poll does the same, so that a restart with a copy at `state.path` puts back what the
 //! store may have lost meanwhile.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
 use super::fleet::Fleet;
-use super::gather::{gather_beside, Gathered};
+use super::gather::{gather_beside, gather_chunks, gather_page, Gathered};
 use super::redis_set::{field, new_epoch, split_field, Condition, Polled};
 use super::KeyChanges;
 use crate::digest::Digest;
@@ -35,6 +36,8 @@ pub(crate) struct KeySync {
     /// Told when the first read is in force, when the process waits for it to be ready (a
     /// replica that keeps no copy of its own: [`Health::awaiting_first_read`]).
     pub first_read: Option<Arc<Health>>,
+    /// The compact copy of the set this replica writes now and then.
+    pub copying: Copying,
 }
 
 impl KeySync {
@@ -50,9 +53,13 @@ impl KeySync {
         let live = &self.changes.live;
         let (known, epoch) = fleet.known();
         let (version, about) = match fleet.set.poll(&known, &epoch).await? {
-            Polled::Same => return Ok(true),
+            Polled::Same => {
+                self.copy_now_and_then();
+                return Ok(true);
+            }
             Polled::Delta { version, fields } => {
                 take_delta(fleet, &self.changes, version, fields).await;
+                self.copy_now_and_then();
                 return Ok(true);
             }
             Polled::Whole { version, fields } => (version, fields),
@@ -81,24 +88,32 @@ impl KeySync {
         };
         let (_, epoch) = fleet.known();
         let started = std::time::Instant::now();
-        // The pages parsed on a blocking thread as they come, while the next one is read.
-        let fields_about = usize::try_from(about).unwrap_or(0);
-        let (pages, gathering) = gather_beside(fields_about, fleet.disk.is_none());
-        let held = fleet.set.read_whole(&epoch, about, &pages).await;
-        drop(pages);
-        if !held? {
-            // Emptied or replaced while it was read: the next round finds it so.
-            return Ok(false);
-        }
+        let (from, version, gathered) = match read_compact(fleet, &epoch).await {
+            Some((version, gathered)) => ("compact copy", version, gathered),
+            None => {
+                // The pages parsed on a blocking thread as they come, while the next one is
+                // read.
+                let fields_about = usize::try_from(about).unwrap_or(0);
+                let (pages, gathering) = gather_beside(fields_about, fleet.disk.is_none());
+                let held = fleet.set.read_whole(&epoch, about, &pages).await;
+                drop(pages);
+                if !held? {
+                    // Emptied or replaced while it was read: the next round finds it so.
+                    return Ok(false);
+                }
+                let gathered = gathering
+                    .await
+                    .map_err(|_| StoreError::Malformed("the overrides' parse stopped"))?;
+                ("set", version, gathered)
+            }
+        };
         let Gathered {
             fields,
             issued,
             parts,
             count,
             latest,
-        } = gathering
-            .await
-            .map_err(|_| StoreError::Malformed("the overrides' parse stopped"))?;
+        } = gathered;
         let read = started.elapsed();
         // With `state.path`, on disk first, as a delta is: what is in force here holds
         // through a restart while Redis is down, however soon after the read it comes.
@@ -118,6 +133,7 @@ impl KeySync {
         tracing::info!(
             target: "tollgate::overrides",
             fields = count,
+            from,
             read_ms = ms(read),
             match_ms = ms(matched - read),
             apply_ms = ms(started.elapsed() - matched),
@@ -186,6 +202,124 @@ impl KeySync {
             fleet.forget_version();
         }
         Ok(true)
+    }
+}
+
+/// The set read from its compact copy (`redis_set::compact`) and the fields the log names
+/// since the copy's version, read first (their texts now), then each chunk, gathered on two
+/// threads, the fields read again left out of the chunks: the set as a whole read now would
+/// find it, and the version it is at. `None` when the copy cannot be used (none, of another
+/// epoch or format, older than the log covers, a chunk gone or not one, the set's epoch moved,
+/// Redis not answering): the set is then read in pages.
+async fn read_compact(fleet: &Fleet, epoch: &str) -> Option<(String, Gathered)> {
+    let status = fleet.set.compact_status().await.ok()?;
+    // The set's own count bounds what is made ready for (a header says what it says).
+    let held = status.fields;
+    let h = status.usable(epoch)?;
+    let (version, delta) = match fleet.set.poll(&h.version, epoch).await.ok()? {
+        Polled::Same => (h.version.clone(), Vec::new()),
+        Polled::Delta { version, fields } => (version, fields),
+        Polled::Whole { .. } | Polled::Unknown { .. } => return None,
+    };
+    let issued = fleet.disk.is_none();
+    let skip: Arc<HashSet<String>> = Arc::new(delta.iter().map(|(f, _)| f.clone()).collect());
+    let about = usize::try_from(h.fields.min(held)).unwrap_or(0) + delta.len();
+    // The first thread's buffers take the second's at the end: sized for the whole.
+    let threads = [
+        gather_chunks(about, issued, Arc::clone(&skip)),
+        gather_chunks(about / 2 + 1, issued, skip),
+    ];
+    let mut whole = true;
+    for i in 0..h.chunks {
+        let sent = match fleet.set.compact_chunk(&h, i).await {
+            Ok(Some(chunk)) => threads[i as usize % 2].0.send(chunk).await.is_ok(),
+            Ok(None) | Err(_) => false,
+        };
+        if !sent {
+            whole = false;
+            break;
+        }
+    }
+    let [(a_chunks, a), (b_chunks, b)] = threads;
+    drop((a_chunks, b_chunks));
+    let (a, b) = (a.await.ok().flatten(), b.await.ok().flatten());
+    let (Some(a), Some(b), true) = (a, b, whole) else {
+        tracing::warn!(target: "tollgate::overrides", "the compact copy of the cluster store's overrides could not be read whole (a chunk gone or damaged): the set is read in pages");
+        return None;
+    };
+    if !fleet.set.has_epoch(epoch).await.ok()? {
+        return None;
+    }
+    let read_again = gather_page(delta, issued);
+    Some((version, a.merge(b).merge(read_again)))
+}
+
+/// Write the set's compact copy when it wants one (`compact::Status::wants_copy`) and no replica
+/// has in the last minute: on a task of its own, off the change lock (the copy reads the set
+/// in pages, as a whole read does).
+async fn write_copy(fleet: &Fleet) {
+    let status = match fleet.set.compact_status().await {
+        Ok(s) if s.wants_copy() => s,
+        Ok(_) => return,
+        Err(why) => {
+            tracing::debug!(target: "tollgate::overrides", error = %why, "the compact copy's status not read");
+            return;
+        }
+    };
+    if !matches!(fleet.set.claim_compact().await, Ok(true)) {
+        return;
+    }
+    let started = std::time::Instant::now();
+    match fleet.set.write_compact(&status).await {
+        Ok(Some(h)) => tracing::info!(
+            target: "tollgate::overrides",
+            fields = h.fields,
+            chunks = h.chunks,
+            version = %h.version,
+            write_ms = started.elapsed().as_millis() as u64,
+            "the compact copy of the cluster store's overrides written"
+        ),
+        Ok(None) => {
+            tracing::info!(target: "tollgate::overrides", "the compact copy of the cluster store's overrides not written: the set moved meanwhile (tried again within a minute)")
+        }
+        Err(why) => {
+            tracing::warn!(target: "tollgate::overrides", error = %why, "the compact copy of the cluster store's overrides not written (tried again within a minute)")
+        }
+    }
+}
+
+/// The polls between two looks at whether the compact copy wants writing.
+const COPY_EVERY: u32 = 50;
+
+/// Whether this replica is writing the compact copy, and the polls since it last looked.
+#[derive(Default)]
+pub(crate) struct Copying {
+    polls: std::sync::atomic::AtomicU32,
+    writing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl KeySync {
+    /// Every [`COPY_EVERY`] polls that found the set in force (the first included), look
+    /// whether the compact copy wants writing, and write it ([`write_copy`]), one at a time.
+    fn copy_now_and_then(&self) {
+        use std::sync::atomic::Ordering;
+        if !self
+            .copying
+            .polls
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(COPY_EVERY)
+            || self.copying.writing.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let changes = Arc::clone(&self.changes);
+        let writing = Arc::clone(&self.copying.writing);
+        tokio::spawn(async move {
+            if let Some(fleet) = changes.fleet() {
+                write_copy(fleet).await;
+            }
+            writing.store(false, Ordering::Release);
+        });
     }
 }
 
