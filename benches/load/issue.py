@@ -20,7 +20,9 @@ million keys can be measured again and again without creating them each time, wi
 the gateway has used by the time the last key authenticates (`gateway_cpu_s`) and, with a
 Redis, the Redis's CPU over the start (`redis_cpu_s`); `--idle S`
 then says how much CPU the gateway spends, with no request, over S seconds. With
-`--store redis` (or `both`) the Redis's data is saved in D too (`redis.rdb`), and a start-only
+`--store redis` (or `both`) the run waits, after the last create, until the set's compact copy
+in Redis is of use to a start (`copy_wait_s`, `copy_behind`: docs/cluster.md, "The compact
+copy"), and the Redis's data is saved in D too (`redis.rdb`), and a start-only
 run starts a Redis on it and waits until it has loaded before it times the gateway's start.
 Loading it reads the file through the kernel's page cache, which on a small guest may let go
 of `state.db`'s pages: with `--store both --start-only --redis-down` no Redis is started (the

@@ -26,6 +26,10 @@ use crate::policy::Policy;
 /// Pages a whole read may hold ready before the parse takes them.
 const PAGES_AHEAD: usize = 4;
 
+/// Chunks of the compact copy read ahead of the two threads that parse them (some 1.1 MB
+/// each).
+const CHUNKS_AHEAD: usize = 4;
+
 /// The set read whole, as it came: the copy's fields and the records' parts.
 pub(super) struct Gathered {
     /// Every field that names a part, its text packed as the copy holds it, in the order
@@ -58,10 +62,12 @@ pub(super) fn gather_beside(
     (pages, gathering)
 }
 
-/// A sender for the chunks of the set's compact copy (`redis_set::compact`), and the thread
-/// that gathers them as [`gather_beside`] gathers pages: each chunk decoded, and its fields
-/// but those in `skip` (read again since the copy was made) gathered. Its handle answers
-/// `None` when a chunk was not one (its gathering is then to be let go).
+/// A sender for the chunks of the set's compact copy (`redis_set::compact`), and the two
+/// threads that gather them as [`gather_beside`] gathers pages, each taking the next chunk
+/// as it is free: each chunk decoded, and its fields but those in `skip` (read again since
+/// the copy was made) gathered, each text parsed where it lies in the chunk. The handle
+/// answers both threads' gatherings as one, or `None` when a chunk was not one (the
+/// gathering is then to be let go).
 pub(super) fn gather_chunks(
     about: usize,
     issued: bool,
@@ -70,21 +76,32 @@ pub(super) fn gather_chunks(
     mpsc::Sender<Vec<u8>>,
     tokio::task::JoinHandle<Option<Gathered>>,
 ) {
-    let (chunks, mut rx) = mpsc::channel::<Vec<u8>>(2);
-    let gathering = tokio::task::spawn_blocking(move || {
-        let mut whole = true;
-        let pages = std::iter::from_fn(|| rx.blocking_recv()).map_while(|chunk| {
-            let Some(mut page) = compact::decode(&chunk) else {
-                whole = false;
-                return None;
-            };
-            if !skip.is_empty() {
-                page.retain(|(f, _)| !skip.contains(f));
+    let (chunks, rx) = mpsc::channel::<Vec<u8>>(CHUNKS_AHEAD);
+    let rx = Arc::new(std::sync::Mutex::new(rx));
+    // The first thread's buffers take the second's at the end: sized for the whole.
+    let threads = [about, about / 2 + 1].map(|about| {
+        let (rx, skip) = (Arc::clone(&rx), Arc::clone(&skip));
+        tokio::task::spawn_blocking(move || {
+            let mut g = Gatherer::new(about, true, issued);
+            let next = || rx.lock().ok()?.blocking_recv();
+            let mut whole = true;
+            while let Some(chunk) = next() {
+                whole = compact::read_chunk(&chunk, |f, text| {
+                    if !skip.contains(f) {
+                        g.add(f.to_string(), text);
+                    }
+                });
+                if !whole {
+                    break;
+                }
             }
-            Some(page)
-        });
-        let gathered = gather_with(pages, about, true, issued);
-        whole.then_some(gathered)
+            whole.then(|| g.done())
+        })
+    });
+    let gathering = tokio::spawn(async move {
+        let [a, b] = threads;
+        let (a, b) = (a.await.ok().flatten()?, b.await.ok().flatten()?);
+        Some(a.merge(b))
     });
     (chunks, gathering)
 }
@@ -121,34 +138,61 @@ fn gather_with(
     keep: bool,
     ids: bool,
 ) -> Gathered {
-    let mut fields = Vec::with_capacity(if keep { about } else { 0 });
-    let mut issued = Vec::with_capacity(if ids { about } else { 0 });
-    let mut parts = Parts::with_capacity(about);
-    let (mut count, mut latest) = (0, 0);
+    let mut g = Gatherer::new(about, keep, ids);
     for page in pages {
         for (f, text) in page {
-            let Some(version) = part_of_field(&f).and_then(|_| Kept::version_of(&text)) else {
-                continue;
-            };
-            // Read from the text, before the copy holds it packed.
-            let id = parts.add_record(&f, Kept::record_of(&text));
-            count += 1;
-            latest = latest.max(version);
-            if !keep {
-                continue;
-            }
-            if let Some(k) = Kept::parse(&text) {
-                issued.extend(id.filter(|_| ids).map(|id| (fields.len(), id)));
-                fields.push((f, k));
-            }
+            g.add(f, &text);
         }
     }
-    Gathered {
-        fields,
-        issued,
-        parts,
-        count,
-        latest,
+    g.done()
+}
+
+/// A gathering under way: [`Gathered`] as its fields come.
+struct Gatherer {
+    g: Gathered,
+    /// Whether to keep each field's text packed ([`Gathered::fields`]).
+    keep: bool,
+    /// Whether to name the issued keys' own parts ([`Gathered::issued`]).
+    ids: bool,
+}
+
+impl Gatherer {
+    fn new(about: usize, keep: bool, ids: bool) -> Self {
+        Self {
+            g: Gathered {
+                fields: Vec::with_capacity(if keep { about } else { 0 }),
+                issued: Vec::with_capacity(if ids { about } else { 0 }),
+                parts: Parts::with_capacity(about),
+                count: 0,
+                latest: 0,
+            },
+            keep,
+            ids,
+        }
+    }
+
+    /// The field `f` with its text as kept: its record parsed, its text packed when kept.
+    fn add(&mut self, f: String, text: &str) {
+        let Some(version) = part_of_field(&f).and_then(|_| Kept::version_of(text)) else {
+            return;
+        };
+        let g = &mut self.g;
+        // Read from the text, before the copy holds it packed.
+        let id = g.parts.add_record(&f, Kept::record_of(text));
+        g.count += 1;
+        g.latest = g.latest.max(version);
+        if !self.keep {
+            return;
+        }
+        if let Some(k) = Kept::parse(text) {
+            let at = g.fields.len();
+            g.issued.extend(id.filter(|_| self.ids).map(|id| (at, id)));
+            g.fields.push((f, k));
+        }
+    }
+
+    fn done(self) -> Gathered {
+        self.g
     }
 }
 

@@ -224,15 +224,11 @@ async fn read_compact(fleet: &Fleet, epoch: &str) -> Option<(String, Gathered)> 
     let issued = fleet.disk.is_none();
     let skip: Arc<HashSet<String>> = Arc::new(delta.iter().map(|(f, _)| f.clone()).collect());
     let about = usize::try_from(h.fields.min(held)).unwrap_or(0) + delta.len();
-    // The first thread's buffers take the second's at the end: sized for the whole.
-    let threads = [
-        gather_chunks(about, issued, Arc::clone(&skip)),
-        gather_chunks(about / 2 + 1, issued, skip),
-    ];
+    let (chunks, gathering) = gather_chunks(about, issued, skip);
     let mut whole = true;
     for i in 0..h.chunks {
         let sent = match fleet.set.compact_chunk(&h, i).await {
-            Ok(Some(chunk)) => threads[i as usize % 2].0.send(chunk).await.is_ok(),
+            Ok(Some(chunk)) => chunks.send(chunk).await.is_ok(),
             Ok(None) | Err(_) => false,
         };
         if !sent {
@@ -240,10 +236,8 @@ async fn read_compact(fleet: &Fleet, epoch: &str) -> Option<(String, Gathered)> 
             break;
         }
     }
-    let [(a_chunks, a), (b_chunks, b)] = threads;
-    drop((a_chunks, b_chunks));
-    let (a, b) = (a.await.ok().flatten(), b.await.ok().flatten());
-    let (Some(a), Some(b), true) = (a, b, whole) else {
+    drop(chunks);
+    let (Some(gathered), true) = (gathering.await.ok().flatten(), whole) else {
         tracing::warn!(target: "tollgate::overrides", "the compact copy of the cluster store's overrides could not be read whole (a chunk gone or damaged): the set is read in pages");
         return None;
     };
@@ -251,7 +245,7 @@ async fn read_compact(fleet: &Fleet, epoch: &str) -> Option<(String, Gathered)> 
         return None;
     }
     let read_again = gather_page(delta, issued);
-    Some((version, a.merge(b).merge(read_again)))
+    Some((version, gathered.merge(read_again)))
 }
 
 /// Write the set's compact copy when it wants one (`compact::Status::wants_copy`) and no replica

@@ -294,27 +294,43 @@ pub(crate) fn push(entries: &mut Vec<u8>, field: &str, text: &str) {
     }
 }
 
-/// A chunk's fields and texts, as [`encode`] wrote them (`None`: not a chunk of this format).
-pub(crate) fn decode(chunk: &[u8]) -> Option<Vec<(String, String)>> {
+/// Each field of a chunk and its text, as [`push`] wrote them, handed to `each` in order
+/// (borrowed from the chunk's bytes: no copy of a text is made). Whether the chunk was one of
+/// this format, whole: when not, what was handed before is to be let go.
+pub(crate) fn read_chunk(chunk: &[u8], mut each: impl FnMut(&str, &str)) -> bool {
     // The frame names its size (the writer's `compress` puts it there): room for that alone.
-    let size = zstd::zstd_safe::get_frame_content_size(chunk).ok()??;
-    let size = usize::try_from(size).ok().filter(|&n| n <= MOST_BYTES)?;
-    let entries = zstd::bulk::decompress(chunk, size).ok()?;
-    let mut rest = entries.as_slice();
-    let mut out = Vec::with_capacity(entries.len() / 256);
-    let take = |rest: &mut &[u8]| -> Option<String> {
-        let (n, after) = rest.split_first_chunk::<4>()?;
-        let n = u32::from_le_bytes(*n) as usize;
-        let s = after.get(..n)?;
-        *rest = &after[n..];
-        String::from_utf8(s.to_vec()).ok()
+    let size = zstd::zstd_safe::get_frame_content_size(chunk)
+        .ok()
+        .flatten()
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|&n| n <= MOST_BYTES);
+    let Some(entries) = size.and_then(|n| zstd::bulk::decompress(chunk, n).ok()) else {
+        return false;
     };
+    let mut rest = entries.as_slice();
     while !rest.is_empty() {
-        let f = take(&mut rest)?;
-        let text = take(&mut rest)?;
-        out.push((f, text));
+        let (Some(f), Some(text)) = (take(&mut rest), take(&mut rest)) else {
+            return false;
+        };
+        each(f, text);
     }
-    Some(out)
+    true
+}
+
+/// The next length-prefixed text of `rest`, taken off it (`None`: cut short, or not UTF-8).
+fn take<'a>(rest: &mut &'a [u8]) -> Option<&'a str> {
+    let (n, after) = rest.split_first_chunk::<4>()?;
+    let n = u32::from_le_bytes(*n) as usize;
+    let s = after.get(..n)?;
+    *rest = &after[n..];
+    std::str::from_utf8(s).ok()
+}
+
+/// A chunk's fields and texts (`None`: not a chunk of this format).
+#[cfg(test)]
+pub(crate) fn decode(chunk: &[u8]) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    read_chunk(chunk, |f, text| out.push((f.to_string(), text.to_string()))).then_some(out)
 }
 
 /// A chunk of `fields`, as the copy keeps it.
