@@ -62,35 +62,42 @@ pub(super) fn gather_beside(
     (pages, gathering)
 }
 
+/// The gathering of the compact copy's chunks: what they held, and how many entries.
+pub(super) type GatheringChunks = tokio::task::JoinHandle<Option<(Gathered, u64)>>;
+
 /// A sender for the chunks of the set's compact copy (`redis_set::compact`), and the two
 /// threads that gather them as [`gather_beside`] gathers pages, each taking the next chunk
 /// as it is free: each chunk decoded, and its fields but those in `skip` (read again since
 /// the copy was made) gathered, each text parsed where it lies in the chunk. The handle
-/// answers both threads' gatherings as one, or `None` when a chunk was not one (the
-/// gathering is then to be let go).
+/// answers both threads' gatherings as one, with how many entries the chunks held; or `None`
+/// when a chunk was not one, or the chunks held more than `most` entries (the gathering is
+/// then to be let go).
 pub(super) fn gather_chunks(
     about: usize,
     issued: bool,
     skip: Arc<HashSet<String>>,
-) -> (
-    mpsc::Sender<Vec<u8>>,
-    tokio::task::JoinHandle<Option<Gathered>>,
-) {
+    most: u64,
+) -> (mpsc::Sender<Vec<u8>>, GatheringChunks) {
+    use std::sync::atomic::{AtomicU64, Ordering};
     let (chunks, rx) = mpsc::channel::<Vec<u8>>(CHUNKS_AHEAD);
     let rx = Arc::new(std::sync::Mutex::new(rx));
-    // The first thread's buffers take the second's at the end: sized for the whole.
-    let threads = [about, about / 2 + 1].map(|about| {
-        let (rx, skip) = (Arc::clone(&rx), Arc::clone(&skip));
+    let entries = Arc::new(AtomicU64::new(0));
+    // Either thread may take most chunks: each is sized for the whole (only what is filled
+    // is resident), and the one that took fewer is merged into the other.
+    let threads = [about, about].map(|about| {
+        let (rx, skip, entries) = (Arc::clone(&rx), Arc::clone(&skip), Arc::clone(&entries));
         tokio::task::spawn_blocking(move || {
             let mut g = Gatherer::new(about, true, issued);
             let next = || rx.lock().ok()?.blocking_recv();
-            let mut whole = true;
+            let (mut whole, mut room) = (true, compact::Room::default());
             while let Some(chunk) = next() {
-                whole = compact::read_chunk(&chunk, |f, text| {
-                    if !skip.contains(f) {
+                let mut within = true;
+                whole = compact::read_chunk(&chunk, &mut room, |f, text| {
+                    within &= entries.fetch_add(1, Ordering::Relaxed) < most;
+                    if within && !skip.contains(f) {
                         g.add(f.to_string(), text);
                     }
-                });
+                }) && within;
                 if !whole {
                     break;
                 }
@@ -101,7 +108,12 @@ pub(super) fn gather_chunks(
     let gathering = tokio::spawn(async move {
         let [a, b] = threads;
         let (a, b) = (a.await.ok().flatten()?, b.await.ok().flatten()?);
-        Some(a.merge(b))
+        let both = if a.count >= b.count {
+            a.merge(b)
+        } else {
+            b.merge(a)
+        };
+        Some((both, entries.load(Ordering::Relaxed)))
     });
     (chunks, gathering)
 }

@@ -213,32 +213,48 @@ impl KeySync {
 /// Redis not answering): the set is then read in pages.
 async fn read_compact(fleet: &Fleet, epoch: &str) -> Option<(String, Gathered)> {
     let status = fleet.set.compact_status().await.ok()?;
-    // The set's own count bounds what is made ready for (a header says what it says).
-    let held = status.fields;
     let h = status.usable(epoch)?;
-    let (version, delta) = match fleet.set.poll(&h.version, epoch).await.ok()? {
-        Polled::Same => (h.version.clone(), Vec::new()),
+    let (version, delta) = match fleet.set.poll(&h.version.to_string(), epoch).await.ok()? {
+        Polled::Same => (h.version.to_string(), Vec::new()),
         Polled::Delta { version, fields } => (version, fields),
         Polled::Whole { .. } | Polled::Unknown { .. } => return None,
     };
     let issued = fleet.disk.is_none();
     let skip: Arc<HashSet<String>> = Arc::new(delta.iter().map(|(f, _)| f.clone()).collect());
-    let about = usize::try_from(h.fields.min(held)).unwrap_or(0) + delta.len();
-    let (chunks, gathering) = gather_chunks(about, issued, skip);
-    let mut whole = true;
+    // No more than the set holds (`usable`): what a header says is not what is made ready for.
+    let about = usize::try_from(h.fields).unwrap_or(0) + delta.len();
+    let (chunks, gathering) = gather_chunks(about, issued, skip, h.fields);
+    // A chunk gone or damaged, or other entries than the header says: the copy is taken out
+    // (another is written at the next look). A chunk not read in time is not that.
+    let (mut missing, mut timed_out) = (false, false);
     for i in 0..h.chunks {
-        let sent = match fleet.set.compact_chunk(&h, i).await {
-            Ok(Some(chunk)) => chunks.send(chunk).await.is_ok(),
-            Ok(None) | Err(_) => false,
-        };
-        if !sent {
-            whole = false;
+        match fleet.set.compact_chunk(&h, i).await {
+            Ok(Some(chunk)) => {
+                if chunks.send(chunk).await.is_err() {
+                    // Both threads stopped: a chunk was not one.
+                    break;
+                }
+            }
+            Ok(None) => missing = true,
+            Err(_) => timed_out = true,
+        }
+        if missing || timed_out {
             break;
         }
     }
     drop(chunks);
-    let (Some(gathered), true) = (gathering.await.ok().flatten(), whole) else {
-        tracing::warn!(target: "tollgate::overrides", "the compact copy of the cluster store's overrides could not be read whole (a chunk gone or damaged): the set is read in pages");
+    let gathered = gathering
+        .await
+        .ok()
+        .flatten()
+        .filter(|(_, entries)| !missing && !timed_out && *entries == h.fields);
+    let Some((gathered, _)) = gathered else {
+        if timed_out {
+            tracing::debug!(target: "tollgate::overrides", "the compact copy of the cluster store's overrides not read in time: the set is read in pages");
+        } else {
+            tracing::warn!(target: "tollgate::overrides", generation = %h.generation, "the compact copy of the cluster store's overrides is damaged (a chunk gone or not one, or other fields than its header says): taken out, the set read in pages");
+            let _ = fleet.set.drop_compact(&h).await;
+        }
         return None;
     };
     if !fleet.set.has_epoch(epoch).await.ok()? {

@@ -794,23 +794,56 @@ fn a_replica_reads_a_big_set_from_its_compact_copy_or_else_in_pages() {
         "{served} served"
     );
 
-    // A copy with a chunk damaged (and, for another replica, gone) is let go: the set is read
-    // in pages, never in one call.
-    let chunk = format!(
-        "{header}:{}:0",
-        redis::cmd("HGET")
-            .arg(&header)
-            .arg("gen")
-            .query::<String>(&mut con)
-            .unwrap()
-    );
-    for (tag, damage) in [("c", "SET"), ("d", "DEL")] {
-        let mut cmd = redis::cmd(damage);
-        cmd.arg(&chunk);
-        if damage == "SET" {
-            cmd.arg("not a chunk").arg("KEEPTTL");
+    // A copy damaged, or whose header says what cannot be, is let go: the set is read in
+    // pages, never in one call. Found by probing: a header of 10^15 fields made every replica
+    // that started abort (an allocation of that many), and one of no chunks (or of fewer,
+    // or a chunk of no entries), or of a version the set has not reached, was taken as the
+    // whole set (keys issued before it, or changed after it, wrong on that replica for good).
+    // Replica a writes no copy meanwhile (the test holds the writers' claim).
+    let lock = format!("{header}:lock");
+    let _: () = redis::cmd("SET")
+        .arg(&lock)
+        .arg("the test")
+        .arg("PX")
+        .arg(600_000)
+        .query(&mut con)
+        .unwrap();
+    let saved: Vec<(String, String)> = redis::cmd("HGETALL").arg(&header).query(&mut con).unwrap();
+    let field = |name: &str| saved.iter().find(|(f, _)| f == name).unwrap().1.clone();
+    let chunk = format!("{header}:{}:0", field("gen"));
+    let bytes: Vec<u8> = redis::cmd("GET").arg(&chunk).query(&mut con).unwrap();
+    let version: u64 = field("version").parse().unwrap();
+    let restore = |con: &mut redis::Connection| {
+        let mut put = redis::pipe();
+        put.cmd("DEL").arg(&header).ignore();
+        for (f, v) in &saved {
+            put.cmd("HSET").arg(&header).arg(f).arg(v).ignore();
         }
-        let _: () = cmd.query(&mut con).unwrap();
+        put.cmd("PEXPIRE").arg(&header).arg(600_000).ignore();
+        put.cmd("SET")
+            .arg(&chunk)
+            .arg(&bytes[..])
+            .arg("PX")
+            .arg(600_000)
+            .ignore();
+        let _: () = put.query(con).unwrap();
+    };
+    // Each a command of Redis's, and its words.
+    let (fewer, beyond) = ((fields - 1).to_string(), (version + 1000).to_string());
+    let damages: [(&str, Vec<&str>); 6] = [
+        ("c", vec!["SET", &chunk, "not a chunk"]),
+        ("d", vec!["DEL", &chunk]),
+        ("e", vec!["HSET", &header, "fields", "1000000000000000"]),
+        ("f", vec!["HSET", &header, "chunks", "0"]),
+        ("g", vec!["HSET", &header, "fields", &fewer]),
+        ("h", vec!["HSET", &header, "version", &beyond]),
+    ];
+    for (tag, damage) in &damages {
+        restore(&mut con);
+        let _: () = redis::cmd(damage[0])
+            .arg(&damage[1..])
+            .query(&mut con)
+            .unwrap();
         trace_commands(&mut con);
         let (p, l, a) = spawn(dir.path(), tag, &config(60_000));
         let commands = traced_commands(&mut con);
@@ -851,6 +884,17 @@ fn a_replica_reads_a_big_set_from_its_compact_copy_or_else_in_pages() {
         );
         drop(p);
     }
+    // A copy found damaged is taken out (the header's generation gone); the next copy is
+    // written by a's next look, once no one holds the claim.
+    let _: () = redis::cmd("DEL").arg(&lock).query(&mut con).unwrap();
+    eventually("a copy written again", || {
+        let now: Option<String> = redis::cmd("HGET")
+            .arg(&header)
+            .arg("gen")
+            .query(&mut con)
+            .unwrap();
+        now.is_some_and(|g| g != field("gen"))
+    });
     let (passed, out, err) = check(&dir.path().join("b.yaml"));
     let listed: usize = out
         .lines()

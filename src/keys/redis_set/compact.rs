@@ -49,19 +49,21 @@ const UNFINISHED: Duration = Duration::from_secs(600);
 /// that walks the set).
 const CLAIM: Duration = Duration::from_secs(60);
 
-/// The most bytes a chunk's entries may take once decompressed: a chunk is written when its
-/// entries pass [`CHUNK_BYTES`], a page (2,000 fields of a few hundred bytes) at most past
-/// it; a chunk that says it holds more is not one (a bound on what a damaged value costs).
-const MOST_BYTES: usize = 64 << 20;
+/// The most bytes a chunk's entries may take once decompressed: a chunk is written as soon
+/// as its entries pass [`CHUNK_BYTES`], one entry past it at most (an entry is a field of the
+/// set, within the admin API's body limit); a chunk that says it holds more is not one (a
+/// bound on what a damaged value costs).
+const MOST_BYTES: usize = 2 * CHUNK_BYTES;
 
 /// zstd's level for the chunks: its fastest (the texts' hex digests do not compress).
 const LEVEL: i32 = 1;
 
-/// A copy's header as Redis holds it.
+/// A copy's header as Redis holds it (each number read as one: a header whose numbers are
+/// not is none).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
     pub epoch: String,
-    pub version: String,
+    pub version: u64,
     pub generation: String,
     pub chunks: u32,
     pub fields: u64,
@@ -75,7 +77,12 @@ pub(crate) struct Status {
     pub epoch: String,
     /// How many fields the set holds.
     pub fields: u64,
+    /// The set's version.
+    pub version: u64,
     pub header: Option<Header>,
+    /// The generation the header names, as it is ('' for none): a header whose numbers cannot
+    /// be read is replaced all the same.
+    pub generation: String,
     /// How many fields the log names since the copy's version (`None`: the log cannot say).
     pub since: Option<u64>,
 }
@@ -84,18 +91,26 @@ impl Status {
     /// Whether the copy should be written (again): the set is big enough, and there is no
     /// copy of its epoch in this format, or the log names more than [`STALE`] fields since.
     pub(crate) fn wants_copy(&self) -> bool {
-        let fresh = self
-            .header
-            .as_ref()
-            .is_some_and(|h| h.epoch == self.epoch && h.format == FORMAT)
+        let fresh = self.header.as_ref().is_some_and(|h| self.holds(h))
             && self.since.is_some_and(|n| n <= STALE);
         self.fields >= MIN_FIELDS && !self.epoch.is_empty() && !fresh
     }
 
-    /// The copy's header, when it is of the set's epoch `epoch` and in this format.
-    pub(crate) fn usable(self, epoch: &str) -> Option<Header> {
-        self.header
-            .filter(|h| self.epoch == epoch && h.epoch == epoch && h.format == FORMAT)
+    /// Whether `h` can be a copy of this set: of its epoch, in this format, of a version the
+    /// set has had, with no more fields than the set holds (fields are never taken out of a
+    /// set, only marked: a copy of more is not of this set).
+    fn holds(&self, h: &Header) -> bool {
+        h.epoch == self.epoch
+            && h.format == FORMAT
+            && h.version <= self.version
+            && h.fields <= self.fields
+    }
+
+    /// The copy's header, when it can be a copy of this set ([`Status::holds`]) and the set's
+    /// epoch is `epoch`.
+    pub(crate) fn usable(&self, epoch: &str) -> Option<Header> {
+        let h = self.header.as_ref()?;
+        (self.epoch == epoch && self.holds(h)).then(|| h.clone())
     }
 }
 
@@ -118,14 +133,14 @@ impl RedisSet {
             .await?;
         let malformed =
             || StoreError::Malformed("the compact copy's status answered another shape");
-        let [epoch, fields, h_epoch, version, generation, chunks, h_fields, format, since] =
-            <[String; 9]>::try_from(words).map_err(|_| malformed())?;
+        let [epoch, fields, set_version, h_epoch, version, generation, chunks, h_fields, format, since] =
+            <[String; 10]>::try_from(words).map_err(|_| malformed())?;
         let header = (!generation.is_empty())
             .then(|| {
                 Some(Header {
                     epoch: h_epoch,
-                    version,
-                    generation,
+                    version: version.parse().ok()?,
+                    generation: generation.clone(),
                     chunks: chunks.parse().ok()?,
                     fields: h_fields.parse().ok()?,
                     format,
@@ -135,9 +150,25 @@ impl RedisSet {
         Ok(Status {
             epoch,
             fields: fields.parse().map_err(|_| malformed())?,
+            version: set_version.parse().map_err(|_| malformed())?,
             header,
+            generation,
             since: since.parse().ok(),
         })
+    }
+
+    /// Take out the copy `h`, found damaged, when the header still names it: the next look
+    /// writes another (its chunks expire a minute later; at most the first 256 are named).
+    pub(crate) async fn drop_compact(&self, h: &Header) -> Result<(), StoreError> {
+        let mut keys = vec![self.compact_key()];
+        keys.extend((0..h.chunks.min(256)).map(|i| self.chunk_key(&h.generation, i)));
+        let more: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let _: u8 = self
+            .call(&self.compact, &more, |c| {
+                c.arg("drop").arg(&h.generation);
+            })
+            .await?;
+        Ok(())
     }
 
     /// The chunk `i` of the copy `h` (`None`: gone), within the timeout.
@@ -196,23 +227,22 @@ impl RedisSet {
             let mut seen = HashSet::with_capacity(usize::try_from(about).unwrap_or(0));
             let mut entries = Vec::with_capacity(CHUNK_BYTES + (64 << 10));
             let (mut chunks, mut fields) = (0u32, 0u64);
-            let mut twice = false;
             while let Some(page) = rx.recv().await {
                 for (f, text) in page {
                     if split_field(&f).is_none() {
                         continue;
                     }
-                    twice |= !seen.insert(seen_hash.hash_one(&f));
+                    if !seen.insert(seen_hash.hash_one(&f)) {
+                        return Ok(None);
+                    }
                     push(&mut entries, &f, &text);
                     fields += 1;
-                }
-                if twice {
-                    return Ok(None);
-                }
-                if entries.len() >= CHUNK_BYTES {
-                    self.put_chunk(&generation, chunks, std::mem::take(&mut entries))
-                        .await?;
-                    chunks += 1;
+                    // A chunk holds CHUNK_BYTES and one entry at most (`MOST_BYTES`).
+                    if entries.len() >= CHUNK_BYTES {
+                        self.put_chunk(&generation, chunks, std::mem::take(&mut entries))
+                            .await?;
+                        chunks += 1;
+                    }
                 }
             }
             if !entries.is_empty() || chunks == 0 {
@@ -243,13 +273,13 @@ impl RedisSet {
                     .arg(chunks)
                     .arg(fields)
                     .arg(TTL.as_millis() as u64)
-                    .arg(old.map_or("", |h| h.generation.as_str()))
+                    .arg(&status.generation)
                     .arg(FORMAT);
             })
             .await?;
         Ok((put == 1).then(|| Header {
             epoch: epoch.clone(),
-            version,
+            version: version.parse().unwrap_or_default(),
             generation,
             chunks,
             fields,
@@ -295,18 +325,29 @@ pub(crate) fn push(entries: &mut Vec<u8>, field: &str, text: &str) {
 }
 
 /// Each field of a chunk and its text, as [`push`] wrote them, handed to `each` in order
-/// (borrowed from the chunk's bytes: no copy of a text is made). Whether the chunk was one of
-/// this format, whole: when not, what was handed before is to be let go.
-pub(crate) fn read_chunk(chunk: &[u8], mut each: impl FnMut(&str, &str)) -> bool {
+/// (borrowed from the chunk's bytes, decompressed into `room`, which a reader keeps from one
+/// chunk to the next: no copy of a text is made, and no buffer of megabytes each time).
+/// Whether the chunk was one of this format, whole: when not, what was handed before is to
+/// be let go.
+pub(crate) fn read_chunk(chunk: &[u8], room: &mut Room, mut each: impl FnMut(&str, &str)) -> bool {
     // The frame names its size (the writer's `compress` puts it there): room for that alone.
     let size = zstd::zstd_safe::get_frame_content_size(chunk)
         .ok()
         .flatten()
         .and_then(|n| usize::try_from(n).ok())
         .filter(|&n| n <= MOST_BYTES);
-    let Some(entries) = size.and_then(|n| zstd::bulk::decompress(chunk, n).ok()) else {
+    let Some(size) = size else {
         return false;
     };
+    let Room { zstd, entries } = room;
+    entries.clear();
+    entries.reserve(size);
+    let Some(z) = zstd.as_mut() else {
+        return false;
+    };
+    if z.decompress_to_buffer(chunk, entries).is_err() {
+        return false;
+    }
     let mut rest = entries.as_slice();
     while !rest.is_empty() {
         let (Some(f), Some(text)) = (take(&mut rest), take(&mut rest)) else {
@@ -315,6 +356,21 @@ pub(crate) fn read_chunk(chunk: &[u8], mut each: impl FnMut(&str, &str)) -> bool
         each(f, text);
     }
     true
+}
+
+/// What a reader of chunks keeps from one to the next ([`read_chunk`]).
+pub(crate) struct Room {
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+    entries: Vec<u8>,
+}
+
+impl Default for Room {
+    fn default() -> Self {
+        Self {
+            zstd: zstd::bulk::Decompressor::new().ok(),
+            entries: Vec::new(),
+        }
+    }
 }
 
 /// The next length-prefixed text of `rest`, taken off it (`None`: cut short, or not UTF-8).
@@ -330,7 +386,10 @@ fn take<'a>(rest: &mut &'a [u8]) -> Option<&'a str> {
 #[cfg(test)]
 pub(crate) fn decode(chunk: &[u8]) -> Option<Vec<(String, String)>> {
     let mut out = Vec::new();
-    read_chunk(chunk, |f, text| out.push((f.to_string(), text.to_string()))).then_some(out)
+    read_chunk(chunk, &mut Room::default(), |f, text| {
+        out.push((f.to_string(), text.to_string()))
+    })
+    .then_some(out)
 }
 
 /// A chunk of `fields`, as the copy keeps it.
@@ -392,9 +451,11 @@ mod tests {
         Status {
             epoch: "e1".into(),
             fields,
+            version: 12,
+            generation: if header.is_some() { "g" } else { "" }.into(),
             header: header.map(|(epoch, format)| Header {
                 epoch: epoch.into(),
-                version: "10".into(),
+                version: 10,
                 generation: "g".into(),
                 chunks: 1,
                 fields,
@@ -428,6 +489,25 @@ mod tests {
         assert!(
             status(big, Some(("e1", "0")), Some(0)).wants_copy(),
             "another format"
+        );
+        // A header that says what the set cannot have been: of more fields than the set
+        // holds, of a version the set has not reached.
+        let mut more = status(big, Some(("e1", FORMAT)), Some(0));
+        more.header.as_mut().unwrap().fields = big + 1;
+        assert!(
+            more.wants_copy() && more.usable("e1").is_none(),
+            "more fields"
+        );
+        let mut later = status(big, Some(("e1", FORMAT)), Some(0));
+        later.header.as_mut().unwrap().version = 13;
+        assert!(
+            later.wants_copy() && later.usable("e1").is_none(),
+            "a later version"
+        );
+        later.header.as_mut().unwrap().version = 12;
+        assert!(
+            !later.wants_copy() && later.usable("e1").is_some(),
+            "the set's version"
         );
         let mut none = status(big, None, None);
         none.epoch.clear();
