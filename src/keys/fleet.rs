@@ -604,11 +604,12 @@ fn prefix(d: &Digest) -> u64 {
     u64::from_le_bytes(first)
 }
 
-/// `fields` (read whole, `issued` naming the issued keys' own parts among them) split into
-/// the fields the copy holds and the parts `changes`'s set in force makes again: a part is
-/// made when the record under its digest, held slim, makes at its version the very text read.
+/// `fields` (read whole, `issued` naming the issued keys' own parts among them, which may be
+/// held unnamed) split into the fields the copy holds and the parts `changes`'s set in force
+/// makes again: a part is made when the record under its digest, held slim, makes at its
+/// version the very text read.
 fn split_made(
-    fields: Vec<(String, Kept)>,
+    mut fields: Vec<(String, Kept)>,
     issued: &[(usize, Digest)],
     changes: &KeyChanges,
 ) -> (Fields, Made) {
@@ -633,6 +634,12 @@ fn split_made(
         }
     }
     drop(made);
+    // The parts held, gathered unnamed (`gather::Gathered::issued`), named from their digests.
+    for &(i, d) in issued {
+        if !is_made[i] && fields[i].0.is_empty() {
+            fields[i].0 = part_field(&d, Part::Issued);
+        }
+    }
     let held = fields
         .into_iter()
         .zip(is_made)

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 
 use super::redis_set::{compact, field, split_field, Pages};
 use crate::digest::Digest;
-use crate::policy::overrides::{Compact, KeyRecord, KeyRecords};
+use crate::policy::overrides::{Compact, KeyRecord, KeyRecords, Part};
 use crate::policy::versions::{part_of_field, Fields, Kept, Version};
 use crate::policy::Policy;
 
@@ -36,7 +36,9 @@ pub(super) struct Gathered {
     /// read (none from [`gather_unheld`]: the copy at `state.path`, which holds them).
     pub(super) fields: Vec<(String, Kept)>,
     /// Of `fields`, each issued key's own part (the field of the digest its record names):
-    /// its place in `fields`, and that digest. The copy need not hold such a field's text
+    /// its place in `fields`, and that digest. Gathered for a copy held in memory
+    /// ([`gather_beside`], [`gather_chunks`], [`gather_page`]), such a field is held with an
+    /// empty name, made again from the digest where needed. The copy need not hold such a field's text
     /// while the set in force can make it again ([`super::fleet`]). Empty when not asked for.
     pub(super) issued: Vec<(usize, Digest)>,
     pub(super) parts: Parts,
@@ -57,7 +59,7 @@ pub(super) fn gather_beside(
     let (pages, mut rx) = mpsc::channel::<Vec<(String, String)>>(PAGES_AHEAD);
     let gathering = tokio::task::spawn_blocking(move || {
         let pages = std::iter::from_fn(|| rx.blocking_recv());
-        gather_with(pages, about, true, issued)
+        gather_with(pages, about, true, issued, issued)
     });
     (pages, gathering)
 }
@@ -87,7 +89,7 @@ pub(super) fn gather_chunks(
     let threads = [about, about].map(|about| {
         let (rx, skip, entries) = (Arc::clone(&rx), Arc::clone(&skip), Arc::clone(&entries));
         tokio::task::spawn_blocking(move || {
-            let mut g = Gatherer::new(about, true, issued);
+            let mut g = Gatherer::new(about, true, issued, issued);
             let next = || rx.lock().ok()?.blocking_recv();
             let (mut whole, mut room) = (true, compact::Room::default());
             while let Some(chunk) = next() {
@@ -122,7 +124,7 @@ pub(super) fn gather_chunks(
 /// [`gather_beside`]).
 pub(super) fn gather_page(page: Vec<(String, String)>, issued: bool) -> Gathered {
     let about = page.len();
-    gather_with([page], about, true, issued)
+    gather_with([page], about, true, issued, issued)
 }
 
 /// Gather `pages` (each field's name and its text as kept, as Redis answers a page and as
@@ -132,7 +134,7 @@ pub(super) fn gather(
     pages: impl IntoIterator<Item = Vec<(String, String)>>,
     about: usize,
 ) -> Gathered {
-    gather_with(pages, about, true, true)
+    gather_with(pages, about, true, true, false)
 }
 
 /// [`gather`] of pages whose fields stay where they were read (the copy at `state.path`):
@@ -141,7 +143,7 @@ pub(super) fn gather_unheld(
     pages: impl IntoIterator<Item = Vec<(String, String)>>,
     about: usize,
 ) -> Gathered {
-    gather_with(pages, about, false, false)
+    gather_with(pages, about, false, false, false)
 }
 
 fn gather_with(
@@ -149,8 +151,9 @@ fn gather_with(
     about: usize,
     keep: bool,
     ids: bool,
+    unnamed: bool,
 ) -> Gathered {
-    let mut g = Gatherer::new(about, keep, ids);
+    let mut g = Gatherer::new(about, keep, ids, unnamed);
     for page in pages {
         for (f, text) in page {
             g.add(f, &text);
@@ -166,10 +169,12 @@ struct Gatherer {
     keep: bool,
     /// Whether to name the issued keys' own parts ([`Gathered::issued`]).
     ids: bool,
+    /// Whether to hold those parts' fields unnamed (an empty name: [`Gathered::fields`]).
+    unnamed: bool,
 }
 
 impl Gatherer {
-    fn new(about: usize, keep: bool, ids: bool) -> Self {
+    fn new(about: usize, keep: bool, ids: bool, unnamed: bool) -> Self {
         Self {
             g: Gathered {
                 fields: Vec::with_capacity(if keep { about } else { 0 }),
@@ -180,6 +185,7 @@ impl Gatherer {
             },
             keep,
             ids,
+            unnamed: ids && unnamed,
         }
     }
 
@@ -198,7 +204,18 @@ impl Gatherer {
         }
         if let Some(k) = Kept::parse(text) {
             let at = g.fields.len();
-            g.issued.extend(id.filter(|_| self.ids).map(|id| (at, id)));
+            let named = id.filter(|_| self.ids);
+            g.issued.extend(named.map(|id| (at, id)));
+            // Most such parts the set in force makes again, and the copy holds no text of
+            // them: their names are made again from their digests for the few it holds
+            // (`fleet::split_made`), and none is made here to be let go there (a million
+            // small strings freed among what the start keeps hold its pages resident).
+            let own = split_field(&f).is_some_and(|(_, p)| p == Part::Issued);
+            let f = if self.unnamed && named.is_some() && own {
+                String::new()
+            } else {
+                f
+            };
             g.fields.push((f, k));
         }
     }
