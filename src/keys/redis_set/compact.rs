@@ -8,7 +8,7 @@
 //! | key | what |
 //! |---|---|
 //! | `{<prefix>:ov}:compact` | the header: the set's epoch and version the copy is of, its generation, how many chunks and fields, its format |
-//! | `{<prefix>:ov}:compact:<generation>:<i>` | the chunks: each a zstd frame of entries, each a field and its text, each length-prefixed ([`encode`]) |
+//! | `{<prefix>:ov}:compact:<generation>:<i>` | the chunks: each a zstd frame of entries, each a field and its text, each length-prefixed ([`push`]) |
 //! | `{<prefix>:ov}:compact:lock` | the replica writing a copy now, and not again for a minute |
 //!
 //! A copy is *of version V* when every field the set held at V is in it with its text at V or
@@ -16,8 +16,10 @@
 //! whole read does, and each change after V is logged at a later version. So the copy and
 //! the fields the log names since V (read at the time of the copy's read, with their texts
 //! then) are the set at that time, as a whole read would have found it. A copy the log no
-//! longer covers (more changed since than a delta holds), of another epoch, of an unknown
-//! format, or with a chunk gone, is not used: the set is read in pages.
+//! longer covers (more changed since than a delta holds), or whose header cannot be the
+//! set's ([`Status::usable`]), is not used, nor one whose chunks are not what its header
+//! says (the reader's check, `keys::sync`): the set is read in pages, and a damaged copy
+//! taken out ([`RedisSet::drop_compact`]) so that another is written.
 
 use std::collections::HashSet;
 use std::hash::BuildHasher;
@@ -54,6 +56,10 @@ const CLAIM: Duration = Duration::from_secs(60);
 /// set, within the admin API's body limit); a chunk that says it holds more is not one (a
 /// bound on what a damaged value costs).
 const MOST_BYTES: usize = 2 * CHUNK_BYTES;
+
+/// The most chunks a header may name for a copy to be of use (a million issued keys take
+/// 63): also the most a replica names when it lets a copy's chunks expire.
+const MOST_CHUNKS: u32 = 4096;
 
 /// zstd's level for the chunks: its fastest (the texts' hex digests do not compress).
 const LEVEL: i32 = 1;
@@ -97,13 +103,15 @@ impl Status {
     }
 
     /// Whether `h` can be a copy of this set: of its epoch, in this format, of a version the
-    /// set has had, with no more fields than the set holds (fields are never taken out of a
-    /// set, only marked: a copy of more is not of this set).
+    /// set has had, of no more fields than the set holds (fields are never taken out of a
+    /// set, only marked: a copy of more is not of this set) and no fewer than a copy is
+    /// written for, in one chunk at least and no more than [`MOST_CHUNKS`].
     fn holds(&self, h: &Header) -> bool {
         h.epoch == self.epoch
             && h.format == FORMAT
             && h.version <= self.version
-            && h.fields <= self.fields
+            && (MIN_FIELDS..=self.fields).contains(&h.fields)
+            && (1..=MOST_CHUNKS).contains(&h.chunks)
     }
 
     /// The copy's header, when it can be a copy of this set ([`Status::holds`]) and the set's
@@ -158,10 +166,10 @@ impl RedisSet {
     }
 
     /// Take out the copy `h`, found damaged, when the header still names it: the next look
-    /// writes another (its chunks expire a minute later; at most the first 256 are named).
+    /// writes another (its chunks expire a minute later).
     pub(crate) async fn drop_compact(&self, h: &Header) -> Result<(), StoreError> {
         let mut keys = vec![self.compact_key()];
-        keys.extend((0..h.chunks.min(256)).map(|i| self.chunk_key(&h.generation, i)));
+        keys.extend((0..h.chunks.min(MOST_CHUNKS)).map(|i| self.chunk_key(&h.generation, i)));
         let more: Vec<&str> = keys.iter().map(String::as_str).collect();
         let _: u8 = self
             .call(&self.compact, &more, |c| {
@@ -261,7 +269,7 @@ impl RedisSet {
         keys.extend((0..chunks).map(|i| self.chunk_key(&generation, i)));
         let old = status.header.as_ref();
         if let Some(h) = old {
-            keys.extend((0..h.chunks).map(|i| self.chunk_key(&h.generation, i)));
+            keys.extend((0..h.chunks.min(MOST_CHUNKS)).map(|i| self.chunk_key(&h.generation, i)));
         }
         let more: Vec<&str> = keys.iter().map(String::as_str).collect();
         let put: u8 = self
@@ -509,6 +517,15 @@ mod tests {
             !later.wants_copy() && later.usable("e1").is_some(),
             "the set's version"
         );
+        for (fields, chunks) in [(big - 1, 1), (big, 0), (big, MOST_CHUNKS + 1)] {
+            let mut odd = status(big, Some(("e1", FORMAT)), Some(0));
+            let h = odd.header.as_mut().unwrap();
+            (h.fields, h.chunks) = (fields, chunks);
+            assert!(
+                odd.usable("e1").is_none(),
+                "{fields} fields in {chunks} chunks"
+            );
+        }
         let mut none = status(big, None, None);
         none.epoch.clear();
         assert!(
