@@ -69,7 +69,8 @@ pub(super) type GatheringChunks = tokio::task::JoinHandle<Option<(Gathered, u64)
 
 /// A sender for the chunks of the set's compact copy (`redis_set::compact`), and the two
 /// threads that gather them as [`gather_beside`] gathers pages, each taking the next chunk
-/// as it is free: each chunk decoded, and its fields but those in `skip` (read again since
+/// as it is free (each with its place in the copy of `generation`, which its first entry
+/// must name): each chunk decoded, and its fields but those in `skip` (read again since
 /// the copy was made) gathered, each text parsed where it lies in the chunk. The handle
 /// answers both threads' gatherings as one, with how many entries the chunks held; or `None`
 /// when a chunk was not one, or the chunks held more than `most` entries (the gathering is
@@ -79,22 +80,25 @@ pub(super) fn gather_chunks(
     issued: bool,
     skip: Arc<HashSet<String>>,
     most: u64,
-) -> (mpsc::Sender<Vec<u8>>, GatheringChunks) {
+    generation: &str,
+) -> (mpsc::Sender<(u32, Vec<u8>)>, GatheringChunks) {
     use std::sync::atomic::{AtomicU64, Ordering};
-    let (chunks, rx) = mpsc::channel::<Vec<u8>>(CHUNKS_AHEAD);
+    let (chunks, rx) = mpsc::channel::<(u32, Vec<u8>)>(CHUNKS_AHEAD);
     let rx = Arc::new(std::sync::Mutex::new(rx));
     let entries = Arc::new(AtomicU64::new(0));
     // Either thread may take most chunks: each is sized for the whole (only what is filled
     // is resident), and the one that took fewer is merged into the other.
     let threads = [about, about].map(|about| {
         let (rx, skip, entries) = (Arc::clone(&rx), Arc::clone(&skip), Arc::clone(&entries));
+        let generation = generation.to_string();
         tokio::task::spawn_blocking(move || {
             let mut g = Gatherer::new(about, true, issued, issued);
             let next = || rx.lock().ok()?.blocking_recv();
             let (mut whole, mut room) = (true, compact::Room::default());
-            while let Some(chunk) = next() {
+            while let Some((i, chunk)) = next() {
                 let mut within = true;
-                whole = compact::read_chunk(&chunk, &mut room, |f, text| {
+                let at = compact::place(&generation, i);
+                whole = compact::read_chunk(&chunk, &mut room, &at, |f, text| {
                     within &= entries.fetch_add(1, Ordering::Relaxed) < most;
                     if within && !skip.contains(f) {
                         g.add(f.to_string(), text);

@@ -223,14 +223,14 @@ async fn read_compact(fleet: &Fleet, epoch: &str) -> Option<(String, Gathered)> 
     let skip: Arc<HashSet<String>> = Arc::new(delta.iter().map(|(f, _)| f.clone()).collect());
     // No more than the set holds (`usable`): what a header says is not what is made ready for.
     let about = usize::try_from(h.fields).unwrap_or(0) + delta.len();
-    let (chunks, gathering) = gather_chunks(about, issued, skip, h.fields);
+    let (chunks, gathering) = gather_chunks(about, issued, skip, h.fields, &h.generation);
     // A chunk gone or damaged, or other entries than the header says: the copy is taken out
     // (another is written at the next look). A chunk not read in time is not that.
     let (mut missing, mut timed_out) = (false, false);
     for i in 0..h.chunks {
         match fleet.set.compact_chunk(&h, i).await {
             Ok(Some(chunk)) => {
-                if chunks.send(chunk).await.is_err() {
+                if chunks.send((i, chunk)).await.is_err() {
                     // Both threads stopped: a chunk was not one.
                     break;
                 }

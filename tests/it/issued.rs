@@ -798,7 +798,8 @@ fn a_replica_reads_a_big_set_from_its_compact_copy_or_else_in_pages() {
     // pages, never in one call. Found by probing: a header of 10^15 fields made every replica
     // that started abort (an allocation of that many), and one of no chunks (or of fewer,
     // or a chunk of no entries), or of a version the set has not reached, was taken as the
-    // whole set (keys issued before it, or changed after it, wrong on that replica for good).
+    // whole set (keys issued before it, or changed after it, wrong on that replica for good),
+    // and so would a chunk of another copy under this one's name have been.
     // Replica a writes no copy meanwhile (the test holds the writers' claim).
     let lock = format!("{header}:lock");
     let _: () = redis::cmd("SET")
@@ -830,13 +831,18 @@ fn a_replica_reads_a_big_set_from_its_compact_copy_or_else_in_pages() {
     };
     // Each a command of Redis's, and its words.
     let (fewer, beyond) = ((fields - 1).to_string(), (version + 1000).to_string());
-    let damages: [(&str, Vec<&str>); 6] = [
+    let moved = format!("{header}:0123456789abcdef:0");
+    let move_chunk = "redis.call('SET', KEYS[2], redis.call('GET', KEYS[1]), 'PX', 600000) \
+                      return redis.call('HSET', KEYS[3], 'gen', '0123456789abcdef')";
+    let damages: [(&str, Vec<&str>); 7] = [
         ("c", vec!["SET", &chunk, "not a chunk"]),
         ("d", vec!["DEL", &chunk]),
         ("e", vec!["HSET", &header, "fields", "1000000000000000"]),
         ("f", vec!["HSET", &header, "chunks", "0"]),
         ("g", vec!["HSET", &header, "fields", &fewer]),
         ("h", vec!["HSET", &header, "version", &beyond]),
+        // A chunk under the name of another copy's (its first entry names its own place).
+        ("i", vec!["EVAL", move_chunk, "3", &chunk, &moved, &header]),
     ];
     for (tag, damage) in &damages {
         restore(&mut con);
@@ -893,7 +899,7 @@ fn a_replica_reads_a_big_set_from_its_compact_copy_or_else_in_pages() {
             .arg("gen")
             .query(&mut con)
             .unwrap();
-        now.is_some_and(|g| g != field("gen"))
+        now.is_some_and(|g| g != field("gen") && g != "0123456789abcdef")
     });
     let (passed, out, err) = check(&dir.path().join("b.yaml"));
     let listed: usize = out

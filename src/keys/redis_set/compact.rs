@@ -61,6 +61,15 @@ const MOST_BYTES: usize = 2 * CHUNK_BYTES;
 /// 63): also the most a replica names when it lets a copy's chunks expire.
 const MOST_CHUNKS: u32 = 4096;
 
+/// The first entry of every chunk: its place, `<generation>:<i>` ([`place`]). A chunk read
+/// under another name (another copy's, or another of this copy's) is not taken for it.
+const MARK: &str = "~chunk";
+
+/// The place a chunk's first entry names.
+pub(crate) fn place(generation: &str, i: u32) -> String {
+    format!("{generation}:{i}")
+}
+
 /// zstd's level for the chunks: its fastest (the texts' hex digests do not compress).
 const LEVEL: i32 = 1;
 
@@ -243,6 +252,9 @@ impl RedisSet {
                     if !seen.insert(seen_hash.hash_one(&f)) {
                         return Ok(None);
                     }
+                    if entries.is_empty() {
+                        push(&mut entries, MARK, &place(&generation, chunks));
+                    }
                     push(&mut entries, &f, &text);
                     fields += 1;
                     // A chunk holds CHUNK_BYTES and one entry at most (`MOST_BYTES`).
@@ -254,6 +266,9 @@ impl RedisSet {
                 }
             }
             if !entries.is_empty() || chunks == 0 {
+                if entries.is_empty() {
+                    push(&mut entries, MARK, &place(&generation, chunks));
+                }
                 self.put_chunk(&generation, chunks, entries).await?;
                 chunks += 1;
             }
@@ -303,7 +318,7 @@ impl RedisSet {
         i: u32,
         entries: Vec<u8>,
     ) -> Result<(), StoreError> {
-        let packed = tokio::task::spawn_blocking(move || zstd::bulk::compress(&entries, LEVEL))
+        let packed = tokio::task::spawn_blocking(move || compress(&entries))
             .await
             .ok()
             .and_then(Result::ok)
@@ -322,6 +337,14 @@ impl RedisSet {
     }
 }
 
+/// A chunk's entries compressed, with zstd's checksum of them (a chunk damaged in Redis
+/// is found so when read).
+fn compress(entries: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut z = zstd::bulk::Compressor::new(LEVEL)?;
+    z.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+    z.compress(entries)
+}
+
 /// Append a field and its text to a chunk's entries: each its length (4 bytes, little-endian)
 /// then its bytes.
 pub(crate) fn push(entries: &mut Vec<u8>, field: &str, text: &str) {
@@ -335,9 +358,14 @@ pub(crate) fn push(entries: &mut Vec<u8>, field: &str, text: &str) {
 /// Each field of a chunk and its text, as [`push`] wrote them, handed to `each` in order
 /// (borrowed from the chunk's bytes, decompressed into `room`, which a reader keeps from one
 /// chunk to the next: no copy of a text is made, and no buffer of megabytes each time).
-/// Whether the chunk was one of this format, whole: when not, what was handed before is to
-/// be let go.
-pub(crate) fn read_chunk(chunk: &[u8], room: &mut Room, mut each: impl FnMut(&str, &str)) -> bool {
+/// Whether the chunk was one of this format, whole, and the one at `at` ([`place`], its first
+/// entry): when not, what was handed before is to be let go.
+pub(crate) fn read_chunk(
+    chunk: &[u8],
+    room: &mut Room,
+    at: &str,
+    mut each: impl FnMut(&str, &str),
+) -> bool {
     // The frame names its size (the writer's `compress` puts it there): room for that alone.
     let size = zstd::zstd_safe::get_frame_content_size(chunk)
         .ok()
@@ -357,6 +385,9 @@ pub(crate) fn read_chunk(chunk: &[u8], room: &mut Room, mut each: impl FnMut(&st
         return false;
     }
     let mut rest = entries.as_slice();
+    if (take(&mut rest), take(&mut rest)) != (Some(MARK), Some(at)) {
+        return false;
+    }
     while !rest.is_empty() {
         let (Some(f), Some(text)) = (take(&mut rest), take(&mut rest)) else {
             return false;
@@ -390,24 +421,31 @@ fn take<'a>(rest: &mut &'a [u8]) -> Option<&'a str> {
     std::str::from_utf8(s).ok()
 }
 
-/// A chunk's fields and texts (`None`: not a chunk of this format).
+/// The fields and texts of the chunk at `g:0` (`None`: not that chunk of this format).
 #[cfg(test)]
 pub(crate) fn decode(chunk: &[u8]) -> Option<Vec<(String, String)>> {
     let mut out = Vec::new();
-    read_chunk(chunk, &mut Room::default(), |f, text| {
+    read_chunk(chunk, &mut Room::default(), "g:0", |f, text| {
         out.push((f.to_string(), text.to_string()))
     })
     .then_some(out)
 }
 
-/// A chunk of `fields`, as the copy keeps it.
+/// The chunk `at` of `fields`, as the copy keeps it.
 #[cfg(test)]
-pub(crate) fn encode(fields: &[(String, String)]) -> Vec<u8> {
+pub(crate) fn encode_at(at: &str, fields: &[(String, String)]) -> Vec<u8> {
     let mut entries = Vec::new();
+    push(&mut entries, MARK, at);
     for (f, text) in fields {
         push(&mut entries, f, text);
     }
-    zstd::bulk::compress(&entries, LEVEL).unwrap_or_default()
+    compress(&entries).unwrap_or_default()
+}
+
+/// The chunk `g:0` of `fields`.
+#[cfg(test)]
+pub(crate) fn encode(fields: &[(String, String)]) -> Vec<u8> {
+    encode_at("g:0", fields)
 }
 
 #[cfg(test)]
@@ -437,16 +475,29 @@ mod tests {
         // are not UTF-8, more bytes than a chunk holds.
         assert_eq!(decode(b"not a chunk"), None);
         assert_eq!(decode(&chunk[..chunk.len() / 2]), None);
+        // Another chunk's (another copy's, or another of this one's); one without its place;
+        // one damaged (zstd's checksum).
+        assert_eq!(decode(&encode_at("g:1", &fields)), None);
+        assert_eq!(decode(&encode_at("f:0", &fields)), None);
+        let mut unplaced = Vec::new();
+        push(&mut unplaced, &fields[0].0, &fields[0].1);
+        assert_eq!(decode(&compress(&unplaced).unwrap()), None);
+        let mut flipped = chunk.clone();
+        let at = flipped.len() - 6;
+        flipped[at] ^= 1;
+        assert_eq!(decode(&flipped), None);
         let mut entries = Vec::new();
+        push(&mut entries, MARK, "g:0");
         push(&mut entries, "abc", "def");
-        for cut in [entries.len() - 1, 5, 2] {
+        for cut in [entries.len() - 1, 22, 19, 14] {
             let short = zstd::bulk::compress(&entries[..cut], LEVEL).unwrap();
             assert_eq!(decode(&short), None, "cut at {cut}");
         }
         let mut long = entries.clone();
-        long[0] = 200;
+        long[17] = 200;
         assert_eq!(decode(&zstd::bulk::compress(&long, LEVEL).unwrap()), None);
         let mut bad = Vec::new();
+        push(&mut bad, MARK, "g:0");
         bad.extend_from_slice(&2u32.to_le_bytes());
         bad.extend_from_slice(&[0xff, 0xfe]);
         bad.extend_from_slice(&0u32.to_le_bytes());
