@@ -64,15 +64,17 @@ pub(super) fn gather_beside(
     (pages, gathering)
 }
 
-/// The gathering of the compact copy's chunks: what they held, and how many entries.
-pub(super) type GatheringChunks = tokio::task::JoinHandle<Option<(Gathered, u64)>>;
+/// The gathering of the compact copy's chunks: what they held, how many entries, and how
+/// many of those were left out as read again.
+pub(super) type GatheringChunks = tokio::task::JoinHandle<Option<(Gathered, u64, u64)>>;
 
 /// A sender for the chunks of the set's compact copy (`redis_set::compact`), and the two
 /// threads that gather them as [`gather_beside`] gathers pages, each taking the next chunk
 /// as it is free (each with its place in the copy of `generation`, which its first entry
 /// must name): each chunk decoded, and its fields but those in `skip` (read again since
 /// the copy was made) gathered, each text parsed where it lies in the chunk. The handle
-/// answers both threads' gatherings as one, with how many entries the chunks held; or `None`
+/// answers both threads' gatherings as one, with how many entries the chunks held and how
+/// many of them were in `skip`; or `None`
 /// when a chunk was not one, or the chunks held more than `most` entries (the gathering is
 /// then to be let go).
 pub(super) fn gather_chunks(
@@ -85,11 +87,12 @@ pub(super) fn gather_chunks(
     use std::sync::atomic::{AtomicU64, Ordering};
     let (chunks, rx) = mpsc::channel::<(u32, Vec<u8>)>(CHUNKS_AHEAD);
     let rx = Arc::new(std::sync::Mutex::new(rx));
-    let entries = Arc::new(AtomicU64::new(0));
+    let (entries, again) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     // Either thread may take most chunks: each is sized for the whole (only what is filled
     // is resident), and the one that took fewer is merged into the other.
     let threads = [about, about].map(|about| {
-        let (rx, skip, entries) = (Arc::clone(&rx), Arc::clone(&skip), Arc::clone(&entries));
+        let (rx, skip) = (Arc::clone(&rx), Arc::clone(&skip));
+        let (entries, again) = (Arc::clone(&entries), Arc::clone(&again));
         let generation = generation.to_string();
         tokio::task::spawn_blocking(move || {
             let mut g = Gatherer::new(about, true, issued, issued);
@@ -100,7 +103,9 @@ pub(super) fn gather_chunks(
                 let at = compact::place(&generation, i);
                 whole = compact::read_chunk(&chunk, &mut room, &at, |f, text| {
                     within &= entries.fetch_add(1, Ordering::Relaxed) < most;
-                    if within && !skip.contains(f) {
+                    if within && skip.contains(f) {
+                        again.fetch_add(1, Ordering::Relaxed);
+                    } else if within {
                         g.add(f.to_string(), text);
                     }
                 }) && within;
@@ -119,7 +124,11 @@ pub(super) fn gather_chunks(
         } else {
             b.merge(a)
         };
-        Some((both, entries.load(Ordering::Relaxed)))
+        let counted = (
+            entries.load(Ordering::Relaxed),
+            again.load(Ordering::Relaxed),
+        );
+        Some((both, counted.0, counted.1))
     });
     (chunks, gathering)
 }

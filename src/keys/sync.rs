@@ -243,16 +243,25 @@ async fn read_compact(fleet: &Fleet, epoch: &str) -> Option<(String, Gathered)> 
         }
     }
     drop(chunks);
+    // Every field the set held when its status was read (but its epoch's) was in it at the
+    // copy's version, or was written since and is read again: a copy of fewer (one chunk's
+    // bytes under another's name, an older copy's header made to name a later version) is
+    // not the set's.
+    let whole = |entries: u64, again: u64| {
+        (entries + delta.len() as u64).saturating_sub(again) + 1 >= status.fields
+    };
     let gathered = gathering
         .await
         .ok()
         .flatten()
-        .filter(|(_, entries)| !missing && !timed_out && *entries == h.fields);
-    let Some((gathered, _)) = gathered else {
+        .filter(|(_, entries, again)| {
+            !missing && !timed_out && *entries == h.fields && whole(*entries, *again)
+        });
+    let Some((gathered, _, _)) = gathered else {
         if timed_out {
             tracing::debug!(target: "tollgate::overrides", "the compact copy of the cluster store's overrides not read in time: the set is read in pages");
         } else {
-            tracing::warn!(target: "tollgate::overrides", generation = %h.generation, "the compact copy of the cluster store's overrides is damaged (a chunk gone or not one, or other fields than its header says): taken out, the set read in pages");
+            tracing::warn!(target: "tollgate::overrides", generation = %h.generation, "the compact copy of the cluster store's overrides is damaged (a chunk gone or not one, other fields than its header says, or fewer than the set holds): taken out, the set read in pages");
             let _ = fleet.set.drop_compact(&h).await;
         }
         return None;

@@ -831,10 +831,14 @@ fn a_replica_reads_a_big_set_from_its_compact_copy_or_else_in_pages() {
     };
     // Each a command of Redis's, and its words.
     let (fewer, beyond) = ((fields - 1).to_string(), (version + 1000).to_string());
+    let now: String = redis::cmd("GET")
+        .arg(format!("{{{prefix}:ov}}:v"))
+        .query(&mut con)
+        .unwrap();
     let moved = format!("{header}:0123456789abcdef:0");
     let move_chunk = "redis.call('SET', KEYS[2], redis.call('GET', KEYS[1]), 'PX', 600000) \
                       return redis.call('HSET', KEYS[3], 'gen', '0123456789abcdef')";
-    let damages: [(&str, Vec<&str>); 7] = [
+    let damages: [(&str, Vec<&str>); 8] = [
         ("c", vec!["SET", &chunk, "not a chunk"]),
         ("d", vec!["DEL", &chunk]),
         ("e", vec!["HSET", &header, "fields", "1000000000000000"]),
@@ -843,6 +847,9 @@ fn a_replica_reads_a_big_set_from_its_compact_copy_or_else_in_pages() {
         ("h", vec!["HSET", &header, "version", &beyond]),
         // A chunk under the name of another copy's (its first entry names its own place).
         ("i", vec!["EVAL", move_chunk, "3", &chunk, &moved, &header]),
+        // The copy made to name the set's version now: the changes since it would be lost
+        // (it holds fewer fields than the set).
+        ("j", vec!["HSET", &header, "version", &now]),
     ];
     for (tag, damage) in &damages {
         restore(&mut con);
